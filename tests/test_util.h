@@ -1,0 +1,17 @@
+// Helpers shared by the unit tests: fixture paths and scratch directories.
+#pragma once
+
+#include <string>
+
+namespace tessera::testing {
+
+// Absolute path of tests/fixtures/<name>.
+std::string FixturePath(const std::string& name);
+// A fresh, empty directory under the system temp dir, removed at process exit.
+std::string MakeTempDir(const std::string& prefix);
+// Directory of the build tree (for locating the tessera binaries).
+std::string BinaryDir();
+// Reads a whole file; aborts the test process on failure.
+std::string ReadFileOrDie(const std::string& path);
+
+}  // namespace tessera::testing
