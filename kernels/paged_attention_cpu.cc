@@ -1,0 +1,124 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/dispatch.h"
+#include "kernels/paged_attention.h"
+
+namespace tessera::kernels {
+
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
+               const std::vector<AttentionSeq>& seqs) {
+  return TESSERA_DISPATCH(k.device(), WriteKv, cache, k, v, seqs);
+}
+
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
+                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out) {
+  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, seqs, scale, out);
+}
+
+namespace cpu {
+
+namespace {
+
+Status CheckCache(const KvCacheLayer& cache, int64_t kv_heads, int64_t head_dim) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.k, 4, DType::kF32, "kv cache K"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.v, 4, DType::kF32, "kv cache V"));
+  if (cache.k.shape() != cache.v.shape() || cache.k.dim(2) != kv_heads || cache.k.dim(3) != head_dim)
+    return InvalidArgument("kv cache " + cache.k.Describe() + " does not hold " +
+                           std::to_string(kv_heads) + " kv heads of dim " + std::to_string(head_dim));
+  return Status::Ok();
+}
+
+// Offset in floats of (position p) in the cache for a sequence, or an error.
+StatusOr<int64_t> SlotOffset(const KvCacheLayer& cache, const AttentionSeq& s, int64_t p) {
+  const int64_t block_size = cache.k.dim(1);
+  const int64_t idx = p / block_size;
+  if (idx >= static_cast<int64_t>(s.block_table.size()))
+    return OutOfRange("kv cache: position " + std::to_string(p) + " needs block index " +
+                      std::to_string(idx) + " but the block table has " +
+                      std::to_string(s.block_table.size()) + " blocks");
+  const int64_t block = s.block_table[static_cast<size_t>(idx)];
+  if (block < 0 || block >= cache.k.dim(0))
+    return OutOfRange("kv cache: block id " + std::to_string(block) + " outside [0, " +
+                      std::to_string(cache.k.dim(0)) + ")");
+  const int64_t row = cache.k.dim(2) * cache.k.dim(3);
+  return (block * block_size + p % block_size) * row;
+}
+
+}  // namespace
+
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
+               const std::vector<AttentionSeq>& seqs) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(k, 3, DType::kF32, "kv write K"));
+  if (v.shape() != k.shape()) return InvalidArgument("kv write: K " + k.Describe() + " vs V " + v.Describe());
+  TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2)));
+  const int64_t row = k.dim(1) * k.dim(2);
+  for (const AttentionSeq& s : seqs) {
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t off, SlotOffset(cache, s, s.start_pos + i));
+      const int64_t t = s.token_begin + i;
+      std::memcpy(cache.k.data<float>() + off, k.data<float>() + t * row, sizeof(float) * row);
+      std::memcpy(cache.v.data<float>() + off, v.data<float>() + t * row, sizeof(float) * row);
+    }
+  }
+  return Status::Ok();
+}
+
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
+                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(q, 3, DType::kF32, "attention query"));
+  const int64_t heads = q.dim(1), head_dim = q.dim(2);
+  const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;
+  TESSERA_RETURN_IF_ERROR(CheckCache(cache, kv_heads, head_dim));
+  if (kv_heads == 0 || heads % kv_heads != 0)
+    return InvalidArgument("attention: " + std::to_string(heads) + " query heads over " +
+                           std::to_string(kv_heads) + " kv heads");
+  if (out.rank() != 2 || out.dim(0) != q.dim(0) || out.dim(1) != heads * head_dim)
+    return InvalidArgument("attention: out " + out.Describe() + " for q " + q.Describe());
+  const int64_t group = heads / kv_heads;
+  std::vector<float> scores;
+  std::vector<int64_t> offsets;
+  for (const AttentionSeq& s : seqs) {
+    const int64_t ctx = s.start_pos + s.num_tokens;
+    offsets.resize(static_cast<size_t>(ctx));
+    for (int64_t p = 0; p < ctx; ++p) {
+      TESSERA_ASSIGN_OR_RETURN(offsets[static_cast<size_t>(p)], SlotOffset(cache, s, p));
+    }
+    scores.resize(static_cast<size_t>(ctx));
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      const int64_t t = s.token_begin + i;
+      const int64_t visible = s.start_pos + i + 1;  // causal: positions 0..start_pos+i
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / group;
+        const float* qv = q.data<float>() + (t * heads + h) * head_dim;
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int64_t p = 0; p < visible; ++p) {
+          const float* kv = cache.k.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+          scores[static_cast<size_t>(p)] = dot * scale;
+          max_score = std::max(max_score, scores[static_cast<size_t>(p)]);
+        }
+        float denom = 0.0f;
+        for (int64_t p = 0; p < visible; ++p) {
+          float& sc = scores[static_cast<size_t>(p)];
+          sc = std::exp(sc - max_score);
+          denom += sc;
+        }
+        float* o = out.data<float>() + t * heads * head_dim + h * head_dim;
+        std::fill(o, o + head_dim, 0.0f);
+        for (int64_t p = 0; p < visible; ++p) {
+          const float w = scores[static_cast<size_t>(p)] / denom;
+          const float* vv = cache.v.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vv[d];
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace cpu
+}  // namespace tessera::kernels

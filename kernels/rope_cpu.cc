@@ -1,0 +1,83 @@
+#include <cmath>
+
+#include "kernels/dispatch.h"
+#include "kernels/rope.h"
+
+namespace tessera::kernels {
+
+std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len) {
+  const int64_t dim = config.head_dim;
+  const RopeScaling& rs = config.rope_scaling;
+  double base = config.rope_theta;
+  if (rs.type == RopeType::kDynamic && seq_len > config.max_position_embeddings) {
+    // _compute_dynamic_ntk_parameters.
+    const double ratio = rs.factor * static_cast<double>(seq_len) /
+                             static_cast<double>(config.max_position_embeddings) -
+                         (rs.factor - 1.0);
+    base = base * std::pow(ratio, static_cast<double>(dim) / static_cast<double>(dim - 2));
+  }
+  std::vector<float> inv(static_cast<size_t>(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    // HF computes base ** (arange(0, dim, 2) / dim) in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(base), exponent);
+  }
+  if (rs.type == RopeType::kLinear) {
+    for (float& f : inv) f = static_cast<float>(f / rs.factor);
+  } else if (rs.type == RopeType::kLlama3) {
+    // _compute_llama3_parameters.
+    const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / rs.low_freq_factor;
+    const double high_wavelen = old_ctx / rs.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * M_PI / f;
+      double scaled = wavelen > low_wavelen ? f / rs.factor : f;
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      if (medium) {
+        const double smooth =
+            (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        scaled = (1.0 - smooth) * scaled / rs.factor + smooth * scaled;
+      }
+      f = static_cast<float>(scaled);
+    }
+  }
+  return inv;
+}
+
+Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
+                 const std::vector<float>& inv_freq) {
+  return TESSERA_DISPATCH(x.device(), ApplyRope, x, token_begin, token_end, positions, inv_freq);
+}
+
+namespace cpu {
+
+Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
+                 const std::vector<float>& inv_freq) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(x, 3, DType::kF32, "rope input"));
+  const int64_t heads = x.dim(1), head_dim = x.dim(2), half = head_dim / 2;
+  if (static_cast<int64_t>(inv_freq.size()) != half || token_begin < 0 || token_end > x.dim(0))
+    return InvalidArgument("rope: x " + x.Describe() + " with inv_freq of " +
+                           std::to_string(inv_freq.size()) + " for tokens [" +
+                           std::to_string(token_begin) + ", " + std::to_string(token_end) + ")");
+  std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const float pos = static_cast<float>(positions[t - token_begin]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[static_cast<size_t>(i)];  // fp32 product, as HF
+      cos_v[static_cast<size_t>(i)] = std::cos(angle);
+      sin_v[static_cast<size_t>(i)] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x.data<float>() + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cos_v[static_cast<size_t>(i)] - b * sin_v[static_cast<size_t>(i)];
+        v[i + half] = b * cos_v[static_cast<size_t>(i)] + a * sin_v[static_cast<size_t>(i)];
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace cpu
+}  // namespace tessera::kernels

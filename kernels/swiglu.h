@@ -1,0 +1,19 @@
+// SwiGLU activation of the Llama MLP (Shazeer 2020, "GLU Variants Improve
+// Transformer"): out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+//
+// Shapes: gate, up, out [tokens, intermediate_local]; out may alias gate.
+// Thread-safety: stateless.
+#pragma once
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera::kernels {
+
+Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+namespace cpu {
+Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& out);
+}
+
+}  // namespace tessera::kernels

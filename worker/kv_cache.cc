@@ -1,0 +1,46 @@
+#include "worker/kv_cache.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+KvCache::KvCache(int num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
+                 int64_t head_dim)
+    : num_blocks_(num_blocks), block_size_(block_size) {
+  layers_.reserve(static_cast<size_t>(num_layers));
+  for (int l = 0; l < num_layers; ++l) {
+    layers_.push_back({Tensor::Zeros({num_blocks, block_size, kv_heads, head_dim}),
+                       Tensor::Zeros({num_blocks, block_size, kv_heads, head_dim})});
+  }
+  bytes_ = BlockBytes(num_layers, block_size, kv_heads, head_dim) * num_blocks;
+}
+
+int64_t KvCache::BlockBytes(int num_layers, int64_t block_size, int64_t kv_heads, int64_t head_dim) {
+  return 2 * static_cast<int64_t>(num_layers) * block_size * kv_heads * head_dim *
+         static_cast<int64_t>(sizeof(float));
+}
+
+BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks) {
+  free_.reserve(static_cast<size_t>(num_blocks));
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
+  if (n > num_free())
+    return ResourceExhausted("kv cache: " + std::to_string(n) + " blocks requested, " +
+                             std::to_string(num_free()) + " of " + std::to_string(num_blocks_) +
+                             " free");
+  for (int64_t i = 0; i < n; ++i) {
+    table.push_back(free_.back());
+    free_.pop_back();
+  }
+  return Status::Ok();
+}
+
+void BlockAllocator::Free(std::vector<int32_t>& table) {
+  for (int32_t b : table) free_.push_back(b);
+  std::sort(free_.begin(), free_.end(), std::greater<int32_t>());
+  table.clear();
+}
+
+}  // namespace tessera

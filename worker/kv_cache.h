@@ -1,0 +1,64 @@
+// KvCache: the paged K/V storage of one rank's layers, plus the free list of
+// its blocks.
+//
+// Every layer of the stage has K and V tensors of shape
+// [num_blocks, block_size, kv_heads_local, head_dim] (F32 on the CPU). A block
+// id indexes the same block in every layer, so one block table per sequence
+// serves the whole stage. Block ids are handed out by BlockAllocator; the
+// single-process engine owns one, and the scheduler owns the authoritative
+// one in a deployment (every stage then receives the same block tables).
+//
+// Bytes: 2 * layers * num_blocks * block_size * kv_heads_local * head_dim * 4.
+// Thread-safety: owned by the rank's owner thread; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/paged_attention.h"
+
+namespace tessera {
+
+class KvCache {
+ public:
+  KvCache(int num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim);
+
+  kernels::KvCacheLayer& layer(int local_layer) { return layers_[static_cast<size_t>(local_layer)]; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t bytes() const { return bytes_; }
+  // Bytes one block takes across all layers (K and V).
+  static int64_t BlockBytes(int num_layers, int64_t block_size, int64_t kv_heads, int64_t head_dim);
+
+ private:
+  std::vector<kernels::KvCacheLayer> layers_;
+  int64_t num_blocks_;
+  int64_t block_size_;
+  int64_t bytes_;
+};
+
+// Free list of block ids [0, num_blocks). Allocate hands out the lowest free
+// ids first, so runs are reproducible.
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int64_t num_blocks);
+
+  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_blocks() const { return num_blocks_; }
+  // Appends `n` block ids to `table`. Errors: kResourceExhausted (nothing is
+  // allocated then) naming how many were asked for and how many are free.
+  Status Allocate(int64_t n, std::vector<int32_t>& table);
+  // Returns every block of `table` to the free list and clears it.
+  void Free(std::vector<int32_t>& table);
+  // Blocks needed to hold `tokens` positions.
+  static int64_t BlocksFor(int64_t tokens, int64_t block_size) {
+    return (tokens + block_size - 1) / block_size;
+  }
+
+ private:
+  int64_t num_blocks_;
+  std::vector<int32_t> free_;  // kept sorted descending; back() is the lowest id
+};
+
+}  // namespace tessera

@@ -1,0 +1,36 @@
+// Opens a Hugging Face model directory and builds the LlamaModel of one rank:
+// config.json -> ModelConfig, the rank's ShardSpec, its weight slices.
+//
+// Thread-safety: free functions; independent calls may run concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/checkpoint.h"
+#include "common/model_config.h"
+#include "common/parallel_config.h"
+#include "common/shard_spec.h"
+#include "common/status.h"
+#include "worker/communicator.h"
+#include "worker/llama_model.h"
+#include "worker/weight_loader.h"
+
+namespace tessera {
+
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<LlamaModel> model;
+  int64_t weight_bytes = 0;  // bytes of this rank's weights in memory
+  double load_seconds = 0.0;
+};
+
+// Loads rank `rank` of `parallel` from `model_dir`. `tp_comm` is the rank's tp
+// group (null when parallel.tp == 1).
+// Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
+// LoadStageWeights, with the model directory in the message.
+StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,
+                                int rank, Communicator* tp_comm,
+                                const LoadProgressFn& progress = {});
+
+}  // namespace tessera

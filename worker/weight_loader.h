@@ -1,0 +1,35 @@
+// Loads the weights one rank owns, and nothing else, from a checkpoint.
+//
+// For every tensor in the rank's ShardSpec the loader reads exactly the byte
+// ranges of its slice (rows for column- and vocab-parallel tensors, a strided
+// column range for row-parallel ones) through Checkpoint::ReadSlice, which
+// uses pread with a bounded staging buffer. No full tensor is materialised on
+// a rank that needs a slice, so peak RSS stays near the shard's own bytes.
+// bf16/f16 checkpoints are converted to F32 (the CPU compute dtype) as they
+// are read.
+//
+// Thread-safety: a free function; the Checkpoint may be shared (reads use
+// pread and are safe to issue concurrently).
+#pragma once
+
+#include <functional>
+
+#include "common/checkpoint.h"
+#include "common/model_config.h"
+#include "common/shard_spec.h"
+#include "common/status.h"
+#include "worker/stage_weights.h"
+
+namespace tessera {
+
+// Called after each tensor: (bytes loaded so far, total bytes of the shard).
+using LoadProgressFn = std::function<void(int64_t loaded_bytes, int64_t total_bytes)>;
+
+// Errors: kNotFound naming the tensor and the checkpoint directory when a
+// tensor the shard needs is missing; kInvalidArgument when a tensor's shape
+// disagrees with config.json (naming both); I/O errors from the checkpoint.
+StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
+                                        const ParallelConfig& parallel, const ShardSpec& spec,
+                                        const LoadProgressFn& progress = {});
+
+}  // namespace tessera
