@@ -76,7 +76,8 @@ TEST(Embedding, VocabParallelSlicesSumToFullLookup) {
     for (int i = 0; i < 16; ++i) sum.data<float>()[i] += part.data<float>()[i];
   }
   for (int i = 0; i < 16; ++i) EXPECT_EQ(sum.data<float>()[i], full.data<float>()[i]);
-  EXPECT_EQ(EmbeddingLookup({-1}, table, 0, full.Slice0(0, 1)).code(), StatusCode::kOutOfRange);
+  Tensor one = full.Slice0(0, 1);
+  EXPECT_EQ(EmbeddingLookup({-1}, table, 0, one).code(), StatusCode::kOutOfRange);
 }
 
 ModelConfig RopeConfig(RopeType type) {
@@ -103,9 +104,17 @@ TEST(Rope, InvFreqPerScalingType) {
   const double b = 10000.0 * std::pow(4.0 * 64 / 32 - 3.0, 16.0 / 14.0);
   EXPECT_NEAR(dyn[1], std::pow(b, -2.0 / 16), 1e-7);
   // Llama3: high frequencies kept, low frequencies divided by factor.
-  auto l3 = RopeInvFreq(RopeConfig(RopeType::kLlama3), 1);
-  EXPECT_FLOAT_EQ(l3[0], base[0]);
-  EXPECT_NEAR(l3[7], base[7] / 4, 1e-9);
+  ModelConfig c3 = RopeConfig(RopeType::kLlama3);
+  c3.rope_scaling.original_max_position_embeddings = 4096;  // wavelens: high < 1024 < medium < 4096 < low
+  auto l3 = RopeInvFreq(c3, 1);
+  EXPECT_FLOAT_EQ(l3[0], base[0]);             // wavelen 2*pi: high frequency, kept
+  EXPECT_NEAR(l3[7], base[7] / 4, 1e-9);       // wavelen ~19869: low frequency, divided by factor
+  const double w4 = 2 * M_PI / base[4];        // ~1000 < 1024: still high frequency
+  EXPECT_LT(w4, 1024.0);
+  EXPECT_FLOAT_EQ(l3[4], base[4]);
+  const double w5 = 2 * M_PI / base[5];        // ~3534: medium, smoothed blend
+  const double smooth = (4096.0 / w5 - 1.0) / (4.0 - 1.0);
+  EXPECT_NEAR(l3[5], (1 - smooth) * base[5] / 4 + smooth * base[5], 1e-8);
 }
 
 TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
