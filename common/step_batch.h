@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/sampling_params.h"
+
 namespace tessera {
 
 struct SeqStep {
@@ -20,11 +22,15 @@ struct SeqStep {
   int32_t num_tokens = 0;            // tokens of this sequence in this step
   std::vector<int32_t> block_table;  // KV blocks covering [0, start_pos + num_tokens)
   bool want_logits = false;          // sample from the last token of this chunk
+  SamplingParams sampling;           // used where want_logits; the seed starts the sequence's RNG
 };
 
 struct StepBatch {
   std::vector<int32_t> token_ids;  // [total_tokens], concatenated per sequence
   std::vector<SeqStep> seqs;
+  // Sequences that finished since the previous batch: ranks that keep
+  // per-sequence state (the sampling rank's RNG) drop it.
+  std::vector<int64_t> finished_seq_ids;
 
   int64_t total_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   // Absolute positions of every token, [total_tokens].

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <set>
 
 namespace tessera {
@@ -101,72 +102,108 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
     }
   };
 
-  Status failure;
-  while (true) {
+  // Sequence ids are unique over the engine's life, so per-sequence state on
+  // other ranks (sampler RNGs) is never confused between calls.
+  const int64_t seq_base = next_seq_id_;
+  next_seq_id_ += static_cast<int64_t>(requests.size());
+  struct InFlight {
     StepBatch batch;
     std::vector<size_t> members;
-    int64_t budget = options_.max_batch_tokens;
-    bool any_decode = false;
+    bool has_decode = false;
     int64_t prefill_tokens = 0;
-    for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
-      SeqState& s = seqs[i];
-      if (s.done) continue;
-      const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
-      const int32_t n = static_cast<int32_t>(std::min(pending, budget));
-      if (n <= 0) continue;
-      const int64_t need = BlockAllocator::BlocksFor(s.cached + n, block_size_) -
-                           static_cast<int64_t>(s.blocks.size());
-      if (need > 0) {
-        Status st = allocator_->Allocate(need, s.blocks);
-        if (!st.ok()) {
-          failure = st.WithContext("request " + std::to_string(i));
-          break;
+    int64_t decode_tokens = 0;
+    std::chrono::steady_clock::time_point submitted;
+  };
+  std::deque<InFlight> in_flight;
+  std::vector<bool> busy(seqs.size(), false);
+  std::vector<int64_t> finished_ids;
+  auto last_done = std::chrono::steady_clock::now();
+  Status failure;
+  while (failure.ok()) {
+    // Keep up to max_in_flight micro-batches moving; spread the live
+    // sequences over them so every pipeline stage has work.
+    while (failure.ok() && static_cast<int>(in_flight.size()) < executor_->max_in_flight()) {
+      size_t live = 0;
+      for (const SeqState& s : seqs) live += s.done ? 0 : 1;
+      const size_t per_batch =
+          (live + static_cast<size_t>(executor_->max_in_flight()) - 1) / static_cast<size_t>(executor_->max_in_flight());
+      InFlight f;
+      int64_t budget = options_.max_batch_tokens;
+      for (size_t i = 0; i < seqs.size() && budget > 0 && f.members.size() < per_batch; ++i) {
+        SeqState& s = seqs[i];
+        if (s.done || busy[i]) continue;
+        const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
+        const int32_t n = static_cast<int32_t>(std::min(pending, budget));
+        if (n <= 0) continue;
+        const int64_t need = BlockAllocator::BlocksFor(s.cached + n, block_size_) -
+                             static_cast<int64_t>(s.blocks.size());
+        if (need > 0) {
+          Status st = allocator_->Allocate(need, s.blocks);
+          if (!st.ok()) {
+            failure = st.WithContext("request " + std::to_string(i));
+            break;
+          }
         }
+        SeqStep step;
+        step.seq_id = seq_base + static_cast<int64_t>(i);
+        step.start_pos = s.cached;
+        step.num_tokens = n;
+        step.block_table = s.blocks;
+        step.want_logits = s.cached + n == static_cast<int64_t>(s.tokens.size());
+        step.sampling = s.req->sampling;
+        f.batch.token_ids.insert(f.batch.token_ids.end(), s.tokens.begin() + s.cached,
+                                 s.tokens.begin() + s.cached + n);
+        f.batch.seqs.push_back(std::move(step));
+        f.members.push_back(i);
+        if (static_cast<size_t>(s.cached) >= s.prompt_len) {
+          f.has_decode = true;
+          f.decode_tokens += n;
+        } else {
+          f.prefill_tokens += n;
+        }
+        budget -= n;
       }
-      SeqStep step;
-      step.seq_id = static_cast<int64_t>(i);
-      step.start_pos = s.cached;
-      step.num_tokens = n;
-      step.block_table = s.blocks;
-      step.want_logits = s.cached + n == static_cast<int64_t>(s.tokens.size());
-      batch.token_ids.insert(batch.token_ids.end(), s.tokens.begin() + s.cached,
-                             s.tokens.begin() + s.cached + n);
-      batch.seqs.push_back(std::move(step));
-      members.push_back(i);
-      if (static_cast<size_t>(s.cached) >= s.prompt_len) {
-        any_decode = true;
-      } else {
-        prefill_tokens += n;
-      }
-      budget -= n;
+      if (!failure.ok() || f.members.empty()) break;
+      f.batch.finished_seq_ids = std::move(finished_ids);
+      finished_ids.clear();
+      f.submitted = std::chrono::steady_clock::now();
+      failure = executor_->Submit(f.batch);
+      for (size_t i : f.members) busy[i] = true;
+      in_flight.push_back(std::move(f));
     }
-    if (!failure.ok()) break;
-    if (members.empty()) break;
+    if (!failure.ok() || in_flight.empty()) break;
 
-    int64_t wanted = 0;
-    for (const SeqStep& st : batch.seqs) wanted += st.want_logits ? 1 : 0;
-    Tensor logits = Tensor::Empty({wanted, executor_->vocab_size()});
-    const auto t0 = std::chrono::steady_clock::now();
-    failure = executor_->Run(batch, logits);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!failure.ok()) break;
-    if (any_decode) {
+    auto tokens = executor_->Collect();
+    if (!tokens.ok()) {
+      failure = tokens.status();
+      break;
+    }
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - std::max(f.submitted, last_done)).count();
+    last_done = now;
+    if (f.has_decode) {
       stats_.decode_seconds += dt;
-      stats_.decode_tokens += static_cast<int64_t>(members.size()) - 0;
     } else {
       stats_.prefill_seconds += dt;
     }
-    stats_.prefill_tokens += prefill_tokens;
+    stats_.prefill_tokens += f.prefill_tokens;
+    stats_.decode_tokens += f.decode_tokens;
 
-    int64_t row = 0;
-    for (size_t k = 0; k < members.size(); ++k) {
-      const size_t i = members[k];
+    size_t row = 0;
+    for (size_t k = 0; k < f.members.size(); ++k) {
+      const size_t i = f.members[k];
       SeqState& s = seqs[i];
-      s.cached += batch.seqs[k].num_tokens;
-      if (!batch.seqs[k].want_logits) continue;
-      const int32_t token =
-          s.sampler->Sample(logits.data<float>() + row * executor_->vocab_size(), executor_->vocab_size());
-      ++row;
+      busy[i] = false;
+      s.cached += f.batch.seqs[k].num_tokens;
+      if (!f.batch.seqs[k].want_logits) continue;
+      if (row >= tokens->size()) {
+        failure = Internal("executor returned " + std::to_string(tokens->size()) + " tokens for a batch of " +
+                           std::to_string(f.members.size()) + " sequences");
+        break;
+      }
+      const int32_t token = (*tokens)[row++];
       s.tokens.push_back(token);
       s.result.tokens.push_back(token);
       if (!s.req->ignore_eos && eos.count(token)) {
@@ -182,8 +219,14 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
           finish(i, FinishReason::kLength);
         }
       }
+      if (s.done) finished_ids.push_back(seq_base + static_cast<int64_t>(i));
       emit(i);
     }
+  }
+  // Drain whatever is still in flight so the executor's ranks stay in step.
+  while (!in_flight.empty()) {
+    (void)executor_->Collect();
+    in_flight.pop_front();
   }
   for (SeqState& s : seqs) allocator_->Free(s.blocks);
   if (!failure.ok()) return failure;

@@ -80,6 +80,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   EngineStats stats_;
+  int64_t next_seq_id_ = 0;
 };
 
 }  // namespace tessera

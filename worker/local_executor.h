@@ -1,12 +1,16 @@
-// LocalExecutor: runs a whole model (tp = 1, pp = 1) in this process.
+// LocalExecutor: runs a whole model (tp = 1, pp = 1) in this process and
+// samples on it.
 //
 // Thread-safety: single owner thread.
 #pragma once
 
+#include <deque>
 #include <memory>
 
+#include "common/tensor.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
+#include "worker/sampler.h"
 #include "worker/step_executor.h"
 
 namespace tessera {
@@ -16,14 +20,21 @@ class LocalExecutor : public StepExecutor {
   // `model` must hold every layer, embed_tokens and lm_head (tp = 1).
   LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache);
 
-  Status Run(const StepBatch& batch, Tensor& logits) override;
+  Status Submit(const StepBatch& batch) override;
+  StatusOr<std::vector<int32_t>> Collect() override;
+  int max_in_flight() const override { return 1; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+
+  // Runs `batch` and returns logits [num_wanted, vocab_size] without sampling.
+  Status RunLogits(const StepBatch& batch, Tensor& logits);
   KvCache& cache() { return *cache_; }
   LlamaModel& model() { return *model_; }
 
  private:
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> cache_;
+  SequenceSamplers samplers_;
+  std::deque<std::vector<int32_t>> done_;
 };
 
 }  // namespace tessera

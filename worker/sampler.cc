@@ -7,15 +7,6 @@
 
 namespace tessera {
 
-Status SamplingParams::Validate() const {
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
-    return InvalidArgument("temperature must be >= 0, got " + std::to_string(temperature));
-  if (top_k < 0) return InvalidArgument("top_k must be >= 0, got " + std::to_string(top_k));
-  if (!(top_p > 0.0f && top_p <= 1.0f))
-    return InvalidArgument("top_p must be in (0, 1], got " + std::to_string(top_p));
-  return Status::Ok();
-}
-
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
@@ -64,6 +55,21 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
     if (u < acc) return ids[i];
   }
   return ids.back();
+}
+
+std::vector<int32_t> SequenceSamplers::Sample(const StepBatch& batch, const float* logits,
+                                              int64_t vocab) {
+  for (int64_t id : batch.finished_seq_ids) samplers_.erase(id);
+  std::vector<int32_t> out;
+  int64_t row = 0;
+  for (const SeqStep& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    auto it = samplers_.find(s.seq_id);
+    if (it == samplers_.end()) it = samplers_.emplace(s.seq_id, Sampler(s.sampling)).first;
+    out.push_back(it->second.Sample(logits + row * vocab, vocab));
+    ++row;
+  }
+  return out;
 }
 
 }  // namespace tessera

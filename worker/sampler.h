@@ -11,23 +11,18 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
+#include "common/step_batch.h"
 
 namespace tessera {
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy; otherwise logits are divided by it
-  int32_t top_k = 0;         // 0 = off; keep the k largest logits
-  float top_p = 1.0f;        // 1 = off; nucleus mass in (0, 1]
-  uint64_t seed = 0;         // RNG seed (per sequence)
 
-  // Errors: kInvalidArgument naming the field (temperature < 0, top_k < 0,
-  // top_p outside (0, 1]).
-  Status Validate() const;
-};
 
 class Sampler {
  public:
@@ -43,6 +38,24 @@ class Sampler {
 
   SamplingParams params_;
   std::mt19937_64 rng_;
+};
+
+}  // namespace tessera
+
+namespace tessera {
+
+// The samplers of every live sequence on the sampling rank, keyed by seq_id.
+// A sequence's Sampler is created from its SamplingParams the first time it
+// is sampled and dropped when a batch lists it as finished.
+class SequenceSamplers {
+ public:
+  // Samples one token for every sequence of `batch` with want_logits, in
+  // batch order. logits [num_wanted, vocab]. Releases finished sequences first.
+  std::vector<int32_t> Sample(const StepBatch& batch, const float* logits, int64_t vocab);
+  size_t live() const { return samplers_.size(); }
+
+ private:
+  std::map<int64_t, Sampler> samplers_;
 };
 
 }  // namespace tessera

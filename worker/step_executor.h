@@ -1,22 +1,34 @@
-// StepExecutor: the seam between the generation loop and whatever runs a
-// forward step (one process holding the whole model, or a pipeline of ranks).
+// StepExecutor: the seam between the generation loop (Engine) and whatever
+// runs a forward step: one process holding the whole model, or a pipeline of
+// ranks.
 //
-// Thread-safety: implementations are driven by one thread.
+// The engine submits micro-batches and collects their sampled tokens in
+// submission order. A pipeline keeps up to max_in_flight() micro-batches
+// moving at once (one per stage), so stages overlap; a local executor runs
+// each step inside Submit.
+//
+// Thread-safety: driven by one thread.
 #pragma once
+
+#include <vector>
 
 #include "common/status.h"
 #include "common/step_batch.h"
-#include "common/tensor.h"
 
 namespace tessera {
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Runs `batch` through every stage. logits [num_wanted, vocab_size] F32
-  // receives the logits of the last token of each sequence with want_logits,
-  // in batch order.
-  virtual Status Run(const StepBatch& batch, Tensor& logits) = 0;
+  // Starts `batch`. Errors: the step's own errors (a local executor runs it
+  // here) or a transport failure naming the rank.
+  virtual Status Submit(const StepBatch& batch) = 0;
+  // Tokens sampled for the oldest submitted batch: one per sequence with
+  // want_logits, in batch order. Errors: kFailedPrecondition with nothing
+  // in flight; step and transport failures.
+  virtual StatusOr<std::vector<int32_t>> Collect() = 0;
+  // Micro-batches the engine should keep in flight (pp for a pipeline).
+  virtual int max_in_flight() const = 0;
   virtual int64_t vocab_size() const = 0;
 };
 

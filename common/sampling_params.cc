@@ -1,0 +1,18 @@
+#include "common/sampling_params.h"
+
+#include <cmath>
+#include <string>
+
+namespace tessera {
+
+Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    return InvalidArgument("temperature must be >= 0, got " + std::to_string(temperature));
+  if (top_k < 0) return InvalidArgument("top_k must be >= 0, got " + std::to_string(top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    return InvalidArgument("top_p must be in (0, 1], got " + std::to_string(top_p));
+  return Status::Ok();
+}
+
+
+}  // namespace tessera
