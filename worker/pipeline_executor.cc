@@ -1,0 +1,148 @@
+#include "worker/pipeline_executor.h"
+
+#include <cstring>
+#include <string>
+
+#include "worker/step_codec.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr size_t kMaxMetaBytes = size_t{1} << 30;
+
+int64_t CountWanted(const StepBatch& batch) {
+  int64_t n = 0;
+  for (const SeqStep& s : batch.seqs) n += s.want_logits ? 1 : 0;
+  return n;
+}
+
+std::vector<uint8_t> TensorBytes(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.raw());
+  return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
+std::string RankName(const PipelineLinks& l) {
+  return "stage " + std::to_string(l.stage) + " tp_rank " + std::to_string(l.tp_rank);
+}
+
+}  // namespace
+
+StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
+                                                 const Tensor& hidden, const PipelineLinks& links,
+                                                 SequenceSamplers& samplers, const LogitsSink& sink) {
+  const int64_t wanted = CountWanted(batch);
+  const int64_t vocab = model.config().vocab_size;
+  Tensor logits = Tensor::Empty({wanted, vocab});
+  TESSERA_RETURN_IF_ERROR(model.Logits(batch, hidden, logits));
+  std::vector<int32_t> tokens(static_cast<size_t>(wanted), 0);
+  if (links.tp_rank == 0) {
+    if (sink) sink(batch, logits);
+    tokens = samplers.Sample(batch, logits.data<float>(), vocab);
+  }
+  if (links.tp && links.tp->size() > 1 && wanted > 0) {
+    Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
+    if (!s.ok()) return s.WithContext("token broadcast on " + RankName(links));
+  }
+  return tokens;
+}
+
+PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links, LogitsSink sink)
+    : model_(model), cache_(cache), links_(links), sink_(std::move(sink)) {
+  TESSERA_CHECK(links_.stage == 0);
+  if (links_.pp > 1) {
+    TESSERA_CHECK(links_.next != nullptr && links_.ret != nullptr);
+    // Two frames (meta, hidden) per micro-batch, pp micro-batches in flight.
+    sender_ = std::make_unique<AsyncSender>(links_.next, 1, static_cast<size_t>(2 * links_.pp + 2));
+  }
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+Status PipelineExecutor::Submit(const StepBatch& batch) {
+  Tensor hidden = Tensor::Empty({batch.total_tokens(), model_->config().hidden_size});
+  TESSERA_RETURN_IF_ERROR_CTX(model_->Forward(batch, Tensor(), *cache_, hidden), RankName(links_));
+  if (links_.pp == 1) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                             SampleOnLastStage(*model_, batch, hidden, links_, samplers_, sink_));
+    ready_.push_back(std::move(tokens));
+    return Status::Ok();
+  }
+  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(EncodeStep(batch)));
+  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(TensorBytes(hidden)));
+  wanted_.push_back(CountWanted(batch));
+  return Status::Ok();
+}
+
+StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
+  if (links_.pp == 1) {
+    if (ready_.empty()) return FailedPrecondition("collect: no step in flight");
+    std::vector<int32_t> t = std::move(ready_.front());
+    ready_.pop_front();
+    return t;
+  }
+  if (wanted_.empty()) return FailedPrecondition("collect: no step in flight");
+  const int64_t wanted = wanted_.front();
+  wanted_.pop_front();
+  std::vector<uint8_t> frame;
+  Status s = RecvFrame(*links_.ret, 1, frame, static_cast<size_t>(wanted) * sizeof(int32_t));
+  if (!s.ok()) return s.WithContext("tokens from the last stage to " + RankName(links_));
+  if (frame.size() != static_cast<size_t>(wanted) * sizeof(int32_t))
+    return Internal("last stage returned " + std::to_string(frame.size() / 4) + " tokens, expected " +
+                    std::to_string(wanted));
+  std::vector<int32_t> tokens(static_cast<size_t>(wanted));
+  if (wanted) std::memcpy(tokens.data(), frame.data(), frame.size());
+  return tokens;
+}
+
+Status PipelineExecutor::Shutdown() {
+  if (links_.pp == 1) return Status::Ok();
+  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(EncodeShutdown()));
+  return sender_->Flush();
+}
+
+Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links, const LogitsSink& sink) {
+  TESSERA_CHECK(links.stage > 0 && links.prev != nullptr);
+  const bool last = links.stage == links.pp - 1;
+  std::unique_ptr<AsyncSender> sender;
+  if (last) {
+    TESSERA_CHECK(links.ret != nullptr);
+    sender = std::make_unique<AsyncSender>(links.ret, 0, 2 * static_cast<size_t>(links.pp) + 2);
+  } else {
+    TESSERA_CHECK(links.next != nullptr);
+    sender = std::make_unique<AsyncSender>(links.next, 1, 2 * static_cast<size_t>(links.pp) + 2);
+  }
+  SequenceSamplers samplers;
+  const int64_t hidden_size = model.config().hidden_size;
+  std::vector<uint8_t> frame;
+  while (true) {
+    Status s = RecvFrame(*links.prev, 0, frame, kMaxMetaBytes);
+    if (!s.ok()) return s.WithContext("step from the previous stage to " + RankName(links));
+    TESSERA_ASSIGN_OR_RETURN(DecodedStep msg, DecodeStep(frame));
+    if (msg.kind == StepMessageKind::kShutdown) {
+      if (!last) TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeShutdown()));
+      return sender->Flush();
+    }
+    const StepBatch& batch = msg.batch;
+    Tensor hidden = Tensor::Empty({batch.total_tokens(), hidden_size});
+    s = RecvFrame(*links.prev, 0, frame, hidden.nbytes());
+    if (!s.ok()) return s.WithContext("hidden states from the previous stage to " + RankName(links));
+    if (frame.size() != hidden.nbytes())
+      return InvalidArgument("hidden states of " + std::to_string(frame.size()) + " bytes for " +
+                             hidden.Describe() + " on " + RankName(links));
+    std::memcpy(hidden.raw(), frame.data(), frame.size());
+    TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, hidden, cache, hidden), RankName(links));
+    if (last) {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                               SampleOnLastStage(model, batch, hidden, links, samplers, sink));
+      std::vector<uint8_t> out(tokens.size() * sizeof(int32_t));
+      if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
+      TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(out)));
+    } else {
+      TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
+      TESSERA_RETURN_IF_ERROR(sender->Enqueue(TensorBytes(hidden)));
+    }
+  }
+}
+
+}  // namespace tessera

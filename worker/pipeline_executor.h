@@ -1,0 +1,87 @@
+// Pipeline-parallel execution of a model split into pp stages of tp ranks.
+//
+// Stage 0 ranks drive: each runs the same Engine (the same deterministic
+// scheduling decisions on every tp rank) over a PipelineExecutor. Submit runs
+// stage 0's layers and hands (StepBatch, hidden [tokens, hidden]) to the next
+// stage through an AsyncSender; ranks of later stages run ServeStage: receive,
+// run their layers, pass on. The last stage computes the vocab-parallel
+// logits (all-gathered across its tp group), tp rank 0 samples and
+// broadcasts the tokens inside the group, and every last-stage tp rank sends
+// them back to its stage-0 counterpart over the return link. Up to pp
+// micro-batches are in flight, so stages overlap.
+//
+// Links (ProcessGroup): tp() collectives; next_stage()/prev_stage() pipes;
+// return_link(): last stage (rank 1) -> stage 0 (rank 0), pp > 1 only.
+//
+// Failure: every communicator call is bounded by the group's timeout; an
+// error names the op, this rank and the peer, and ends the loop on this rank
+// (the caller exits non-zero so its peers' waits fail too).
+//
+// Thread-safety: one owner thread per rank, plus its AsyncSender thread.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "common/tensor.h"
+#include "worker/async_sender.h"
+#include "worker/kv_cache.h"
+#include "worker/llama_model.h"
+#include "worker/sampler.h"
+#include "worker/step_executor.h"
+
+namespace tessera {
+
+struct PipelineLinks {
+  int pp = 1;
+  int stage = 0;
+  int tp_rank = 0;
+  Communicator* tp = nullptr;    // this stage's tp group (may be null when tp == 1)
+  Communicator* prev = nullptr;  // pipe from stage - 1 (null on stage 0)
+  Communicator* next = nullptr;  // pipe to stage + 1 (null on the last stage)
+  Communicator* ret = nullptr;   // last stage -> stage 0 (null when pp == 1 or on middle stages)
+};
+
+// Receives every batch's logits [num_wanted, vocab] on the last stage's tp
+// rank 0, before sampling (used by equivalence tests and debugging).
+using LogitsSink = std::function<void(const StepBatch& batch, const Tensor& logits)>;
+
+// The last stage's work on one batch: logits, sampling on tp rank 0,
+// broadcast in the tp group. Returns the tokens (one per want_logits
+// sequence) on every rank of the stage.
+StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
+                                                 const Tensor& hidden, const PipelineLinks& links,
+                                                 SequenceSamplers& samplers, const LogitsSink& sink);
+
+class PipelineExecutor : public StepExecutor {
+ public:
+  // On stage 0 ranks. `model` holds stage 0's layers.
+  PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links, LogitsSink sink = {});
+  ~PipelineExecutor() override;
+
+  Status Submit(const StepBatch& batch) override;
+  StatusOr<std::vector<int32_t>> Collect() override;
+  int max_in_flight() const override { return links_.pp; }
+  int64_t vocab_size() const override { return model_->config().vocab_size; }
+
+  // Tells later stages to stop (their ServeStage returns OK) and waits for
+  // the message to leave. Call once, after the last Generate.
+  Status Shutdown();
+
+ private:
+  LlamaModel* model_;
+  KvCache* cache_;
+  PipelineLinks links_;
+  LogitsSink sink_;
+  std::unique_ptr<AsyncSender> sender_;
+  SequenceSamplers samplers_;                  // used when pp == 1
+  std::deque<std::vector<int32_t>> ready_;     // tokens of finished steps when pp == 1
+  std::deque<int64_t> wanted_;                 // want_logits count per in-flight batch
+};
+
+// The loop of a rank on stage > 0: returns OK on shutdown, or the first error.
+Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
+                  const LogitsSink& sink = {});
+
+}  // namespace tessera
