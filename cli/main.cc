@@ -14,6 +14,12 @@
 #include "worker/engine.h"
 #include "worker/local_executor.h"
 #include "worker/model_loader.h"
+#include "worker/rank_runner.h"
+#include "common/tcp_store.h"
+#include "coordinator/local_launcher.h"
+
+#include <csignal>
+#include <unistd.h>
 
 namespace {
 
@@ -29,11 +35,59 @@ struct GenerateArgs {
   std::string chat_template;
   std::vector<std::string> stop;
   int64_t block_size = 16;
+  int tp = 1;
+  int pp = 1;
+  std::vector<int> layers;  // per stage; empty = even split
+  double timeout = 30.0;
+  int rank = -1;             // set in rank processes spawned by the launcher
+  std::string store;         // host:port of the launcher's rendezvous store
 };
+
+std::vector<std::string> g_argv;  // this process's arguments, for spawning ranks
+tessera::LocalLauncher* g_launcher = nullptr;
+
+void ForwardToRanks(int sig) {
+  if (g_launcher) g_launcher->ForwardSignal(sig);
+}
 
 int Fail(const tessera::Status& s) {
   std::fprintf(stderr, "tessera: error: %s\n", s.ToString().c_str());
   return 1;
+}
+
+// Spawns one process per rank (this binary with --rank/--store added) and
+// waits for them; rank 0 prints the answer.
+int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
+  using namespace tessera;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  if (!server.ok()) return Fail(server.status());
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return Fail(IoError("cannot resolve /proc/self/exe"));
+  exe[n] = '\0';
+  std::vector<ChildSpec> children;
+  for (int r = 0; r < par.world_size(); ++r) {
+    ChildSpec c;
+    c.name = "rank " + std::to_string(r) + " (stage " + std::to_string(par.StageOf(r)) + ", tp_rank " +
+             std::to_string(par.TpRankOf(r)) + ")";
+    c.argv.push_back(exe);
+    for (size_t i = 1; i < g_argv.size(); ++i) c.argv.push_back(g_argv[i]);
+    c.argv.push_back("--rank");
+    c.argv.push_back(std::to_string(r));
+    c.argv.push_back("--store");
+    c.argv.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+    c.quiet_stdout = r != 0;
+    children.push_back(std::move(c));
+  }
+  LocalLauncher launcher;
+  g_launcher = &launcher;
+  std::signal(SIGINT, ForwardToRanks);
+  std::signal(SIGTERM, ForwardToRanks);
+  Status s = launcher.Start(children);
+  if (s.ok()) s = launcher.Wait(a.timeout + 10.0);
+  g_launcher = nullptr;
+  if (!s.ok()) return Fail(s.WithContext("tp=" + std::to_string(a.tp) + " pp=" + std::to_string(a.pp)));
+  return 0;
 }
 
 int RunGenerate(const GenerateArgs& a) {
@@ -42,11 +96,8 @@ int RunGenerate(const GenerateArgs& a) {
   if (!tok.ok()) return Fail(tok.status());
   auto cfg = LoadModelConfig(a.model);
   if (!cfg.ok()) return Fail(cfg.status());
-  auto par = ParallelConfig::Make(*cfg, 1, 1);
+  auto par = ParallelConfig::Make(*cfg, a.tp, a.pp, a.layers);
   if (!par.ok()) return Fail(par.status());
-  auto loaded = LoadModel(a.model, *par, 0, nullptr);
-  if (!loaded.ok()) return Fail(loaded.status());
-
   std::string text = a.prompt;
   bool add_special = true;
   if (!a.raw) {
@@ -68,35 +119,70 @@ int RunGenerate(const GenerateArgs& a) {
   req.stop = a.stop;
   if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   const int64_t ctx = static_cast<int64_t>(req.prompt_ids.size()) + a.max_tokens;
-  if (ctx > loaded->config.max_position_embeddings)
+  if (ctx > cfg->max_position_embeddings)
     return Fail(InvalidArgument("prompt (" + std::to_string(req.prompt_ids.size()) +
                                 " tokens) + --max-tokens " + std::to_string(a.max_tokens) +
                                 " exceeds the model's max_position_embeddings " +
-                                std::to_string(loaded->config.max_position_embeddings)));
+                                std::to_string(cfg->max_position_embeddings)));
 
-  const StageLayout lay = loaded->model->layout();
   const int64_t blocks = BlockAllocator::BlocksFor(ctx, a.block_size);
-  auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, a.block_size, lay.kv_heads_local,
-                                         loaded->config.head_dim);
-  BlockAllocator allocator(blocks);
-  LocalExecutor executor(std::move(loaded->model), std::move(cache));
-  Engine engine(loaded->config, &executor, &allocator, a.block_size, tok->get());
-  auto results = engine.Generate({req}, [](size_t, const std::string& delta) {
+  auto print_text = [](size_t, const std::string& delta) {
     std::fwrite(delta.data(), 1, delta.size(), stdout);
     std::fflush(stdout);
-  });
-  if (!results.ok()) return Fail(results.status());
+  };
+  GenerationResult result;
+  EngineStats st;
+  double load_seconds = 0.0;
+  int64_t weight_bytes = 0;
+  if (a.tp * a.pp == 1 && a.rank < 0) {
+    auto loaded = LoadModel(a.model, *par, 0, nullptr);
+    if (!loaded.ok()) return Fail(loaded.status());
+    load_seconds = loaded->load_seconds;
+    weight_bytes = loaded->weight_bytes;
+    const StageLayout lay = loaded->model->layout();
+    auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, a.block_size, lay.kv_heads_local,
+                                           loaded->config.head_dim);
+    BlockAllocator allocator(blocks);
+    LocalExecutor executor(std::move(loaded->model), std::move(cache));
+    Engine engine(loaded->config, &executor, &allocator, a.block_size, tok->get());
+    auto results = engine.Generate({req}, print_text);
+    if (!results.ok()) return Fail(results.status());
+    result = (*results)[0];
+    st = engine.stats();
+  } else if (a.rank < 0) {
+    return Launch(a, *par);
+  } else {
+    RankOptions o;
+    o.model_dir = a.model;
+    o.tp = a.tp;
+    o.pp = a.pp;
+    o.layers_per_stage = a.layers;
+    o.rank = a.rank;
+    const size_t colon = a.store.rfind(':');
+    if (colon == std::string::npos) return Fail(InvalidArgument("--store must be host:port, got '" + a.store + "'"));
+    o.store_host = a.store.substr(0, colon);
+    o.store_port = std::atoi(a.store.c_str() + colon + 1);
+    o.timeout_seconds = a.timeout;
+    o.kv_blocks = blocks;
+    o.block_size = a.block_size;
+    auto r = RunRank(o, {req}, tok->get(), a.rank == 0 ? TextCallback(print_text) : TextCallback());
+    if (!r.ok()) return Fail(r.status());
+    if (a.rank != 0) return 0;
+    result = r->results[0];
+    st = r->stats;
+    load_seconds = r->load_seconds;
+    weight_bytes = r->weight_bytes;
+  }
   std::fputc('\n', stdout);
-  const EngineStats& st = engine.stats();
   std::fprintf(stderr,
-               "tessera: load %.2f s (%.1f MB weights) | prefill %lld tokens, %.1f tokens/s | decode "
+               "tessera: tp=%d pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f tokens/s | decode "
                "%lld tokens, %.1f tokens/s | finish: %s\n",
-               loaded->load_seconds, static_cast<double>(loaded->weight_bytes) / 1e6,
+               a.tp, a.pp, load_seconds, static_cast<double>(weight_bytes) / 1e6,
                static_cast<long long>(st.prefill_tokens),
                st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0,
                static_cast<long long>(st.decode_tokens),
                st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0.0,
-               FinishReasonName((*results)[0].finish_reason));
+               FinishReasonName(result.finish_reason));
   return 0;
 }
 
@@ -123,6 +209,14 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
   gen->add_flag("--raw", g.raw, "send the prompt as is, without the chat template");
   gen->add_option("--chat-template", g.chat_template, "chatml, llama3 or llama2 (default: detected)");
+  gen->add_option("--tp", g.tp, "tensor-parallel ranks per stage")->check(CLI::Range(1, 64));
+  gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
+  gen->add_option("--layers", g.layers, "layers per stage, e.g. --layers 10 20 (default: even split)");
+  gen->add_option("--timeout", g.timeout, "seconds before a collective or receive is declared failed")
+      ->check(CLI::PositiveNumber);
+  gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
+  gen->add_option("--store", g.store, "")->group("");
+  g_argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) return RunGenerate(g);
   return 0;
