@@ -1,5 +1,7 @@
 #include "common/parallel_config.h"
 
+#include "common/parallel_rank.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -85,17 +87,17 @@ Status ParallelConfig::Validate(const ModelConfig& model) const {
 int ParallelConfig::WorldRank(int stage, int tp_rank) const {
   TESSERA_CHECK(stage >= 0 && stage < pp);
   TESSERA_CHECK(tp_rank >= 0 && tp_rank < tp);
-  return stage * tp + tp_rank;
+  return ::tessera::WorldRank(stage, tp_rank, tp);  // the formula lives in parallel_rank.h
 }
 
 int ParallelConfig::StageOf(int rank) const {
   TESSERA_CHECK(rank >= 0 && rank < world_size());
-  return rank / tp;
+  return ::tessera::StageOf(rank, tp);
 }
 
 int ParallelConfig::TpRankOf(int rank) const {
   TESSERA_CHECK(rank >= 0 && rank < world_size());
-  return rank % tp;
+  return ::tessera::TpRankOf(rank, tp);
 }
 
 int ParallelConfig::FirstLayer(int stage) const {

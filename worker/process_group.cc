@@ -68,6 +68,16 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(Store& store,
         pg->next_,
         GlooCommunicator::Create(store, pipe_options(stage, kPipeEarlierRank), pg->device_));
   }
+  // The return link: the last stage hands sampled tokens back to stage 0.
+  // Built after the pipes, so the rendezvous still proceeds stage by stage.
+  if (options.pp > 1 && (stage == 0 || stage == options.pp - 1)) {
+    GlooCommunicatorOptions o = base;
+    o.group = fmt::format("{}return.stage{}-0.tp{}", prefix, options.pp - 1, tp_rank);
+    o.rank = stage == 0 ? kReturnFirstRank : kReturnLastRank;
+    o.size = 2;
+    o.world_ranks = {WorldRank(0, tp_rank, tp), WorldRank(options.pp - 1, tp_rank, tp)};
+    TESSERA_ASSIGN_OR_RETURN(pg->ret_, GlooCommunicator::Create(store, o, pg->device_));
+  }
   return pg;
 }
 

@@ -54,6 +54,8 @@ class ProcessGroup {
  public:
   static constexpr int kPipeEarlierRank = 0;  // rank of stage s in pipe group s -> s+1
   static constexpr int kPipeLaterRank = 1;    // rank of stage s+1 in that group
+  static constexpr int kReturnFirstRank = 0;  // stage 0 in the return group
+  static constexpr int kReturnLastRank = 1;   // the last stage in the return group
 
   // Joins the tp group and the pipe links of options.world_rank. Blocks until
   // the ranks it connects to have joined too.
@@ -82,6 +84,10 @@ class ProcessGroup {
   // The pipe link to stage + 1 (this rank is kPipeEarlierRank in it); null on
   // the last stage.
   Communicator* next_stage() const { return next_.get(); }
+  // The 2-rank "return" group joining this tp rank of the last stage to the
+  // same tp rank of stage 0, for sampled tokens; null when pp == 1 and on
+  // middle stages.
+  Communicator* return_link() const { return ret_.get(); }
 
   // Sends `bytes` bytes (e.g. the hidden state, float32[tokens, hidden]) to
   // this tp rank's counterpart in stage + 1. Errors: kFailedPrecondition on
@@ -101,6 +107,7 @@ class ProcessGroup {
   std::unique_ptr<Communicator> tp_;
   std::unique_ptr<Communicator> prev_;
   std::unique_ptr<Communicator> next_;
+  std::unique_ptr<Communicator> ret_;
 };
 
 }  // namespace tessera
