@@ -20,6 +20,10 @@ struct SeqStep {
   int64_t seq_id = 0;
   int32_t start_pos = 0;             // tokens of this sequence already in the KV cache
   int32_t num_tokens = 0;            // tokens of this sequence in this step
+  // Length of the sequence's prompt. Dynamic-NTK RoPE scales by the length
+  // of the whole prompt while prefilling, as HF does when it prefills in one
+  // pass, so a chunked prefill rotates keys exactly like an unchunked one.
+  int32_t prompt_len = 0;
   std::vector<int32_t> block_table;  // KV blocks covering [0, start_pos + num_tokens)
   bool want_logits = false;          // sample from the last token of this chunk
   SamplingParams sampling;           // used where want_logits; the seed starts the sequence's RNG

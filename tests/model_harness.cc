@@ -23,6 +23,7 @@ StatusOr<std::vector<float>> LocalModel::LastLogits(const std::vector<int32_t>& 
   batch.token_ids = prompt;
   SeqStep s;
   s.num_tokens = static_cast<int32_t>(prompt.size());
+  s.prompt_len = s.num_tokens;
   s.want_logits = true;
   TESSERA_RETURN_IF_ERROR(
       allocator_->Allocate(BlockAllocator::BlocksFor(s.num_tokens, block_size_), s.block_table));

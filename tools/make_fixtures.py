@@ -92,7 +92,7 @@ FIXTURES = [
             "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
             "tie_word_embeddings": False, "attention_dropout": 0.0,
             "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
-            "vocab_size": 1000, "initializer_range": 0.2, "use_cache": True,
+            "vocab_size": 1001, "initializer_range": 0.2, "use_cache": True,
             "torch_dtype": "float16",
             # bos/eos filled from the tokenizer; eos is a list (<|im_end|>, <|endoftext|>) as in Qwen2.5.
         },

@@ -148,6 +148,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
         step.seq_id = seq_base + static_cast<int64_t>(i);
         step.start_pos = s.cached;
         step.num_tokens = n;
+        step.prompt_len = static_cast<int32_t>(s.prompt_len);
         step.block_table = s.blocks;
         step.want_logits = s.cached + n == static_cast<int64_t>(s.tokens.size());
         step.sampling = s.req->sampling;

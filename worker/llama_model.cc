@@ -1,5 +1,6 @@
 #include "worker/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -84,7 +85,7 @@ Status LlamaModel::Layer(int local, const StepBatch& batch, const std::vector<in
   int64_t begin = 0;
   for (const SeqStep& s : batch.seqs) {
     const int64_t end = begin + s.num_tokens;
-    const int64_t seq_len = static_cast<int64_t>(s.start_pos) + s.num_tokens;
+    const int64_t seq_len = std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
     // Dynamic NTK rope changes inv_freq once a sequence outgrows
     // max_position_embeddings; every other type uses the fixed table.
     std::vector<float> dyn;

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "common/tcp_store.h"
+#include "kernels/blas_threads.h"
 #include "worker/model_loader.h"
 #include "worker/process_group.h"
 
@@ -11,6 +12,8 @@ namespace tessera {
 StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationRequest>& requests,
                              const Tokenizer* tokenizer, const TextCallback& on_text,
                              const LogitsSink& sink) {
+  // Every rank of this deployment shares the host's cores.
+  kernels::SetBlasThreads(kernels::BlasThreadsForRanks(o.tp * o.pp));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig parallel, ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage));
   const std::string who = "rank " + std::to_string(o.rank) + " (stage " +

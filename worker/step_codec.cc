@@ -73,6 +73,7 @@ std::vector<uint8_t> EncodeStep(const StepBatch& batch) {
     w.Put(s.seq_id);
     w.Put(s.start_pos);
     w.Put(s.num_tokens);
+    w.Put(s.prompt_len);
     w.PutVec(s.block_table);
     w.Put<uint8_t>(s.want_logits ? 1 : 0);
     w.Put(s.sampling.temperature);
@@ -118,6 +119,7 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
     TESSERA_RETURN_IF_ERROR(r.Get(&s.seq_id, "seq_id"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.start_pos, "start_pos"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.num_tokens, "num_tokens"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.prompt_len, "prompt_len"));
     TESSERA_RETURN_IF_ERROR(r.GetVec(&s.block_table, "block_table"));
     TESSERA_RETURN_IF_ERROR(r.Get(&want, "want_logits"));
     s.want_logits = want != 0;
