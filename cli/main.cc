@@ -174,6 +174,7 @@ int RunGenerate(const GenerateArgs& a) {
     weight_bytes = r->weight_bytes;
   }
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   std::fprintf(stderr,
                "tessera: tp=%d pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f tokens/s | decode "
                "%lld tokens, %.1f tokens/s | finish: %s\n",

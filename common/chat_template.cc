@@ -17,10 +17,17 @@ namespace {
 // {{ '<|im_start|>system\nYou are ...<|im_end|>\n' }}, with Jinja's \n
 // escapes undone. Empty when the template has none.
 std::string DefaultSystemPrompt(const std::string& jinja) {
-  const std::string marker = "<|im_start|>system\\n";
-  size_t at = jinja.find(marker);
+  // The newline after "system" is either a Jinja escape (\n) or a real
+  // newline, depending on how the template was serialised.
+  size_t at = std::string::npos;
+  for (const std::string& marker : {std::string("<|im_start|>system\\n"), std::string("<|im_start|>system\n")}) {
+    at = jinja.find(marker);
+    if (at != std::string::npos) {
+      at += marker.size();
+      break;
+    }
+  }
   if (at == std::string::npos) return "";
-  at += marker.size();
   // Only a literal: the next character must not start a Jinja expression.
   const size_t end = jinja.find("<|im_end|>", at);
   if (end == std::string::npos) return "";

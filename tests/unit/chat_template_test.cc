@@ -27,6 +27,15 @@ TEST(ChatTemplate, ChatMLWithDefaultSystemPrompt) {
   EXPECT_EQ(*r2, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(ChatTemplate, ChatMLTemplateWithRealNewlines) {
+  // GGUF metadata carries the template with real newlines instead of \n escapes.
+  auto t = ChatTemplate::Detect(
+      "{% if loop.first %}{{ '<|im_start|>system\nBe nice<|im_end|>\n' }}{% endif %}{{'<|im_start|>' }}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t->Render({{"user", "Hi"}}),
+            "<|im_start|>system\nBe nice<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST(ChatTemplate, Llama3AndLlama2) {
   auto l3 = ChatTemplate::Detect("{{ '<|start_header_id|>' + message['role'] }}");
   ASSERT_TRUE(l3.ok());

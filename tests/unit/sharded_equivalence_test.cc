@@ -96,7 +96,9 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
   // Every stage-0 tp rank ran the same engine: they must agree.
   for (int t = 1; t < layout.tp; ++t) {
     std::ifstream other(dir + "/tokens" + std::to_string(t) + ".json");
-    if (other) EXPECT_EQ(json::parse(other).get<std::vector<std::vector<int32_t>>>(), out.tokens) << "tp rank " << t;
+    if (other) {
+      EXPECT_EQ(json::parse(other).get<std::vector<std::vector<int32_t>>>(), out.tokens) << "tp rank " << t;
+    }
   }
   std::ifstream lin(dir + "/logits.json");
   if (lin) {
