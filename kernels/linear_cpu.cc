@@ -30,6 +30,12 @@ Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
       for (int64_t j = 0; j < n; ++j) out[i * n + j] = b[j];
     beta = 1.0f;
   }
+  if (m == 1) {
+    // Decode at batch 1 is a matrix-vector product: y = W x (+ b).
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f,
+                w.data<float>(), static_cast<int>(k), x.data<float>(), 1, beta, out, 1);
+    return Status::Ok();
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0f, x.data<float>(), static_cast<int>(k), w.data<float>(),
               static_cast<int>(k), beta, out, static_cast<int>(n));
