@@ -1,0 +1,557 @@
+#include "coordinator/control_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/logging.h"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kLog = "control-server";
+constexpr const char* kWakeEndpoint = "inproc://tessera-control-server-wake";
+// Frames read per loop turn before the loop looks at its send queue and at
+// liveness again, so a flood from one peer cannot starve either.
+constexpr int kMaxFramesPerTurn = 256;
+
+using Clock = std::chrono::steady_clock;
+
+std::string PrintableIdentity(const std::string& id) {
+  const bool printable =
+      !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (printable) return id;
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : id) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+// The bodies a worker may send; anything else from a worker is dropped.
+bool IsWorkerToCoordinator(control::Envelope::BodyCase body) {
+  switch (body) {
+    case control::Envelope::kRegisterWorker:
+    case control::Envelope::kHeartbeat:
+    case control::Envelope::kLoadProgress:
+    case control::Envelope::kLoaded:
+    case control::Envelope::kStepResult:
+    case control::Envelope::kError:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct ControlServer::Impl {
+  struct Record {
+    std::string worker_id;
+    std::string identity;  // raw routing id
+    control::Register registration;
+    bool alive = true;
+    Clock::time_point last_seen;
+    uint64_t messages_received = 0;
+  };
+  struct Outgoing {
+    std::string identity;  // raw routing id
+    std::string bytes;
+    std::string worker_id;
+    const char* body;
+  };
+  struct Counters {
+    std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
+        dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
+        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0};
+  };
+
+  explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
+
+  ControlServerOptions options;
+  zmq::context_t context{1};
+  std::unique_ptr<zmq::socket_t> router;       // owner thread only, after Start
+  std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Start
+  std::thread thread;
+  bool started = false;  // Start succeeded once
+  std::atomic<bool> running{false};
+  std::atomic<bool> stop_requested{false};
+  std::atomic<uint64_t> next_seq{1};
+  Counters counters;
+
+  // Send queue and the writing end of the wake-up pair.
+  std::mutex queue_mu;
+  std::deque<Outgoing> queue;
+  std::unique_ptr<zmq::socket_t> wake_writer;
+  bool wake_pending = false;
+  bool queue_closed = false;
+
+  // Registry: written only by the owner thread, read by Send / Workers.
+  mutable std::mutex registry_mu;
+  std::vector<Record> records;                 // registration order
+  std::map<std::string, size_t> by_identity;   // raw routing id -> latest record
+  std::map<std::string, size_t> by_worker_id;  // worker id -> latest record
+  uint64_t next_auto_id = 0;
+
+  void Run();
+  void Turn(std::chrono::milliseconds poll_timeout);
+  void ReadFrames();
+  void HandleFrame(std::vector<zmq::message_t>& parts);
+  void HandleRegister(const std::string& identity, control::Envelope envelope);
+  void HandleMessage(const std::string& identity, const control::Envelope& envelope);
+  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason);
+  void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
+  void DrainQueue();
+  bool SendNow(const Outgoing& out);
+  void CheckLiveness();
+  Status Enqueue(Outgoing out);
+  std::chrono::milliseconds LostAfter() const {
+    return options.heartbeat_interval * options.heartbeat_miss_limit;
+  }
+};
+
+ControlServer::ControlServer(ControlServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+ControlServer::~ControlServer() { Stop(); }
+
+StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
+  Impl& s = *impl_;
+  if (s.started) return FailedPrecondition("control server already started (it starts once)");
+  if (s.options.heartbeat_interval.count() < 1 ||
+      s.options.heartbeat_interval.count() > int64_t{UINT32_MAX})
+    return InvalidArgument("heartbeat_interval must be in 1..4294967295 ms, got " +
+                           std::to_string(s.options.heartbeat_interval.count()));
+  if (s.options.heartbeat_miss_limit < 1)
+    return InvalidArgument("heartbeat_miss_limit must be >= 1, got " +
+                           std::to_string(s.options.heartbeat_miss_limit));
+  std::string bound;
+  try {
+    s.router = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::router);
+    s.router->set(zmq::sockopt::router_mandatory, 1);
+    s.router->set(zmq::sockopt::router_handover, 1);
+    s.router->set(zmq::sockopt::linger, static_cast<int>(s.options.linger.count()));
+    const int64_t cap = s.options.max_message_bytes > static_cast<size_t>(INT64_MAX / 2)
+                            ? INT64_MAX
+                            : static_cast<int64_t>(s.options.max_message_bytes) * 2;
+    s.router->set(zmq::sockopt::maxmsgsize, cap);
+    s.router->bind(endpoint);
+    bound = s.router->get(zmq::sockopt::last_endpoint);
+    s.wake_reader = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.wake_reader->bind(kWakeEndpoint);
+    s.wake_writer = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.wake_writer->set(zmq::sockopt::linger, 0);
+    s.wake_writer->connect(kWakeEndpoint);
+  } catch (const zmq::error_t& e) {
+    s.router.reset();
+    s.wake_reader.reset();
+    s.wake_writer.reset();
+    return IoError("control server cannot bind '" + endpoint + "': " + e.what());
+  }
+  s.started = true;
+  s.running = true;
+  s.thread = std::thread([&s] { s.Run(); });
+  TESSERA_LOG_INFO(kLog, "listening on {} (heartbeat {} ms, lost after {} missed)", bound,
+                   s.options.heartbeat_interval.count(), s.options.heartbeat_miss_limit);
+  return bound;
+}
+
+void ControlServer::Stop() {
+  Impl& s = *impl_;
+  if (!s.thread.joinable()) return;
+  s.stop_requested = true;
+  {
+    std::lock_guard<std::mutex> lock(s.queue_mu);
+    try {
+      s.wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      // The loop also polls with a timeout, so it sees stop_requested anyway.
+    }
+  }
+  s.thread.join();
+  std::lock_guard<std::mutex> lock(s.queue_mu);
+  s.queue_closed = true;
+  s.wake_writer.reset();
+  s.running = false;
+}
+
+Status ControlServer::Send(const std::string& worker_id, control::Envelope envelope) {
+  Impl& s = *impl_;
+  if (!s.running.load()) return FailedPrecondition("control server is not running");
+  std::string identity;
+  {
+    std::lock_guard<std::mutex> lock(s.registry_mu);
+    auto it = s.by_worker_id.find(worker_id);
+    if (it == s.by_worker_id.end()) return NotFound("no worker '" + worker_id + "' is registered");
+    const Impl::Record& rec = s.records[it->second];
+    if (!rec.alive) return Unavailable("worker '" + worker_id + "' was declared lost");
+    identity = rec.identity;
+  }
+  envelope.set_protocol_version(kControlProtocolVersion);
+  envelope.set_worker_id(worker_id);
+  envelope.set_seq(s.next_seq++);
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes,
+                           EncodeEnvelope(envelope, s.options.max_message_bytes));
+  return s.Enqueue({std::move(identity), std::move(bytes), worker_id, EnvelopeBodyName(envelope)});
+}
+
+std::vector<ControlWorkerInfo> ControlServer::Workers() const {
+  const Impl& s = *impl_;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(s.registry_mu);
+  std::vector<ControlWorkerInfo> out;
+  out.reserve(s.records.size());
+  for (const Impl::Record& r : s.records) {
+    ControlWorkerInfo info;
+    info.worker_id = r.worker_id;
+    info.identity = PrintableIdentity(r.identity);
+    info.registration = r.registration;
+    info.alive = r.alive;
+    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
+    info.messages_received = r.messages_received;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+ControlServerStats ControlServer::stats() const {
+  const Impl::Counters& c = impl_->counters;
+  ControlServerStats st;
+  st.frames_received = c.frames_received;
+  st.messages_delivered = c.messages_delivered;
+  st.dropped_malformed = c.dropped_malformed;
+  st.dropped_version = c.dropped_version;
+  st.dropped_unregistered = c.dropped_unregistered;
+  st.registrations_accepted = c.registrations_accepted;
+  st.registrations_refused = c.registrations_refused;
+  st.workers_lost = c.workers_lost;
+  st.messages_sent = c.messages_sent;
+  st.send_failures = c.send_failures;
+  return st;
+}
+
+Status ControlServer::Impl::Enqueue(Outgoing out) {
+  std::lock_guard<std::mutex> lock(queue_mu);
+  if (queue_closed || stop_requested.load())
+    return FailedPrecondition("control server is stopping");
+  queue.push_back(std::move(out));
+  if (!wake_pending) {
+    wake_pending = true;
+    try {
+      wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      // The loop drains the queue every turn regardless; the wake-up only
+      // shortens the wait.
+      TESSERA_LOG_DEBUG(kLog, "wake-up send failed: {}", e.what());
+    }
+  }
+  return Status::Ok();
+}
+
+void ControlServer::Impl::Run() {
+  using std::chrono::milliseconds;
+  const milliseconds poll_timeout =
+      std::clamp(options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
+  while (!stop_requested.load()) {
+    try {
+      Turn(poll_timeout);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) break;
+      if (e.num() != EINTR) {
+        TESSERA_LOG_ERROR(kLog, "poll loop: ZeroMQ error: {}", e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy error loop
+      }
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "poll loop: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  try {
+    DrainQueue();  // what was queued before Stop still goes out (within linger)
+  } catch (const std::exception& e) {
+    TESSERA_LOG_ERROR(kLog, "final send: {}", e.what());
+  }
+  router->close();
+  wake_reader->close();
+  TESSERA_LOG_INFO(kLog, "stopped");
+}
+
+void ControlServer::Impl::Turn(std::chrono::milliseconds poll_timeout) {
+  zmq_pollitem_t items[2] = {{router->handle(), 0, ZMQ_POLLIN, 0},
+                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, 2, poll_timeout);
+  if (items[1].revents & ZMQ_POLLIN) {
+    zmq::message_t ignored;
+    while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
+    }
+  }
+  if (items[0].revents & ZMQ_POLLIN) ReadFrames();
+  DrainQueue();
+  CheckLiveness();
+}
+
+void ControlServer::Impl::ReadFrames() {
+  for (int i = 0; i < kMaxFramesPerTurn && !stop_requested.load(); ++i) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(*router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+    ++counters.frames_received;
+    try {
+      HandleFrame(parts);
+    } catch (const std::exception& e) {
+      // A callback threw; the frame is done with, the loop goes on.
+      TESSERA_LOG_ERROR(kLog, "handling a message from {} threw: {}",
+                        PrintableIdentity(parts.empty() ? std::string() : parts[0].to_string()),
+                        e.what());
+    }
+  }
+}
+
+void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
+                               std::atomic<uint64_t>* counter) {
+  ++*counter;
+  TESSERA_LOG_WARN(kLog, "dropped message from peer {}{}: {}", peer.identity,
+                   peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
+                   reason.ToString());
+  if (options.on_dropped) options.on_dropped(peer, reason);
+}
+
+void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
+  const std::string identity = parts[0].to_string();
+  ControlPeer peer{PrintableIdentity(identity), ""};
+  if (parts.size() != 2) {
+    Drop(peer,
+         InvalidArgument("expected 1 payload frame after the routing id, got " +
+                         std::to_string(parts.size() - 1)),
+         &counters.dropped_malformed);
+    return;
+  }
+  StatusOr<control::Envelope> decoded =
+      DecodeEnvelope(parts[1].to_string_view(), options.max_message_bytes);
+  if (!decoded.ok()) {
+    Drop(peer, decoded.status(),
+         decoded.status().code() == StatusCode::kUnimplemented ? &counters.dropped_version
+                                                               : &counters.dropped_malformed);
+    return;
+  }
+  control::Envelope& envelope = *decoded;
+  if (envelope.body_case() == control::Envelope::kRegisterWorker) {
+    HandleRegister(identity, std::move(envelope));
+  } else {
+    HandleMessage(identity, envelope);
+  }
+}
+
+void ControlServer::Impl::HandleMessage(const std::string& identity,
+                                        const control::Envelope& envelope) {
+  ControlPeer peer{PrintableIdentity(identity), ""};
+  const char* body = EnvelopeBodyName(envelope);
+  Status reason;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = by_identity.find(identity);
+    if (it == by_identity.end()) {
+      reason = FailedPrecondition(std::string(body) +
+                                  " from a peer that is not registered (worker_id '" +
+                                  envelope.worker_id() + "'); a worker must send Register first");
+    } else {
+      Record& rec = records[it->second];
+      peer.worker_id = rec.worker_id;
+      if (!rec.alive) {
+        reason = Unavailable(std::string(body) + " from worker '" + rec.worker_id +
+                             "', which was declared lost; it must register again");
+      } else if (envelope.worker_id() != rec.worker_id) {
+        reason =
+            FailedPrecondition(std::string(body) + " carries worker_id '" + envelope.worker_id() +
+                               "', but this peer registered as '" + rec.worker_id + "'");
+      } else {
+        rec.last_seen = Clock::now();
+        ++rec.messages_received;
+      }
+    }
+  }
+  // Callbacks run without the registry lock: they may call Send or Workers.
+  if (!reason.ok()) {
+    Drop(peer, reason, &counters.dropped_unregistered);
+    return;
+  }
+  if (!IsWorkerToCoordinator(envelope.body_case())) {
+    Drop(peer, InvalidArgument(std::string(body) + " is not a message a worker sends"),
+         &counters.dropped_malformed);
+    return;
+  }
+  TESSERA_LOG_DEBUG(kLog, "{} from worker '{}' (seq {})", body, peer.worker_id, envelope.seq());
+  ++counters.messages_delivered;
+  if (options.on_message) options.on_message(peer, envelope);
+}
+
+void ControlServer::Impl::Refuse(const std::string& identity, const std::string& requested,
+                                 const std::string& reason) {
+  ++counters.registrations_refused;
+  TESSERA_LOG_WARN(kLog, "refused registration from peer {} (asked for worker_id '{}'): {}",
+                   PrintableIdentity(identity), requested, reason);
+  control::Envelope ack;
+  ack.set_protocol_version(kControlProtocolVersion);
+  ack.set_worker_id(requested);
+  ack.set_seq(next_seq++);
+  ack.mutable_register_ack()->set_accepted(false);
+  ack.mutable_register_ack()->set_reason(reason);
+  StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+  if (!bytes.ok()) {
+    TESSERA_LOG_ERROR(kLog, "cannot encode a refusal: {}", bytes.status().ToString());
+    return;
+  }
+  SendNow({identity, std::move(*bytes), requested, "register_ack"});
+}
+
+void ControlServer::Impl::HandleRegister(const std::string& identity, control::Envelope envelope) {
+  const std::string requested = envelope.worker_id();
+  const Clock::time_point now = Clock::now();
+  std::string worker_id;
+  bool retry = false;
+  std::string refusal;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto mine = by_identity.find(identity);
+    if (mine != by_identity.end() && records[mine->second].alive) {
+      Record& rec = records[mine->second];
+      if (requested.empty() || requested == rec.worker_id) {
+        // A retried Register: answer again, deliver nothing new.
+        retry = true;
+        worker_id = rec.worker_id;
+        rec.last_seen = now;
+      } else {
+        refusal = "this peer is registered as '" + rec.worker_id +
+                  "' and cannot register again as '" + requested + "'";
+      }
+    } else if (!requested.empty()) {
+      auto held = by_worker_id.find(requested);
+      if (held != by_worker_id.end() && records[held->second].alive)
+        refusal = "worker_id '" + requested + "' is held by live peer " +
+                  PrintableIdentity(records[held->second].identity);
+      worker_id = requested;
+    } else {
+      do {
+        worker_id = "worker-" + std::to_string(next_auto_id++);
+      } while (by_worker_id.count(worker_id) && records[by_worker_id[worker_id]].alive);
+    }
+  }
+  if (!refusal.empty()) {
+    Refuse(identity, requested, refusal);
+    return;
+  }
+  if (!retry && options.accept_register) {
+    Status vetted = options.accept_register(ControlPeer{PrintableIdentity(identity), worker_id},
+                                            envelope.register_worker());
+    if (!vetted.ok()) {
+      Refuse(identity, requested, vetted.message());
+      return;
+    }
+  }
+  if (!retry) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    Record rec;
+    rec.worker_id = worker_id;
+    rec.identity = identity;
+    rec.registration = envelope.register_worker();
+    rec.last_seen = now;
+    rec.messages_received = 1;
+    records.push_back(std::move(rec));
+    by_identity[identity] = records.size() - 1;
+    by_worker_id[worker_id] = records.size() - 1;
+  }
+  control::Envelope ack;
+  ack.set_protocol_version(kControlProtocolVersion);
+  ack.set_worker_id(worker_id);
+  ack.set_seq(next_seq++);
+  control::RegisterAck* body = ack.mutable_register_ack();
+  body->set_accepted(true);
+  body->set_worker_id(worker_id);
+  body->set_heartbeat_interval_ms(static_cast<uint32_t>(options.heartbeat_interval.count()));
+  body->set_heartbeat_miss_limit(static_cast<uint32_t>(options.heartbeat_miss_limit));
+  StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+  if (!bytes.ok()) {
+    TESSERA_LOG_ERROR(kLog, "cannot encode the ack for '{}': {}", worker_id,
+                      bytes.status().ToString());
+    return;
+  }
+  SendNow({identity, std::move(*bytes), worker_id, "register_ack"});
+  if (retry) {
+    TESSERA_LOG_DEBUG(kLog, "repeated Register from worker '{}' acknowledged again", worker_id);
+    return;
+  }
+  ++counters.registrations_accepted;
+  const control::Register& reg = envelope.register_worker();
+  TESSERA_LOG_INFO(kLog, "registered worker '{}' (peer {}, host {}, pid {}, {} device(s))",
+                   worker_id, PrintableIdentity(identity), reg.host(), reg.pid(),
+                   reg.devices_size());
+  envelope.set_worker_id(worker_id);
+  ++counters.messages_delivered;
+  if (options.on_message)
+    options.on_message(ControlPeer{PrintableIdentity(identity), worker_id}, envelope);
+}
+
+bool ControlServer::Impl::SendNow(const Outgoing& out) {
+  try {
+    zmq::message_t id(out.identity.data(), out.identity.size());
+    zmq::message_t payload(out.bytes.data(), out.bytes.size());
+    if (router->send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router->send(payload, zmq::send_flags::dontwait)) {
+      ++counters.messages_sent;
+      return true;
+    }
+    TESSERA_LOG_WARN(kLog, "send of {} to worker '{}' failed: its queue is full", out.body,
+                     out.worker_id);
+  } catch (const zmq::error_t& e) {
+    TESSERA_LOG_WARN(kLog, "send of {} to worker '{}' failed: {}", out.body, out.worker_id,
+                     e.num() == EHOSTUNREACH ? "the peer is not connected" : e.what());
+  }
+  ++counters.send_failures;
+  return false;
+}
+
+void ControlServer::Impl::DrainQueue() {
+  std::deque<Outgoing> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    batch.swap(queue);
+    wake_pending = false;
+  }
+  for (const Outgoing& out : batch) SendNow(out);
+}
+
+void ControlServer::Impl::CheckLiveness() {
+  const Clock::time_point now = Clock::now();
+  std::vector<std::string> lost;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (Record& rec : records) {
+      if (rec.alive && now - rec.last_seen > LostAfter()) {
+        rec.alive = false;
+        lost.push_back(rec.worker_id);
+      }
+    }
+  }
+  for (const std::string& id : lost) {
+    ++counters.workers_lost;
+    TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
+                     LostAfter().count(), options.heartbeat_miss_limit);
+    try {
+      if (options.on_worker_lost) options.on_worker_lost(id);
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
+    }
+  }
+}
+
+}  // namespace tessera

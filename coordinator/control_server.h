@@ -1,0 +1,145 @@
+// ControlServer: the coordinator's end of the control plane. It binds a
+// ZeroMQ ROUTER socket that every worker's DEALER (worker/control_client.h)
+// connects to, and exchanges control::Envelopes (common/proto/control.proto)
+// with them.
+//
+// What it does on its own:
+//  - Registration: a Register from any peer is answered with a RegisterAck.
+//    The worker gets the id it asked for, or "worker-<n>" when it asked for
+//    none; it is refused when another live peer holds that id, when the peer
+//    is registered under a different id, or when the `accept_register` hook
+//    says no. A repeated Register from a registered peer (a retry) is
+//    acknowledged again with the same id and not delivered twice.
+//  - Gatekeeping: every frame is decoded with DecodeEnvelope. Malformed
+//    frames (not one payload frame, not a protobuf Envelope, over the size
+//    limit, fields out of range), unknown protocol versions, and any message
+//    but Register from a peer that is not registered (or was declared lost,
+//    or whose worker_id is not the one assigned to it) are logged with the
+//    reason and dropped; the loop keeps serving.
+//  - Liveness: a registered worker from which no valid message arrived for
+//    heartbeat_miss_limit * heartbeat_interval is declared lost once:
+//    `on_worker_lost(worker_id)` is called and later messages from it are
+//    dropped until it registers again.
+//
+// Threading: one thread (started by Start) owns the ROUTER socket and runs a
+// poll loop; the callbacks run on that thread, one at a time, and must not
+// block for long (hand work to another thread). Send, Workers, stats and Stop
+// are safe from any thread, including from inside a callback (Stop excepted:
+// not from a callback). Other threads reach the socket only through Send,
+// which queues the encoded message and wakes the loop through an inproc PAIR
+// socket. ZeroMQ exceptions never leave this class.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/control_codec.h"
+#include "common/proto/control.pb.h"
+#include "common/status.h"
+
+namespace tessera {
+
+// A connected peer as the server sees it.
+struct ControlPeer {
+  // ZeroMQ routing id of the peer's DEALER, printable ("w-1f3a...", or hex
+  // "0x..." for binary ids).
+  std::string identity;
+  // The id assigned at registration; empty when not registered.
+  std::string worker_id;
+};
+
+struct ControlServerOptions {
+  // Heartbeat period announced to workers (RegisterAck.heartbeat_interval_ms).
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // A worker silent for heartbeat_miss_limit * heartbeat_interval is lost.
+  int heartbeat_miss_limit = 3;
+  // Largest accepted or sent Envelope, bytes. ZeroMQ itself disconnects a
+  // peer sending a frame over twice this (ZMQ_MAXMSGSIZE), so a huge frame
+  // never reaches memory.
+  size_t max_message_bytes = kDefaultMaxControlMessageBytes;
+  // How long Stop keeps unsent messages to deliver, milliseconds.
+  std::chrono::milliseconds linger{200};
+
+  // Every valid message from a registered worker, and each accepted
+  // Register (its Envelope.worker_id set to the assigned id). Optional.
+  std::function<void(const ControlPeer& peer, const control::Envelope& envelope)> on_message;
+  // A registered worker missed its heartbeats. Optional.
+  std::function<void(const std::string& worker_id)> on_worker_lost;
+  // Vets a Register before it is accepted; a non-OK Status refuses it with
+  // the status message as RegisterAck.reason. Optional (default: accept).
+  std::function<Status(const ControlPeer& peer, const control::Register& registration)>
+      accept_register;
+  // Each dropped frame with the reason (also logged). For tests and metrics.
+  std::function<void(const ControlPeer& peer, const Status& reason)> on_dropped;
+};
+
+// Counters since Start.
+struct ControlServerStats {
+  uint64_t frames_received = 0;       // ZeroMQ messages read from the socket
+  uint64_t messages_delivered = 0;    // passed to on_message
+  uint64_t dropped_malformed = 0;     // bad frames, bytes, size or fields
+  uint64_t dropped_version = 0;       // unsupported protocol_version
+  uint64_t dropped_unregistered = 0;  // not from a registered, live worker
+  uint64_t registrations_accepted = 0;
+  uint64_t registrations_refused = 0;
+  uint64_t workers_lost = 0;
+  uint64_t messages_sent = 0;
+  uint64_t send_failures = 0;  // peer gone (EHOSTUNREACH) or its queue full
+};
+
+// One registered worker.
+struct ControlWorkerInfo {
+  std::string worker_id;
+  std::string identity;
+  control::Register registration;  // as it registered
+  bool alive = true;               // false once declared lost
+  double seconds_since_last_message = 0;
+  uint64_t messages_received = 0;  // valid messages, including Register
+};
+
+class ControlServer {
+ public:
+  explicit ControlServer(ControlServerOptions options);
+  // Stops the thread (see Stop).
+  ~ControlServer();
+
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Binds the ROUTER socket to `endpoint` ("tcp://0.0.0.0:5555";
+  // "tcp://127.0.0.1:*" picks a free port) and starts the owner thread.
+  // Returns the bound endpoint with the actual port ("tcp://127.0.0.1:41234").
+  // Errors: kFailedPrecondition (already started: a server starts once),
+  // kInvalidArgument (options out of range: heartbeat_interval not in
+  // 1..UINT32_MAX ms, heartbeat_miss_limit < 1),
+  // kIoError (ZeroMQ refused the endpoint: malformed, port taken; the
+  // message names the endpoint).
+  StatusOr<std::string> Start(const std::string& endpoint);
+
+  // Queues `envelope` for the worker registered as `worker_id`. Sets its
+  // protocol_version, worker_id and seq; the caller sets the body.
+  // Delivery is best effort: a failure after queueing (peer disconnected,
+  // its queue full) is logged and counted in send_failures.
+  // Errors: kFailedPrecondition (not running), kNotFound (no such worker),
+  // kUnavailable (the worker was declared lost), those of EncodeEnvelope.
+  Status Send(const std::string& worker_id, control::Envelope envelope);
+
+  // Snapshot of every worker that registered since Start, in registration
+  // order (a re-registration after loss is a new entry).
+  std::vector<ControlWorkerInfo> Workers() const;
+  ControlServerStats stats() const;
+
+  // Stops the owner thread and closes the socket, delivering queued messages
+  // for up to options.linger. Idempotent. Not from a callback.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera
