@@ -123,10 +123,13 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
     // Keep up to max_in_flight micro-batches moving; spread the live
     // sequences over them so every pipeline stage has work.
     while (failure.ok() && static_cast<int>(in_flight.size()) < executor_->max_in_flight()) {
-      size_t live = 0;
-      for (const SeqState& s : seqs) live += s.done ? 0 : 1;
-      const size_t per_batch =
-          (live + static_cast<size_t>(executor_->max_in_flight()) - 1) / static_cast<size_t>(executor_->max_in_flight());
+      // Spread the sequences that can run now over the free micro-batch
+      // slots, so every stage gets work.
+      size_t ready = 0;
+      for (size_t i = 0; i < seqs.size(); ++i)
+        ready += (!seqs[i].done && !busy[i] && static_cast<int64_t>(seqs[i].tokens.size()) > seqs[i].cached) ? 1 : 0;
+      const size_t slots = static_cast<size_t>(executor_->max_in_flight()) - in_flight.size();
+      const size_t per_batch = (ready + slots - 1) / slots;
       InFlight f;
       int64_t budget = options_.max_batch_tokens;
       for (size_t i = 0; i < seqs.size() && budget > 0 && f.members.size() < per_batch; ++i) {
@@ -171,6 +174,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
       failure = executor_->Submit(f.batch);
       for (size_t i : f.members) busy[i] = true;
       in_flight.push_back(std::move(f));
+      stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight.size()));
     }
     if (!failure.ok() || in_flight.empty()) break;
 

@@ -47,6 +47,7 @@ struct EngineStats {
   double prefill_seconds = 0.0;  // wall time of steps that only prefilled
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;   // wall time of steps with decode tokens
+  int max_in_flight = 0;         // most micro-batches in flight at once
 };
 
 struct EngineOptions {

@@ -36,6 +36,7 @@ std::string LayoutName(const Layout& l) {
 
 struct RunOutput {
   std::vector<std::vector<int32_t>> tokens;            // per request, from world rank 0
+  int max_in_flight = 0;                               // micro-batches in flight at once on rank 0
   std::map<int64_t, std::vector<float>> first_logits;  // seq_id -> logits of its first sampled step
   std::vector<::tessera::testing::RankOutcome> outcomes;
 };
@@ -85,12 +86,15 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
           json toks = json::array();
           for (const auto& g : r->results) toks.push_back(g.tokens);
           std::ofstream(dir + "/tokens" + std::to_string(rank) + ".json") << toks.dump();
+          std::ofstream(dir + "/in_flight" + std::to_string(rank)) << r->stats.max_in_flight;
         }
         return "";
       },
       120.0);
   for (const auto& o : out.outcomes)
     if (o.exit_code != 0) std::printf("%s\n", ::tessera::testing::Describe(o).c_str());
+  std::ifstream fin(dir + "/in_flight0");
+  if (fin) fin >> out.max_in_flight;
   std::ifstream tin(dir + "/tokens0.json");
   if (tin) out.tokens = json::parse(tin).get<std::vector<std::vector<int32_t>>>();
   // Every stage-0 tp rank ran the same engine: they must agree.
@@ -141,6 +145,8 @@ TEST_P(ShardedEquivalence, MatchesTransformersReference) {
   for (const auto& o : out.outcomes) ASSERT_EQ(o.exit_code, 0) << ::tessera::testing::Describe(o);
   ASSERT_EQ(out.tokens.size(), reqs.size());
   ASSERT_EQ(out.first_logits.size(), reqs.size());
+  // With work queued, pp micro-batches are in flight at once, so stages overlap.
+  EXPECT_EQ(out.max_in_flight, c.layout.pp);
   size_t i = 0;
   for (const auto& [seq_id, logits] : out.first_logits) {
     const json& p = ref["prompts"][i];
