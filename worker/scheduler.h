@@ -1,0 +1,151 @@
+// Scheduler: continuous batching of generation requests over a StepExecutor.
+//
+// Requests join and leave at iteration boundaries. Each iteration fills the
+// executor's free micro-batch slots (max_in_flight, i.e. pp for a pipeline)
+// with sequences that can run: decodes of running sequences and prefill
+// chunks (at most prefill_chunk_tokens of one prompt per step) of admitted
+// ones, within max_batch_tokens and max_sequences, then collects the oldest
+// micro-batch and applies its sampled tokens.
+//
+// KV cache (PagedAttention, Kwon et al. 2023): blocks of block_size tokens
+// from a BlockAllocator. A waiting request is admitted when the blocks for its
+// prompt are free. When a running sequence needs a block and none is free,
+// the newest running sequence not in flight is preempted: its blocks are
+// freed and it returns to the front of the queue, to be recomputed from its
+// prompt plus the tokens it already generated (so its output continues
+// without gaps or duplicates).
+//
+// Admission control: Enqueue refuses with kResourceExhausted when queue_limit
+// requests are waiting, and with kInvalidArgument when prompt + max_tokens
+// exceeds max_context (the message names both).
+//
+// Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce is
+// called by one owner thread. Callbacks run on the owner thread.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tokenizer.h"
+#include "worker/kv_cache.h"
+#include "worker/sampler.h"
+#include "worker/step_executor.h"
+
+namespace tessera {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  int32_t max_tokens = 64;        // generated tokens at most
+  std::vector<std::string> stop;  // stop strings (need a tokenizer)
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kLength, kEos, kStop, kCancelled, kError };
+const char* FinishReasonName(FinishReason reason);  // "length", "eos", "stop", "cancelled", "error"
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (the stop-string token included)
+  std::string text;             // decoded text, cut before a stop string
+  FinishReason finish_reason = FinishReason::kLength;
+  Status error;                 // set when finish_reason == kError
+  int64_t prompt_tokens = 0;
+  int preemptions = 0;
+};
+
+// Per-request callbacks, run on the scheduler's owner thread.
+struct RequestCallbacks {
+  // New final text (never half a UTF-8 character, never part of a stop string).
+  std::function<void(const std::string& text, int32_t token)> on_token;
+  std::function<void(const GenerationResult& result)> on_finish;
+};
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 2048;     // tokens per micro-batch
+  int64_t max_sequences = 256;         // running sequences at most
+  int64_t queue_limit = 1024;          // waiting requests at most (beyond: kResourceExhausted)
+  int64_t max_context = 4096;          // prompt + max_tokens at most
+  int64_t prefill_chunk_tokens = 512;  // prompt tokens of one sequence per step
+};
+
+struct SchedulerStats {
+  int64_t prefill_tokens = 0;
+  double prefill_seconds = 0.0;  // wall time of micro-batches that only prefilled
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0.0;   // wall time of micro-batches with decode tokens
+  int max_in_flight = 0;         // most micro-batches in flight at once
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  // `tokenizer` may be null (then stop strings are refused and text is empty).
+  Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
+            int64_t block_size, const Tokenizer* tokenizer, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Thread-safe. Returns the request id. Errors: kInvalidArgument naming the
+  // field (empty prompt, token id outside the vocab, sampling params, stop
+  // strings without a tokenizer, context too long); kResourceExhausted when
+  // the queue is full.
+  StatusOr<int64_t> Enqueue(GenerationRequest request, RequestCallbacks callbacks);
+  // Thread-safe. The request finishes with kCancelled at the next iteration.
+  void Cancel(int64_t id);
+
+  // Owner thread: one iteration (submit into free slots, collect one
+  // micro-batch). Returns false when there was nothing to do. Errors from
+  // the executor fail every request in flight (on_finish with kError) and
+  // are returned.
+  StatusOr<bool> RunOnce();
+
+  size_t waiting() const;  // thread-safe
+  size_t running() const;  // thread-safe
+  const SchedulerStats& stats() const { return stats_; }
+
+ private:
+  struct Seq;
+  struct InFlight;
+
+  Status Validate(const GenerationRequest& r) const;
+  void Admit();
+  bool EnsureBlocks(Seq& s, int64_t tokens);
+  void Preempt(Seq& s);
+  void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
+  void Emit(Seq& s, int32_t token);
+  void ApplyToken(Seq& s, int32_t token);
+  void FailInFlight(const Status& error);
+
+  ModelConfig config_;
+  StepExecutor* executor_;
+  BlockAllocator* allocator_;
+  int64_t block_size_;
+  const Tokenizer* tokenizer_;
+  SchedulerOptions options_;
+  std::set<int32_t> eos_;
+
+  mutable std::mutex mu_;
+  std::deque<std::unique_ptr<Seq>> waiting_;  // protected by mu_
+  std::set<int64_t> cancelled_;               // protected by mu_
+  std::atomic<size_t> running_count_{0};
+  int64_t next_id_ = 0;                        // protected by mu_
+
+  // Owner thread only.
+  std::vector<std::unique_ptr<Seq>> running_;
+  std::deque<InFlight> in_flight_;
+  std::vector<int64_t> finished_ids_;
+  SchedulerStats stats_;
+  double last_done_ = 0.0;
+};
+
+}  // namespace tessera
