@@ -60,17 +60,13 @@ PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLi
 PipelineExecutor::~PipelineExecutor() = default;
 
 Status PipelineExecutor::Submit(const StepBatch& batch) {
-  Tensor hidden = Tensor::Empty({batch.total_tokens(), model_->config().hidden_size});
-  TESSERA_RETURN_IF_ERROR_CTX(model_->Forward(batch, Tensor(), *cache_, hidden), RankName(links_));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                           RunFirstStage(*model_, *cache_, links_, batch, sender_.get(), samplers_, sink_));
   if (links_.pp == 1) {
-    TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
-                             SampleOnLastStage(*model_, batch, hidden, links_, samplers_, sink_));
-    ready_.push_back(std::move(tokens));
-    return Status::Ok();
+    ready_.push_back(std::move(tokens));  // every tp rank of stage 0 keeps the broadcast tokens
+  } else {
+    wanted_.push_back(CountWanted(batch));
   }
-  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(EncodeStep(batch)));
-  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(TensorBytes(hidden)));
-  wanted_.push_back(CountWanted(batch));
   return Status::Ok();
 }
 
@@ -95,17 +91,34 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
   return tokens;
 }
 
-Status PipelineExecutor::Shutdown() {
-  if (links_.pp == 1) return Status::Ok();
-  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(EncodeShutdown()));
-  return sender_->Flush();
+Status PipelineExecutor::Shutdown() { return SendShutdownDownstream(sender_.get()); }
+
+StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
+                                             const StepBatch& batch, AsyncSender* sender,
+                                             SequenceSamplers& samplers, const LogitsSink& sink) {
+  Tensor hidden = Tensor::Empty({batch.total_tokens(), model.config().hidden_size});
+  TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, Tensor(), cache, hidden), RankName(links));
+  if (links.pp == 1) return SampleOnLastStage(model, batch, hidden, links, samplers, sink);
+  TESSERA_CHECK(sender != nullptr);
+  TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
+  TESSERA_RETURN_IF_ERROR(sender->Enqueue(TensorBytes(hidden)));
+  return std::vector<int32_t>();
 }
 
-Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links, const LogitsSink& sink) {
+Status SendShutdownDownstream(AsyncSender* sender) {
+  if (!sender) return Status::Ok();
+  TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeShutdown()));
+  return sender->Flush();
+}
+
+Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links, const LogitsSink& sink,
+                  const TokenSink& tokens_out) {
   TESSERA_CHECK(links.stage > 0 && links.prev != nullptr);
   const bool last = links.stage == links.pp - 1;
   std::unique_ptr<AsyncSender> sender;
-  if (last) {
+  if (last && tokens_out) {
+    // Tokens leave through tokens_out; nothing is sent downstream.
+  } else if (last) {
     TESSERA_CHECK(links.ret != nullptr);
     sender = std::make_unique<AsyncSender>(links.ret, 0, 2 * static_cast<size_t>(links.pp) + 2);
   } else {
@@ -121,7 +134,7 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     TESSERA_ASSIGN_OR_RETURN(DecodedStep msg, DecodeStep(frame));
     if (msg.kind == StepMessageKind::kShutdown) {
       if (!last) TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeShutdown()));
-      return sender->Flush();
+      return sender ? sender->Flush() : Status::Ok();
     }
     const StepBatch& batch = msg.batch;
     Tensor hidden = Tensor::Empty({batch.total_tokens(), hidden_size});
@@ -135,6 +148,10 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     if (last) {
       TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                                SampleOnLastStage(model, batch, hidden, links, samplers, sink));
+      if (tokens_out) {
+        if (links.tp_rank == 0) TESSERA_RETURN_IF_ERROR(tokens_out(batch, tokens));
+        continue;
+      }
       std::vector<uint8_t> out(tokens.size() * sizeof(int32_t));
       if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(out)));

@@ -80,8 +80,26 @@ class PipelineExecutor : public StepExecutor {
   std::deque<int64_t> wanted_;                 // want_logits count per in-flight batch
 };
 
+// Where the last stage's sampled tokens go when they do not return to a
+// stage-0 driver over the return link (a worker daemon sends them to the
+// coordinator). Called on tp rank 0 of the last stage only.
+using TokenSink = std::function<Status(const StepBatch& batch, const std::vector<int32_t>& tokens)>;
+
+// Stage 0's work on one micro-batch: run the layers, then pass (batch,
+// hidden) on to stage 1 through `sender` (the AsyncSender on links.next), or
+// with pp == 1 sample and return the tokens (on every tp rank: they are
+// broadcast). Returns an empty vector when pp > 1.
+StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
+                                             const StepBatch& batch, AsyncSender* sender,
+                                             SequenceSamplers& samplers, const LogitsSink& sink = {});
+
+// Sends the shutdown message down the pipeline and waits until it has left.
+// `sender` may be null (pp == 1).
+Status SendShutdownDownstream(AsyncSender* sender);
+
 // The loop of a rank on stage > 0: returns OK on shutdown, or the first error.
+// The last stage returns tokens over links.ret, or to `tokens_out` when set.
 Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
-                  const LogitsSink& sink = {});
+                  const LogitsSink& sink = {}, const TokenSink& tokens_out = {});
 
 }  // namespace tessera
