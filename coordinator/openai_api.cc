@@ -625,6 +625,10 @@ const char* OpenAIFinishReason(FinishReason reason) {
       return "stop";
     case FinishReason::kLength:
       return "length";
+    case FinishReason::kCancelled:
+      return "abort";  // the client went away; no client reads it
+    case FinishReason::kError:
+      return "error";  // streamed after an error event
   }
   return "stop";
 }
