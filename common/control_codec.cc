@@ -398,6 +398,7 @@ void StepBatchToProto(const StepBatch& batch, control::StepBatch* out) {
     m->set_seq_id(s.seq_id);
     m->set_start_pos(s.start_pos);
     m->set_num_tokens(s.num_tokens);
+    m->set_prompt_len(s.prompt_len);
     m->mutable_block_table()->Add(s.block_table.begin(), s.block_table.end());
     m->set_want_logits(s.want_logits);
     control::SamplingParams* p = m->mutable_sampling();
@@ -420,6 +421,7 @@ StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message) {
     s.seq_id = m.seq_id();
     s.start_pos = m.start_pos();
     s.num_tokens = m.num_tokens();
+    s.prompt_len = m.prompt_len();
     s.block_table.assign(m.block_table().begin(), m.block_table().end());
     s.want_logits = m.want_logits();
     s.sampling.temperature = m.sampling().temperature();

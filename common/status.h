@@ -50,6 +50,9 @@ class [[nodiscard]] Status {
   // error passed through on its way up.
   Status WithContext(const std::string& context) const;
 
+  // Marks a Status as deliberately unchecked (best-effort notifications).
+  void IgnoreError() const {}
+
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;

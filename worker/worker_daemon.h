@@ -1,0 +1,54 @@
+// WorkerDaemon: the body of `tessera-worker`. Registers with the coordinator
+// over the control plane, loads the shard an AssignShard names (only its own
+// slices), joins its Gloo groups through the coordinator's rendezvous store,
+// and runs its pipeline stage:
+//  - stage 0 ranks run the Steps the coordinator sends and pass the hidden
+//    states on (or, with pp == 1, sample);
+//  - later stages serve the pipeline; tp rank 0 of the last stage returns the
+//    sampled tokens to the coordinator as StepResults.
+//
+// Threads: the main thread owns the model, KV cache and communicators (one
+// owner thread per device); the ControlClient's thread owns the ZeroMQ
+// socket and hands messages over through a bounded queue.
+//
+// Errors: a failed load or step is reported to the coordinator as an Error
+// naming this worker's rank, then Run returns it (the process exits non-zero).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "common/proto/control.pb.h"
+#include "common/status.h"
+
+namespace tessera {
+
+struct WorkerDaemonOptions {
+  std::string coordinator;          // "tcp://HOST:PORT"
+  int device = 0;                   // device index on this host
+  std::string worker_id;            // requested id ("" = assigned by the coordinator)
+  std::string host;                 // host name reported at registration ("" = gethostname)
+  std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
+  double collective_timeout_seconds = 30.0;
+  double register_timeout_seconds = 60.0;
+};
+
+class WorkerDaemon {
+ public:
+  explicit WorkerDaemon(WorkerDaemonOptions options);
+  // Runs until a Shutdown arrives (OK) or something fails.
+  Status Run();
+
+ private:
+  void OnMessage(const control::Envelope& envelope);
+  StatusOr<control::Envelope> Next(double timeout_seconds);
+
+  WorkerDaemonOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<control::Envelope> inbox_;  // protected by mu_
+};
+
+}  // namespace tessera
