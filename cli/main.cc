@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "common/chat_template.h"
 #include "common/tokenizer.h"
 #include "kernels/cuda_runtime.h"
@@ -217,8 +218,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");
+  tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);
+  tessera::cli::Subcommand plan = tessera::cli::AddPlanCommand(app);
   g_argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) return RunGenerate(g);
+  if (topo.app->parsed()) return topo.run();
+  if (plan.app->parsed()) return plan.run();
   return 0;
 }

@@ -1,0 +1,26 @@
+// Subcommands of the `tessera` CLI that live outside cli/main.cc. Each Add*
+// function registers its subcommand and options on `app` and returns the
+// subcommand with the function that runs it after parsing (exit status).
+//
+// Thread-safety: called from main only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace tessera::cli {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// `tessera topo [--json | --toml] [--no-nvml] [--root DIR]`: this host's
+// GPUs, links, NICs and memory (cli/topo_command.cc).
+Subcommand AddTopoCommand(CLI::App& app);
+
+// `tessera plan --model CONFIG_OR_DIR --topology FILE [--objective
+// latency|throughput] ...`: a placement dry run (cli/plan_command.cc).
+Subcommand AddPlanCommand(CLI::App& app);
+
+}  // namespace tessera::cli

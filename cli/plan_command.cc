@@ -1,0 +1,129 @@
+// `tessera plan`: a placement dry run. Reads a model config and a topology
+// file, runs the PlacementPlanner and prints the placement and its
+// explanation; needs no GPU.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "coordinator/cluster_model.h"
+#include "coordinator/placement_planner.h"
+#include "coordinator/topology_file.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string topology;
+  std::string objective = "latency";
+  int64_t max_context = 0;
+  int64_t min_kv_tokens = 0;
+  double memory_fraction = 0.9;
+  std::string dtype;
+  int64_t prompt_tokens = 512;
+  int64_t output_tokens = 256;
+  int64_t max_batch = 256;
+  int max_pp = 0;
+  int top = 5;
+  bool cross_node_tp = false;
+  bool no_pcie_tp = false;
+  bool show_cluster = false;
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "tessera: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+// A config.json file, or a model directory holding one.
+StatusOr<ModelConfig> LoadModel(const std::string& path) {
+  struct stat sb;
+  if (stat(path.c_str(), &sb) != 0) return NotFound("--model " + path + " does not exist");
+  if (S_ISDIR(sb.st_mode)) return LoadModelConfig(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseModelConfig(ss.str(), path);
+}
+
+int RunPlan(const PlanArgs& a) {
+  auto model = LoadModel(a.model);
+  if (!model.ok()) return Fail(model.status());
+  auto topo = LoadTopologyFile(a.topology);
+  if (!topo.ok()) return Fail(topo.status());
+  auto cluster = BuildClusterModel(*topo);
+  if (!cluster.ok()) return Fail(cluster.status());
+  PlanOptions o;
+  auto obj = ParseObjective(a.objective);
+  if (!obj.ok()) return Fail(obj.status().WithContext("--objective"));
+  o.objective = *obj;
+  o.max_context = a.max_context;
+  o.min_kv_tokens = a.min_kv_tokens;
+  o.gpu_memory_fraction = a.memory_fraction;
+  if (!a.dtype.empty()) {
+    auto dt = ParseDType(a.dtype);
+    if (!dt.ok()) return Fail(dt.status().WithContext("--dtype"));
+    o.weight_dtype = *dt;
+  }
+  o.prompt_tokens = a.prompt_tokens;
+  o.output_tokens = a.output_tokens;
+  o.max_batch = a.max_batch;
+  o.max_pp = a.max_pp;
+  o.top_candidates = a.top;
+  o.allow_cross_node_tp = a.cross_node_tp;
+  o.allow_pcie_tp = !a.no_pcie_tp;
+  PlacementPlanner planner;
+  auto result = planner.Plan(*model, *cluster, o);
+  if (!result.ok()) return Fail(result.status());
+  std::string out;
+  if (a.show_cluster) out = cluster->Describe() + "\n";
+  out += result->ToText();
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+Subcommand AddPlanCommand(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("plan", "dry run: place a model on a described cluster and explain why");
+  cmd->add_option("--model", a->model, "a model's config.json, or its directory")->required();
+  cmd->add_option("--topology", a->topology,
+                  "a topology file (TOML, docs/topology.md; or tessera topo --json)")
+      ->required();
+  cmd->add_option("--objective", a->objective, "latency or throughput")
+      ->check(CLI::IsMember({"latency", "throughput"}));
+  cmd->add_option("--max-context", a->max_context,
+                  "longest sequence served, tokens (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-kv-tokens", a->min_kv_tokens,
+                  "KV cache each replica must hold, tokens (default: max context)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory-fraction", a->memory_fraction, "share of GPU memory to use")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--dtype", a->dtype,
+                  "weight dtype to serve in: BF16, F16 or F32 (default: the checkpoint's)");
+  cmd->add_option("--prompt-tokens", a->prompt_tokens, "throughput workload: prompt length")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--output-tokens", a->output_tokens, "throughput workload: tokens generated")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-batch", a->max_batch, "sequences per replica at most")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-pp", a->max_pp, "pipeline stages at most (default: layers)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top", a->top, "candidates to list")->check(CLI::Range(1, 100));
+  cmd->add_flag("--allow-cross-node-tp", a->cross_node_tp, "let tp groups span hosts");
+  cmd->add_flag("--no-pcie-tp", a->no_pcie_tp, "keep tp groups inside NVLink islands");
+  cmd->add_flag("--show-cluster", a->show_cluster, "print the cluster model first");
+  return {cmd, [a] { return RunPlan(*a); }};
+}
+
+}  // namespace tessera::cli
