@@ -21,6 +21,8 @@ spdlog::level::level_enum ToSpdlog(LogLevel level) {
       return spdlog::level::warn;
     case LogLevel::kError:
       return spdlog::level::err;
+    case LogLevel::kCritical:
+      return spdlog::level::critical;
     case LogLevel::kOff:
       return spdlog::level::off;
   }
@@ -44,6 +46,7 @@ StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
   if (name == "info") return LogLevel::kInfo;
   if (name == "warn") return LogLevel::kWarn;
   if (name == "error") return LogLevel::kError;
+  if (name == "critical") return LogLevel::kCritical;
   if (name == "off") return LogLevel::kOff;
   return InvalidArgument("log level '" + std::string(name) +
                          "' is not one of trace, debug, info, warn, error, off");

@@ -17,7 +17,7 @@
 
 namespace tessera {
 
-enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kCritical, kOff };
 
 // Parses "trace", "debug", "info", "warn", "error" or "off" (the config
 // file's log_level). Errors: kInvalidArgument naming the string and listing

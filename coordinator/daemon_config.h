@@ -34,6 +34,7 @@
 
 #include "common/chat_template.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -181,7 +182,6 @@ struct AdminSection {
   std::string effective_token;
 };
 
-enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kCritical };
 enum class LogFormat {
   kText,  // "text": one human-readable line per event
   kJson,  // "json": one JSON object per line, for log collectors

@@ -1,15 +1,42 @@
-// tessera-coordinator: discovers workers, places the model and schedules
-// generation. The control plane lands with the daemons issue; this binary
-// already reports its version and usage.
+// tessera-coordinator: discovers workers, places the model on them and serves
+// the OpenAI-compatible API. Stops cleanly on SIGINT or SIGTERM.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
+#include <unistd.h>
+
+#include "coordinator/coordinator_daemon.h"
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-coordinator: places a model on workers and serves it"};
   app.set_version_flag("--version", std::string("tessera-coordinator ") + TESSERA_VERSION);
-  std::string config;
-  app.add_option("--config", config, "TOML config file");
+  std::string config_path;
+  std::vector<std::string> overrides;
+  app.add_option("--config", config_path, "TOML config file")->required()->check(CLI::ExistingFile);
+  app.add_option("--set", overrides, "override a config key, e.g. --set scheduler.queue_limit=64");
   CLI11_PARSE(app, argc, argv);
-  std::fprintf(stderr, "tessera-coordinator: the control plane is not part of this build yet\n");
-  return 2;
+  auto cfg = tessera::LoadDaemonConfig(config_path);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n", cfg.status().ToString().c_str());
+    return 2;
+  }
+  if (tessera::Status s = tessera::ApplyOverrides(*cfg, overrides); !s.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  tessera::CoordinatorDaemon daemon(*cfg);
+  if (tessera::Status s = daemon.Start(); !s.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) pause();
+  daemon.Stop();
+  return 0;
 }

@@ -1,0 +1,256 @@
+// HTTP routes of the coordinator: the OpenAI-compatible API, health and
+// admin endpoints, bound to the scheduler.
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <memory>
+
+#include "coordinator/coordinator_daemon.h"
+#include "coordinator/openai_api.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+// The state one HTTP request shares with the scheduler callbacks of its
+// prompts (run on the scheduler thread).
+struct Exchange {
+  std::shared_ptr<Responder> res;
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  std::mutex mu;
+  std::vector<GenerationResult> results;  // protected by mu
+  int remaining = 0;                      // protected by mu
+  Usage usage;                            // protected by mu
+  bool failed = false;                    // protected by mu
+};
+
+void SendFinal(Exchange& x) {
+  if (x.failed) return;
+  if (x.stream) {
+    if (x.include_usage && x.chat) x.res->SendEvent(ChatCompletionUsageChunkJson(x.id, x.created, x.model, x.usage));
+    if (x.include_usage && !x.chat) x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
+    x.res->SendEvent(kSseDone);
+    x.res->Finish();
+    return;
+  }
+  if (x.chat) {
+    std::vector<ChatChoice> choices;
+    for (size_t i = 0; i < x.results.size(); ++i) {
+      ChatChoice c;
+      c.index = static_cast<int>(i);
+      c.content = x.results[i].text;
+      c.finish_reason = x.results[i].finish_reason;
+      choices.push_back(c);
+    }
+    x.res->SendJson(200, ChatCompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
+  } else {
+    std::vector<CompletionChoice> choices;
+    for (size_t i = 0; i < x.results.size(); ++i) {
+      CompletionChoice c;
+      c.index = static_cast<int>(i);
+      c.text = x.results[i].text;
+      c.finish_reason = x.results[i].finish_reason;
+      choices.push_back(c);
+    }
+    x.res->SendJson(200, CompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
+  }
+}
+
+}  // namespace
+
+void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
+  if (!ready_.load()) {
+    res->SendError(503, "no plan is loaded and serving yet; see /readyz", std::nullopt, "not_ready");
+    return;
+  }
+  auto x = std::make_shared<Exchange>();
+  x->res = res;
+  x->chat = chat;
+  x->created = UnixSeconds();
+  x->model = model_name_;
+  std::vector<GenerationRequest> gens;
+  std::string requested_model;
+  if (chat) {
+    auto parsed = ParseChatCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      const ApiError& e = parsed.error();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const ChatCompletionRequest& r = parsed.value();
+    requested_model = r.model;
+    if (!chat_template_) {
+      res->SendError(400, "the model has no recognised chat template; set model.chat_template (chatml, llama3, "
+                          "llama2) in the config", std::string("messages"), "unknown_chat_template");
+      return;
+    }
+    auto text = chat_template_->Render(r.messages);
+    if (!text.ok()) {
+      res->SendError(400, text.status().message(), std::string("messages"), std::nullopt);
+      return;
+    }
+    GenerationRequest g;
+    g.prompt_ids = tokenizer_->Encode(*text, chat_template_->format() == ChatFormat::kChatML);
+    const int64_t room = max_context_ - static_cast<int64_t>(g.prompt_ids.size());
+    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(std::max<int64_t>(room, 0));
+    g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+    g.stop = r.gen.stop;
+    g.ignore_eos = r.gen.ignore_eos;
+    gens.push_back(std::move(g));
+    x->stream = r.gen.stream;
+    x->include_usage = r.gen.include_usage;
+    x->id = NewResponseId("chatcmpl");
+  } else {
+    auto parsed = ParseCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      const ApiError& e = parsed.error();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const CompletionRequest& r = parsed.value();
+    requested_model = r.model;
+    for (const Prompt& p : r.prompts) {
+      GenerationRequest g;
+      g.prompt_ids = p.is_tokens ? p.token_ids : tokenizer_->Encode(p.text, true);
+      g.max_tokens = r.max_tokens;
+      g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+      g.stop = r.gen.stop;
+      g.ignore_eos = r.gen.ignore_eos;
+      gens.push_back(std::move(g));
+    }
+    x->stream = r.gen.stream;
+    x->include_usage = r.gen.include_usage;
+    x->id = NewResponseId("cmpl");
+  }
+  if (!requested_model.empty() && requested_model != model_name_) {
+    const ApiError e = UnknownModelError(requested_model, model_name_);
+    res->Send(e.http_status, "application/json", e.ToJson());
+    return;
+  }
+  for (const GenerationRequest& g : gens) {
+    const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
+    if (total > max_context_) {
+      const ApiError e = ContextLengthError(max_context_, static_cast<int64_t>(g.prompt_ids.size()), g.max_tokens,
+                                            chat ? "messages" : "prompt");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+  }
+  x->results.resize(gens.size());
+  x->remaining = static_cast<int>(gens.size());
+  if (x->stream) res->StartStream(200);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    RequestCallbacks cb;
+    const int index = static_cast<int>(i);
+    if (x->stream) {
+      cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text, int32_t) {
+        if (text.empty()) return;
+        if (x->chat) {
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first, text, std::nullopt,
+                                                    std::nullopt, x->include_usage));
+        } else {
+          CompletionChoice c;
+          c.index = index;
+          c.text = text;
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt, x->include_usage));
+        }
+        *first = false;
+      };
+    }
+    cb.on_finish = [x, index](const GenerationResult& r) {
+      std::lock_guard<std::mutex> lock(x->mu);
+      x->results[static_cast<size_t>(index)] = r;
+      x->usage.prompt_tokens += r.prompt_tokens;
+      x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
+      if (r.finish_reason == FinishReason::kError) {
+        if (!x->failed) {
+          x->failed = true;
+          const std::string err = ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
+                                            std::nullopt, std::string("worker_failed"));
+          if (x->stream) {
+            x->res->SendEvent(err);
+            x->res->Finish();
+          } else {
+            x->res->Send(503, "application/json", err);
+          }
+        }
+      } else if (x->stream) {
+        if (x->chat) {
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false, std::nullopt,
+                                                    r.finish_reason, std::nullopt, x->include_usage));
+        } else {
+          CompletionChoice c;
+          c.index = index;
+          c.finish_reason = r.finish_reason;
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt, x->include_usage));
+        }
+      }
+      if (--x->remaining == 0) SendFinal(*x);
+    };
+    auto id = scheduler_->Enqueue(gens[i], std::move(cb));
+    if (!id.ok()) {
+      for (int64_t done : ids) scheduler_->Cancel(done);
+      const ApiError e = id.status().code() == StatusCode::kResourceExhausted
+                             ? QueueFullError(config_.scheduler.queue_limit)
+                             : ApiErrorFromStatus(id.status());
+      if (x->stream) {
+        res->SendEvent(e.ToJson());
+        res->Finish();
+      } else {
+        res->Send(e.http_status, "application/json", e.ToJson());
+      }
+      std::lock_guard<std::mutex> lock(x->mu);
+      x->failed = true;
+      return;
+    }
+    ids.push_back(*id);
+  }
+  Scheduler* sched = scheduler_.get();
+  res->OnClientGone([sched, ids] {
+    for (int64_t id : ids) sched->Cancel(id);
+  });
+  work_cv_.notify_all();
+}
+
+void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server) {
+  api.Handle("POST", "/v1/completions",
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) { HandleCompletions(r, res, false); });
+  api.Handle("POST", "/v1/chat/completions",
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) { HandleCompletions(r, res, true); });
+  api.Handle("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+    ModelCard card;
+    card.id = model_name_;
+    res->Send(200, "application/json", ModelListJson({card}));
+  });
+  api.Handle("GET", "/healthz", [](const HttpRequest&, std::shared_ptr<Responder> res) {
+    res->Send(200, "application/json", R"({"status":"ok"})");
+  });
+  api.Handle("GET", "/readyz", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+    if (ready_.load()) {
+      res->Send(200, "application/json", R"({"status":"ready"})");
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      json j = {{"status", "not_ready"}, {"reason", placement_status_.ok() ? "waiting for workers or degraded"
+                                                                              : placement_status_.ToString()}};
+      res->Send(503, "application/json", j.dump());
+    }
+  });
+  HttpServer& admin = admin_server ? *admin_server : api;
+  const std::string token = config_.admin.effective_token;
+  admin.Handle("GET", "/admin/cluster", RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+                 res->Send(200, "application/json", ClusterJson());
+               }));
+  admin.Handle("GET", "/admin/plan", RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+                 res->Send(200, "application/json", PlanJson());
+               }));
+}
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+#include "coordinator/remote_executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/control_codec.h"
+
+namespace tessera {
+
+RemoteExecutor::RemoteExecutor(ControlServer* server, uint64_t plan_version, std::vector<std::string> first_stage,
+                               std::vector<std::string> pipeline, int pp, int64_t vocab_size,
+                               double step_timeout_seconds)
+    : server_(server),
+      plan_version_(plan_version),
+      first_stage_(std::move(first_stage)),
+      pipeline_(std::move(pipeline)),
+      pp_(pp),
+      vocab_size_(vocab_size),
+      step_timeout_seconds_(step_timeout_seconds) {}
+
+Status RemoteExecutor::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+Status RemoteExecutor::Submit(const StepBatch& batch) {
+  TESSERA_RETURN_IF_ERROR(health());
+  const uint64_t id = next_id_++;
+  for (const std::string& w : first_stage_) {
+    control::Envelope e;
+    control::Step* step = e.mutable_step();
+    step->set_plan_version(plan_version_);
+    step->set_micro_batch_id(id);
+    StepBatchToProto(batch, step->mutable_batch());
+    Status s = server_->Send(w, std::move(e));
+    if (!s.ok()) {
+      OnWorkerFailed(w, s);
+      return s.WithContext("step to worker " + w);
+    }
+  }
+  pending_.push_back(id);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<int32_t>> RemoteExecutor::Collect() {
+  if (pending_.empty()) return FailedPrecondition("collect: no step in flight");
+  const uint64_t id = pending_.front();
+  pending_.pop_front();
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool ready = cv_.wait_for(lock, std::chrono::duration<double>(step_timeout_seconds_),
+                                  [&] { return results_.count(id) > 0 || !failure_.ok(); });
+  if (!failure_.ok()) return failure_;
+  if (!ready)
+    return DeadlineExceeded("micro-batch " + std::to_string(id) + ": no result from the last stage within " +
+                            std::to_string(step_timeout_seconds_) + " s");
+  std::vector<int32_t> tokens = std::move(results_[id]);
+  results_.erase(id);
+  return tokens;
+}
+
+void RemoteExecutor::OnStepResult(const std::string& worker_id, const control::StepResult& result) {
+  if (result.plan_version() != plan_version_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (result.has_error() && result.error().code() != control::ERROR_CODE_UNSPECIFIED) {
+    failure_ = ErrorToStatus(result.error()).WithContext("worker " + worker_id);
+  } else {
+    std::vector<int32_t> tokens;
+    for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
+    results_[result.micro_batch_id()] = std::move(tokens);
+  }
+  cv_.notify_all();
+}
+
+void RemoteExecutor::OnWorkerFailed(const std::string& worker_id, const Status& why) {
+  if (std::find(pipeline_.begin(), pipeline_.end(), worker_id) == pipeline_.end()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.ok()) failure_ = Unavailable("worker " + worker_id + " failed: " + why.message());
+  cv_.notify_all();
+}
+
+}  // namespace tessera

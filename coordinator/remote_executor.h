@@ -1,0 +1,57 @@
+// RemoteExecutor: the coordinator's StepExecutor. Submit sends a Step (the
+// micro-batch) to every stage-0 worker over the control plane; Collect waits
+// for the StepResult that tp rank 0 of the last stage returns, in submission
+// order (the pipeline is FIFO).
+//
+// Thread-safety: Submit/Collect from the scheduler's owner thread;
+// OnStepResult and OnWorkerFailed from the control server's thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/proto/control.pb.h"
+#include "coordinator/control_server.h"
+#include "worker/step_executor.h"
+
+namespace tessera {
+
+class RemoteExecutor : public StepExecutor {
+ public:
+  // `first_stage` are the worker ids of stage 0 (every tp rank);
+  // `pipeline` every worker of the plan (a failure of any fails the steps).
+  RemoteExecutor(ControlServer* server, uint64_t plan_version, std::vector<std::string> first_stage,
+                 std::vector<std::string> pipeline, int pp, int64_t vocab_size, double step_timeout_seconds);
+
+  Status Submit(const StepBatch& batch) override;
+  StatusOr<std::vector<int32_t>> Collect() override;
+  int max_in_flight() const override { return pp_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+
+  void OnStepResult(const std::string& worker_id, const control::StepResult& result);
+  // A worker of the plan was lost or reported an error: in-flight and later
+  // steps fail with this status.
+  void OnWorkerFailed(const std::string& worker_id, const Status& why);
+  Status health() const;
+
+ private:
+  ControlServer* server_;
+  const uint64_t plan_version_;
+  const std::vector<std::string> first_stage_;
+  const std::vector<std::string> pipeline_;
+  const int pp_;
+  const int64_t vocab_size_;
+  const double step_timeout_seconds_;
+  uint64_t next_id_ = 0;        // owner thread
+  std::deque<uint64_t> pending_;  // owner thread: submitted ids, oldest first
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::vector<int32_t>> results_;  // protected by mu_
+  Status failure_;                                    // protected by mu_
+};
+
+}  // namespace tessera
