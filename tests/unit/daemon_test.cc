@@ -1,0 +1,159 @@
+// The daemons end to end: tessera-coordinator and four tessera-worker
+// processes (tp=2 x pp=2) on loopback, real ZeroMQ, Gloo and HTTP.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "common/tokenizer.h"
+#include "http_client.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using ::tessera::testing::HttpCall;
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int FreePort() {
+  // Ports are derived from the pid to keep parallel test processes apart.
+  return 20000 + static_cast<int>(getpid() % 20000);
+}
+
+class Daemons : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
+    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    port_ = FreePort();
+    const int control = port_ + 1;
+    std::ofstream(dir_ + "/c.toml") << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = 2\npp = 2\n"
+                                    << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:"
+                                    << control << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
+                                    << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
+                                    << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
+                                    << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n";
+    const std::string bin = ::tessera::testing::BinaryDir();
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"}, dir_ + "/coordinator.log"));
+    for (int i = 0; i < 4; ++i)
+      pids_.push_back(Spawn({bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
+                             "--device", std::to_string(i), "--timeout", "5"},
+                            dir_ + "/worker" + std::to_string(i) + ".log"));
+    for (int i = 0; i < 300; ++i) {
+      if (HttpCall(port_, "GET", "/readyz").status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "daemons not ready: " << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
+  }
+  void TearDown() override {
+    for (pid_t p : pids_) kill(p, SIGTERM);
+    for (pid_t p : pids_) {
+      for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  std::string Completion(const json& body) { return body.dump(); }
+
+  std::string dir_, model_;
+  int port_ = 0;
+  std::vector<pid_t> pids_;
+};
+
+TEST_F(Daemons, GreedyTokenPromptsMatchTheReferenceAndStreamsComplete) {
+  const json ref = json::parse(::tessera::testing::ReadFileOrDie(model_ + "/reference.json"));
+  auto tok = Tokenizer::Load(model_);
+  ASSERT_TRUE(tok.ok());
+  for (const json& p : ref["prompts"]) {
+    json req = {{"model", "llama_gqa_f32"}, {"prompt", p["ids"]}, {"max_tokens", 16}, {"temperature", 0},
+                {"ignore_eos", true}};
+    auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json body = json::parse(r.body);
+    EXPECT_EQ(body["choices"][0]["text"].get<std::string>(),
+              (*tok)->Decode(p["greedy"].get<std::vector<int32_t>>(), true));
+    EXPECT_EQ(body["usage"]["completion_tokens"].get<int>(), 16);
+  }
+  // 32 concurrent streamed requests all complete with [DONE].
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 32; ++i) {
+    threads.emplace_back([&, i] {
+      json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5 + i, 17, 42}}, {"max_tokens", 8},
+                  {"temperature", 0.7}, {"seed", i}, {"stream", true}, {"ignore_eos", true}};
+      auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+      if (r.status == 200 && !r.events.empty() && r.events.back() == "[DONE]") ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 32);
+}
+
+TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", "{not json").status, 400);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":"x","temperature":"hot"})").status, 400);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":"x","top_p":7})").status, 400);
+  auto unknown = HttpCall(port_, "POST", "/v1/completions", R"({"model":"gpt-9","prompt":"x"})");
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  auto too_long = HttpCall(port_, "POST", "/v1/completions",
+                           json({{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>(120, 3)}, {"max_tokens", 50}}).dump());
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_NE(too_long.body.find("128"), std::string::npos) << too_long.body;
+  EXPECT_EQ(HttpCall(port_, "GET", "/admin/plan").status, 401);
+  auto plan = HttpCall(port_, "GET", "/admin/plan", "", "s3cret");
+  ASSERT_EQ(plan.status, 200);
+  EXPECT_EQ(json::parse(plan.body)["ranks"].size(), 4u);
+  // Still serving.
+  auto r = HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":2})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST_F(Daemons, KilledWorkerFailsItsRequestsAndIsReported) {
+  std::atomic<bool> done{false};
+  ::tessera::testing::HttpReply reply;
+  std::thread client([&] {
+    json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5, 17}}, {"max_tokens", 100},
+                {"stream", true}, {"ignore_eos", true}, {"temperature", 0}};
+    reply = HttpCall(port_, "POST", "/v1/completions", req.dump());
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(pids_[3], SIGKILL);  // worker of stage 1
+  client.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_NE(reply.body.find("error"), std::string::npos) << reply.body;
+  bool reported = false;
+  for (int i = 0; i < 50 && !reported; ++i) {
+    auto c = HttpCall(port_, "GET", "/admin/cluster", "", "s3cret");
+    reported = c.body.find("\"failed\"") != std::string::npos;
+    if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reported);
+  EXPECT_EQ(HttpCall(port_, "GET", "/readyz").status, 503);
+  EXPECT_EQ(HttpCall(port_, "GET", "/healthz").status, 200);
+}
+
+}  // namespace
+}  // namespace tessera
