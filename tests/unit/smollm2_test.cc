@@ -27,16 +27,18 @@ namespace {
 
 using nlohmann::json;
 
+// TESSERA_SMOLLM2_DIR, else the repository's models/default (made by setup).
 std::string ModelDir() {
-  const char* d = std::getenv("TESSERA_SMOLLM2_DIR");
-  return d ? d : "";
+  if (const char* d = std::getenv("TESSERA_SMOLLM2_DIR")) return d;
+  const std::string fallback = ::tessera::testing::FixturePath("../../models/default");
+  return std::ifstream(fallback + "/config.json").good() ? fallback : "";
 }
 
 class SmolLM2 : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = ModelDir();
-    ASSERT_FALSE(dir_.empty()) << "TESSERA_SMOLLM2_DIR is not set: run scripts/setup, then scripts/test";
+    ASSERT_FALSE(dir_.empty()) << "no SmolLM2 model: run scripts/setup (it imports models/default) or set TESSERA_SMOLLM2_DIR";
     ref_ = json::parse(::tessera::testing::ReadFileOrDie(::tessera::testing::FixturePath("smollm2_reference.json")));
   }
   // Greedy tokens agree up to the first reference near-tie (margin < 1e-3).
