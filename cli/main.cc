@@ -2,7 +2,10 @@
 //   tessera generate --model DIR --prompt TEXT [sampling options]
 // streams the model's answer to stdout and reports load time, prefill and
 // decode speed on stderr.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -10,17 +13,14 @@
 
 #include "cli/commands.h"
 #include "common/chat_template.h"
+#include "common/tcp_store.h"
 #include "common/tokenizer.h"
+#include "coordinator/local_launcher.h"
 #include "kernels/cuda_runtime.h"
 #include "worker/engine.h"
 #include "worker/local_executor.h"
 #include "worker/model_loader.h"
 #include "worker/rank_runner.h"
-#include "common/tcp_store.h"
-#include "coordinator/local_launcher.h"
-
-#include <csignal>
-#include <unistd.h>
 
 namespace {
 
@@ -40,8 +40,8 @@ struct GenerateArgs {
   int pp = 1;
   std::vector<int> layers;  // per stage; empty = even split
   double timeout = 30.0;
-  int rank = -1;             // set in rank processes spawned by the launcher
-  std::string store;         // host:port of the launcher's rendezvous store
+  int rank = -1;      // set in rank processes spawned by the launcher
+  std::string store;  // host:port of the launcher's rendezvous store
 };
 
 std::vector<std::string> g_argv;  // this process's arguments, for spawning ranks
@@ -69,8 +69,8 @@ int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   std::vector<ChildSpec> children;
   for (int r = 0; r < par.world_size(); ++r) {
     ChildSpec c;
-    c.name = "rank " + std::to_string(r) + " (stage " + std::to_string(par.StageOf(r)) + ", tp_rank " +
-             std::to_string(par.TpRankOf(r)) + ")";
+    c.name = "rank " + std::to_string(r) + " (stage " + std::to_string(par.StageOf(r)) +
+             ", tp_rank " + std::to_string(par.TpRankOf(r)) + ")";
     c.argv.push_back(exe);
     for (size_t i = 1; i < g_argv.size(); ++i) c.argv.push_back(g_argv[i]);
     c.argv.push_back("--rank");
@@ -87,7 +87,8 @@ int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   Status s = launcher.Start(children);
   if (s.ok()) s = launcher.Wait(a.timeout + 10.0);
   g_launcher = nullptr;
-  if (!s.ok()) return Fail(s.WithContext("tp=" + std::to_string(a.tp) + " pp=" + std::to_string(a.pp)));
+  if (!s.ok())
+    return Fail(s.WithContext("tp=" + std::to_string(a.tp) + " pp=" + std::to_string(a.pp)));
   return 0;
 }
 
@@ -120,7 +121,8 @@ int RunGenerate(const GenerateArgs& a) {
   req.stop = a.stop;
   if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   const int64_t ctx = static_cast<int64_t>(req.prompt_ids.size()) + a.max_tokens;
-  if (ctx > cfg->max_position_embeddings)
+  // Dynamic NTK RoPE is made to run past max_position_embeddings.
+  if (ctx > cfg->max_position_embeddings && cfg->rope_scaling.type != RopeType::kDynamic)
     return Fail(InvalidArgument("prompt (" + std::to_string(req.prompt_ids.size()) +
                                 " tokens) + --max-tokens " + std::to_string(a.max_tokens) +
                                 " exceeds the model's max_position_embeddings " +
@@ -141,8 +143,8 @@ int RunGenerate(const GenerateArgs& a) {
     load_seconds = loaded->load_seconds;
     weight_bytes = loaded->weight_bytes;
     const StageLayout lay = loaded->model->layout();
-    auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, a.block_size, lay.kv_heads_local,
-                                           loaded->config.head_dim);
+    auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, a.block_size,
+                                           lay.kv_heads_local, loaded->config.head_dim);
     BlockAllocator allocator(blocks);
     LocalExecutor executor(std::move(loaded->model), std::move(cache));
     Engine engine(loaded->config, &executor, &allocator, a.block_size, tok->get());
@@ -160,7 +162,8 @@ int RunGenerate(const GenerateArgs& a) {
     o.layers_per_stage = a.layers;
     o.rank = a.rank;
     const size_t colon = a.store.rfind(':');
-    if (colon == std::string::npos) return Fail(InvalidArgument("--store must be host:port, got '" + a.store + "'"));
+    if (colon == std::string::npos)
+      return Fail(InvalidArgument("--store must be host:port, got '" + a.store + "'"));
     o.store_host = a.store.substr(0, colon);
     o.store_port = std::atoi(a.store.c_str() + colon + 1);
     o.timeout_seconds = a.timeout;
@@ -176,15 +179,17 @@ int RunGenerate(const GenerateArgs& a) {
   }
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  std::fprintf(stderr,
-               "tessera: tp=%d pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f tokens/s | decode "
-               "%lld tokens, %.1f tokens/s | finish: %s\n",
-               a.tp, a.pp, load_seconds, static_cast<double>(weight_bytes) / 1e6,
-               static_cast<long long>(st.prefill_tokens),
-               st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0,
-               static_cast<long long>(st.decode_tokens),
-               st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0.0,
-               FinishReasonName(result.finish_reason));
+  std::fprintf(
+      stderr,
+      "tessera: tp=%d pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f "
+      "tokens/s | decode "
+      "%lld tokens, %.1f tokens/s | finish: %s\n",
+      a.tp, a.pp, load_seconds, static_cast<double>(weight_bytes) / 1e6,
+      static_cast<long long>(st.prefill_tokens),
+      st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0,
+      static_cast<long long>(st.decode_tokens),
+      st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0.0,
+      FinishReasonName(result.finish_reason));
   return 0;
 }
 
@@ -201,20 +206,26 @@ int main(int argc, char** argv) {
 
   GenerateArgs g;
   CLI::App* gen = app.add_subcommand("generate", "generate text from a prompt on this machine");
-  gen->add_option("--model", g.model, "Hugging Face model directory")->required()->check(CLI::ExistingDirectory);
+  gen->add_option("--model", g.model, "Hugging Face model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   gen->add_option("--prompt", g.prompt, "prompt text (a user message unless --raw)")->required();
-  gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")->check(CLI::Range(0, 1 << 20));
+  gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")
+      ->check(CLI::Range(0, 1 << 20));
   gen->add_option("--temperature", g.temperature, "0 = greedy")->check(CLI::Range(0.0f, 100.0f));
   gen->add_option("--top-p", g.top_p, "nucleus mass in (0, 1]")->check(CLI::Range(0.0f, 1.0f));
   gen->add_option("--top-k", g.top_k, "0 = off")->check(CLI::NonNegativeNumber);
   gen->add_option("--seed", g.seed, "sampling seed");
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
   gen->add_flag("--raw", g.raw, "send the prompt as is, without the chat template");
-  gen->add_option("--chat-template", g.chat_template, "chatml, llama3 or llama2 (default: detected)");
+  gen->add_option("--chat-template", g.chat_template,
+                  "chatml, llama3 or llama2 (default: detected)");
   gen->add_option("--tp", g.tp, "tensor-parallel ranks per stage")->check(CLI::Range(1, 64));
   gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
-  gen->add_option("--layers", g.layers, "layers per stage, e.g. --layers 10 20 (default: even split)");
-  gen->add_option("--timeout", g.timeout, "seconds before a collective or receive is declared failed")
+  gen->add_option("--layers", g.layers,
+                  "layers per stage, e.g. --layers 10 20 (default: even split)");
+  gen->add_option("--timeout", g.timeout,
+                  "seconds before a collective or receive is declared failed")
       ->check(CLI::PositiveNumber);
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");

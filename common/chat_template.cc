@@ -4,9 +4,12 @@ namespace tessera {
 
 const char* ChatFormatName(ChatFormat format) {
   switch (format) {
-    case ChatFormat::kChatML: return "chatml";
-    case ChatFormat::kLlama3: return "llama3";
-    case ChatFormat::kLlama2: return "llama2";
+    case ChatFormat::kChatML:
+      return "chatml";
+    case ChatFormat::kLlama3:
+      return "llama3";
+    case ChatFormat::kLlama2:
+      return "llama2";
   }
   return "?";
 }
@@ -20,7 +23,8 @@ std::string DefaultSystemPrompt(const std::string& jinja) {
   // The newline after "system" is either a Jinja escape (\n) or a real
   // newline, depending on how the template was serialised.
   size_t at = std::string::npos;
-  for (const std::string& marker : {std::string("<|im_start|>system\\n"), std::string("<|im_start|>system\n")}) {
+  for (const std::string& marker :
+       {std::string("<|im_start|>system\\n"), std::string("<|im_start|>system\n")}) {
     at = jinja.find(marker);
     if (at != std::string::npos) {
       at += marker.size();

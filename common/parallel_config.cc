@@ -1,11 +1,11 @@
 #include "common/parallel_config.h"
 
-#include "common/parallel_rank.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <numeric>
+
+#include "common/parallel_rank.h"
 
 namespace tessera {
 

@@ -14,5 +14,4 @@ Status SamplingParams::Validate() const {
   return Status::Ok();
 }
 
-
 }  // namespace tessera

@@ -20,15 +20,15 @@ namespace tessera {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller passed something malformed (file, key, request field)
-  kNotFound,          // a named thing (tensor, file, key) does not exist
-  kOutOfRange,        // an offset, index or size lies outside its valid range
-  kUnimplemented,     // a valid but unsupported value (architecture, dtype, rope type)
+  kInvalidArgument,  // the caller passed something malformed (file, key, request field)
+  kNotFound,         // a named thing (tensor, file, key) does not exist
+  kOutOfRange,       // an offset, index or size lies outside its valid range
+  kUnimplemented,    // a valid but unsupported value (architecture, dtype, rope type)
   kFailedPrecondition,
-  kIoError,           // the operating system refused a read, write, mmap or socket call
-  kDeadlineExceeded,  // a collective, receive or wait timed out
-  kUnavailable,       // a peer (rank, worker) is gone
-  kResourceExhausted, // out of KV blocks, queue full
+  kIoError,            // the operating system refused a read, write, mmap or socket call
+  kDeadlineExceeded,   // a collective, receive or wait timed out
+  kUnavailable,        // a peer (rank, worker) is gone
+  kResourceExhausted,  // out of KV blocks, queue full
   kInternal,
 };
 
@@ -58,15 +58,23 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
-inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
@@ -99,32 +107,32 @@ class [[nodiscard]] StatusOr {
 #define TESSERA_CONCAT(a, b) TESSERA_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define TESSERA_RETURN_IF_ERROR(expr)            \
-  do {                                           \
-    ::tessera::Status _tessera_st = (expr);      \
-    if (!_tessera_st.ok()) return _tessera_st;   \
+#define TESSERA_RETURN_IF_ERROR(expr)          \
+  do {                                         \
+    ::tessera::Status _tessera_st = (expr);    \
+    if (!_tessera_st.ok()) return _tessera_st; \
   } while (0)
 
 // Same, adding `context` (a std::string expression) in front of the message.
-#define TESSERA_RETURN_IF_ERROR_CTX(expr, context)                   \
-  do {                                                               \
-    ::tessera::Status _tessera_st = (expr);                          \
-    if (!_tessera_st.ok()) return _tessera_st.WithContext(context);  \
+#define TESSERA_RETURN_IF_ERROR_CTX(expr, context)                  \
+  do {                                                              \
+    ::tessera::Status _tessera_st = (expr);                         \
+    if (!_tessera_st.ok()) return _tessera_st.WithContext(context); \
   } while (0)
 
 // `TESSERA_ASSIGN_OR_RETURN(auto x, Foo());` binds the value or returns the error.
-#define TESSERA_ASSIGN_OR_RETURN(lhs, expr)                                    \
-  auto TESSERA_CONCAT(_tessera_so_, __LINE__) = (expr);                        \
-  if (!TESSERA_CONCAT(_tessera_so_, __LINE__).ok())                            \
-    return TESSERA_CONCAT(_tessera_so_, __LINE__).status();                    \
+#define TESSERA_ASSIGN_OR_RETURN(lhs, expr)                 \
+  auto TESSERA_CONCAT(_tessera_so_, __LINE__) = (expr);     \
+  if (!TESSERA_CONCAT(_tessera_so_, __LINE__).ok())         \
+    return TESSERA_CONCAT(_tessera_so_, __LINE__).status(); \
   lhs = std::move(TESSERA_CONCAT(_tessera_so_, __LINE__)).value()
 
 // Invariant check: aborts with file:line and the message. For programming
 // errors only, never for bad input.
-#define TESSERA_CHECK(cond)                                                              \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
+#define TESSERA_CHECK(cond)                                                                 \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
       std::fprintf(stderr, "%s:%d: TESSERA_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                      \
-    }                                                                                    \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)

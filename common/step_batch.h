@@ -18,8 +18,8 @@ namespace tessera {
 
 struct SeqStep {
   int64_t seq_id = 0;
-  int32_t start_pos = 0;             // tokens of this sequence already in the KV cache
-  int32_t num_tokens = 0;            // tokens of this sequence in this step
+  int32_t start_pos = 0;   // tokens of this sequence already in the KV cache
+  int32_t num_tokens = 0;  // tokens of this sequence in this step
   // Length of the sequence's prompt. Dynamic-NTK RoPE scales by the length
   // of the whole prompt while prefilling, as HF does when it prefills in one
   // pass, so a chunked prefill rotates keys exactly like an unchunked one.

@@ -1,9 +1,8 @@
 // HTTP routes of the coordinator: the OpenAI-compatible API, health and
 // admin endpoints, bound to the scheduler.
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "coordinator/coordinator_daemon.h"
 #include "coordinator/openai_api.h"
@@ -34,8 +33,10 @@ struct Exchange {
 void SendFinal(Exchange& x) {
   if (x.failed) return;
   if (x.stream) {
-    if (x.include_usage && x.chat) x.res->SendEvent(ChatCompletionUsageChunkJson(x.id, x.created, x.model, x.usage));
-    if (x.include_usage && !x.chat) x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
+    if (x.include_usage && x.chat)
+      x.res->SendEvent(ChatCompletionUsageChunkJson(x.id, x.created, x.model, x.usage));
+    if (x.include_usage && !x.chat)
+      x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
     x.res->SendEvent(kSseDone);
     x.res->Finish();
     return;
@@ -65,9 +66,11 @@ void SendFinal(Exchange& x) {
 
 }  // namespace
 
-void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
+void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res,
+                                          bool chat) {
   if (!ready_.load()) {
-    res->SendError(503, "no plan is loaded and serving yet; see /readyz", std::nullopt, "not_ready");
+    res->SendError(503, "no plan is loaded and serving yet; see /readyz", std::nullopt,
+                   "not_ready");
     return;
   }
   auto x = std::make_shared<Exchange>();
@@ -87,8 +90,11 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     const ChatCompletionRequest& r = parsed.value();
     requested_model = r.model;
     if (!chat_template_) {
-      res->SendError(400, "the model has no recognised chat template; set model.chat_template (chatml, llama3, "
-                          "llama2) in the config", std::string("messages"), "unknown_chat_template");
+      res->SendError(
+          400,
+          "the model has no recognised chat template; set model.chat_template (chatml, llama3, "
+          "llama2) in the config",
+          std::string("messages"), "unknown_chat_template");
       return;
     }
     auto text = chat_template_->Render(r.messages);
@@ -137,8 +143,8 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   for (const GenerationRequest& g : gens) {
     const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
     if (total > max_context_) {
-      const ApiError e = ContextLengthError(max_context_, static_cast<int64_t>(g.prompt_ids.size()), g.max_tokens,
-                                            chat ? "messages" : "prompt");
+      const ApiError e = ContextLengthError(max_context_, static_cast<int64_t>(g.prompt_ids.size()),
+                                            g.max_tokens, chat ? "messages" : "prompt");
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
@@ -151,16 +157,19 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     RequestCallbacks cb;
     const int index = static_cast<int>(i);
     if (x->stream) {
-      cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text, int32_t) {
+      cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text,
+                                                                     int32_t) {
         if (text.empty()) return;
         if (x->chat) {
-          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first, text, std::nullopt,
-                                                    std::nullopt, x->include_usage));
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first,
+                                                    text, std::nullopt, std::nullopt,
+                                                    x->include_usage));
         } else {
           CompletionChoice c;
           c.index = index;
           c.text = text;
-          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt, x->include_usage));
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
+                                                x->include_usage));
         }
         *first = false;
       };
@@ -173,8 +182,9 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       if (r.finish_reason == FinishReason::kError) {
         if (!x->failed) {
           x->failed = true;
-          const std::string err = ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
-                                            std::nullopt, std::string("worker_failed"));
+          const std::string err =
+              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
+                        std::nullopt, std::string("worker_failed"));
           if (x->stream) {
             x->res->SendEvent(err);
             x->res->Finish();
@@ -184,13 +194,15 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
         }
       } else if (x->stream) {
         if (x->chat) {
-          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false, std::nullopt,
-                                                    r.finish_reason, std::nullopt, x->include_usage));
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false,
+                                                    std::nullopt, r.finish_reason, std::nullopt,
+                                                    x->include_usage));
         } else {
           CompletionChoice c;
           c.index = index;
           c.finish_reason = r.finish_reason;
-          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt, x->include_usage));
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
+                                                x->include_usage));
         }
       }
       if (--x->remaining == 0) SendFinal(*x);
@@ -222,9 +234,13 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
 
 void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server) {
   api.Handle("POST", "/v1/completions",
-             [this](const HttpRequest& r, std::shared_ptr<Responder> res) { HandleCompletions(r, res, false); });
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+               HandleCompletions(r, res, false);
+             });
   api.Handle("POST", "/v1/chat/completions",
-             [this](const HttpRequest& r, std::shared_ptr<Responder> res) { HandleCompletions(r, res, true); });
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+               HandleCompletions(r, res, true);
+             });
   api.Handle("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
     ModelCard card;
     card.id = model_name_;
@@ -238,19 +254,24 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
       res->Send(200, "application/json", R"({"status":"ready"})");
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      json j = {{"status", "not_ready"}, {"reason", placement_status_.ok() ? "waiting for workers or degraded"
-                                                                              : placement_status_.ToString()}};
+      json j = {{"status", "not_ready"},
+                {"reason", placement_status_.ok() ? "waiting for workers or degraded"
+                                                  : placement_status_.ToString()}};
       res->Send(503, "application/json", j.dump());
     }
   });
   HttpServer& admin = admin_server ? *admin_server : api;
   const std::string token = config_.admin.effective_token;
-  admin.Handle("GET", "/admin/cluster", RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
-                 res->Send(200, "application/json", ClusterJson());
-               }));
-  admin.Handle("GET", "/admin/plan", RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
-                 res->Send(200, "application/json", PlanJson());
-               }));
+  admin.Handle(
+      "GET", "/admin/cluster",
+      RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+        res->Send(200, "application/json", ClusterJson());
+      }));
+  admin.Handle(
+      "GET", "/admin/plan",
+      RequireBearerToken(token, [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+        res->Send(200, "application/json", PlanJson());
+      }));
 }
 
 }  // namespace tessera

@@ -1,9 +1,8 @@
 #include "coordinator/coordinator_daemon.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "common/control_codec.h"
 #include "common/logging.h"
@@ -26,16 +25,20 @@ Status CoordinatorDaemon::Start() {
   TESSERA_ASSIGN_OR_RETURN(model_, LoadModelConfig(dir));
   TESSERA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
   if (config_.model.chat_template) {
-    TESSERA_ASSIGN_OR_RETURN(chat_template_, ChatTemplate::FromName(ChatFormatName(*config_.model.chat_template)));
+    TESSERA_ASSIGN_OR_RETURN(chat_template_,
+                             ChatTemplate::FromName(ChatFormatName(*config_.model.chat_template)));
   } else {
     auto t = ChatTemplate::Detect(tokenizer_->chat_template());
     if (t.ok()) chat_template_ = *t;  // else chat requests get a 400 naming the problem
   }
   if (config_.parallel.mode != ParallelMode::kExplicit)
-    return Unimplemented("parallel.mode = \"auto\" needs the topology planner wiring; set tp and pp explicitly");
-  TESSERA_ASSIGN_OR_RETURN(parallel_, ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                                           config_.parallel.layers_per_stage));
-  max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context : model_.max_position_embeddings;
+    return Unimplemented(
+        "parallel.mode = \"auto\" needs the topology planner wiring; set tp and pp explicitly");
+  TESSERA_ASSIGN_OR_RETURN(parallel_,
+                           ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
+                                                config_.parallel.layers_per_stage));
+  max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
+                                                   : model_.max_position_embeddings;
   if (max_context_ > model_.max_position_embeddings)
     return InvalidArgument("scheduler.max_context " + std::to_string(max_context_) +
                            " exceeds the model's max_position_embeddings " +
@@ -43,14 +46,18 @@ Status CoordinatorDaemon::Start() {
   const int64_t block = config_.kv_cache.block_size;
   kv_blocks_ = config_.kv_cache.max_blocks > 0
                    ? config_.kv_cache.max_blocks
-                   : BlockAllocator::BlocksFor(max_context_, block) * std::min<int64_t>(8, config_.scheduler.max_sequences);
+                   : BlockAllocator::BlocksFor(max_context_, block) *
+                         std::min<int64_t>(8, config_.scheduler.max_sequences);
   model_name_ = ServedModelName(config_.model);
 
   ControlServerOptions co;
-  co.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(config_.heartbeat.interval_seconds * 1000));
-  co.heartbeat_miss_limit = std::max(1, static_cast<int>(config_.heartbeat.timeout_seconds /
-                                                         config_.heartbeat.interval_seconds));
-  co.on_message = [this](const ControlPeer& p, const control::Envelope& e) { OnControlMessage(p, e); };
+  co.heartbeat_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.heartbeat.interval_seconds * 1000));
+  co.heartbeat_miss_limit = std::max(
+      1, static_cast<int>(config_.heartbeat.timeout_seconds / config_.heartbeat.interval_seconds));
+  co.on_message = [this](const ControlPeer& p, const control::Envelope& e) {
+    OnControlMessage(p, e);
+  };
   co.on_worker_lost = [this](const std::string& id) { OnWorkerLost(id); };
   control_ = std::make_unique<ControlServer>(co);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
@@ -77,9 +84,10 @@ Status CoordinatorDaemon::Start() {
   RegisterRoutes(*api_, admin_.get());
   TESSERA_RETURN_IF_ERROR(api_->Start());
   if (admin_) TESSERA_RETURN_IF_ERROR(admin_->Start());
-  TESSERA_LOG_INFO("coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
-                   model_name_, config_.server.host, api_port(), control_endpoint_, parallel_.world_size(),
-                   parallel_.ToString());
+  TESSERA_LOG_INFO("coordinator",
+                   "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
+                   model_name_, config_.server.host, api_port(), control_endpoint_,
+                   parallel_.world_size(), parallel_.ToString());
   placement_thread_ = std::thread([this] { PlaceAndServe(); });
   return Status::Ok();
 }
@@ -117,7 +125,8 @@ Status CoordinatorDaemon::WaitReady(double timeout_seconds) {
   cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
                [&] { return ready_.load() || !placement_status_.ok() || stopping_; });
   if (!placement_status_.ok()) return placement_status_;
-  if (!ready_.load()) return DeadlineExceeded("not ready after " + std::to_string(timeout_seconds) + " s");
+  if (!ready_.load())
+    return DeadlineExceeded("not ready after " + std::to_string(timeout_seconds) + " s");
   return Status::Ok();
 }
 
@@ -174,9 +183,10 @@ void CoordinatorDaemon::PlaceAndServe() {
     s->set_dtype("F32");
     s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));
     s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks_));
-    s->set_device_index(workers[static_cast<size_t>(a.world_rank)].registration.devices_size()
-                            ? workers[static_cast<size_t>(a.world_rank)].registration.devices(0).index()
-                            : 0);
+    s->set_device_index(
+        workers[static_cast<size_t>(a.world_rank)].registration.devices_size()
+            ? workers[static_cast<size_t>(a.world_rank)].registration.devices(0).index()
+            : 0);
     control::GlooRendezvous* g = s->mutable_gloo();
     g->set_store_host(store_->host() == "0.0.0.0" ? "127.0.0.1" : store_->host());
     g->set_store_port(static_cast<uint32_t>(store_->port()));
@@ -190,8 +200,10 @@ void CoordinatorDaemon::PlaceAndServe() {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) return;
     if (!failed_workers_.empty())
-      return lock.unlock(), fail(Unavailable("worker " + failed_workers_.front() + " failed while loading"));
-    if (std::all_of(assignments_.begin(), assignments_.end(), [](const Assignment& a) { return a.loaded_weight_bytes >= 0; }))
+      return lock.unlock(),
+             fail(Unavailable("worker " + failed_workers_.front() + " failed while loading"));
+    if (std::all_of(assignments_.begin(), assignments_.end(),
+                    [](const Assignment& a) { return a.loaded_weight_bytes >= 0; }))
       break;
   }
   std::vector<std::string> first, all;
@@ -199,8 +211,9 @@ void CoordinatorDaemon::PlaceAndServe() {
     all.push_back(a.worker_id);
     if (a.stage == 0) first.push_back(a.worker_id);
   }
-  executor_ = std::make_unique<RemoteExecutor>(control_.get(), plan_version_, first, all, parallel_.pp,
-                                               model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
+  executor_ =
+      std::make_unique<RemoteExecutor>(control_.get(), plan_version_, first, all, parallel_.pp,
+                                       model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks_);
   SchedulerOptions so;
   so.max_batch_tokens = config_.scheduler.max_batch_tokens;
@@ -208,12 +221,13 @@ void CoordinatorDaemon::PlaceAndServe() {
   so.queue_limit = config_.scheduler.queue_limit;
   so.max_context = max_context_;
   so.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
-  scheduler_ = std::make_unique<Scheduler>(model_, executor_.get(), allocator_.get(), config_.kv_cache.block_size,
-                                           tokenizer_.get(), so);
+  scheduler_ = std::make_unique<Scheduler>(model_, executor_.get(), allocator_.get(),
+                                           config_.kv_cache.block_size, tokenizer_.get(), so);
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   ready_.store(true);
   cv_.notify_all();
-  TESSERA_LOG_INFO("coordinator", "plan {} loaded on {} workers; serving", plan_version_, plan.size());
+  TESSERA_LOG_INFO("coordinator", "plan {} loaded on {} workers; serving", plan_version_,
+                   plan.size());
 }
 
 void CoordinatorDaemon::SchedulerLoop() {
@@ -277,9 +291,11 @@ std::string CoordinatorDaemon::ClusterJson() const {
   json workers = json::array();
   std::lock_guard<std::mutex> lock(mu_);
   for (const ControlWorkerInfo& w : control_->Workers()) {
-    const bool failed = std::find(failed_workers_.begin(), failed_workers_.end(), w.worker_id) != failed_workers_.end();
+    const bool failed = std::find(failed_workers_.begin(), failed_workers_.end(), w.worker_id) !=
+                        failed_workers_.end();
     json devices = json::array();
-    for (const auto& d : w.registration.devices()) devices.push_back({{"index", d.index()}, {"name", d.name()}});
+    for (const auto& d : w.registration.devices())
+      devices.push_back({{"index", d.index()}, {"name", d.name()}});
     workers.push_back({{"id", w.worker_id},
                        {"host", w.registration.host()},
                        {"pid", w.registration.pid()},
@@ -287,7 +303,8 @@ std::string CoordinatorDaemon::ClusterJson() const {
                        {"state", failed || !w.alive ? "failed" : "alive"},
                        {"seconds_since_last_message", w.seconds_since_last_message}});
   }
-  return json{{"workers", workers}, {"ready", ready_.load()}, {"plan_version", plan_version_}}.dump();
+  return json{{"workers", workers}, {"ready", ready_.load()}, {"plan_version", plan_version_}}
+      .dump();
 }
 
 std::string CoordinatorDaemon::PlanJson() const {
@@ -304,9 +321,13 @@ std::string CoordinatorDaemon::PlanJson() const {
                      {"kv_bytes", a.kv_bytes},
                      {"load_seconds", a.load_seconds}});
   }
-  return json{{"plan_version", plan_version_}, {"tp", parallel_.tp},     {"pp", parallel_.pp},
-              {"layers_per_stage", parallel_.layers_per_stage},          {"kv_blocks", kv_blocks_},
-              {"kv_block_size", config_.kv_cache.block_size},            {"ranks", ranks}}
+  return json{{"plan_version", plan_version_},
+              {"tp", parallel_.tp},
+              {"pp", parallel_.pp},
+              {"layers_per_stage", parallel_.layers_per_stage},
+              {"kv_blocks", kv_blocks_},
+              {"kv_block_size", config_.kv_cache.block_size},
+              {"ranks", ranks}}
       .dump();
 }
 

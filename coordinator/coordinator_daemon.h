@@ -90,10 +90,10 @@ class CoordinatorDaemon {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Assignment> assignments_;         // protected by mu_
-  std::vector<std::string> failed_workers_;     // protected by mu_
-  Status placement_status_;                     // protected by mu_
-  bool stopping_ = false;                       // protected by mu_
+  std::vector<Assignment> assignments_;      // protected by mu_
+  std::vector<std::string> failed_workers_;  // protected by mu_
+  Status placement_status_;                  // protected by mu_
+  bool stopping_ = false;                    // protected by mu_
   std::atomic<bool> ready_{false};
 
   std::unique_ptr<RemoteExecutor> executor_;

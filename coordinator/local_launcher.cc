@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,12 +35,15 @@ Status LocalLauncher::Start(const std::vector<ChildSpec>& children) {
       return IoError("fork for " + c.name + ": " + err);
     }
     if (pid == 0) {
+      // Die with the launcher, so a killed launcher leaves no rank behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (c.quiet_stdout) {
         const int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, STDOUT_FILENO);
       }
       execv(argv[0], argv.data());
-      dprintf(STDERR_FILENO, "tessera: exec %s for %s: %s\n", argv[0], c.name.c_str(), strerror(errno));
+      dprintf(STDERR_FILENO, "tessera: exec %s for %s: %s\n", argv[0], c.name.c_str(),
+              strerror(errno));
       _exit(127);
     }
     specs_.push_back(c);
@@ -92,8 +96,8 @@ Status LocalLauncher::Wait(double grace_seconds) {
         waitpid(pids_[i], nullptr, 0);
         pids_[i] = -1;
         --running;
-        failures += "; " + specs_[i].name + " did not exit within " + std::to_string(grace_seconds) +
-                    " s and was killed";
+        failures += "; " + specs_[i].name + " did not exit within " +
+                    std::to_string(grace_seconds) + " s and was killed";
       }
       break;
     }

@@ -1,9 +1,10 @@
 // tessera-coordinator: discovers workers, places the model on them and serves
 // the OpenAI-compatible API. Stops cleanly on SIGINT or SIGTERM.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
-#include <unistd.h>
 
 #include "coordinator/coordinator_daemon.h"
 

@@ -7,7 +7,8 @@
 
 namespace tessera {
 
-RemoteExecutor::RemoteExecutor(ControlServer* server, uint64_t plan_version, std::vector<std::string> first_stage,
+RemoteExecutor::RemoteExecutor(ControlServer* server, uint64_t plan_version,
+                               std::vector<std::string> first_stage,
                                std::vector<std::string> pipeline, int pp, int64_t vocab_size,
                                double step_timeout_seconds)
     : server_(server),
@@ -51,7 +52,8 @@ StatusOr<std::vector<int32_t>> RemoteExecutor::Collect() {
                                   [&] { return results_.count(id) > 0 || !failure_.ok(); });
   if (!failure_.ok()) return failure_;
   if (!ready)
-    return DeadlineExceeded("micro-batch " + std::to_string(id) + ": no result from the last stage within " +
+    return DeadlineExceeded("micro-batch " + std::to_string(id) +
+                            ": no result from the last stage within " +
                             std::to_string(step_timeout_seconds_) + " s");
   std::vector<int32_t> tokens = std::move(results_[id]);
   results_.erase(id);

@@ -25,7 +25,8 @@ class RemoteExecutor : public StepExecutor {
   // `first_stage` are the worker ids of stage 0 (every tp rank);
   // `pipeline` every worker of the plan (a failure of any fails the steps).
   RemoteExecutor(ControlServer* server, uint64_t plan_version, std::vector<std::string> first_stage,
-                 std::vector<std::string> pipeline, int pp, int64_t vocab_size, double step_timeout_seconds);
+                 std::vector<std::string> pipeline, int pp, int64_t vocab_size,
+                 double step_timeout_seconds);
 
   Status Submit(const StepBatch& batch) override;
   StatusOr<std::vector<int32_t>> Collect() override;
@@ -46,7 +47,7 @@ class RemoteExecutor : public StepExecutor {
   const int pp_;
   const int64_t vocab_size_;
   const double step_timeout_seconds_;
-  uint64_t next_id_ = 0;        // owner thread
+  uint64_t next_id_ = 0;          // owner thread
   std::deque<uint64_t> pending_;  // owner thread: submitted ids, oldest first
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -12,9 +12,9 @@
 
 // The CUDA branch routes to tessera::kernels::cuda::fn once the CUDA kernels
 // land; until then a CUDA tensor gets a clear kUnimplemented.
-#define TESSERA_DISPATCH(device, fn, ...)                                                  \
-  ((device) == ::tessera::Device::kCPU                                                     \
-       ? ::tessera::kernels::cpu::fn(__VA_ARGS__)                                          \
+#define TESSERA_DISPATCH(device, fn, ...)         \
+  ((device) == ::tessera::Device::kCPU            \
+       ? ::tessera::kernels::cpu::fn(__VA_ARGS__) \
        : ::tessera::Unimplemented(std::string(#fn) + ": no CUDA kernel for this operation yet"))
 
 namespace tessera::kernels {

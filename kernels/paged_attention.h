@@ -34,9 +34,9 @@ struct KvCacheLayer {
 };
 
 struct AttentionSeq {
-  int64_t token_begin = 0;             // first row in the step's q/k/v
-  int64_t num_tokens = 0;              // rows of this sequence in the step
-  int32_t start_pos = 0;               // absolute position of the first row
+  int64_t token_begin = 0;               // first row in the step's q/k/v
+  int64_t num_tokens = 0;                // rows of this sequence in the step
+  int32_t start_pos = 0;                 // absolute position of the first row
   std::span<const int32_t> block_table;  // covers positions [0, start_pos + num_tokens)
 };
 

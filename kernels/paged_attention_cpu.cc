@@ -25,9 +25,11 @@ namespace {
 Status CheckCache(const KvCacheLayer& cache, int64_t kv_heads, int64_t head_dim) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.k, 4, DType::kF32, "kv cache K"));
   TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.v, 4, DType::kF32, "kv cache V"));
-  if (cache.k.shape() != cache.v.shape() || cache.k.dim(2) != kv_heads || cache.k.dim(3) != head_dim)
+  if (cache.k.shape() != cache.v.shape() || cache.k.dim(2) != kv_heads ||
+      cache.k.dim(3) != head_dim)
     return InvalidArgument("kv cache " + cache.k.Describe() + " does not hold " +
-                           std::to_string(kv_heads) + " kv heads of dim " + std::to_string(head_dim));
+                           std::to_string(kv_heads) + " kv heads of dim " +
+                           std::to_string(head_dim));
   return Status::Ok();
 }
 
@@ -52,7 +54,8 @@ StatusOr<int64_t> SlotOffset(const KvCacheLayer& cache, const AttentionSeq& s, i
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
                const std::vector<AttentionSeq>& seqs) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(k, 3, DType::kF32, "kv write K"));
-  if (v.shape() != k.shape()) return InvalidArgument("kv write: K " + k.Describe() + " vs V " + v.Describe());
+  if (v.shape() != k.shape())
+    return InvalidArgument("kv write: K " + k.Describe() + " vs V " + v.Describe());
   TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2)));
   const int64_t row = k.dim(1) * k.dim(2);
   for (const AttentionSeq& s : seqs) {

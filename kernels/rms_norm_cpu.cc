@@ -43,7 +43,8 @@ Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
 Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
   TESSERA_RETURN_IF_ERROR(CheckNormShapes(x, weight, y));
   if (residual.shape() != x.shape())
-    return InvalidArgument("add_rms_norm: residual " + residual.Describe() + " vs x " + x.Describe());
+    return InvalidArgument("add_rms_norm: residual " + residual.Describe() + " vs x " +
+                           x.Describe());
   float* r = residual.data<float>();
   const float* in = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) r[i] += in[i];

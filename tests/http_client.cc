@@ -11,8 +11,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = boost::asio::ip::tcp;
 
-HttpReply HttpCall(int port, const std::string& method, const std::string& target, const std::string& body,
-                   const std::string& bearer) {
+HttpReply HttpCall(int port, const std::string& method, const std::string& target,
+                   const std::string& body, const std::string& bearer) {
   HttpReply out;
   try {
     boost::asio::io_context ioc;
@@ -20,7 +20,8 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     beast::tcp_stream stream(ioc);
     stream.expires_after(std::chrono::seconds(120));
     stream.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
-    http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post, target, 11};
+    http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
+                                         target, 11};
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::content_type, "application/json");
     if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
@@ -36,7 +37,8 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     size_t pos = 0;
     while ((pos = out.body.find("data: ", pos)) != std::string::npos) {
       const size_t end = out.body.find("\n\n", pos);
-      out.events.push_back(out.body.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6));
+      out.events.push_back(
+          out.body.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6));
       pos = end == std::string::npos ? out.body.size() : end;
     }
     beast::error_code ec;

@@ -11,8 +11,8 @@ StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, i
   m->config_ = loaded.config;
   m->block_size_ = block_size;
   const StageLayout lay = loaded.model->layout();
-  auto cache = std::make_unique<KvCache>(lay.num_layers(), num_blocks, block_size, lay.kv_heads_local,
-                                         loaded.config.head_dim);
+  auto cache = std::make_unique<KvCache>(lay.num_layers(), num_blocks, block_size,
+                                         lay.kv_heads_local, loaded.config.head_dim);
   m->executor_ = std::make_unique<LocalExecutor>(std::move(loaded.model), std::move(cache));
   m->allocator_ = std::make_unique<BlockAllocator>(num_blocks);
   return m;

@@ -25,7 +25,9 @@ void RemoveDirs() {
 }
 }  // namespace
 
-std::string FixturePath(const std::string& name) { return std::string(TESSERA_FIXTURES_DIR) + "/" + name; }
+std::string FixturePath(const std::string& name) {
+  return std::string(TESSERA_FIXTURES_DIR) + "/" + name;
+}
 
 std::string BinaryDir() { return TESSERA_BINARY_DIR; }
 

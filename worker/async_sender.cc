@@ -15,8 +15,8 @@ Status RecvFrame(Communicator& comm, int peer, std::vector<uint8_t>& out, size_t
   uint64_t n = 0;
   TESSERA_RETURN_IF_ERROR(comm.Recv(&n, sizeof n, peer));
   if (n > max_bytes)
-    return InvalidArgument("frame of " + std::to_string(n) + " bytes from " + comm.name() + " exceeds " +
-                           std::to_string(max_bytes));
+    return InvalidArgument("frame of " + std::to_string(n) + " bytes from " + comm.name() +
+                           " exceeds " + std::to_string(max_bytes));
   out.resize(n);
   if (n == 0) return Status::Ok();
   return comm.Recv(out.data(), n, peer);

@@ -22,8 +22,8 @@ Engine::Engine(const ModelConfig& config, StepExecutor* executor, BlockAllocator
                int64_t block_size, const Tokenizer* tokenizer, EngineOptions options)
     : scheduler_(config, executor, allocator, block_size, tokenizer, ToSchedulerOptions(options)) {}
 
-StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<GenerationRequest>& requests,
-                                                         const TextCallback& on_text) {
+StatusOr<std::vector<GenerationResult>> Engine::Generate(
+    const std::vector<GenerationRequest>& requests, const TextCallback& on_text) {
   std::vector<GenerationResult> results(requests.size());
   size_t finished = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -40,7 +40,8 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(const std::vector<Gener
   }
   while (finished < requests.size()) {
     TESSERA_ASSIGN_OR_RETURN(bool progressed, scheduler_.RunOnce());
-    if (!progressed && finished < requests.size() && scheduler_.running() == 0 && scheduler_.waiting() == 0)
+    if (!progressed && finished < requests.size() && scheduler_.running() == 0 &&
+        scheduler_.waiting() == 0)
       return Internal("engine: requests unfinished with nothing left to run");
   }
   for (size_t i = 0; i < results.size(); ++i)

@@ -15,7 +15,8 @@ KvCache::KvCache(int num_layers, int64_t num_blocks, int64_t block_size, int64_t
   bytes_ = BlockBytes(num_layers, block_size, kv_heads, head_dim) * num_blocks;
 }
 
-int64_t KvCache::BlockBytes(int num_layers, int64_t block_size, int64_t kv_heads, int64_t head_dim) {
+int64_t KvCache::BlockBytes(int num_layers, int64_t block_size, int64_t kv_heads,
+                            int64_t head_dim) {
   return 2 * static_cast<int64_t>(num_layers) * block_size * kv_heads * head_dim *
          static_cast<int64_t>(sizeof(float));
 }

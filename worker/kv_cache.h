@@ -22,9 +22,12 @@ namespace tessera {
 
 class KvCache {
  public:
-  KvCache(int num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim);
+  KvCache(int num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
+          int64_t head_dim);
 
-  kernels::KvCacheLayer& layer(int local_layer) { return layers_[static_cast<size_t>(local_layer)]; }
+  kernels::KvCacheLayer& layer(int local_layer) {
+    return layers_[static_cast<size_t>(local_layer)];
+  }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t bytes() const { return bytes_; }

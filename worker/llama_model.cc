@@ -23,7 +23,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
 Status LlamaModel::AllReduce(Tensor& t, const char* what, int layer) {
   if (weights_.layout.tp == 1) return Status::Ok();
   Status s = tp_comm_->AllReduceSum(t.data<float>(), static_cast<size_t>(t.numel()));
-  if (!s.ok()) return s.WithContext(std::string(what) + " all-reduce in layer " + std::to_string(layer));
+  if (!s.ok())
+    return s.WithContext(std::string(what) + " all-reduce in layer " + std::to_string(layer));
   return Status::Ok();
 }
 
@@ -36,8 +37,8 @@ Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCa
     return InvalidArgument("forward: hidden_out " + hidden_out.Describe() + " for " +
                            std::to_string(tokens) + " tokens");
   if (lay.is_first) {
-    TESSERA_RETURN_IF_ERROR(
-        kernels::EmbeddingLookup(batch.token_ids, weights_.embed_tokens, lay.vocab_begin, hidden_out));
+    TESSERA_RETURN_IF_ERROR(kernels::EmbeddingLookup(batch.token_ids, weights_.embed_tokens,
+                                                     lay.vocab_begin, hidden_out));
     for (size_t i = 0; i < batch.token_ids.size(); ++i) {
       if (batch.token_ids[i] >= config_.vocab_size)
         return OutOfRange("forward: token id " + std::to_string(batch.token_ids[i]) +
@@ -85,12 +86,14 @@ Status LlamaModel::Layer(int local, const StepBatch& batch, const std::vector<in
   int64_t begin = 0;
   for (const SeqStep& s : batch.seqs) {
     const int64_t end = begin + s.num_tokens;
-    const int64_t seq_len = std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
+    const int64_t seq_len =
+        std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
     // Dynamic NTK rope changes inv_freq once a sequence outgrows
     // max_position_embeddings; every other type uses the fixed table.
     std::vector<float> dyn;
     const std::vector<float>* inv = &default_inv_freq_;
-    if (config_.rope_scaling.type == RopeType::kDynamic && seq_len > config_.max_position_embeddings) {
+    if (config_.rope_scaling.type == RopeType::kDynamic &&
+        seq_len > config_.max_position_embeddings) {
       dyn = kernels::RopeInvFreq(config_, seq_len);
       inv = &dyn;
     }
@@ -101,8 +104,8 @@ Status LlamaModel::Layer(int local, const StepBatch& batch, const std::vector<in
     begin = end;
   }
   if (begin != tokens)
-    return InvalidArgument("forward: sequences cover " + std::to_string(begin) + " tokens, batch has " +
-                           std::to_string(tokens));
+    return InvalidArgument("forward: sequences cover " + std::to_string(begin) +
+                           " tokens, batch has " + std::to_string(tokens));
   TESSERA_RETURN_IF_ERROR(kernels::WriteKv(cache.layer(local), k3, v3, seqs));
   Tensor attn = Tensor::Empty({tokens, lay.heads_local * head_dim});
   TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(
@@ -132,7 +135,8 @@ Status LlamaModel::Layer(int local, const StepBatch& batch, const std::vector<in
   const float* dp = down.data<float>();
   const float* db = w.down_bias.defined() ? w.down_bias.data<float>() : nullptr;
   for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t i = 0; i < hidden; ++i) hp[t * hidden + i] += dp[t * hidden + i] + (db ? db[i] : 0.0f);
+    for (int64_t i = 0; i < hidden; ++i)
+      hp[t * hidden + i] += dp[t * hidden + i] + (db ? db[i] : 0.0f);
   return Status::Ok();
 }
 
@@ -153,17 +157,17 @@ Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& 
   if (n == 0) return Status::Ok();
   Tensor picked = Tensor::Empty({n, hsize});
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(picked.data<float>() + i * hsize, hidden.data<float>() + rows[static_cast<size_t>(i)] * hsize,
-                sizeof(float) * hsize);
+    std::memcpy(picked.data<float>() + i * hsize,
+                hidden.data<float>() + rows[static_cast<size_t>(i)] * hsize, sizeof(float) * hsize);
   Tensor normed = Tensor::Empty({n, hsize});
-  TESSERA_RETURN_IF_ERROR(
-      kernels::RmsNorm(picked, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), normed));
+  TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(picked, weights_.final_norm,
+                                           static_cast<float>(config_.rms_norm_eps), normed));
   Tensor local = Tensor::Empty({n, lay.vocab_local});
   TESSERA_RETURN_IF_ERROR(kernels::Linear(normed, weights_.lm_head, Tensor(), local));
   if (lay.tp == 1) {
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(logits.data<float>() + i * lay.vocab_size, local.data<float>() + i * lay.vocab_local,
-                  sizeof(float) * lay.vocab_size);
+      std::memcpy(logits.data<float>() + i * lay.vocab_size,
+                  local.data<float>() + i * lay.vocab_local, sizeof(float) * lay.vocab_size);
     return Status::Ok();
   }
   // Vocab-parallel lm_head: gather [tp, n, vocab_local] and interleave to
@@ -178,7 +182,8 @@ Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& 
       const int64_t col0 = r * lay.vocab_local;
       if (col0 >= lay.vocab_size) break;
       const int64_t cols = std::min(lay.vocab_local, lay.vocab_size - col0);
-      std::memcpy(out + col0, gathered.data<float>() + (r * n + i) * lay.vocab_local, sizeof(float) * cols);
+      std::memcpy(out + col0, gathered.data<float>() + (r * n + i) * lay.vocab_local,
+                  sizeof(float) * cols);
     }
   }
   return Status::Ok();

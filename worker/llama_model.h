@@ -43,7 +43,8 @@ class LlamaModel {
   // are written at positions [start_pos, start_pos + num_tokens).
   // Errors: shape mismatches, KV block table errors, communicator failures
   // (naming the layer).
-  Status Forward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache, Tensor& hidden_out);
+  Status Forward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                 Tensor& hidden_out);
 
   // Last stage only: final norm and lm_head for the last token of each
   // sequence with want_logits. logits [num_wanted, vocab_size] F32 over the

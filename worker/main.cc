@@ -14,12 +14,14 @@ int main(int argc, char** argv) {
   tessera::WorkerDaemonOptions o;
   std::string coordinator;
   int device = -1;
-  app.add_option("--config", config_path, "TOML config file (its [worker] table)")->check(CLI::ExistingFile);
+  app.add_option("--config", config_path, "TOML config file (its [worker] table)")
+      ->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key, e.g. --set worker.gloo_host=10.0.0.2");
   app.add_option("--coordinator", coordinator, "coordinator control endpoint, tcp://HOST:PORT");
   app.add_option("--device", device, "device index on this host")->check(CLI::NonNegativeNumber);
   app.add_option("--id", o.worker_id, "worker id to request (default: assigned)");
-  app.add_option("--timeout", o.collective_timeout_seconds, "seconds before a collective is declared failed")
+  app.add_option("--timeout", o.collective_timeout_seconds,
+                 "seconds before a collective is declared failed")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 

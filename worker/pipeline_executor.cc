@@ -30,7 +30,8 @@ std::string RankName(const PipelineLinks& l) {
 
 StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
                                                  const Tensor& hidden, const PipelineLinks& links,
-                                                 SequenceSamplers& samplers, const LogitsSink& sink) {
+                                                 SequenceSamplers& samplers,
+                                                 const LogitsSink& sink) {
   const int64_t wanted = CountWanted(batch);
   const int64_t vocab = model.config().vocab_size;
   Tensor logits = Tensor::Empty({wanted, vocab});
@@ -47,7 +48,8 @@ StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBa
   return tokens;
 }
 
-PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links, LogitsSink sink)
+PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links,
+                                   LogitsSink sink)
     : model_(model), cache_(cache), links_(links), sink_(std::move(sink)) {
   TESSERA_CHECK(links_.stage == 0);
   if (links_.pp > 1) {
@@ -60,8 +62,9 @@ PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLi
 PipelineExecutor::~PipelineExecutor() = default;
 
 Status PipelineExecutor::Submit(const StepBatch& batch) {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
-                           RunFirstStage(*model_, *cache_, links_, batch, sender_.get(), samplers_, sink_));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::vector<int32_t> tokens,
+      RunFirstStage(*model_, *cache_, links_, batch, sender_.get(), samplers_, sink_));
   if (links_.pp == 1) {
     ready_.push_back(std::move(tokens));  // every tp rank of stage 0 keeps the broadcast tokens
   } else {
@@ -84,8 +87,8 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
   Status s = RecvFrame(*links_.ret, 1, frame, static_cast<size_t>(wanted) * sizeof(int32_t));
   if (!s.ok()) return s.WithContext("tokens from the last stage to " + RankName(links_));
   if (frame.size() != static_cast<size_t>(wanted) * sizeof(int32_t))
-    return Internal("last stage returned " + std::to_string(frame.size() / 4) + " tokens, expected " +
-                    std::to_string(wanted));
+    return Internal("last stage returned " + std::to_string(frame.size() / 4) +
+                    " tokens, expected " + std::to_string(wanted));
   std::vector<int32_t> tokens(static_cast<size_t>(wanted));
   if (wanted) std::memcpy(tokens.data(), frame.data(), frame.size());
   return tokens;
@@ -93,9 +96,10 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
 
 Status PipelineExecutor::Shutdown() { return SendShutdownDownstream(sender_.get()); }
 
-StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
-                                             const StepBatch& batch, AsyncSender* sender,
-                                             SequenceSamplers& samplers, const LogitsSink& sink) {
+StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
+                                             const PipelineLinks& links, const StepBatch& batch,
+                                             AsyncSender* sender, SequenceSamplers& samplers,
+                                             const LogitsSink& sink) {
   Tensor hidden = Tensor::Empty({batch.total_tokens(), model.config().hidden_size});
   TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, Tensor(), cache, hidden), RankName(links));
   if (links.pp == 1) return SampleOnLastStage(model, batch, hidden, links, samplers, sink);
@@ -111,8 +115,8 @@ Status SendShutdownDownstream(AsyncSender* sender) {
   return sender->Flush();
 }
 
-Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links, const LogitsSink& sink,
-                  const TokenSink& tokens_out) {
+Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
+                  const LogitsSink& sink, const TokenSink& tokens_out) {
   TESSERA_CHECK(links.stage > 0 && links.prev != nullptr);
   const bool last = links.stage == links.pp - 1;
   std::unique_ptr<AsyncSender> sender;
@@ -139,7 +143,8 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     const StepBatch& batch = msg.batch;
     Tensor hidden = Tensor::Empty({batch.total_tokens(), hidden_size});
     s = RecvFrame(*links.prev, 0, frame, hidden.nbytes());
-    if (!s.ok()) return s.WithContext("hidden states from the previous stage to " + RankName(links));
+    if (!s.ok())
+      return s.WithContext("hidden states from the previous stage to " + RankName(links));
     if (frame.size() != hidden.nbytes())
       return InvalidArgument("hidden states of " + std::to_string(frame.size()) + " bytes for " +
                              hidden.Describe() + " on " + RankName(links));

@@ -52,7 +52,8 @@ using LogitsSink = std::function<void(const StepBatch& batch, const Tensor& logi
 // sequence) on every rank of the stage.
 StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
                                                  const Tensor& hidden, const PipelineLinks& links,
-                                                 SequenceSamplers& samplers, const LogitsSink& sink);
+                                                 SequenceSamplers& samplers,
+                                                 const LogitsSink& sink);
 
 class PipelineExecutor : public StepExecutor {
  public:
@@ -75,9 +76,9 @@ class PipelineExecutor : public StepExecutor {
   PipelineLinks links_;
   LogitsSink sink_;
   std::unique_ptr<AsyncSender> sender_;
-  SequenceSamplers samplers_;                  // used when pp == 1
-  std::deque<std::vector<int32_t>> ready_;     // tokens of finished steps when pp == 1
-  std::deque<int64_t> wanted_;                 // want_logits count per in-flight batch
+  SequenceSamplers samplers_;               // used when pp == 1
+  std::deque<std::vector<int32_t>> ready_;  // tokens of finished steps when pp == 1
+  std::deque<int64_t> wanted_;              // want_logits count per in-flight batch
 };
 
 // Where the last stage's sampled tokens go when they do not return to a
@@ -89,9 +90,10 @@ using TokenSink = std::function<Status(const StepBatch& batch, const std::vector
 // hidden) on to stage 1 through `sender` (the AsyncSender on links.next), or
 // with pp == 1 sample and return the tokens (on every tp rank: they are
 // broadcast). Returns an empty vector when pp > 1.
-StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
-                                             const StepBatch& batch, AsyncSender* sender,
-                                             SequenceSamplers& samplers, const LogitsSink& sink = {});
+StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
+                                             const PipelineLinks& links, const StepBatch& batch,
+                                             AsyncSender* sender, SequenceSamplers& samplers,
+                                             const LogitsSink& sink = {});
 
 // Sends the shutdown message down the pipeline and waits until it has left.
 // `sender` may be null (pp == 1).

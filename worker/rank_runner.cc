@@ -15,7 +15,8 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   // Every rank of this deployment shares the host's cores.
   kernels::SetBlasThreads(kernels::BlasThreadsForRanks(o.tp * o.pp));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
-  TESSERA_ASSIGN_OR_RETURN(ParallelConfig parallel, ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage));
+  TESSERA_ASSIGN_OR_RETURN(ParallelConfig parallel,
+                           ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage));
   const std::string who = "rank " + std::to_string(o.rank) + " (stage " +
                           std::to_string(parallel.StageOf(o.rank)) + ", tp_rank " +
                           std::to_string(parallel.TpRankOf(o.rank)) + ")";

@@ -34,16 +34,17 @@ struct RankOptions {
 };
 
 struct RankResult {
-  bool is_driver = false;                   // stage 0: results below are filled
+  bool is_driver = false;  // stage 0: results below are filled
   std::vector<GenerationResult> results;
   EngineStats stats;
   double load_seconds = 0.0;
-  int64_t weight_bytes = 0;                 // this rank's weights in memory
+  int64_t weight_bytes = 0;  // this rank's weights in memory
 };
 
 // Errors: rendezvous, load and step failures, each naming this rank (stage,
 // tp_rank) and, for communication, the peer.
-StatusOr<RankResult> RunRank(const RankOptions& options, const std::vector<GenerationRequest>& requests,
+StatusOr<RankResult> RunRank(const RankOptions& options,
+                             const std::vector<GenerationRequest>& requests,
                              const Tokenizer* tokenizer, const TextCallback& on_text = {},
                              const LogitsSink& sink = {});
 

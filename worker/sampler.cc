@@ -18,7 +18,9 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
   // Sort by logit descending; ties keep the lower id first.
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   size_t keep = ids.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
     keep = static_cast<size_t>(params_.top_k);

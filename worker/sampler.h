@@ -22,8 +22,6 @@
 
 namespace tessera {
 
-
-
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);

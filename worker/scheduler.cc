@@ -7,11 +7,16 @@ namespace tessera {
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -82,23 +87,26 @@ Status Scheduler::Validate(const GenerationRequest& r) const {
   if (r.prompt_ids.empty()) return InvalidArgument("prompt: must not be empty");
   for (size_t i = 0; i < r.prompt_ids.size(); ++i)
     if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= config_.vocab_size)
-      return InvalidArgument("prompt: token id " + std::to_string(r.prompt_ids[i]) + " at position " +
-                             std::to_string(i) + " is outside the vocab [0, " + std::to_string(config_.vocab_size) +
-                             ")");
+      return InvalidArgument("prompt: token id " + std::to_string(r.prompt_ids[i]) +
+                             " at position " + std::to_string(i) + " is outside the vocab [0, " +
+                             std::to_string(config_.vocab_size) + ")");
   TESSERA_RETURN_IF_ERROR(r.sampling.Validate());
-  if (r.max_tokens < 0) return InvalidArgument("max_tokens: must be >= 0, got " + std::to_string(r.max_tokens));
+  if (r.max_tokens < 0)
+    return InvalidArgument("max_tokens: must be >= 0, got " + std::to_string(r.max_tokens));
   if (!r.stop.empty() && !tokenizer_) return InvalidArgument("stop: stop strings need a tokenizer");
   for (const std::string& s : r.stop)
     if (s.empty()) return InvalidArgument("stop: stop strings must not be empty");
   const int64_t ctx = static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens;
   if (ctx > options_.max_context)
-    return InvalidArgument("prompt: " + std::to_string(r.prompt_ids.size()) + " prompt tokens + max_tokens " +
-                           std::to_string(r.max_tokens) + " = " + std::to_string(ctx) +
-                           " exceeds the maximum context of " + std::to_string(options_.max_context) + " tokens");
+    return InvalidArgument("prompt: " + std::to_string(r.prompt_ids.size()) +
+                           " prompt tokens + max_tokens " + std::to_string(r.max_tokens) + " = " +
+                           std::to_string(ctx) + " exceeds the maximum context of " +
+                           std::to_string(options_.max_context) + " tokens");
   if (BlockAllocator::BlocksFor(ctx, block_size_) > allocator_->num_blocks())
-    return InvalidArgument("prompt: " + std::to_string(ctx) + " tokens need more KV-cache blocks than the " +
-                           std::to_string(allocator_->num_blocks()) + " of " + std::to_string(block_size_) +
-                           " tokens the cache holds");
+    return InvalidArgument("prompt: " + std::to_string(ctx) +
+                           " tokens need more KV-cache blocks than the " +
+                           std::to_string(allocator_->num_blocks()) + " of " +
+                           std::to_string(block_size_) + " tokens the cache holds");
   return Status::Ok();
 }
 
@@ -175,7 +183,8 @@ void Scheduler::ApplyToken(Seq& s, int32_t token) {
     return;
   }
   Emit(s, token);
-  if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens) Finish(s, FinishReason::kLength);
+  if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens)
+    Finish(s, FinishReason::kLength);
 }
 
 void Scheduler::Admit() {
@@ -196,7 +205,8 @@ void Scheduler::Admit() {
     // Admit while the blocks for the prompt are free and the running set has room.
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_sequences) {
       Seq& s = *waiting_.front();
-      const int64_t need = BlockAllocator::BlocksFor(static_cast<int64_t>(s.tokens.size()), block_size_);
+      const int64_t need =
+          BlockAllocator::BlocksFor(static_cast<int64_t>(s.tokens.size()), block_size_);
       if (s.req.max_tokens > 0) {
         if (need > allocator_->num_free()) break;
         TESSERA_CHECK(allocator_->Allocate(need, s.blocks).ok());
@@ -236,7 +246,8 @@ void Scheduler::Preempt(Seq& s) {
 
 bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
   while (true) {
-    const int64_t need = BlockAllocator::BlocksFor(tokens, block_size_) - static_cast<int64_t>(s.blocks.size());
+    const int64_t need =
+        BlockAllocator::BlocksFor(tokens, block_size_) - static_cast<int64_t>(s.blocks.size());
     if (need <= 0) return true;
     if (allocator_->Allocate(need, s.blocks).ok()) return true;
     // Preempt the newest running sequence that is not in flight (not s).
@@ -268,7 +279,8 @@ StatusOr<bool> Scheduler::RunOnce() {
   while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
     std::vector<Seq*> ready;
     for (auto& s : running_)
-      if (!s->done && !s->in_flight && static_cast<int64_t>(s->tokens.size()) > s->cached) ready.push_back(s.get());
+      if (!s->done && !s->in_flight && static_cast<int64_t>(s->tokens.size()) > s->cached)
+        ready.push_back(s.get());
     if (ready.empty()) break;
     const size_t slots = static_cast<size_t>(executor_->max_in_flight()) - in_flight_.size();
     const size_t per_batch = (ready.size() + slots - 1) / slots;
@@ -321,8 +333,9 @@ StatusOr<bool> Scheduler::RunOnce() {
   }
   if (in_flight_.empty()) {
     // Drop finished sequences.
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
-                   running_.end());
+    running_.erase(
+        std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
+        running_.end());
     running_count_.store(running_.size());
     return false;
   }

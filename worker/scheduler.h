@@ -57,7 +57,7 @@ struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the stop-string token included)
   std::string text;             // decoded text, cut before a stop string
   FinishReason finish_reason = FinishReason::kLength;
-  Status error;                 // set when finish_reason == kError
+  Status error;  // set when finish_reason == kError
   int64_t prompt_tokens = 0;
   int preemptions = 0;
 };
@@ -81,8 +81,8 @@ struct SchedulerStats {
   int64_t prefill_tokens = 0;
   double prefill_seconds = 0.0;  // wall time of micro-batches that only prefilled
   int64_t decode_tokens = 0;
-  double decode_seconds = 0.0;   // wall time of micro-batches with decode tokens
-  int max_in_flight = 0;         // most micro-batches in flight at once
+  double decode_seconds = 0.0;  // wall time of micro-batches with decode tokens
+  int max_in_flight = 0;        // most micro-batches in flight at once
   int64_t preemptions = 0;
 };
 
@@ -138,7 +138,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Seq>> waiting_;  // protected by mu_
   std::set<int64_t> cancelled_;               // protected by mu_
   std::atomic<size_t> running_count_{0};
-  int64_t next_id_ = 0;                        // protected by mu_
+  int64_t next_id_ = 0;  // protected by mu_
 
   // Owner thread only.
   std::vector<std::unique_ptr<Seq>> running_;

@@ -16,24 +16,24 @@
 namespace tessera {
 
 struct LayerWeights {
-  Tensor input_norm;      // [hidden]                                replicated
-  Tensor q_proj, q_bias;  // [heads_local * head_dim, hidden], [..]  column-parallel
-  Tensor k_proj, k_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
-  Tensor v_proj, v_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
-  Tensor o_proj;          // [hidden, heads_local * head_dim]        row-parallel
-  Tensor o_bias;          // [hidden] added once after the all-reduce, or undefined
-  Tensor post_norm;       // [hidden]                                replicated
-  Tensor gate_proj;       // [inter_local, hidden]                   column-parallel
-  Tensor up_proj;         // [inter_local, hidden]                   column-parallel
+  Tensor input_norm;          // [hidden]                                replicated
+  Tensor q_proj, q_bias;      // [heads_local * head_dim, hidden], [..]  column-parallel
+  Tensor k_proj, k_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor v_proj, v_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor o_proj;              // [hidden, heads_local * head_dim]        row-parallel
+  Tensor o_bias;              // [hidden] added once after the all-reduce, or undefined
+  Tensor post_norm;           // [hidden]                                replicated
+  Tensor gate_proj;           // [inter_local, hidden]                   column-parallel
+  Tensor up_proj;             // [inter_local, hidden]                   column-parallel
   Tensor gate_bias, up_bias;  // [inter_local] or undefined (mlp_bias)
-  Tensor down_proj;       // [hidden, inter_local]                   row-parallel
-  Tensor down_bias;       // [hidden] added once after the all-reduce, or undefined
+  Tensor down_proj;           // [hidden, inter_local]                   row-parallel
+  Tensor down_bias;           // [hidden] added once after the all-reduce, or undefined
 };
 
 // Where this rank sits in the model and which slices it holds.
 struct StageLayout {
-  int first_layer = 0;  // global index of this stage's first layer
-  int end_layer = 0;    // one past the last layer
+  int first_layer = 0;   // global index of this stage's first layer
+  int end_layer = 0;     // one past the last layer
   bool is_first = true;  // holds embed_tokens
   bool is_last = true;   // holds the final norm and lm_head
   int tp = 1;
@@ -50,10 +50,10 @@ struct StageLayout {
 
 struct StageWeights {
   StageLayout layout;
-  Tensor embed_tokens;  // [vocab_local, hidden], first stage only
+  Tensor embed_tokens;               // [vocab_local, hidden], first stage only
   std::vector<LayerWeights> layers;  // [num_layers], index 0 = first_layer
-  Tensor final_norm;    // [hidden], last stage only
-  Tensor lm_head;       // [vocab_local, hidden], last stage only (tied: a slice of embed_tokens)
+  Tensor final_norm;                 // [hidden], last stage only
+  Tensor lm_head;  // [vocab_local, hidden], last stage only (tied: a slice of embed_tokens)
   int64_t weight_bytes = 0;  // bytes of every tensor above, counted once
 };
 

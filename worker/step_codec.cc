@@ -30,7 +30,8 @@ class Reader {
   explicit Reader(const std::vector<uint8_t>& b) : b_(b) {}
   template <typename T>
   Status Get(T* v, const char* what) {
-    if (pos_ + sizeof(T) > b_.size()) return InvalidArgument(std::string("step message truncated at ") + what);
+    if (pos_ + sizeof(T) > b_.size())
+      return InvalidArgument(std::string("step message truncated at ") + what);
     std::memcpy(v, b_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return Status::Ok();
@@ -40,8 +41,8 @@ class Reader {
     uint64_t n = 0;
     TESSERA_RETURN_IF_ERROR(Get(&n, what));
     if (n > (b_.size() - pos_) / sizeof(T))
-      return InvalidArgument(std::string("step message: count of ") + what + " (" + std::to_string(n) +
-                             ") exceeds the message");
+      return InvalidArgument(std::string("step message: count of ") + what + " (" +
+                             std::to_string(n) + ") exceeds the message");
     v->resize(n);
     if (n) std::memcpy(v->data(), b_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
@@ -97,8 +98,8 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
   if (m[0] != 'T' || m[1] != 'S' || m[2] != 'B') return InvalidArgument("step message: bad magic");
   TESSERA_RETURN_IF_ERROR(r.Get(&version, "version"));
   if (version != kStepCodecVersion)
-    return InvalidArgument("step message: version " + std::to_string(version) + ", this build speaks " +
-                           std::to_string(kStepCodecVersion));
+    return InvalidArgument("step message: version " + std::to_string(version) +
+                           ", this build speaks " + std::to_string(kStepCodecVersion));
   TESSERA_RETURN_IF_ERROR(r.Get(&kind, "kind"));
   DecodedStep out;
   if (kind == static_cast<uint8_t>(StepMessageKind::kShutdown)) {
@@ -127,12 +128,13 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.top_k, "top_k"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.top_p, "top_p"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.seed, "seed"));
-    if (s.num_tokens < 0 || s.start_pos < 0) return InvalidArgument("step message: negative token count or position");
+    if (s.num_tokens < 0 || s.start_pos < 0)
+      return InvalidArgument("step message: negative token count or position");
     covered += s.num_tokens;
   }
   if (covered != out.batch.total_tokens())
-    return InvalidArgument("step message: sequences cover " + std::to_string(covered) + " tokens, batch has " +
-                           std::to_string(out.batch.total_tokens()));
+    return InvalidArgument("step message: sequences cover " + std::to_string(covered) +
+                           " tokens, batch has " + std::to_string(out.batch.total_tokens()));
   return out;
 }
 

@@ -25,7 +25,8 @@ StatusOr<Tensor*> Slot(StageWeights& w, const std::string& role) {
       const int local = layer - w.layout.first_layer;
       if (local >= 0 && local < w.layout.num_layers()) {
         LayerWeights& l = w.layers[static_cast<size_t>(local)];
-        const std::string_view field(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - (ptr + 1)));
+        const std::string_view field(ptr + 1,
+                                     static_cast<size_t>(rest.data() + rest.size() - (ptr + 1)));
         static const std::map<std::string_view, Tensor LayerWeights::*> kFields = {
             {"input_layernorm.weight", &LayerWeights::input_norm},
             {"self_attn.q_proj.weight", &LayerWeights::q_proj},

@@ -28,8 +28,10 @@ void WorkerDaemon::OnMessage(const control::Envelope& envelope) {
 
 StatusOr<control::Envelope> WorkerDaemon::Next(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return !inbox_.empty(); }))
-    return DeadlineExceeded("no message from the coordinator within " + std::to_string(timeout_seconds) + " s");
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                    [&] { return !inbox_.empty(); }))
+    return DeadlineExceeded("no message from the coordinator within " +
+                            std::to_string(timeout_seconds) + " s");
   control::Envelope e = std::move(inbox_.front());
   inbox_.pop_front();
   return e;
@@ -61,9 +63,9 @@ Status WorkerDaemon::Run() {
   dev->set_kind(control::DEVICE_KIND_CPU);
   dev->set_name("cpu");
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
-  TESSERA_ASSIGN_OR_RETURN(
-      std::string id, client.WaitRegistered(std::chrono::milliseconds(
-                          static_cast<int64_t>(options_.register_timeout_seconds * 1000))));
+  TESSERA_ASSIGN_OR_RETURN(std::string id,
+                           client.WaitRegistered(std::chrono::milliseconds(
+                               static_cast<int64_t>(options_.register_timeout_seconds * 1000))));
   TESSERA_LOG_INFO("worker", "registered as {} with {}", id, options_.coordinator);
   control::Heartbeat hb;
   hb.set_state(control::WORKER_STATE_IDLE);
@@ -79,8 +81,9 @@ Status WorkerDaemon::Run() {
       break;
     }
   }
-  const std::string who = "worker " + id + " (rank " + std::to_string(assign.world_rank()) + ", stage " +
-                          std::to_string(assign.stage()) + ", tp_rank " + std::to_string(assign.tp_rank()) + ")";
+  const std::string who = "worker " + id + " (rank " + std::to_string(assign.world_rank()) +
+                          ", stage " + std::to_string(assign.stage()) + ", tp_rank " +
+                          std::to_string(assign.tp_rank()) + ")";
   auto fail = [&](const Status& s) {
     Status full = s.WithContext(who);
     client.Send(ErrorEnvelope(full)).IgnoreError();
@@ -93,8 +96,9 @@ Status WorkerDaemon::Run() {
   client.SetHeartbeat(hb);
   if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
   kernels::SetBlasThreads(1);
-  auto store = TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
-                                 options_.collective_timeout_seconds);
+  auto store =
+      TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
+                        options_.collective_timeout_seconds);
   if (!store.ok()) return fail(store.status());
   ProcessGroupOptions pgo;
   pgo.tp = static_cast<int>(assign.tp());
@@ -112,16 +116,18 @@ Status WorkerDaemon::Run() {
   auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
   if (!parallel.ok()) return fail(parallel.status());
   const auto t0 = std::chrono::steady_clock::now();
-  auto loaded = LoadModel(assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
-                          [&](int64_t done, int64_t total) {
-                            control::Envelope e;
-                            control::LoadProgress* p = e.mutable_load_progress();
-                            p->set_plan_version(assign.plan_version());
-                            p->set_bytes_done(static_cast<uint64_t>(done));
-                            p->set_bytes_total(static_cast<uint64_t>(total));
-                            p->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-                            client.Send(std::move(e)).IgnoreError();
-                          });
+  auto loaded =
+      LoadModel(assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
+                [&](int64_t done, int64_t total) {
+                  control::Envelope e;
+                  control::LoadProgress* p = e.mutable_load_progress();
+                  p->set_plan_version(assign.plan_version());
+                  p->set_bytes_done(static_cast<uint64_t>(done));
+                  p->set_bytes_total(static_cast<uint64_t>(total));
+                  p->set_seconds(
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                  client.Send(std::move(e)).IgnoreError();
+                });
   if (!loaded.ok()) return fail(loaded.status());
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
@@ -143,8 +149,9 @@ Status WorkerDaemon::Run() {
   mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
   mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
   client.SetHeartbeat(hb);
-  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB in {:.2f} s", who, lay.first_layer,
-                   lay.end_layer, static_cast<double>(loaded->weight_bytes) / 1e6, loaded->load_seconds);
+  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB in {:.2f} s", who,
+                   lay.first_layer, lay.end_layer, static_cast<double>(loaded->weight_bytes) / 1e6,
+                   loaded->load_seconds);
 
   PipelineLinks links;
   links.pp = pgo.pp;
@@ -173,11 +180,13 @@ Status WorkerDaemon::Run() {
   };
   const bool last = links.stage == links.pp - 1;
   if (links.stage > 0) {
-    Status s = ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
+    Status s =
+        ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
     return s.ok() ? s : fail(s);
   }
   std::unique_ptr<AsyncSender> sender;
-  if (links.pp > 1) sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
+  if (links.pp > 1)
+    sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
   SequenceSamplers samplers;
   while (true) {
     TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
@@ -187,8 +196,8 @@ Status WorkerDaemon::Run() {
     }
     if (!e.has_step()) continue;
     if (e.step().plan_version() != assign.plan_version()) {
-      TESSERA_LOG_WARN("worker", "{} dropped a Step of plan {} (loaded plan {})", who, e.step().plan_version(),
-                       assign.plan_version());
+      TESSERA_LOG_WARN("worker", "{} dropped a Step of plan {} (loaded plan {})", who,
+                       e.step().plan_version(), assign.plan_version());
       continue;
     }
     auto batch = StepBatchFromProto(e.step().batch());

@@ -26,10 +26,10 @@
 namespace tessera {
 
 struct WorkerDaemonOptions {
-  std::string coordinator;          // "tcp://HOST:PORT"
-  int device = 0;                   // device index on this host
-  std::string worker_id;            // requested id ("" = assigned by the coordinator)
-  std::string host;                 // host name reported at registration ("" = gethostname)
+  std::string coordinator;              // "tcp://HOST:PORT"
+  int device = 0;                       // device index on this host
+  std::string worker_id;                // requested id ("" = assigned by the coordinator)
+  std::string host;                     // host name reported at registration ("" = gethostname)
   std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;

@@ -24,24 +24,29 @@ TEST(ChatTemplate, ChatMLWithDefaultSystemPrompt) {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   auto r2 = t->Render({{"system", "Be brief."}, {"user", "Hi"}});
-  EXPECT_EQ(*r2, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*r2,
+            "<|im_start|>system\nBe "
+            "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, ChatMLTemplateWithRealNewlines) {
   // GGUF metadata carries the template with real newlines instead of \n escapes.
   auto t = ChatTemplate::Detect(
-      "{% if loop.first %}{{ '<|im_start|>system\nBe nice<|im_end|>\n' }}{% endif %}{{'<|im_start|>' }}");
+      "{% if loop.first %}{{ '<|im_start|>system\nBe nice<|im_end|>\n' }}{% endif "
+      "%}{{'<|im_start|>' }}");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t->Render({{"user", "Hi"}}),
-            "<|im_start|>system\nBe nice<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+            "<|im_start|>system\nBe "
+            "nice<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Llama3AndLlama2) {
   auto l3 = ChatTemplate::Detect("{{ '<|start_header_id|>' + message['role'] }}");
   ASSERT_TRUE(l3.ok());
-  EXPECT_EQ(*l3->Render({{"user", "Hi"}}),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
-            "assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(
+      *l3->Render({{"user", "Hi"}}),
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
+      "assistant<|end_header_id|>\n\n");
   auto l2 = ChatTemplate::Detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}");
   ASSERT_TRUE(l2.ok());
   EXPECT_EQ(*l2->Render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}, {"user", "More"}}),

@@ -21,7 +21,8 @@ struct CliRun {
 
 CliRun Tessera(const std::string& args) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-cli");
-  const std::string cmd = ::tessera::testing::BinaryDir() + "/tessera " + args + " >" + dir + "/out 2>" + dir + "/err";
+  const std::string cmd =
+      ::tessera::testing::BinaryDir() + "/tessera " + args + " >" + dir + "/out 2>" + dir + "/err";
   CliRun r;
   const int status = std::system(cmd.c_str());
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -32,7 +33,8 @@ CliRun Tessera(const std::string& args) {
 
 TEST(Cli, TpPpLaunchPrintsTheSameTextAsOneProcess) {
   const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-  const std::string common = "generate --model " + model + " --prompt 'the quick brown fox' --raw --max-tokens 12";
+  const std::string common =
+      "generate --model " + model + " --prompt 'the quick brown fox' --raw --max-tokens 12";
   CliRun one = Tessera(common);
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_FALSE(one.out.empty());
@@ -61,15 +63,17 @@ TEST(Cli, HelpVersionAndUsageErrors) {
   CliRun unknown = Tessera("generate --model /tmp --prompt hi --bogus 3");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE((unknown.out + unknown.err).find("--bogus"), std::string::npos);
-  CliRun bad_top_p = Tessera("generate --model " + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
-                          " --prompt hi --top-p 1.5");
+  CliRun bad_top_p =
+      Tessera("generate --model " + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
+              " --prompt hi --top-p 1.5");
   EXPECT_NE(bad_top_p.exit_code, 0);
   EXPECT_NE((bad_top_p.out + bad_top_p.err).find("--top-p"), std::string::npos);
   CliRun no_model = Tessera("generate --model /nonexistent/model --prompt hi");
   EXPECT_NE(no_model.exit_code, 0);
   EXPECT_NE((no_model.out + no_model.err).find("/nonexistent/model"), std::string::npos);
-  CliRun bad_layout = Tessera("generate --model " + ::tessera::testing::FixturePath("models/qwen2_bias_f16") +
-                           " --prompt hi --raw --tp 4");
+  CliRun bad_layout =
+      Tessera("generate --model " + ::tessera::testing::FixturePath("models/qwen2_bias_f16") +
+              " --prompt hi --raw --tp 4");
   EXPECT_EQ(bad_layout.exit_code, 1);
   EXPECT_NE(bad_layout.err.find("tp=4"), std::string::npos) << bad_layout.err;
 }

@@ -1,14 +1,14 @@
 // The daemons end to end: tessera-coordinator and four tessera-worker
 // processes (tp=2 x pp=2) on loopback, real ZeroMQ, Gloo and HTTP.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/tokenizer.h"
@@ -48,18 +48,21 @@ class Daemons : public ::testing::Test {
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     port_ = FreePort();
     const int control = port_ + 1;
-    std::ofstream(dir_ + "/c.toml") << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = 2\npp = 2\n"
-                                    << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:"
-                                    << control << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
-                                    << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
-                                    << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-                                    << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n";
+    std::ofstream(dir_ + "/c.toml")
+        << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = 2\npp = 2\n"
+        << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
+        << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
+        << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
+        << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
+        << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n";
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"}, dir_ + "/coordinator.log"));
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+                          dir_ + "/coordinator.log"));
     for (int i = 0; i < 4; ++i)
-      pids_.push_back(Spawn({bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
-                             "--device", std::to_string(i), "--timeout", "5"},
-                            dir_ + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(Spawn(
+          {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
+           "--device", std::to_string(i), "--timeout", "5"},
+          dir_ + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < 300; ++i) {
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -87,7 +90,10 @@ TEST_F(Daemons, GreedyTokenPromptsMatchTheReferenceAndStreamsComplete) {
   auto tok = Tokenizer::Load(model_);
   ASSERT_TRUE(tok.ok());
   for (const json& p : ref["prompts"]) {
-    json req = {{"model", "llama_gqa_f32"}, {"prompt", p["ids"]}, {"max_tokens", 16}, {"temperature", 0},
+    json req = {{"model", "llama_gqa_f32"},
+                {"prompt", p["ids"]},
+                {"max_tokens", 16},
+                {"temperature", 0},
                 {"ignore_eos", true}};
     auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
     ASSERT_EQ(r.status, 200) << r.body;
@@ -101,8 +107,13 @@ TEST_F(Daemons, GreedyTokenPromptsMatchTheReferenceAndStreamsComplete) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 32; ++i) {
     threads.emplace_back([&, i] {
-      json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5 + i, 17, 42}}, {"max_tokens", 8},
-                  {"temperature", 0.7}, {"seed", i}, {"stream", true}, {"ignore_eos", true}};
+      json req = {{"model", "llama_gqa_f32"},
+                  {"prompt", std::vector<int>{5 + i, 17, 42}},
+                  {"max_tokens", 8},
+                  {"temperature", 0.7},
+                  {"seed", i},
+                  {"stream", true},
+                  {"ignore_eos", true}};
       auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
       if (r.status == 200 && !r.events.empty() && r.events.back() == "[DONE]") ++ok;
     });
@@ -113,12 +124,20 @@ TEST_F(Daemons, GreedyTokenPromptsMatchTheReferenceAndStreamsComplete) {
 
 TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
   EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", "{not json").status, 400);
-  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":"x","temperature":"hot"})").status, 400);
-  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":"x","top_p":7})").status, 400);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions",
+                     R"({"model":"llama_gqa_f32","prompt":"x","temperature":"hot"})")
+                .status,
+            400);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions",
+                     R"({"model":"llama_gqa_f32","prompt":"x","top_p":7})")
+                .status,
+            400);
   auto unknown = HttpCall(port_, "POST", "/v1/completions", R"({"model":"gpt-9","prompt":"x"})");
   EXPECT_EQ(unknown.status, 404) << unknown.body;
-  auto too_long = HttpCall(port_, "POST", "/v1/completions",
-                           json({{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>(120, 3)}, {"max_tokens", 50}}).dump());
+  auto too_long = HttpCall(
+      port_, "POST", "/v1/completions",
+      json({{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>(120, 3)}, {"max_tokens", 50}})
+          .dump());
   EXPECT_EQ(too_long.status, 400);
   EXPECT_NE(too_long.body.find("128"), std::string::npos) << too_long.body;
   EXPECT_EQ(HttpCall(port_, "GET", "/admin/plan").status, 401);
@@ -126,7 +145,8 @@ TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
   ASSERT_EQ(plan.status, 200);
   EXPECT_EQ(json::parse(plan.body)["ranks"].size(), 4u);
   // Still serving.
-  auto r = HttpCall(port_, "POST", "/v1/completions", R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":2})");
+  auto r = HttpCall(port_, "POST", "/v1/completions",
+                    R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":2})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
@@ -134,8 +154,9 @@ TEST_F(Daemons, KilledWorkerFailsItsRequestsAndIsReported) {
   std::atomic<bool> done{false};
   ::tessera::testing::HttpReply reply;
   std::thread client([&] {
-    json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5, 17}}, {"max_tokens", 100},
-                {"stream", true}, {"ignore_eos", true}, {"temperature", 0}};
+    json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5, 17}},
+                {"max_tokens", 100},        {"stream", true},
+                {"ignore_eos", true},       {"temperature", 0}};
     reply = HttpCall(port_, "POST", "/v1/completions", req.dump());
     done = true;
   });

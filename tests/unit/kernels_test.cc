@@ -47,7 +47,8 @@ TEST(RmsNorm, MatchesFormulaAndFusedAdd) {
     for (int i = 0; i < 8; ++i) ss += x.data<float>()[t * 8 + i] * x.data<float>()[t * 8 + i];
     const double inv = 1.0 / std::sqrt(ss / 8 + 1e-6);
     for (int i = 0; i < 8; ++i)
-      EXPECT_NEAR(y.data<float>()[t * 8 + i], x.data<float>()[t * 8 + i] * inv * w.data<float>()[i], 1e-5);
+      EXPECT_NEAR(y.data<float>()[t * 8 + i], x.data<float>()[t * 8 + i] * inv * w.data<float>()[i],
+                  1e-5);
   }
   Tensor r = Random({2, 8}, 6), r0 = Tensor::Empty({2, 8}), y2 = Tensor::Empty({2, 8});
   std::copy(r.data<float>(), r.data<float>() + 16, r0.data<float>());
@@ -105,14 +106,15 @@ TEST(Rope, InvFreqPerScalingType) {
   EXPECT_NEAR(dyn[1], std::pow(b, -2.0 / 16), 1e-7);
   // Llama3: high frequencies kept, low frequencies divided by factor.
   ModelConfig c3 = RopeConfig(RopeType::kLlama3);
-  c3.rope_scaling.original_max_position_embeddings = 4096;  // wavelens: high < 1024 < medium < 4096 < low
+  c3.rope_scaling.original_max_position_embeddings =
+      4096;  // wavelens: high < 1024 < medium < 4096 < low
   auto l3 = RopeInvFreq(c3, 1);
-  EXPECT_FLOAT_EQ(l3[0], base[0]);             // wavelen 2*pi: high frequency, kept
-  EXPECT_NEAR(l3[7], base[7] / 4, 1e-9);       // wavelen ~19869: low frequency, divided by factor
-  const double w4 = 2 * M_PI / base[4];        // ~1000 < 1024: still high frequency
+  EXPECT_FLOAT_EQ(l3[0], base[0]);        // wavelen 2*pi: high frequency, kept
+  EXPECT_NEAR(l3[7], base[7] / 4, 1e-9);  // wavelen ~19869: low frequency, divided by factor
+  const double w4 = 2 * M_PI / base[4];   // ~1000 < 1024: still high frequency
   EXPECT_LT(w4, 1024.0);
   EXPECT_FLOAT_EQ(l3[4], base[4]);
-  const double w5 = 2 * M_PI / base[5];        // ~3534: medium, smoothed blend
+  const double w5 = 2 * M_PI / base[5];  // ~3534: medium, smoothed blend
   const double smooth = (4096.0 / w5 - 1.0) / (4.0 - 1.0);
   EXPECT_NEAR(l3[5], (1 - smooth) * base[5] / 4 + smooth * base[5], 1e-8);
 }
@@ -123,7 +125,8 @@ TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
   std::vector<float> inv = {1.0f, 0.5f};
   int32_t pos[] = {0, 3};
   ASSERT_TRUE(ApplyRope(x, 0, 2, pos, inv).ok());
-  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(x.data<float>()[i], orig.data<float>()[i]);  // position 0
+  for (int i = 0; i < 4; ++i)
+    EXPECT_FLOAT_EQ(x.data<float>()[i], orig.data<float>()[i]);  // position 0
   const float* o = orig.data<float>() + 4;
   const float* r = x.data<float>() + 4;
   EXPECT_NEAR(r[0], o[0] * std::cos(3.f) - o[2] * std::sin(3.f), 1e-6);
@@ -132,7 +135,8 @@ TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
 }
 
 // Dense causal GQA attention, the textbook formula, for comparison.
-std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t start) {
+std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  int64_t start) {
   const int64_t n = q.dim(0), h = q.dim(1), d = q.dim(2), kvh = k.dim(1), ctx = k.dim(0);
   std::vector<float> out(static_cast<size_t>(n * h * d), 0.0f);
   for (int64_t t = 0; t < n; ++t)
@@ -150,14 +154,16 @@ std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor
       for (size_t p = 0; p < s.size(); ++p)
         for (int64_t i = 0; i < d; ++i)
           out[static_cast<size_t>((t * h + hh) * d + i)] +=
-              static_cast<float>(s[p] / den) * v.data<float>()[(static_cast<int64_t>(p) * kvh + g) * d + i];
+              static_cast<float>(s[p] / den) *
+              v.data<float>()[(static_cast<int64_t>(p) * kvh + g) * d + i];
     }
   return out;
 }
 
 TEST(PagedAttention, MatchesDenseCausalGqaAcrossScatteredBlocks) {
   const int64_t heads = 4, kv_heads = 2, d = 8, block = 4, ctx = 11;
-  KvCacheLayer cache{Tensor::Zeros({8, block, kv_heads, d}), Tensor::Zeros({8, block, kv_heads, d})};
+  KvCacheLayer cache{Tensor::Zeros({8, block, kv_heads, d}),
+                     Tensor::Zeros({8, block, kv_heads, d})};
   Tensor k = Random({ctx, kv_heads, d}, 11), v = Random({ctx, kv_heads, d}, 12);
   Tensor q = Random({ctx, heads, d}, 13);
   std::vector<int32_t> table = {5, 2, 7};  // scattered, out of order
@@ -167,14 +173,16 @@ TEST(PagedAttention, MatchesDenseCausalGqaAcrossScatteredBlocks) {
   Tensor out = Tensor::Empty({7, heads * d});
   ASSERT_TRUE(PagedAttention(q.Slice0(0, 7), cache, prefill, 1.0f / std::sqrt(8.0f), out).ok());
   auto ref = DenseAttention(q.Slice0(0, 7), k, v, 0);
-  for (int64_t i = 0; i < out.numel(); ++i) EXPECT_NEAR(out.data<float>()[i], ref[static_cast<size_t>(i)], 1e-5);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    EXPECT_NEAR(out.data<float>()[i], ref[static_cast<size_t>(i)], 1e-5);
   for (int64_t p = 7; p < ctx; ++p) {
     std::vector<AttentionSeq> dec = {{0, 1, static_cast<int32_t>(p), table}};
     ASSERT_TRUE(WriteKv(cache, k.Slice0(p, p + 1), v.Slice0(p, p + 1), dec).ok());
     Tensor o1 = Tensor::Empty({1, heads * d});
     ASSERT_TRUE(PagedAttention(q.Slice0(p, p + 1), cache, dec, 1.0f / std::sqrt(8.0f), o1).ok());
     auto r1 = DenseAttention(q.Slice0(p, p + 1), k, v, p);
-    for (int64_t i = 0; i < o1.numel(); ++i) EXPECT_NEAR(o1.data<float>()[i], r1[static_cast<size_t>(i)], 1e-5);
+    for (int64_t i = 0; i < o1.numel(); ++i)
+      EXPECT_NEAR(o1.data<float>()[i], r1[static_cast<size_t>(i)], 1e-5);
   }
   // A position past the block table is an error, not a stray write.
   std::vector<AttentionSeq> over = {{0, 1, 12, table}};

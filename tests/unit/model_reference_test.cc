@@ -9,11 +9,11 @@
 //    top-2 margin is below 1e-3 (a near-tie either side may take);
 //  - the prompts batched together give the same tokens as each one alone.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "model_harness.h"
 #include "test_util.h"
@@ -57,7 +57,8 @@ double RelMaxDiff(const std::vector<float>& got, const json& ref) {
 
 // Compares greedy tokens up to the first step whose reference margin is a
 // near-tie; returns the number of positions compared.
-size_t ExpectGreedyMatch(const std::vector<int32_t>& got, const json& prompt, const std::string& what) {
+size_t ExpectGreedyMatch(const std::vector<int32_t>& got, const json& prompt,
+                         const std::string& what) {
   const auto want = prompt["greedy"].get<std::vector<int32_t>>();
   const auto margins = prompt["greedy_margins"].get<std::vector<double>>();
   EXPECT_EQ(got.size(), want.size()) << what;
@@ -101,7 +102,8 @@ TEST_P(ModelReference, LogitsAndGreedyTokensMatchTransformers) {
   auto batched = (*model)->Greedy(prompts, 16);
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   for (size_t i = 0; i < prompts.size(); ++i)
-    ExpectGreedyMatch((*batched)[i], ref["prompts"][i], GetParam() + " batched #" + std::to_string(i));
+    ExpectGreedyMatch((*batched)[i], ref["prompts"][i],
+                      GetParam() + " batched #" + std::to_string(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::ValuesIn(FixtureNames()),

@@ -60,9 +60,12 @@ TEST(Sampler, TemperatureFlattensTheDistribution) {
 }
 
 TEST(Sampler, ValidateNamesTheField) {
-  EXPECT_NE((SamplingParams{-1.0f, 0, 1.0f, 0}).Validate().message().find("temperature"), std::string::npos);
-  EXPECT_NE((SamplingParams{1.0f, -3, 1.0f, 0}).Validate().message().find("top_k"), std::string::npos);
-  EXPECT_NE((SamplingParams{1.0f, 0, 0.0f, 0}).Validate().message().find("top_p"), std::string::npos);
+  EXPECT_NE((SamplingParams{-1.0f, 0, 1.0f, 0}).Validate().message().find("temperature"),
+            std::string::npos);
+  EXPECT_NE((SamplingParams{1.0f, -3, 1.0f, 0}).Validate().message().find("top_k"),
+            std::string::npos);
+  EXPECT_NE((SamplingParams{1.0f, 0, 0.0f, 0}).Validate().message().find("top_p"),
+            std::string::npos);
 }
 
 TEST(BlockAllocator, AllocatesLowestFirstAndRefusesOverflow) {

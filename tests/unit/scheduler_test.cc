@@ -28,10 +28,12 @@ Rig MakeRig(int64_t blocks, int64_t block_size, SchedulerOptions options) {
   TESSERA_CHECK(loaded.ok());
   r.config = loaded->config;
   const StageLayout lay = loaded->model->layout();
-  auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, block_size, lay.kv_heads_local, r.config.head_dim);
+  auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, block_size, lay.kv_heads_local,
+                                         r.config.head_dim);
   r.executor = std::make_unique<LocalExecutor>(std::move(loaded->model), std::move(cache));
   r.allocator = std::make_unique<BlockAllocator>(blocks);
-  r.scheduler = std::make_unique<Scheduler>(r.config, r.executor.get(), r.allocator.get(), block_size, nullptr, options);
+  r.scheduler = std::make_unique<Scheduler>(r.config, r.executor.get(), r.allocator.get(),
+                                            block_size, nullptr, options);
   return r;
 }
 
@@ -59,7 +61,8 @@ RequestCallbacks Collect(std::map<int64_t, GenerationResult>& done, int64_t* id_
 }
 
 std::vector<std::vector<int32_t>> Prompts() {
-  return {{5, 17, 42, 9, 11}, {100, 7}, {3, 3, 3, 3, 3, 3, 3, 3, 3}, {250, 251, 252}, {1, 2}, {77, 78, 79, 80}};
+  return {{5, 17, 42, 9, 11}, {100, 7}, {3, 3, 3, 3, 3, 3, 3, 3, 3},
+          {250, 251, 252},    {1, 2},   {77, 78, 79, 80}};
 }
 
 TEST(Scheduler, PreemptionUnderKvPressureKeepsOutputsIdentical) {
@@ -106,7 +109,8 @@ TEST(Scheduler, RequestsJoinWhileOthersRun) {
   Drain(*rig.scheduler, done);
   ASSERT_EQ(done.size(), 2u);
   // Each equals its run alone.
-  for (auto [id, prompt] : std::vector<std::pair<int64_t, std::vector<int32_t>>>{{a, {5, 17, 42, 9, 11}}, {b, {100, 7}}}) {
+  for (auto [id, prompt] : std::vector<std::pair<int64_t, std::vector<int32_t>>>{
+           {a, {5, 17, 42, 9, 11}}, {b, {100, 7}}}) {
     Rig solo = MakeRig(64, 4, SchedulerOptions{});
     std::map<int64_t, GenerationResult> d;
     int64_t x = -1;

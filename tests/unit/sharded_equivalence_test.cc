@@ -6,12 +6,12 @@
 // generation makes every other rank fail with a report naming it, within the
 // configured timeout.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "common/tcp_store.h"
 #include "multi_process.h"
@@ -64,7 +64,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
         o.store_port = port;
         o.timeout_seconds = timeout;
         o.kv_blocks = 128;
-        o.block_size = 4;  // small blocks: sequences span several
+        o.block_size = 4;                // small blocks: sequences span several
         o.engine.max_batch_tokens = 24;  // longer prompts get chunked prefill
         json logits = json::object();
         int step = 0;
@@ -74,7 +74,8 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
             if (!s.want_logits) continue;
             const std::string key = std::to_string(s.seq_id);
             if (!logits.contains(key))
-              logits[key] = std::vector<float>(l.data<float>() + row * l.dim(1), l.data<float>() + (row + 1) * l.dim(1));
+              logits[key] = std::vector<float>(l.data<float>() + row * l.dim(1),
+                                               l.data<float>() + (row + 1) * l.dim(1));
             ++row;
           }
           if (on_last_stage_step) on_last_stage_step(rank, ++step);
@@ -101,7 +102,8 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
   for (int t = 1; t < layout.tp; ++t) {
     std::ifstream other(dir + "/tokens" + std::to_string(t) + ".json");
     if (other) {
-      EXPECT_EQ(json::parse(other).get<std::vector<std::vector<int32_t>>>(), out.tokens) << "tp rank " << t;
+      EXPECT_EQ(json::parse(other).get<std::vector<std::vector<int32_t>>>(), out.tokens)
+          << "tp rank " << t;
     }
   }
   std::ifstream lin(dir + "/logits.json");
@@ -156,7 +158,8 @@ TEST_P(ShardedEquivalence, MatchesTransformersReference) {
     const auto want = p["greedy"].get<std::vector<int32_t>>();
     const auto margins = p["greedy_margins"].get<std::vector<double>>();
     for (size_t k = 0; k < want.size(); ++k) {
-      EXPECT_EQ(out.tokens[i][k], want[k]) << c.fixture << " " << LayoutName(c.layout) << " prompt " << i << " step " << k;
+      EXPECT_EQ(out.tokens[i][k], want[k])
+          << c.fixture << " " << LayoutName(c.layout) << " prompt " << i << " step " << k;
       if (out.tokens[i][k] != want[k] || margins[k] < 1e-3) break;
     }
     std::printf("%-24s %-12s prompt %zu: rel max diff %.2e, seq %lld\n", c.fixture.c_str(),
@@ -169,23 +172,25 @@ std::vector<Case> Cases() {
   return {
       {"llama_gqa_f32", {1, 1, {}}},
       {"llama_gqa_f32", {2, 1, {}}},
-      {"llama_gqa_f32", {4, 1, {}}},                // 2 KV heads < tp = 4: KV heads replicated
+      {"llama_gqa_f32", {4, 1, {}}},  // 2 KV heads < tp = 4: KV heads replicated
       {"llama_gqa_f32", {2, 2, {}}},
       {"llama_mha_tied_bf16", {2, 1, {}}},
-      {"llama_mha_tied_bf16", {1, 2, {}}},          // tied embeddings, first and last stage differ
+      {"llama_mha_tied_bf16", {1, 2, {}}},  // tied embeddings, first and last stage differ
       {"llama_mha_tied_bf16", {4, 1, {}}},
-      {"qwen2_bias_f16", {2, 1, {}}},               // vocab 1001: tp does not divide it
+      {"qwen2_bias_f16", {2, 1, {}}},  // vocab 1001: tp does not divide it
       {"qwen2_bias_f16", {2, 2, {}}},
-      {"llama3_headdim_sharded", {1, 2, {2, 1}}},   // uneven split
+      {"llama3_headdim_sharded", {1, 2, {2, 1}}},  // uneven split
       {"llama3_headdim_sharded", {1, 3, {}}},
       {"llama3_headdim_sharded", {2, 2, {1, 2}}},
-      {"mistral_dynamic", {2, 1, {}}},              // 1 KV head < tp
+      {"mistral_dynamic", {2, 1, {}}},  // 1 KV head < tp
       {"mistral_dynamic", {1, 2, {}}},
   };
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedEquivalence, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) { return info.param.fixture + "_" + LayoutName(info.param.layout); });
+                         [](const auto& info) {
+                           return info.param.fixture + "_" + LayoutName(info.param.layout);
+                         });
 
 TEST(ShardedSampling, SeededSamplingAgreesAcrossLayouts) {
   const std::string dir = ::tessera::testing::FixturePath("models/llama_gqa_f32");
@@ -195,7 +200,8 @@ TEST(ShardedSampling, SeededSamplingAgreesAcrossLayouts) {
   for (int i = 0; i < 2; ++i) {
     reqs[static_cast<size_t>(i)].max_tokens = 12;
     reqs[static_cast<size_t>(i)].ignore_eos = true;
-    reqs[static_cast<size_t>(i)].sampling = SamplingParams{0.9f, 40, 0.95f, static_cast<uint64_t>(1234 + i)};
+    reqs[static_cast<size_t>(i)].sampling =
+        SamplingParams{0.9f, 40, 0.95f, static_cast<uint64_t>(1234 + i)};
   }
   std::vector<std::vector<int32_t>> base;
   for (const Layout& l : std::vector<Layout>{{1, 1, {}}, {2, 1, {}}, {1, 2, {}}, {2, 2, {}}}) {

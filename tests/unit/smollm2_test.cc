@@ -9,10 +9,10 @@
 // The model directory comes from TESSERA_SMOLLM2_DIR (scripts/test sets it
 // from models/default).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/chat_template.h"
 #include "common/tcp_store.h"
@@ -38,8 +38,10 @@ class SmolLM2 : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = ModelDir();
-    ASSERT_FALSE(dir_.empty()) << "no SmolLM2 model: run scripts/setup (it imports models/default) or set TESSERA_SMOLLM2_DIR";
-    ref_ = json::parse(::tessera::testing::ReadFileOrDie(::tessera::testing::FixturePath("smollm2_reference.json")));
+    ASSERT_FALSE(dir_.empty()) << "no SmolLM2 model: run scripts/setup (it imports models/default) "
+                                  "or set TESSERA_SMOLLM2_DIR";
+    ref_ = json::parse(::tessera::testing::ReadFileOrDie(
+        ::tessera::testing::FixturePath("smollm2_reference.json")));
   }
   // Greedy tokens agree up to the first reference near-tie (margin < 1e-3).
   void ExpectGreedy(const std::vector<int32_t>& got, const json& p, const std::string& what) {
@@ -75,7 +77,8 @@ TEST_F(SmolLM2, ChatPromptTokensLogitsAndGreedyMatchTransformers) {
     for (const json& top : p["last_logits_top10"]) {
       const int id = top[0].get<int>();
       const double want = top[1].get<double>();
-      EXPECT_NEAR((*logits)[static_cast<size_t>(id)], want, 1e-4 * std::max(1.0, std::abs(want))) << "token " << id;
+      EXPECT_NEAR((*logits)[static_cast<size_t>(id)], want, 1e-4 * std::max(1.0, std::abs(want)))
+          << "token " << id;
     }
   }
   auto out = (*model)->Greedy(prompts, static_cast<int>(ref_["new_tokens"].get<int>()));
@@ -84,7 +87,8 @@ TEST_F(SmolLM2, ChatPromptTokensLogitsAndGreedyMatchTransformers) {
     ExpectGreedy((*out)[i], ref_["prompts"][i], "single process, prompt " + std::to_string(i));
     const auto& p = ref_["prompts"][i];
     const int eos = p["eos_index"].is_null() ? -1 : p["eos_index"].get<int>();
-    std::vector<int32_t> answer((*out)[i].begin(), eos >= 0 ? (*out)[i].begin() + eos : (*out)[i].end());
+    std::vector<int32_t> answer((*out)[i].begin(),
+                                eos >= 0 ? (*out)[i].begin() + eos : (*out)[i].end());
     EXPECT_EQ((*tok)->Decode(answer, true), p["answer"].get<std::string>());
   }
 }
@@ -128,21 +132,24 @@ void RunSharded(const std::string& dir, const json& ref, int tp, int pp, std::ve
       },
       300.0);
   for (const auto& o : outcomes) ASSERT_EQ(o.exit_code, 0) << ::tessera::testing::Describe(o);
-  *tokens = json::parse(::tessera::testing::ReadFileOrDie(out_dir + "/tokens.json")).get<std::vector<std::vector<int32_t>>>();
+  *tokens = json::parse(::tessera::testing::ReadFileOrDie(out_dir + "/tokens.json"))
+                .get<std::vector<std::vector<int32_t>>>();
 }
 
 TEST_F(SmolLM2, Tp3Pp2MatchesTransformers) {
   std::vector<std::vector<int32_t>> tokens;
   RunSharded(dir_, ref_, 3, 2, {}, &tokens);
   ASSERT_EQ(tokens.size(), ref_["prompts"].size());
-  for (size_t i = 0; i < tokens.size(); ++i) ExpectGreedy(tokens[i], ref_["prompts"][i], "tp=3 pp=2 prompt " + std::to_string(i));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    ExpectGreedy(tokens[i], ref_["prompts"][i], "tp=3 pp=2 prompt " + std::to_string(i));
 }
 
 TEST_F(SmolLM2, Tp1Pp3UnevenMatchesTransformers) {
   std::vector<std::vector<int32_t>> tokens;
   RunSharded(dir_, ref_, 1, 3, {12, 10, 8}, &tokens);
   ASSERT_EQ(tokens.size(), ref_["prompts"].size());
-  for (size_t i = 0; i < tokens.size(); ++i) ExpectGreedy(tokens[i], ref_["prompts"][i], "tp=1 pp=3 prompt " + std::to_string(i));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    ExpectGreedy(tokens[i], ref_["prompts"][i], "tp=1 pp=3 prompt " + std::to_string(i));
 }
 
 }  // namespace
