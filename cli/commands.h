@@ -23,4 +23,8 @@ Subcommand AddTopoCommand(CLI::App& app);
 // latency|throughput] ...`: a placement dry run (cli/plan_command.cc).
 Subcommand AddPlanCommand(CLI::App& app);
 
+// `tessera up` and `tessera status` (cli/up_command.cc).
+Subcommand AddUpCommand(CLI::App& app);
+Subcommand AddStatusCommand(CLI::App& app);
+
 }  // namespace tessera::cli

@@ -231,10 +231,14 @@ int main(int argc, char** argv) {
   gen->add_option("--store", g.store, "")->group("");
   tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);
   tessera::cli::Subcommand plan = tessera::cli::AddPlanCommand(app);
+  tessera::cli::Subcommand up = tessera::cli::AddUpCommand(app);
+  tessera::cli::Subcommand status = tessera::cli::AddStatusCommand(app);
   g_argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) return RunGenerate(g);
   if (topo.app->parsed()) return topo.run();
   if (plan.app->parsed()) return plan.run();
+  if (up.app->parsed()) return up.run();
+  if (status.app->parsed()) return status.run();
   return 0;
 }

@@ -11,6 +11,9 @@ std::string FixturePath(const std::string& name);
 std::string MakeTempDir(const std::string& prefix);
 // Directory of the build tree (for locating the tessera binaries).
 std::string BinaryDir();
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then
+// released). Two calls in one process never return the same port.
+int FreeTcpPort();
 // Reads a whole file; aborts the test process on failure.
 std::string ReadFileOrDie(const std::string& path);
 

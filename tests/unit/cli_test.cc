@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 
 #include "test_util.h"
@@ -86,6 +88,33 @@ TEST(Cli, ModelErrorsNameTheFile) {
   CliRun r = Tessera("generate --model " + dir + " --prompt hi --raw --max-tokens 4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up");
+  const int port = ::tessera::testing::FreeTcpPort();
+  const int control = ::tessera::testing::FreeTcpPort();
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n[server]\nport = " << port
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
+  }
+  CliRun r = Tessera("up --config " + dir + "/up.toml --prompt hello --max-tokens 6 --ready-timeout 120");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("placement: tp=2 pp=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos) << r.out;
+  // Every child process is gone afterwards.
+  EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
+  CliRun bad = Tessera("up --config " + ::tessera::testing::FixturePath("models/llama_gqa_f32/config.json"));
+  EXPECT_NE(bad.exit_code, 0);
 }
 
 }  // namespace

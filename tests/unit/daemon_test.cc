@@ -12,14 +12,14 @@
 #include <thread>
 
 #include "common/tokenizer.h"
-#include "http_client.h"
+#include "coordinator/http_client.h"
 #include "test_util.h"
 
 namespace tessera {
 namespace {
 
 using nlohmann::json;
-using ::tessera::testing::HttpCall;
+
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = fork();
@@ -36,18 +36,13 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   return pid;
 }
 
-int FreePort() {
-  // Ports are derived from the pid to keep parallel test processes apart.
-  return 20000 + static_cast<int>(getpid() % 20000);
-}
-
 class Daemons : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    port_ = FreePort();
-    const int control = port_ + 1;
+    port_ = ::tessera::testing::FreeTcpPort();
+    const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = 2\npp = 2\n"
         << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
@@ -63,8 +58,9 @@ class Daemons : public ::testing::Test {
           {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
            "--device", std::to_string(i), "--timeout", "5"},
           dir_ + "/worker" + std::to_string(i) + ".log"));
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;
+      if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     FAIL() << "daemons not ready: " << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
@@ -152,7 +148,7 @@ TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
 
 TEST_F(Daemons, KilledWorkerFailsItsRequestsAndIsReported) {
   std::atomic<bool> done{false};
-  ::tessera::testing::HttpReply reply;
+  HttpReply reply;
   std::thread client([&] {
     json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5, 17}},
                 {"max_tokens", 100},        {"stream", true},

@@ -1,28 +1,28 @@
-#include "http_client.h"
+#include "coordinator/http_client.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-namespace tessera::testing {
+namespace tessera {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = boost::asio::ip::tcp;
 
 HttpReply HttpCall(int port, const std::string& method, const std::string& target,
-                   const std::string& body, const std::string& bearer) {
+                   const std::string& body, const std::string& bearer, const std::string& host) {
   HttpReply out;
   try {
     boost::asio::io_context ioc;
     tcp::resolver resolver(ioc);
     beast::tcp_stream stream(ioc);
     stream.expires_after(std::chrono::seconds(120));
-    stream.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
+    stream.connect(resolver.resolve(host, std::to_string(port)));
     http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
                                          target, 11};
-    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::host, host);
     req.set(http::field::content_type, "application/json");
     if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
     req.body() = body;
@@ -50,4 +50,4 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
   return out;
 }
 
-}  // namespace tessera::testing
+}  // namespace tessera

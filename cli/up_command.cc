@@ -1,0 +1,200 @@
+// `tessera up --config FILE [--prompt TEXT]`: starts the coordinator and its
+// workers on this host as child processes, waits until the plan is loaded,
+// prints the placement and the API URL; with --prompt it sends one chat
+// request, streams the answer and shuts everything down. Ctrl-C or SIGTERM
+// stops every process.
+//
+// `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
+// the queue, through the admin API.
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/commands.h"
+#include "coordinator/daemon_config.h"
+#include "coordinator/http_client.h"
+#include "coordinator/local_launcher.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using nlohmann::json;
+
+volatile std::sig_atomic_t g_up_stop = 0;
+void OnUpSignal(int) { g_up_stop = 1; }
+
+std::string SelfDir() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return ".";
+  exe[n] = '\0';
+  std::string s(exe);
+  return s.substr(0, s.rfind('/'));
+}
+
+void PrintPlan(const std::string& plan_json) {
+  const json plan = json::parse(plan_json, nullptr, false);
+  if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks")) {
+    std::printf("placement: unavailable (%s)\n", plan_json.c_str());
+    return;
+  }
+  std::printf("placement: tp=%d pp=%d (plan %llu)\n", plan.value("tp", 0), plan.value("pp", 0),
+              static_cast<unsigned long long>(plan.value("plan_version", 0)));
+  std::printf("  %-6s %-6s %-8s %-10s %-12s %s\n", "rank", "stage", "tp_rank", "layers", "weight MB", "worker");
+  for (const json& r : plan["ranks"]) {
+    const auto layers = r["layers"];
+    std::printf("  %-6d %-6d %-8d [%d, %d)%*s %-12.1f %s\n", r["world_rank"].get<int>(), r["stage"].get<int>(),
+                r["tp_rank"].get<int>(), layers[0].get<int>(), layers[1].get<int>(), 3, "",
+                r["weight_bytes"].get<double>() / 1e6, r["worker"].get<std::string>().c_str());
+  }
+}
+
+}  // namespace
+
+Subcommand AddUpCommand(CLI::App& app) {
+  struct Args {
+    std::string config;
+    std::string prompt;
+    int max_tokens = 256;
+    double ready_timeout = 600;
+  };
+  auto a = std::make_shared<Args>();
+  Subcommand s;
+  s.app = app.add_subcommand("up", "start a coordinator and its workers on this host");
+  s.app->add_option("--config", a->config, "TOML config (e.g. configs/local-cpu.toml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  s.app->add_option("--prompt", a->prompt, "send one chat request, stream the answer, then shut down");
+  s.app->add_option("--max-tokens", a->max_tokens, "tokens to generate for --prompt")->capture_default_str();
+  s.app->add_option("--ready-timeout", a->ready_timeout, "seconds to wait for the plan to load")
+      ->capture_default_str();
+  s.run = [a]() -> int {
+    auto cfg = LoadDaemonConfig(a->config);
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "tessera up: %s\n", cfg.status().ToString().c_str());
+      return 2;
+    }
+    if (cfg->parallel.mode != ParallelMode::kExplicit) {
+      std::fprintf(stderr, "tessera up: %s: set parallel.tp and parallel.pp (auto placement is not wired yet)\n",
+                   a->config.c_str());
+      return 2;
+    }
+    const int workers = cfg->parallel.tp * cfg->parallel.pp;
+    const std::string dir = SelfDir();
+    std::vector<ChildSpec> children;
+    children.push_back({"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false});
+    for (int d = 0; d < workers; ++d)
+      children.push_back({"worker " + std::to_string(d),
+                          {dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
+                           "--coordinator", cfg->server.control_endpoint},
+                          false});
+    LocalLauncher launcher;
+    std::signal(SIGINT, OnUpSignal);
+    std::signal(SIGTERM, OnUpSignal);
+    if (Status st = launcher.Start(children); !st.ok()) {
+      std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    const int port = cfg->server.port;
+    const int admin_port = cfg->admin.port == 0 ? port : cfg->admin.port;
+    const std::string token = cfg->admin.effective_token;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a->ready_timeout);
+    bool ready = false;
+    while (!g_up_stop && std::chrono::steady_clock::now() < deadline) {
+      HttpReply r = HttpCall(port, "GET", "/readyz", "", "", cfg->server.host);
+      if (r.status == 200) {
+        ready = true;
+        break;
+      }
+      if (r.status == 503 && r.body.find("INVALID_ARGUMENT") != std::string::npos) {
+        std::fprintf(stderr, "tessera up: %s\n", r.body.c_str());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    int rc = 0;
+    if (!ready) {
+      if (!g_up_stop) std::fprintf(stderr, "tessera up: the deployment did not become ready\n");
+      rc = 1;
+    } else {
+      PrintPlan(HttpCall(admin_port, "GET", "/admin/plan", "", token, cfg->admin.host).body);
+      std::printf("API: http://%s:%d/v1 (model \"%s\")\n", cfg->server.host.c_str(), port,
+                  ServedModelName(cfg->model).c_str());
+      std::fflush(stdout);
+      if (!a->prompt.empty()) {
+        json req = {{"model", ServedModelName(cfg->model)},
+                    {"messages", {{{"role", "user"}, {"content", a->prompt}}}},
+                    {"max_tokens", a->max_tokens},
+                    {"temperature", 0},
+                    {"stream", true}};
+        HttpReply r = HttpCall(port, "POST", "/v1/chat/completions", req.dump(), "", cfg->server.host);
+        if (r.status != 200) {
+          std::fprintf(stderr, "tessera up: chat request failed (%d): %s\n", r.status, r.body.c_str());
+          rc = 1;
+        }
+        for (const std::string& e : r.events) {
+          if (e == "[DONE]") break;
+          const json chunk = json::parse(e, nullptr, false);
+          if (chunk.is_discarded()) continue;
+          if (chunk.contains("error")) {
+            std::fprintf(stderr, "\ntessera up: %s\n", chunk["error"].value("message", "").c_str());
+            rc = 1;
+            continue;
+          }
+          if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+          const json& delta = chunk["choices"][0]["delta"];
+          if (delta.contains("content") && delta["content"].is_string())
+            std::fputs(delta["content"].get<std::string>().c_str(), stdout);
+        }
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+      } else {
+        std::printf("serving; Ctrl-C stops every process\n");
+        std::fflush(stdout);
+        while (!g_up_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+    launcher.ForwardSignal(SIGTERM);
+    Status waited = launcher.Wait(10.0);
+    (void)waited;  // children stopped on our request; their exit codes are not failures
+    return rc;
+  };
+  return s;
+}
+
+Subcommand AddStatusCommand(CLI::App& app) {
+  struct Args {
+    std::string host = "127.0.0.1";
+    int port = 8001;
+    std::string token;
+  };
+  auto a = std::make_shared<Args>();
+  Subcommand s;
+  s.app = app.add_subcommand("status", "show the cluster, the plan and the queue of a running coordinator");
+  s.app->add_option("--host", a->host, "admin host")->capture_default_str();
+  s.app->add_option("--port", a->port, "admin port")->capture_default_str();
+  s.app->add_option("--token", a->token, "admin bearer token");
+  s.run = [a]() -> int {
+    HttpReply cluster = HttpCall(a->port, "GET", "/admin/cluster", "", a->token, a->host);
+    if (cluster.status != 200) {
+      std::fprintf(stderr, "tessera status: http://%s:%d/admin/cluster: %s\n", a->host.c_str(), a->port,
+                   cluster.status == 0 ? cluster.body.c_str() : (std::to_string(cluster.status) + " " + cluster.body).c_str());
+      return 1;
+    }
+    const json c = json::parse(cluster.body, nullptr, false);
+    std::printf("ready: %s\nworkers:\n", c.value("ready", false) ? "yes" : "no");
+    for (const json& w : c["workers"])
+      std::printf("  %-12s %-10s %-8s pid %d\n", w.value("id", "").c_str(), w.value("host", "").c_str(),
+                  w.value("state", "").c_str(), w.value("pid", 0));
+    PrintPlan(HttpCall(a->port, "GET", "/admin/plan", "", a->token, a->host).body);
+    return 0;
+  };
+  return s;
+}
+
+}  // namespace tessera::cli
