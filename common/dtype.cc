@@ -6,24 +6,36 @@ namespace tessera {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -59,7 +71,7 @@ uint16_t F32ToF16(float f) {
   std::memcpy(&u, &f, sizeof u);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // subnormal half (or zero): round to nearest even on 2^-24 grid
     float a;
@@ -88,6 +100,26 @@ void ConvertToF32(DType dtype, const void* src, float* dst, size_t count) {
     }
     default:
       TESSERA_CHECK(false && "ConvertToF32: not a floating dtype");
+  }
+}
+
+void ConvertFromF32(DType dtype, const float* src, void* dst, size_t count) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    default:
+      TESSERA_CHECK(false && "ConvertFromF32: not a floating dtype");
   }
 }
 

@@ -17,9 +17,11 @@ int64_t CountWanted(const StepBatch& batch) {
   return n;
 }
 
-std::vector<uint8_t> TensorBytes(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.raw());
-  return std::vector<uint8_t>(p, p + t.nbytes());
+// The bytes of `t`, copied to the host when it lives on a device.
+StatusOr<std::vector<uint8_t>> TensorBytes(kernels::Backend& backend, const Tensor& t) {
+  TESSERA_ASSIGN_OR_RETURN(Tensor host, backend.ToHost(t));
+  const auto* p = static_cast<const uint8_t*>(host.raw());
+  return std::vector<uint8_t>(p, p + host.nbytes());
 }
 
 std::string RankName(const PipelineLinks& l) {
@@ -30,15 +32,19 @@ std::string RankName(const PipelineLinks& l) {
 
 StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
                                                  const Tensor& hidden, const PipelineLinks& links,
-                                                 SequenceSamplers& samplers, const LogitsSink& sink) {
+                                                 SequenceSamplers& samplers,
+                                                 const LogitsSink& sink) {
   const int64_t wanted = CountWanted(batch);
   const int64_t vocab = model.config().vocab_size;
-  Tensor logits = Tensor::Empty({wanted, vocab});
+  TESSERA_ASSIGN_OR_RETURN(Tensor logits, model.backend().Allocate({wanted, vocab}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(model.Logits(batch, hidden, logits));
   std::vector<int32_t> tokens(static_cast<size_t>(wanted), 0);
   if (links.tp_rank == 0) {
-    if (sink) sink(batch, logits);
-    tokens = samplers.Sample(batch, logits.data<float>(), vocab);
+    if (sink) {
+      TESSERA_ASSIGN_OR_RETURN(Tensor host, model.backend().ToHost(logits));
+      sink(batch, host);
+    }
+    TESSERA_ASSIGN_OR_RETURN(tokens, samplers.Sample(batch, logits));
   }
   if (links.tp && links.tp->size() > 1 && wanted > 0) {
     Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
@@ -47,7 +53,8 @@ StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBa
   return tokens;
 }
 
-PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links, LogitsSink sink)
+PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links,
+                                   LogitsSink sink)
     : model_(model), cache_(cache), links_(links), sink_(std::move(sink)) {
   TESSERA_CHECK(links_.stage == 0);
   if (links_.pp > 1) {
@@ -60,7 +67,7 @@ PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLi
 PipelineExecutor::~PipelineExecutor() = default;
 
 Status PipelineExecutor::Submit(const StepBatch& batch) {
-  Tensor hidden = Tensor::Empty({batch.total_tokens(), model_->config().hidden_size});
+  TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model_->NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR_CTX(model_->Forward(batch, Tensor(), *cache_, hidden), RankName(links_));
   if (links_.pp == 1) {
     TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
@@ -69,7 +76,8 @@ Status PipelineExecutor::Submit(const StepBatch& batch) {
     return Status::Ok();
   }
   TESSERA_RETURN_IF_ERROR(sender_->Enqueue(EncodeStep(batch)));
-  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(TensorBytes(hidden)));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, TensorBytes(model_->backend(), hidden));
+  TESSERA_RETURN_IF_ERROR(sender_->Enqueue(std::move(bytes)));
   wanted_.push_back(CountWanted(batch));
   return Status::Ok();
 }
@@ -88,8 +96,8 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
   Status s = RecvFrame(*links_.ret, 1, frame, static_cast<size_t>(wanted) * sizeof(int32_t));
   if (!s.ok()) return s.WithContext("tokens from the last stage to " + RankName(links_));
   if (frame.size() != static_cast<size_t>(wanted) * sizeof(int32_t))
-    return Internal("last stage returned " + std::to_string(frame.size() / 4) + " tokens, expected " +
-                    std::to_string(wanted));
+    return Internal("last stage returned " + std::to_string(frame.size() / 4) +
+                    " tokens, expected " + std::to_string(wanted));
   std::vector<int32_t> tokens(static_cast<size_t>(wanted));
   if (wanted) std::memcpy(tokens.data(), frame.data(), frame.size());
   return tokens;
@@ -101,7 +109,8 @@ Status PipelineExecutor::Shutdown() {
   return sender_->Flush();
 }
 
-Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links, const LogitsSink& sink) {
+Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
+                  const LogitsSink& sink) {
   TESSERA_CHECK(links.stage > 0 && links.prev != nullptr);
   const bool last = links.stage == links.pp - 1;
   std::unique_ptr<AsyncSender> sender;
@@ -113,7 +122,6 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     sender = std::make_unique<AsyncSender>(links.next, 1, 2 * static_cast<size_t>(links.pp) + 2);
   }
   SequenceSamplers samplers;
-  const int64_t hidden_size = model.config().hidden_size;
   std::vector<uint8_t> frame;
   while (true) {
     Status s = RecvFrame(*links.prev, 0, frame, kMaxMetaBytes);
@@ -124,13 +132,16 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
       return sender->Flush();
     }
     const StepBatch& batch = msg.batch;
-    Tensor hidden = Tensor::Empty({batch.total_tokens(), hidden_size});
+    TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
     s = RecvFrame(*links.prev, 0, frame, hidden.nbytes());
-    if (!s.ok()) return s.WithContext("hidden states from the previous stage to " + RankName(links));
+    if (!s.ok())
+      return s.WithContext("hidden states from the previous stage to " + RankName(links));
     if (frame.size() != hidden.nbytes())
       return InvalidArgument("hidden states of " + std::to_string(frame.size()) + " bytes for " +
                              hidden.Describe() + " on " + RankName(links));
-    std::memcpy(hidden.raw(), frame.data(), frame.size());
+    const Tensor received =
+        Tensor::Wrap(frame.data(), hidden.shape(), hidden.dtype(), Device::kCPU, nullptr);
+    TESSERA_RETURN_IF_ERROR(model.backend().Copy(hidden, received));
     TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, hidden, cache, hidden), RankName(links));
     if (last) {
       TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
@@ -140,7 +151,8 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(out)));
     } else {
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
-      TESSERA_RETURN_IF_ERROR(sender->Enqueue(TensorBytes(hidden)));
+      TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, TensorBytes(model.backend(), hidden));
+      TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(bytes)));
     }
   }
 }
