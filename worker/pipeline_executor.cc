@@ -47,8 +47,19 @@ StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBa
     TESSERA_ASSIGN_OR_RETURN(tokens, samplers.Sample(batch, logits));
   }
   if (links.tp && links.tp->size() > 1 && wanted > 0) {
-    Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
-    if (!s.ok()) return s.WithContext("token broadcast on " + RankName(links));
+    const std::string where = "token broadcast on " + RankName(links);
+    if (links.tp->device() == Device::kCPU) {
+      Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
+      if (!s.ok()) return s.WithContext(where);
+    } else {
+      // A device communicator (NCCL): the tokens travel through device memory.
+      Tensor host = Tensor::Wrap(tokens.data(), {wanted}, DType::kI32, Device::kCPU, nullptr);
+      auto dev = model.backend().Upload(host);
+      if (!dev.ok()) return dev.status().WithContext(where);
+      Status s = links.tp->Broadcast(dev->raw(), tokens.size() * sizeof(int32_t), 0);
+      if (s.ok()) s = model.backend().Copy(host, *dev);
+      if (!s.ok()) return s.WithContext(where);
+    }
   }
   return tokens;
 }
