@@ -105,16 +105,17 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
     return Status::Ok();
   }
   // Decode: split the context so that the grid covers about two waves of
-  // SMs (flash-decoding), with at most ~100 KiB of scores per CTA.
+  // SMs (flash-decoding), at least 32 positions per split.
   const int64_t ctas = batch.num_tokens * kv_heads;
   const int64_t target = 2 * static_cast<int64_t>(ctx->props().multiProcessorCount);
   const int64_t max_ctx = std::max<int64_t>(1, batch.max_context);
   int64_t splits = 1;
-  if (ctas < target && max_ctx > 128)
-    splits = std::min((target + ctas - 1) / ctas, (max_ctx + 63) / 64);
+  if (ctas < target && max_ctx > 64)
+    splits = std::min((target + ctas - 1) / ctas, (max_ctx + 31) / 32);
   int64_t partition = (max_ctx + splits - 1) / splits;
   partition = (partition + 31) / 32 * 32;
-  const int64_t max_partition = std::max<int64_t>(32, (25600 / group) / 32 * 32);
+  const int64_t max_partition =
+      std::max<int64_t>(32, (16384 / group) / 32 * 32);  // <= 64 KiB of scores
   if (partition > max_partition) partition = max_partition;
   splits = (max_ctx + partition - 1) / partition;
   Tensor partials;

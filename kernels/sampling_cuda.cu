@@ -213,8 +213,8 @@ cudaError_t LaunchSampleRows(const float* logits, int64_t rows, int64_t vocab,
   size_t temp_bytes = CubTempBytes(rows, vocab);
   const unsigned blocks =
       Blocks(static_cast<int64_t>(n) > rows + 1 ? static_cast<int64_t>(n) : rows + 1, 256);
-  IotaKernel < <<blocks<65535u ? blocks : 65535u, 256, 0, stream>>>(values_in, offsets, rows,
-                                                                    vocab);
+  const unsigned grid = blocks < 65535u ? blocks : 65535u;
+  IotaKernel<<<grid, 256, 0, stream>>>(values_in, offsets, rows, vocab);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   e = cub::DeviceSegmentedRadixSort::SortPairsDescending(

@@ -17,16 +17,23 @@ namespace tessera::testing {
 class LocalModel {
  public:
   // Aborts the test on load errors (callers ASSERT on ok() of Load instead).
-  static StatusOr<std::unique_ptr<LocalModel>> Load(const std::string& dir, int64_t num_blocks = 256,
-                                                    int64_t block_size = 16);
+  // `backend` (null = CPU) holds the model and its KV cache.
+  static StatusOr<std::unique_ptr<LocalModel>> Load(const std::string& dir,
+                                                    int64_t num_blocks = 256,
+                                                    int64_t block_size = 16,
+                                                    kernels::Backend* backend = nullptr);
 
   // Last-position logits [vocab] of `prompt`, prefilled in one step.
   StatusOr<std::vector<float>> LastLogits(const std::vector<int32_t>& prompt);
   // Greedy generation of `n` tokens per prompt (all prompts in one batch),
   // EOS ignored.
-  StatusOr<std::vector<std::vector<int32_t>>> Greedy(const std::vector<std::vector<int32_t>>& prompts,
-                                                      int n, const Tokenizer* tokenizer = nullptr);
+  StatusOr<std::vector<std::vector<int32_t>>> Greedy(
+      const std::vector<std::vector<int32_t>>& prompts, int n,
+      const Tokenizer* tokenizer = nullptr);
   const ModelConfig& config() const { return config_; }
+  LocalExecutor& executor() { return *executor_; }
+  BlockAllocator& allocator() { return *allocator_; }
+  int64_t block_size() const { return block_size_; }
 
  private:
   ModelConfig config_;

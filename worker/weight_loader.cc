@@ -1,6 +1,7 @@
 #include "worker/weight_loader.h"
 
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -99,10 +100,17 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
                              "] but config.json implies [" + want + "]");
     }
-    // Zeros: vocab padding rows stay zero. Read raw when the checkpoint has
-    // the compute dtype, else through fp32.
+    // Read raw when the checkpoint has the compute dtype, else through fp32.
+    // Only the vocab padding rows past the slice need zeroing.
     const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
-    Tensor host = Tensor::Zeros(t.local_shape, read_dtype);
+    Tensor host = Tensor::Empty(t.local_shape, read_dtype);
+    const int64_t filled_rows =
+        t.split_dim == 0 ? t.end - t.begin : (t.local_shape.empty() ? 0 : t.local_shape[0]);
+    if (t.split_dim == 0 && !t.local_shape.empty() && filled_rows < t.local_shape[0]) {
+      const size_t row_bytes = host.nbytes() / static_cast<size_t>(t.local_shape[0]);
+      std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
+                  static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
+    }
     if (t.split_dim < 0) {
       TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
     } else if (t.end > t.begin) {
