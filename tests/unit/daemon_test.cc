@@ -20,7 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = fork();
   if (pid == 0) {
@@ -44,7 +43,8 @@ class Daemons : public ::testing::Test {
     port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = 2\npp = 2\n"
+        << "[model]\npath = \"" << model_
+        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n"
         << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
         << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
@@ -144,6 +144,24 @@ TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
   auto r = HttpCall(port_, "POST", "/v1/completions",
                     R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":2})");
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// The official `openai` Python package (installed by scripts/setup into its
+// venv; scripts/test exports TESSERA_PYTHON) against the running daemons.
+TEST_F(Daemons, OfficialOpenAIClientWorks) {
+  const char* python = std::getenv("TESSERA_PYTHON");
+  ASSERT_NE(python, nullptr) << "TESSERA_PYTHON is not set: run the tests through scripts/test";
+  const std::string script = ::tessera::testing::FixturePath("../openai_client_check.py");
+  const std::string cmd =
+      std::string(python) + " " + script + " " + std::to_string(port_) + " llama_gqa_f32 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("openai client checks passed"), std::string::npos) << out;
 }
 
 TEST_F(Daemons, KilledWorkerFailsItsRequestsAndIsReported) {
