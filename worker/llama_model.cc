@@ -113,15 +113,14 @@ Status LlamaModel::Layer(int local, const StepBatch& batch, const std::vector<in
   Tensor o = Tensor::Empty({tokens, hidden});
   TESSERA_RETURN_IF_ERROR(kernels::Linear(attn, w.o_proj, Tensor(), o));
   TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));
-  // Row-parallel bias: added once, after the all-reduce.
-  TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x));
+  // Row-parallel bias (Llama attention_bias): added once, after the all-reduce.
   if (w.o_bias.defined()) {
-    // Rare (Llama attention_bias): fold the bias into the residual, then renormalise.
-    float* hp = h.data<float>();
+    float* op = o.data<float>();
+    const float* ob = w.o_bias.data<float>();
     for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t i = 0; i < hidden; ++i) hp[t * hidden + i] += w.o_bias.data<float>()[i];
-    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(h, w.post_norm, eps, x));
+      for (int64_t i = 0; i < hidden; ++i) op[t * hidden + i] += ob[i];
   }
+  TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x));
 
   Tensor gate = Tensor::Empty({tokens, lay.inter_local});
   Tensor up = Tensor::Empty({tokens, lay.inter_local});
