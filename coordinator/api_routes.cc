@@ -151,7 +151,10 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   }
   x->results.resize(gens.size());
   x->remaining = static_cast<int>(gens.size());
-  if (x->stream) res->StartStream(200);
+  // Admission happens before the response starts, so a full queue is a real
+  // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
+  // emits before the stream has started (or after the request was refused).
+  std::unique_lock<std::mutex> admit(x->mu);
   std::vector<int64_t> ids;
   for (size_t i = 0; i < gens.size(); ++i) {
     RequestCallbacks cb;
@@ -160,6 +163,8 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text,
                                                                      int32_t) {
         if (text.empty()) return;
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (x->failed) return;
         if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first,
                                                     text, std::nullopt, std::nullopt,
@@ -176,6 +181,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
       std::lock_guard<std::mutex> lock(x->mu);
+      if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
       x->results[static_cast<size_t>(index)] = r;
       x->usage.prompt_tokens += r.prompt_tokens;
       x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
@@ -213,18 +219,14 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       const ApiError e = id.status().code() == StatusCode::kResourceExhausted
                              ? QueueFullError(config_.scheduler.queue_limit)
                              : ApiErrorFromStatus(id.status());
-      if (x->stream) {
-        res->SendEvent(e.ToJson());
-        res->Finish();
-      } else {
-        res->Send(e.http_status, "application/json", e.ToJson());
-      }
-      std::lock_guard<std::mutex> lock(x->mu);
+      res->Send(e.http_status, "application/json", e.ToJson());
       x->failed = true;
       return;
     }
     ids.push_back(*id);
   }
+  if (x->stream) res->StartStream(200);
+  admit.unlock();
   Scheduler* sched = scheduler_.get();
   res->OnClientGone([sched, ids] {
     for (int64_t id : ids) sched->Cancel(id);
