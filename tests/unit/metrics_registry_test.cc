@@ -142,7 +142,9 @@ TEST(MetricCatalog, FollowsPrometheusNamingAndRegisters) {
     const bool unit = s.name.find("_bytes") != std::string::npos ||
                       s.name.find("_seconds") != std::string::npos ||
                       s.name.find("_ratio") != std::string::npos;
-    if (s.type == MetricType::kHistogram) EXPECT_TRUE(unit) << s.name << ": histograms have a unit";
+    if (s.type == MetricType::kHistogram) {
+      EXPECT_TRUE(unit) << s.name << ": histograms have a unit";
+    }
     EXPECT_EQ(s.name.find("_milli"), std::string::npos) << s.name << ": base units only";
     EXPECT_EQ(s.name.find("_kb"), std::string::npos) << s.name;
   }
