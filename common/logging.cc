@@ -142,7 +142,7 @@ void LogLine(LogLevel level, std::string_view subsystem, std::string_view messag
   const auto now = std::chrono::system_clock::now();
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["time"] =
       fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z",
                   fmt::gmtime(std::chrono::system_clock::to_time_t(now)), static_cast<int>(ms));
@@ -160,7 +160,7 @@ void LogLine(LogLevel level, std::string_view subsystem, std::string_view messag
   j["message"] = std::string(message);
   // Invalid UTF-8 in a message is replaced rather than thrown on.
   Logger().log(ToSpdlog(level), "{}",
-               j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+               j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 }  // namespace tessera

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/metric_catalog.h"
@@ -330,6 +331,30 @@ TEST_F(Observability, PrometheusHasPerGpuMemoryAndDecodeLatency) {
   EXPECT_EQ(bubble["data"]["result"].size(), 4u) << bubble.dump();
   json workers = Query("tessera_workers{state=\"serving\"}");
   EXPECT_EQ(workers["data"]["result"][0]["value"][1], "4") << workers.dump();
+}
+
+TEST_F(Observability, DaemonLogsAreTaggedAndJsonWhenAsked) {
+  // The coordinator runs with logging.format = "json": every line an object.
+  std::istringstream coordinator(::tessera::testing::ReadFileOrDie(*dir_ + "/coordinator.log"));
+  int lines = 0;
+  for (std::string line; std::getline(coordinator, line); ++lines) {
+    const json j = json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    for (const char* key : {"time", "level", "node", "subsystem", "message"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing: " << line;
+  }
+  EXPECT_GT(lines, 2);
+  // Workers run with --log-format text: rank tags once assigned, and the
+  // shard load progress line.
+  for (int i = 0; i < kWorkers; ++i) {
+    const std::string log =
+        ::tessera::testing::ReadFileOrDie(*dir_ + "/worker" + std::to_string(i) + ".log");
+    EXPECT_NE(log.find("[node="), std::string::npos) << log;
+    EXPECT_NE(log.find(" stage="), std::string::npos) << log;
+    EXPECT_NE(log.find(" tp_rank="), std::string::npos) << log;
+    EXPECT_NE(log.find("[load] loading worker"), std::string::npos) << log;
+    EXPECT_NE(log.find("(100.0%)"), std::string::npos) << log;
+  }
 }
 
 // --- Dashboards ------------------------------------------------------------
