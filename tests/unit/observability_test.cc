@@ -239,6 +239,13 @@ class Observability : public ::testing::Test {
     return j;
   }
 
+  // The checks, run in one test so that the cluster and Prometheus start
+  // once (ctest runs every test in its own process).
+  void PromtoolAcceptsEveryEndpoint();
+  void PrometheusHasPerGpuMemoryAndDecodeLatency();
+  void DaemonLogsAreTaggedAndJsonWhenAsked();
+  void DashboardQueriesNameExportedMetricsAndLabelsAndReturnData();
+
   static inline std::string* dir_ = nullptr;
   static inline std::string* setup_error_ = nullptr;
   static inline int api_port_ = 0, prom_port_ = 0;
@@ -246,7 +253,7 @@ class Observability : public ::testing::Test {
   static inline std::vector<pid_t> pids_;
 };
 
-TEST_F(Observability, PromtoolAcceptsEveryEndpoint) {
+void Observability::PromtoolAcceptsEveryEndpoint() {
   std::vector<std::pair<std::string, int>> endpoints = {{"coordinator", api_port_}};
   for (int i = 0; i < kWorkers; ++i)
     endpoints.push_back({"worker " + std::to_string(i), worker_ports_[i]});
@@ -269,7 +276,7 @@ TEST_F(Observability, PromtoolAcceptsEveryEndpoint) {
   }
 }
 
-TEST_F(Observability, PrometheusHasPerGpuMemoryAndDecodeLatency) {
+void Observability::PrometheusHasPerGpuMemoryAndDecodeLatency() {
   // Per-device memory: one series per worker, labelled with its rank.
   json mem = Query("tessera_gpu_memory_used_bytes");
   ASSERT_EQ(mem["status"], "success") << mem.dump();
@@ -333,7 +340,7 @@ TEST_F(Observability, PrometheusHasPerGpuMemoryAndDecodeLatency) {
   EXPECT_EQ(workers["data"]["result"][0]["value"][1], "4") << workers.dump();
 }
 
-TEST_F(Observability, DaemonLogsAreTaggedAndJsonWhenAsked) {
+void Observability::DaemonLogsAreTaggedAndJsonWhenAsked() {
   // The coordinator runs with logging.format = "json": every line an object.
   std::istringstream coordinator(::tessera::testing::ReadFileOrDie(*dir_ + "/coordinator.log"));
   int lines = 0;
@@ -398,7 +405,7 @@ std::string Substitute(std::string expr) {
   return expr;
 }
 
-TEST_F(Observability, DashboardQueriesNameExportedMetricsAndLabelsAndReturnData) {
+void Observability::DashboardQueriesNameExportedMetricsAndLabelsAndReturnData() {
   const std::vector<PanelQuery> queries = DashboardQueries();
   ASSERT_GE(queries.size(), 20u) << "dashboards/*.json";
   const std::regex metric_re("\\btessera_[a-z0-9_]+");
@@ -477,6 +484,25 @@ TEST_F(Observability, DashboardQueriesNameExportedMetricsAndLabelsAndReturnData)
     if (have_data) {
       EXPECT_FALSE(r["data"]["result"].empty()) << "no data: " << r.dump();
     }
+  }
+}
+
+TEST_F(Observability, LocalClusterScrapedByPrometheus) {
+  {
+    SCOPED_TRACE("PromtoolAcceptsEveryEndpoint");
+    PromtoolAcceptsEveryEndpoint();
+  }
+  {
+    SCOPED_TRACE("PrometheusHasPerGpuMemoryAndDecodeLatency");
+    PrometheusHasPerGpuMemoryAndDecodeLatency();
+  }
+  {
+    SCOPED_TRACE("DaemonLogsAreTaggedAndJsonWhenAsked");
+    DaemonLogsAreTaggedAndJsonWhenAsked();
+  }
+  {
+    SCOPED_TRACE("DashboardQueriesNameExportedMetricsAndLabelsAndReturnData");
+    DashboardQueriesNameExportedMetricsAndLabelsAndReturnData();
   }
 }
 
