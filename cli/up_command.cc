@@ -6,12 +6,12 @@
 //
 // `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
 // the queue, through the admin API.
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/commands.h"

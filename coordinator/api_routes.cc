@@ -253,13 +253,17 @@ void CoordinatorDaemon::CollectMetrics() {
   m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
   m.Gauge(metric::kKvCacheCapacityBlocks).WithLabels({}).Set(static_cast<double>(kv_blocks_));
   if (ready_.load()) {  // scheduler_ is set before ready_ turns true, never reset
-    m.Gauge(metric::kRunningSequences).WithLabels({}).Set(static_cast<double>(scheduler_->running()));
-    m.Gauge(metric::kWaitingSequences).WithLabels({}).Set(static_cast<double>(scheduler_->waiting()));
+    m.Gauge(metric::kRunningSequences)
+        .WithLabels({})
+        .Set(static_cast<double>(scheduler_->running()));
+    m.Gauge(metric::kWaitingSequences)
+        .WithLabels({})
+        .Set(static_cast<double>(scheduler_->waiting()));
   }
   // Published by the scheduler thread after every iteration.
   const double used_blocks = m.Gauge(metric::kKvCacheUsedBlocks).WithLabels({}).value();
-  std::map<std::string, int> states = {{"registered", 0}, {"loading", 0}, {"serving", 0},
-                                       {"failed", 0}};
+  std::map<std::string, int> states = {
+      {"registered", 0}, {"loading", 0}, {"serving", 0}, {"failed", 0}};
   GaugeFamily& kv_used = m.Gauge(metric::kKvCacheUsedBytes);
   GaugeFamily& load_seconds = m.Gauge(metric::kRankLoadSeconds);
   GaugeFamily& load_bytes = m.Gauge(metric::kRankLoadBytes);

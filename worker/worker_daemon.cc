@@ -6,11 +6,11 @@
 #include <memory>
 
 #include "common/control_codec.h"
+#include "common/load_progress.h"
 #include "common/logging.h"
 #include "common/tcp_store.h"
 #include "kernels/blas_threads.h"
 #include "worker/control_client.h"
-#include "common/load_progress.h"
 #include "worker/model_loader.h"
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
@@ -242,9 +242,9 @@ Status WorkerDaemon::Run() {
     auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
     if (!tokens.ok()) return fail(tokens.status());
     if (metrics_)
-      metrics_->ObserveStep(*batch, std::chrono::duration<double>(
-                                        std::chrono::steady_clock::now() - step_start)
-                                        .count());
+      metrics_->ObserveStep(
+          *batch,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     if (links.pp == 1 && links.tp_rank == 0) {
       next_result = e.step().micro_batch_id();
       TESSERA_RETURN_IF_ERROR(send_result(*batch, *tokens));
