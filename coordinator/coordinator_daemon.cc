@@ -6,6 +6,7 @@
 
 #include "common/control_codec.h"
 #include "common/logging.h"
+#include "common/metric_catalog.h"
 #include "common/shard_spec.h"
 #include "coordinator/openai_api.h"
 
@@ -237,6 +238,14 @@ void CoordinatorDaemon::SchedulerLoop() {
       if (stopping_) return;
     }
     auto progressed = scheduler_->RunOnce();
+    const int64_t preempted = scheduler_->stats().preemptions;
+    metrics_.Counter(metric::kPreemptionsTotal)
+        .WithLabels({})
+        .Inc(static_cast<double>(preempted - preemptions_seen_));
+    preemptions_seen_ = preempted;
+    metrics_.Gauge(metric::kKvCacheUsedBlocks)
+        .WithLabels({})
+        .Set(static_cast<double>(allocator_->num_blocks() - allocator_->num_free()));
     if (!progressed.ok()) {
       TESSERA_LOG_ERROR("coordinator", "step failed: {}", progressed.status().ToString());
       ready_.store(false);
@@ -255,7 +264,13 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (e.has_loaded()) {
+  if (e.has_load_progress()) {
+    for (Assignment& a : assignments_) {
+      if (a.worker_id != peer.worker_id) continue;
+      a.load_bytes_done = static_cast<int64_t>(e.load_progress().bytes_done());
+      a.load_bytes_total = static_cast<int64_t>(e.load_progress().bytes_total());
+    }
+  } else if (e.has_loaded()) {
     for (Assignment& a : assignments_) {
       if (a.worker_id != peer.worker_id) continue;
       a.loaded_weight_bytes = static_cast<int64_t>(e.loaded().weights_bytes());
@@ -319,7 +334,9 @@ std::string CoordinatorDaemon::PlanJson() const {
                      {"predicted_weight_bytes", a.predicted_weight_bytes},
                      {"weight_bytes", a.loaded_weight_bytes},
                      {"kv_bytes", a.kv_bytes},
-                     {"load_seconds", a.load_seconds}});
+                     {"load_seconds", a.load_seconds},
+                     {"load_bytes_done", a.load_bytes_done},
+                     {"load_bytes_total", a.load_bytes_total}});
   }
   return json{{"plan_version", plan_version_},
               {"tp", parallel_.tp},

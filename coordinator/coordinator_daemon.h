@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics_registry.h"
 #include "common/model_config.h"
 #include "common/parallel_config.h"
 #include "common/tcp_store.h"
@@ -33,6 +34,7 @@
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
 #include "coordinator/remote_executor.h"
+#include "coordinator/request_metrics.h"
 #include "worker/scheduler.h"
 
 namespace tessera {
@@ -62,6 +64,7 @@ class CoordinatorDaemon {
     int64_t loaded_weight_bytes = -1;  // from Loaded
     int64_t kv_bytes = -1;
     double load_seconds = 0;
+    int64_t load_bytes_done = 0, load_bytes_total = 0;  // from LoadProgress
   };
 
   void PlaceAndServe();
@@ -72,6 +75,8 @@ class CoordinatorDaemon {
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
   std::string ClusterJson() const;
   std::string PlanJson() const;
+  // Refreshes the cluster and scheduler gauges (a collect hook of metrics_).
+  void CollectMetrics();
 
   DaemonConfig config_;
   ModelConfig model_;
@@ -81,6 +86,11 @@ class CoordinatorDaemon {
   int64_t max_context_ = 0;
   int64_t kv_blocks_ = 0;
   std::string model_name_;
+  // GET /metrics (the coordinator part of common/metric_catalog.h). Declared
+  // before the scheduler, whose requests' callbacks record into it.
+  MetricsRegistry metrics_;
+  std::unique_ptr<RequestMetrics> request_metrics_;
+  int64_t preemptions_seen_ = 0;  // scheduler thread only
 
   std::unique_ptr<ControlServer> control_;
   std::string control_endpoint_;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/control_codec.h"
+#include "common/load_progress.h"
 #include "common/logging.h"
 #include "common/tcp_store.h"
 #include "kernels/blas_threads.h"
@@ -67,6 +68,21 @@ Status WorkerDaemon::Run() {
                            client.WaitRegistered(std::chrono::milliseconds(
                                static_cast<int64_t>(options_.register_timeout_seconds * 1000))));
   TESSERA_LOG_INFO("worker", "registered as {} with {}", id, options_.coordinator);
+  if (options_.metrics) {
+    std::unique_ptr<NvmlProbe> nvml;
+    if (options_.nvml_metrics) {
+      auto probe = NvmlProbe::Load();
+      if (probe.ok()) {
+        nvml = std::move(*probe);
+      } else {
+        TESSERA_LOG_WARN("worker", "device metrics from process memory: {}",
+                         probe.status().ToString());
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(metrics_, WorkerMetrics::Create(options_.metrics, reg.host(),
+                                                             options_.device, std::move(nvml)));
+    metrics_->SetWorker(id, TESSERA_VERSION);
+  }
   control::Heartbeat hb;
   hb.set_state(control::WORKER_STATE_IDLE);
   client.SetHeartbeat(hb);
@@ -91,6 +107,11 @@ Status WorkerDaemon::Run() {
     client.SetHeartbeat(hb);
     return full;
   };
+  SetLogRank(static_cast<int>(assign.world_rank()), static_cast<int>(assign.stage()),
+             static_cast<int>(assign.tp_rank()));
+  if (metrics_)
+    metrics_->SetRank(static_cast<int>(assign.stage()), static_cast<int>(assign.tp_rank()),
+                      assign.plan_version());
   hb.set_state(control::WORKER_STATE_LOADING);
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);
@@ -115,10 +136,22 @@ Status WorkerDaemon::Run() {
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
   auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
   if (!parallel.ok()) return fail(parallel.status());
+  // Communicators, metered when metrics are on (the model keeps the tp one).
+  Communicator* tp_comm = (*pg)->tp();
+  Communicator* prev_comm = (*pg)->prev_stage();
+  Communicator* next_comm = (*pg)->next_stage();
+  if (metrics_) {
+    tp_comm = metrics_->Wrap(tp_comm);
+    prev_comm = metrics_->WrapPrevLink(prev_comm);
+    next_comm = metrics_->Wrap(next_comm);
+  }
   const auto t0 = std::chrono::steady_clock::now();
+  LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
   auto loaded =
-      LoadModel(assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
+      LoadModel(assign.model_path(), *parallel, pgo.world_rank, tp_comm,
                 [&](int64_t done, int64_t total) {
+                  if (metrics_) metrics_->OnLoadProgress(done, total);
+                  progress_log.Update(done, total);
                   control::Envelope e;
                   control::LoadProgress* p = e.mutable_load_progress();
                   p->set_plan_version(assign.plan_version());
@@ -143,6 +176,7 @@ Status WorkerDaemon::Run() {
     l->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
+  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
   hb.set_state(control::WORKER_STATE_READY);
   control::DeviceMemory* mem = hb.add_memory();
   mem->set_device_index(static_cast<uint32_t>(options_.device));
@@ -157,9 +191,9 @@ Status WorkerDaemon::Run() {
   links.pp = pgo.pp;
   links.stage = (*pg)->stage();
   links.tp_rank = (*pg)->tp_rank();
-  links.tp = (*pg)->tp();
-  links.prev = (*pg)->prev_stage();
-  links.next = (*pg)->next_stage();
+  links.tp = tp_comm;
+  links.prev = prev_comm;
+  links.next = next_comm;
   links.ret = nullptr;  // tokens go to the coordinator
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
@@ -189,6 +223,7 @@ Status WorkerDaemon::Run() {
     sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
   SequenceSamplers samplers;
   while (true) {
+    if (metrics_) metrics_->clock().Idle();
     TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
     if (e.has_shutdown() || e.has_drain()) {
       Status s = SendShutdownDownstream(sender.get());
@@ -202,8 +237,14 @@ Status WorkerDaemon::Run() {
     }
     auto batch = StepBatchFromProto(e.step().batch());
     if (!batch.ok()) return fail(batch.status());
+    const auto step_start = std::chrono::steady_clock::now();
+    if (metrics_) metrics_->clock().Busy();
     auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
     if (!tokens.ok()) return fail(tokens.status());
+    if (metrics_)
+      metrics_->ObserveStep(
+          *batch,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     if (links.pp == 1 && links.tp_rank == 0) {
       next_result = e.step().micro_batch_id();
       TESSERA_RETURN_IF_ERROR(send_result(*batch, *tokens));
