@@ -44,7 +44,11 @@ void PrintPlan(const std::string& plan_json) {
     std::printf("placement: unavailable (%s)\n", plan_json.c_str());
     return;
   }
-  std::printf("placement: tp=%d pp=%d (plan %llu)\n", plan.value("tp", 0), plan.value("pp", 0),
+  // tp_per_stage lists every stage's tp; print it when the stages differ.
+  std::string tp = std::to_string(plan.value("tp", 0));
+  if (plan.value("tp", 0) == 0 && plan.contains("tp_per_stage") && plan["tp_per_stage"].is_array())
+    tp = plan["tp_per_stage"].dump();
+  std::printf("placement: tp=%s pp=%d (plan %llu)\n", tp.c_str(), plan.value("pp", 0),
               static_cast<unsigned long long>(plan.value("plan_version", 0)));
   std::printf("  %-6s %-6s %-8s %-10s %-12s %s\n", "rank", "stage", "tp_rank", "layers", "weight MB", "worker");
   for (const json& r : plan["ranks"]) {
@@ -106,7 +110,7 @@ Subcommand AddUpCommand(CLI::App& app) {
                    a->config.c_str());
       return 2;
     }
-    const int workers = cfg->parallel.tp * cfg->parallel.pp;
+    const int workers = cfg->parallel.world_size();
     const std::string dir = SelfDir();
     std::vector<ChildSpec> children;
     children.push_back({"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false});

@@ -35,9 +35,12 @@ Status CoordinatorDaemon::Start() {
   if (config_.parallel.mode != ParallelMode::kExplicit)
     return Unimplemented(
         "parallel.mode = \"auto\" needs the topology planner wiring; set tp and pp explicitly");
-  TESSERA_ASSIGN_OR_RETURN(parallel_,
-                           ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                                config_.parallel.layers_per_stage));
+  TESSERA_ASSIGN_OR_RETURN(
+      parallel_, config_.parallel.tp_per_stage.empty()
+                     ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
+                                            config_.parallel.layers_per_stage)
+                     : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
+                                                    config_.parallel.layers_per_stage));
   max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
                                                    : model_.max_position_embeddings;
   if (max_context_ > model_.max_position_embeddings)
@@ -172,7 +175,8 @@ void CoordinatorDaemon::PlaceAndServe() {
     control::Envelope e;
     control::AssignShard* s = e.mutable_assign_shard();
     s->set_plan_version(plan_version_);
-    s->set_tp(static_cast<uint32_t>(parallel_.tp));
+    s->set_tp(static_cast<uint32_t>(parallel_.tp));  // 0 when stages differ in tp
+    for (int t : parallel_.tp_per_stage) s->add_tp_per_stage(static_cast<uint32_t>(t));
     s->set_pp(static_cast<uint32_t>(parallel_.pp));
     for (int n : parallel_.layers_per_stage) s->add_layers_per_stage(static_cast<uint32_t>(n));
     s->set_stage(static_cast<uint32_t>(a.stage));
@@ -340,6 +344,7 @@ std::string CoordinatorDaemon::PlanJson() const {
   }
   return json{{"plan_version", plan_version_},
               {"tp", parallel_.tp},
+              {"tp_per_stage", parallel_.TpPerStage()},
               {"pp", parallel_.pp},
               {"layers_per_stage", parallel_.layers_per_stage},
               {"kv_blocks", kv_blocks_},

@@ -26,7 +26,7 @@ struct LoadedModel {
 };
 
 // Loads rank `rank` of `parallel` from `model_dir`. `tp_comm` is the rank's tp
-// group (null when parallel.tp == 1).
+// group (null when its stage has tp == 1).
 // Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
 // LoadStageWeights, with the model directory in the message.
 StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,

@@ -124,6 +124,7 @@ Status WorkerDaemon::Run() {
   ProcessGroupOptions pgo;
   pgo.tp = static_cast<int>(assign.tp());
   pgo.pp = static_cast<int>(assign.pp());
+  pgo.tp_per_stage.assign(assign.tp_per_stage().begin(), assign.tp_per_stage().end());
   pgo.world_rank = static_cast<int>(assign.world_rank());
   pgo.timeout_seconds = options_.collective_timeout_seconds;
   pgo.connect_timeout_seconds = std::max(60.0, options_.collective_timeout_seconds);
@@ -134,16 +135,16 @@ Status WorkerDaemon::Run() {
   auto config = LoadModelConfig(assign.model_path());
   if (!config.ok()) return fail(config.status());
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
-  auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
+  auto parallel = pgo.tp_per_stage.empty()
+                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
+                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
   Communicator* tp_comm = (*pg)->tp();
   Communicator* prev_comm = (*pg)->prev_stage();
-  Communicator* next_comm = (*pg)->next_stage();
   if (metrics_) {
     tp_comm = metrics_->Wrap(tp_comm);
     prev_comm = metrics_->WrapPrevLink(prev_comm);
-    next_comm = metrics_->Wrap(next_comm);
   }
   const auto t0 = std::chrono::steady_clock::now();
   LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
@@ -193,8 +194,10 @@ Status WorkerDaemon::Run() {
   links.tp_rank = (*pg)->tp_rank();
   links.tp = tp_comm;
   links.prev = prev_comm;
-  links.next = next_comm;
-  links.ret = nullptr;  // tokens go to the coordinator
+  links.next = (*pg)->next_stage_links();
+  if (metrics_)
+    for (Communicator*& c : links.next) c = metrics_->Wrap(c);
+  links.ret = {};  // tokens go to the coordinator
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
   uint64_t next_result = 0;
