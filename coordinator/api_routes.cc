@@ -151,8 +151,11 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   }
   x->results.resize(gens.size());
   x->remaining = static_cast<int>(gens.size());
-  if (x->stream) res->StartStream(200);
   std::vector<int64_t> ids;
+  // The exchange stays locked until the response has started: the
+  // scheduler's callbacks take the lock, so nothing is written before the
+  // status line, and a streamed request the queue refuses still gets a 429.
+  std::unique_lock<std::mutex> hold(x->mu);
   for (size_t i = 0; i < gens.size(); ++i) {
     RequestCallbacks cb;
     const int index = static_cast<int>(i);
@@ -160,6 +163,8 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text,
                                                                      int32_t) {
         if (text.empty()) return;
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (x->failed) return;
         if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first,
                                                     text, std::nullopt, std::nullopt,
@@ -176,6 +181,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
       std::lock_guard<std::mutex> lock(x->mu);
+      if (x->failed) return;  // the error went out already
       x->results[static_cast<size_t>(index)] = r;
       x->usage.prompt_tokens += r.prompt_tokens;
       x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
@@ -210,21 +216,18 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     auto id = scheduler_->Enqueue(gens[i], std::move(cb));
     if (!id.ok()) {
       for (int64_t done : ids) scheduler_->Cancel(done);
+      x->failed = true;
+      hold.unlock();
       const ApiError e = id.status().code() == StatusCode::kResourceExhausted
                              ? QueueFullError(config_.scheduler.queue_limit)
                              : ApiErrorFromStatus(id.status());
-      if (x->stream) {
-        res->SendEvent(e.ToJson());
-        res->Finish();
-      } else {
-        res->Send(e.http_status, "application/json", e.ToJson());
-      }
-      std::lock_guard<std::mutex> lock(x->mu);
-      x->failed = true;
+      res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
     ids.push_back(*id);
   }
+  if (x->stream) res->StartStream(200);
+  hold.unlock();
   Scheduler* sched = scheduler_.get();
   res->OnClientGone([sched, ids] {
     for (int64_t id : ids) sched->Cancel(id);
@@ -264,11 +267,15 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   // No token: the config only allows that when the admin listener is on
   // loopback (ValidateDaemonConfig), so the endpoints are open to this host.
   const std::string token = config_.admin.effective_token;
-  auto guard = [token](HttpServer::Handler h) { return token.empty() ? h : RequireBearerToken(token, std::move(h)); };
-  admin.Handle("GET", "/admin/cluster", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  auto guard = [token](HttpServer::Handler h) {
+    return token.empty() ? h : RequireBearerToken(token, std::move(h));
+  };
+  admin.Handle("GET", "/admin/cluster",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", ClusterJson());
                }));
-  admin.Handle("GET", "/admin/plan", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  admin.Handle("GET", "/admin/plan",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
                }));
 }
