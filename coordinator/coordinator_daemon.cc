@@ -12,6 +12,7 @@
 #include "coordinator/openai_api.h"
 #include "coordinator/placement_planner.h"
 #include "coordinator/worker_cluster.h"
+#include "worker/worker_registration.h"
 
 namespace tessera {
 
@@ -210,6 +211,7 @@ Status CoordinatorDaemon::Plan(const std::vector<ControlWorkerInfo>& workers) {
       for (const ControlWorkerInfo& w : workers) {
         if (w.worker_id != a.worker_id) continue;
         a.host = w.registration.host();
+        a.data_address = w.registration.data_address();
         a.device_index = w.registration.devices(0).index();
       }
       a.world_rank = s * par.tp + i;
@@ -232,6 +234,17 @@ Status CoordinatorDaemon::Plan(const std::vector<ControlWorkerInfo>& workers) {
   assignments_ = std::move(plan);
   plan_result_ = std::move(*result);
   return Status::Ok();
+}
+
+std::string CoordinatorDaemon::StoreHostFor(const std::string& worker_address) const {
+  if (store_->host() != "0.0.0.0") return store_->host();
+  // The store listens on every interface: name the one that routes to the
+  // worker (its Gloo address is on the network it shares with us).
+  if (!worker_address.empty()) {
+    auto local = LocalAddressToward("tcp://" + worker_address + ":1");
+    if (local.ok()) return *local;
+  }
+  return "127.0.0.1";
 }
 
 void CoordinatorDaemon::PlaceAndServe() {
@@ -285,8 +298,7 @@ void CoordinatorDaemon::PlaceAndServe() {
     s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks));
     s->set_device_index(a.device_index);
     control::GlooRendezvous* g = s->mutable_gloo();
-    // "": the worker uses the host it reaches the control plane at.
-    g->set_store_host(store_->host() == "0.0.0.0" ? "" : store_->host());
+    g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));
     g->set_key_prefix("plan" + std::to_string(plan_version_) + "/");
     {

@@ -68,6 +68,7 @@ class CoordinatorDaemon {
   struct Assignment {
     std::string worker_id;
     std::string host;
+    std::string data_address;  // the worker's Gloo address
     uint32_t device_index = 0;
     int world_rank = 0, stage = 0, tp_rank = 0;
     int64_t predicted_weight_bytes = 0;  // the planner's cost model
@@ -82,6 +83,10 @@ class CoordinatorDaemon {
   // plan_result_. Errors: the cluster cannot be modelled, or no layout fits.
   Status Plan(const std::vector<ControlWorkerInfo>& workers);
   PlanOptions PlanOptionsFor(bool cpu) const;
+  // The rendezvous store's address as the worker at `worker_address` reaches
+  // it: the store's host, or, when it listens on every interface, this
+  // host's address on the route to the worker.
+  std::string StoreHostFor(const std::string& worker_address) const;
   void PlaceAndServe();
   void SchedulerLoop();
   void OnControlMessage(const ControlPeer& peer, const control::Envelope& envelope);

@@ -101,15 +101,9 @@ Status WorkerDaemon::Run() {
   client.SetHeartbeat(hb);
   if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
   kernels::SetBlasThreads(1);
-  // An empty store host: the coordinator's own host, as this worker reaches it.
-  std::string store_host = assign.gloo().store_host();
-  if (store_host.empty()) {
-    auto host = EndpointHost(options_.coordinator);
-    if (!host.ok()) return fail(host.status());
-    store_host = *host;
-  }
-  auto store = TcpStore::Connect(store_host, static_cast<int>(assign.gloo().store_port()),
-                                 options_.collective_timeout_seconds);
+  auto store =
+      TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
+                        options_.collective_timeout_seconds);
   if (!store.ok()) return fail(store.status());
   ProcessGroupOptions pgo;
   pgo.tp = static_cast<int>(assign.tp());
