@@ -117,6 +117,11 @@ Subcommand AddUpCommand(CLI::App& app) {
           break;
         }
       }
+      if (Status alive = launcher.CheckRunning(); !alive.ok()) {
+        std::fprintf(stderr, "tessera up: %s before the deployment was ready\n",
+                     alive.message().c_str());
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     int rc = 0;

@@ -151,11 +151,11 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   }
   x->results.resize(gens.size());
   x->remaining = static_cast<int>(gens.size());
+  // Admission happens before the response starts, so a full queue is a real
+  // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
+  // emits before the stream has started (or after the request was refused).
+  std::unique_lock<std::mutex> admit(x->mu);
   std::vector<int64_t> ids;
-  // The exchange stays locked until the response has started: the
-  // scheduler's callbacks take the lock, so nothing is written before the
-  // status line, and a streamed request the queue refuses still gets a 429.
-  std::unique_lock<std::mutex> hold(x->mu);
   for (size_t i = 0; i < gens.size(); ++i) {
     RequestCallbacks cb;
     const int index = static_cast<int>(i);
@@ -181,7 +181,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
       std::lock_guard<std::mutex> lock(x->mu);
-      if (x->failed) return;  // the error went out already
+      if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
       x->results[static_cast<size_t>(index)] = r;
       x->usage.prompt_tokens += r.prompt_tokens;
       x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
@@ -216,18 +216,17 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     auto id = scheduler_->Enqueue(gens[i], std::move(cb));
     if (!id.ok()) {
       for (int64_t done : ids) scheduler_->Cancel(done);
-      x->failed = true;
-      hold.unlock();
       const ApiError e = id.status().code() == StatusCode::kResourceExhausted
                              ? QueueFullError(config_.scheduler.queue_limit)
                              : ApiErrorFromStatus(id.status());
       res->Send(e.http_status, "application/json", e.ToJson());
+      x->failed = true;
       return;
     }
     ids.push_back(*id);
   }
   if (x->stream) res->StartStream(200);
-  hold.unlock();
+  admit.unlock();
   Scheduler* sched = scheduler_.get();
   res->OnClientGone([sched, ids] {
     for (int64_t id : ids) sched->Cancel(id);
@@ -267,15 +266,11 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   // No token: the config only allows that when the admin listener is on
   // loopback (ValidateDaemonConfig), so the endpoints are open to this host.
   const std::string token = config_.admin.effective_token;
-  auto guard = [token](HttpServer::Handler h) {
-    return token.empty() ? h : RequireBearerToken(token, std::move(h));
-  };
-  admin.Handle("GET", "/admin/cluster",
-               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  auto guard = [token](HttpServer::Handler h) { return token.empty() ? h : RequireBearerToken(token, std::move(h)); };
+  admin.Handle("GET", "/admin/cluster", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", ClusterJson());
                }));
-  admin.Handle("GET", "/admin/plan",
-               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  admin.Handle("GET", "/admin/plan", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
                }));
 }

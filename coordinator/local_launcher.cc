@@ -63,6 +63,22 @@ void LocalLauncher::SignalChild(size_t index, int sig) {
   if (index < pids_.size() && pids_[index] > 0) kill(pids_[index], sig);
 }
 
+Status LocalLauncher::CheckRunning() {
+  std::string exited;
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    int status = 0;
+    if (waitpid(pids_[i], &status, WNOHANG) != pids_[i]) continue;
+    pids_[i] = -1;
+    const std::string how = WIFSIGNALED(status)
+                                ? std::string("was killed by signal ") + strsignal(WTERMSIG(status))
+                                : "exited with status " + std::to_string(WEXITSTATUS(status));
+    exited += (exited.empty() ? "" : "; ") + specs_[i].name + " " + how;
+  }
+  if (!exited.empty()) return Unavailable(exited);
+  return Status::Ok();
+}
+
 Status LocalLauncher::Wait(double grace_seconds, double timeout_seconds) {
   std::string failures;
   bool deadline_set = timeout_seconds >= 0;

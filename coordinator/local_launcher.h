@@ -43,6 +43,10 @@ class LocalLauncher {
   void ForwardSignal(int sig);
   // Sends `sig` to child `index` (in Start order) if it is running.
   void SignalChild(size_t index, int sig);
+  // Reaps children that have exited, without blocking. OK while every child
+  // runs; else kUnavailable naming each child that exited and how (status or
+  // signal), for daemons that must not exit on their own.
+  Status CheckRunning();
 
  private:
   std::vector<ChildSpec> specs_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -121,6 +122,31 @@ TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
   CliRun bad =
       Tessera("up --config " + ::tessera::testing::FixturePath("models/llama_gqa_f32/config.json"));
   EXPECT_NE(bad.exit_code, 0);
+}
+
+// A coordinator that exits during start-up (here: a scheduler.max_context the
+// model cannot take) ends `tessera up` at once with the reason, instead of
+// leaving it and the workers waiting for the ready timeout.
+TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-bad");
+  const int port = ::tessera::testing::FreeTcpPort();
+  const int control = ::tessera::testing::FreeTcpPort();
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = " << port
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "[scheduler]\nmax_context = 100000\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  CliRun r = Tessera("up --config " + dir + "/up.toml --ready-timeout 120");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 30.0) << r.err;
+  EXPECT_NE(r.err.find("max_context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("coordinator exited with status"), std::string::npos) << r.err;
+  EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
 }
 
 // Auto placement through `tessera up`: the planner's explanation and the
