@@ -223,8 +223,10 @@ struct WorkerSection {
   int device = 0;
   // Compute backend of this worker.
   WorkerBackend backend = WorkerBackend::kAuto;
-  // Host name this worker reports when it registers; workers with the same
-  // host name are placed in one tp group first. "" = gethostname().
+  // Host name this worker reports when it registers; the coordinator groups
+  // workers into hosts by it (CPU ranks of one host share its memory; tp
+  // groups stay inside a host). "" = the topology report's host name
+  // (gethostname(), or the one in topology_file).
   std::string host;
   // Address this worker binds for Gloo collectives and pipeline transfers,
   // and advertises to its peers; it must be reachable from the other workers.
