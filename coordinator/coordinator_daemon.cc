@@ -170,7 +170,10 @@ PlanOptions CoordinatorDaemon::PlanOptionsFor(bool cpu) const {
   if (config_.parallel.mode == ParallelMode::kExplicit) {
     o.fixed_tp = config_.parallel.tp;
     o.fixed_pp = config_.parallel.pp;
-    o.fixed_layers_per_stage = config_.parallel.layers_per_stage;
+    // The configured split, or the even one ParallelConfig made of `[]`.
+    o.fixed_layers_per_stage = config_.parallel.layers_per_stage.empty()
+                                   ? parallel_.layers_per_stage
+                                   : config_.parallel.layers_per_stage;
     o.allow_cross_node_tp = true;  // the operator chose the tp
   }
   return o;
