@@ -3,10 +3,17 @@
 //  1. Binds the control plane (ZeroMQ ROUTER), the Gloo rendezvous store
 //     (TcpStoreServer: the coordinator is the store, no shared file system)
 //     and the HTTP listeners (OpenAI API, health, admin).
-//  2. Waits for tp * pp workers to register, validates the layout against the
-//     model (refusing it with the reason before any worker loads anything),
-//     assigns each worker its shard (AssignShard, ranks in registration
-//     order) and waits for every Loaded.
+//  2. Waits for parallel.workers workers (tp * pp in explicit mode) to
+//     register, builds the cluster model from their topology reports
+//     (coordinator/worker_cluster.h) and asks its Planner
+//     (coordinator/planner.h; PlacementPlanner) for a placement: in auto mode
+//     the planner's choice, in explicit mode the configured tp, pp and layer
+//     split, checked the same way. A layout that is invalid or does not fit
+//     is refused with the planner's reasons before any worker loads
+//     anything. Otherwise it assigns each worker of the plan its shard
+//     (AssignShard) and waits for every Loaded. The KV cache holds, on every
+//     rank, the blocks that fit on the tightest one (bounded by
+//     kv_cache.max_blocks and by what the scheduler can use).
 //  3. Serves: the Scheduler's owner thread runs continuous batching over a
 //     RemoteExecutor; HTTP handlers enqueue requests and stream tokens back.
 //
@@ -19,8 +26,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +42,7 @@
 #include "coordinator/control_server.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
+#include "coordinator/planner.h"
 #include "coordinator/remote_executor.h"
 #include "coordinator/request_metrics.h"
 #include "worker/scheduler.h"
@@ -59,14 +69,28 @@ class CoordinatorDaemon {
  private:
   struct Assignment {
     std::string worker_id;
+    std::string host;
+    std::string data_address;  // the worker's Gloo address
+    uint32_t device_index = 0;
     int world_rank = 0, stage = 0, tp_rank = 0;
-    int64_t predicted_weight_bytes = 0;
-    int64_t loaded_weight_bytes = -1;  // from Loaded
+    int64_t predicted_weight_bytes = 0;  // the planner's cost model
+    int64_t shard_weight_bytes = 0;      // the shard's tensors (ShardSpec)
+    int64_t predicted_kv_bytes = 0;      // kv_blocks x block bytes of this rank
+    int64_t loaded_weight_bytes = -1;    // from Loaded
     int64_t kv_bytes = -1;
     double load_seconds = 0;
     int64_t load_bytes_done = 0, load_bytes_total = 0;  // from LoadProgress
   };
 
+  // Plans on `workers`; fills assignments_, parallel_, kv_blocks_ and
+  // plan_result_. Errors: the cluster cannot be modelled, or no layout fits.
+  Status Plan(const std::vector<ControlWorkerInfo>& workers);
+  PlanOptions PlanOptionsFor(bool cpu) const;
+  Status PlanPerStageTp(const std::vector<ControlWorkerInfo>& workers);
+  // The rendezvous store's address as the worker at `worker_address` reaches
+  // it: the store's host, or, when it listens on every interface, this
+  // host's address on the route to the worker.
+  std::string StoreHostFor(const std::string& worker_address) const;
   void PlaceAndServe();
   void SchedulerLoop();
   void OnControlMessage(const ControlPeer& peer, const control::Envelope& envelope);
@@ -82,9 +106,10 @@ class CoordinatorDaemon {
   ModelConfig model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  ParallelConfig parallel_;
+  ParallelConfig parallel_;  // protected by mu_ once placement runs
+  int expected_workers_ = 1;
   int64_t max_context_ = 0;
-  int64_t kv_blocks_ = 0;
+  int64_t kv_blocks_ = 0;  // protected by mu_
   std::string model_name_;
   // GET /metrics (the coordinator part of common/metric_catalog.h). Declared
   // before the scheduler, whose requests' callbacks record into it.
@@ -102,8 +127,12 @@ class CoordinatorDaemon {
   std::condition_variable cv_;
   std::vector<Assignment> assignments_;      // protected by mu_
   std::vector<std::string> failed_workers_;  // protected by mu_
-  Status placement_status_;                  // protected by mu_
-  bool stopping_ = false;                    // protected by mu_
+  std::unique_ptr<Planner> planner_;
+  std::optional<PlanResult> plan_result_;               // protected by mu_
+  std::vector<std::string> cluster_notes_;              // protected by mu_
+  std::map<std::string, control::WorkerState> states_;  // protected by mu_; from heartbeats
+  Status placement_status_;                             // protected by mu_
+  bool stopping_ = false;                               // protected by mu_
   std::atomic<bool> ready_{false};
 
   std::unique_ptr<RemoteExecutor> executor_;

@@ -18,21 +18,28 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/metrics_registry.h"
 #include "common/proto/control.pb.h"
 #include "common/status.h"
 #include "worker/worker_metrics.h"
+#include "common/topology.h"
 
 namespace tessera {
 
 struct WorkerDaemonOptions {
-  std::string coordinator;              // "tcp://HOST:PORT"
-  int device = 0;                       // device index on this host
-  std::string worker_id;                // requested id ("" = assigned by the coordinator)
-  std::string host;                     // host name reported at registration ("" = gethostname)
-  std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
+  std::string coordinator;  // "tcp://HOST:PORT"
+  int device = 0;           // device index on this host
+  std::string worker_id;    // requested id ("" = assigned by the coordinator)
+  std::string host;         // host name reported at registration ("" = gethostname)
+  // Address this worker's Gloo device binds and advertises; "" = the local
+  // address that routes to the coordinator (LocalAddressToward).
+  std::string gloo_host;
+  bool cpu = true;  // offer a CPU rank (else the GPU `device`)
+  // This host's topology to report; nullopt = DiscoverTopology().
+  std::optional<TopologyReport> topology;
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;
   // Where this worker's metrics go (worker/worker_metrics.h); null = none.
