@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,17 @@ struct MemoryStats {
   int64_t in_use_bytes = 0;    // bytes of live tensors allocated by the backend
   int64_t peak_bytes = 0;      // maximum of in_use_bytes since creation
   int64_t reserved_bytes = 0;  // bytes held from the driver (in use + cached)
+};
+
+// Device work recorded once and replayed many times (a CUDA graph). Owned
+// by the thread that owns its Backend; it must not outlive the Backend.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  // Enqueues the recorded work on the backend's stream in stream order with
+  // everything else, and returns without waiting. Errors: the device call,
+  // named.
+  virtual Status Replay() = 0;
 };
 
 class Backend {
@@ -59,6 +71,22 @@ class Backend {
   virtual Status Synchronize() = 0;
 
   virtual MemoryStats memory_stats() const = 0;
+
+  // Copies `bytes` bytes at host address `src` into the first bytes of
+  // `dst` (a tensor of this backend), in stream order and without waiting
+  // for the device: `src` may be reused as soon as this returns.
+  // Errors: kInvalidArgument when dst holds fewer than `bytes` bytes.
+  virtual Status CopyFromHost(Tensor& dst, const void* src, size_t bytes);
+
+  // Records the device work that `body` issues on this backend (kernels,
+  // copies and collectives on its stream) into a CapturedWork without
+  // running it. Temporaries that `body` allocates come from a pool private
+  // to the recording and stay reserved until the CapturedWork is destroyed,
+  // so a replay never writes memory handed out since; no tensor allocated
+  // inside `body` may outlive it. Host-side effects of `body` happen once,
+  // now. Errors: those of `body`; kUnimplemented on the CPU backend; the
+  // device call that failed, named.
+  virtual StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<Status()>& body);
 
   // Allocate + Copy: `host` (any device) placed on this backend.
   StatusOr<Tensor> Upload(const Tensor& host);

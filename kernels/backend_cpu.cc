@@ -17,6 +17,22 @@ StatusOr<Tensor> Backend::ToHost(const Tensor& t) {
   return host;
 }
 
+Status Backend::CopyFromHost(Tensor& dst, const void* src, size_t bytes) {
+  if (bytes > dst.nbytes())
+    return InvalidArgument("copy from host: " + std::to_string(bytes) + " bytes into " +
+                           dst.Describe());
+  if (bytes == 0) return Status::Ok();
+  Tensor d =
+      Tensor::Wrap(dst.raw(), {static_cast<int64_t>(bytes)}, DType::kU8, dst.device(), nullptr);
+  const Tensor s = Tensor::Wrap(const_cast<void*>(src), {static_cast<int64_t>(bytes)}, DType::kU8,
+                                Device::kCPU, nullptr);
+  return Copy(d, s);
+}
+
+StatusOr<std::unique_ptr<CapturedWork>> Backend::Capture(const std::function<Status()>&) {
+  return Unimplemented("capture: the " + name() + " backend cannot record device work");
+}
+
 namespace {
 
 class CpuBackendImpl final : public Backend {

@@ -7,6 +7,34 @@ namespace tessera::kernels {
 
 namespace {
 
+// A CUDA graph and the private allocator pool its temporaries live in.
+class CudaGraphWork final : public CapturedWork {
+ public:
+  CudaGraphWork(cuda::Context* ctx, cudaGraph_t graph, cudaGraphExec_t exec,
+                std::shared_ptr<cuda::DeviceAllocator::Pool> pool)
+      : ctx_(ctx),
+        allocator_(ctx->shared_allocator()),
+        graph_(graph),
+        exec_(exec),
+        pool_(std::move(pool)) {}
+  ~CudaGraphWork() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+    allocator_->ReleasePool(*pool_);
+  }
+  Status Replay() override {
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, ctx_->stream()));
+    return Status::Ok();
+  }
+
+ private:
+  cuda::Context* ctx_;
+  std::shared_ptr<cuda::DeviceAllocator> allocator_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  std::shared_ptr<cuda::DeviceAllocator::Pool> pool_;
+};
+
 class CudaBackendImpl final : public Backend {
  public:
   CudaBackendImpl(std::unique_ptr<cuda::Context> ctx, DType dtype)
@@ -49,6 +77,44 @@ class CudaBackendImpl final : public Backend {
     return Status::Ok();
   }
   MemoryStats memory_stats() const override { return ctx_->allocator().stats(); }
+
+  Status CopyFromHost(Tensor& dst, const void* src, size_t bytes) override {
+    if (bytes > dst.nbytes())
+      return InvalidArgument("copy from host: " + std::to_string(bytes) + " bytes into " +
+                             dst.Describe());
+    if (dst.device() != Device::kCUDA) return Backend::CopyFromHost(dst, src, bytes);
+    return ctx_->CopyToDevice(dst.raw(), src, bytes);
+  }
+
+  StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<Status()>& body) override {
+    auto pool = std::make_shared<cuda::DeviceAllocator::Pool>();
+    cuda::DeviceAllocator& alloc = ctx_->allocator();
+    alloc.BeginPool(pool);
+    // Relaxed: the NCCL watchdog thread keeps querying events meanwhile.
+    cudaError_t err = cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeRelaxed);
+    Status s = err == cudaSuccess
+                   ? body()
+                   : cuda::CudaError(err, "cudaStreamBeginCapture", __FILE__, __LINE__);
+    cudaGraph_t graph = nullptr;
+    if (err == cudaSuccess) {
+      err = cudaStreamEndCapture(ctx_->stream(), &graph);
+      if (s.ok() && err != cudaSuccess)
+        s = cuda::CudaError(err, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    alloc.EndPool();
+    cudaGraphExec_t exec = nullptr;
+    if (s.ok()) {
+      err = cudaGraphInstantiate(&exec, graph, 0);
+      if (err != cudaSuccess) s = cuda::CudaError(err, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    if (!s.ok()) {
+      (void)cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      alloc.ReleasePool(*pool);
+      return s.WithContext("recording a CUDA graph on " + name());
+    }
+    return std::unique_ptr<CapturedWork>(new CudaGraphWork(ctx_.get(), graph, exec, pool));
+  }
 
  private:
   std::unique_ptr<cuda::Context> ctx_;

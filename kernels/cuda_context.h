@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -73,6 +74,21 @@ class DeviceAllocator {
   // Errors: kResourceExhausted naming the bytes and the device.
   StatusOr<void*> Allocate(size_t bytes, size_t* block_bytes);
   void Free(void* ptr, size_t block_bytes);
+
+  // A private pool for the temporaries of one CUDA graph. While a pool is
+  // active, Allocate serves from it (growing it from the shared cache or the
+  // driver) and blocks freed back return to it, so they are reused inside
+  // the recording but never handed to anyone else: a replay may write them
+  // at any later point of the stream.
+  struct Pool {
+    std::multimap<size_t, void*> free;            // block bytes -> block
+    std::vector<std::pair<void*, size_t>> owned;  // every block of the pool
+  };
+  void BeginPool(std::shared_ptr<Pool> pool);
+  void EndPool();
+  // Returns the pool's blocks to the shared cache (its graph is gone; work
+  // queued before on the stream is ordered before any reuse).
+  void ReleasePool(Pool& pool);
   // Returns every cached block to the driver (after a device synchronise).
   Status ReleaseCached();
   MemoryStats stats() const;
@@ -82,6 +98,8 @@ class DeviceAllocator {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // block bytes -> block
   int64_t in_use_ = 0, peak_ = 0, reserved_ = 0;
+  std::shared_ptr<Pool> active_pool_;
+  std::unordered_map<void*, Pool*> pool_of_;  // blocks owned by a pool
 };
 
 // A cuBLASLt matmul set up once per problem shape (descriptors, layouts and
@@ -110,6 +128,7 @@ class Context {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   DeviceAllocator& allocator() { return *allocator_; }
+  const std::shared_ptr<DeviceAllocator>& shared_allocator() const { return allocator_; }
   const cudaDeviceProp& props() const { return props_; }
 
   // An uninitialised device tensor; its block returns to the cache when the
@@ -122,6 +141,10 @@ class Context {
   // `bytes` bytes of `data` as a device tensor of `shape` and `dtype`.
   StatusOr<Tensor> UploadBytes(const void* data, size_t bytes, std::vector<int64_t> shape,
                                DType dtype);
+  // Copies `bytes` bytes of host `data` to device address `dst` on the
+  // stream (through the pinned staging ring when small enough), so `data`
+  // may be reused on return.
+  Status CopyToDevice(void* dst, const void* data, size_t bytes);
 
   // Linear's cuBLASLt plans, keyed by (m, n, k, input dtype, output dtype,
   // has bias, pointer alignment).

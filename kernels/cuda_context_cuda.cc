@@ -63,8 +63,19 @@ DeviceAllocator::~DeviceAllocator() {
 
 StatusOr<void*> DeviceAllocator::Allocate(size_t bytes, size_t* block_bytes) {
   const size_t want = RoundBlock(bytes);
+  std::shared_ptr<Pool> pool;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    pool = active_pool_;
+    if (pool) {
+      auto it = pool->free.lower_bound(want);
+      if (it != pool->free.end() && it->first <= 2 * want) {
+        void* p = it->second;
+        *block_bytes = it->first;
+        pool->free.erase(it);
+        return p;
+      }
+    }
     auto it = free_.lower_bound(want);
     if (it != free_.end() && it->first <= 2 * want) {
       void* p = it->second;
@@ -72,12 +83,17 @@ StatusOr<void*> DeviceAllocator::Allocate(size_t bytes, size_t* block_bytes) {
       free_.erase(it);
       in_use_ += static_cast<int64_t>(*block_bytes);
       peak_ = std::max(peak_, in_use_);
+      if (pool) {
+        pool->owned.emplace_back(p, *block_bytes);
+        pool_of_[p] = pool.get();
+      }
       return p;
     }
   }
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, want);
-  if (err == cudaErrorMemoryAllocation) {
+  if (err == cudaErrorMemoryAllocation && !pool) {
+    // (Not while recording a graph: releasing the cache synchronises.)
     (void)cudaGetLastError();  // clear the sticky-free allocation error
     TESSERA_RETURN_IF_ERROR(ReleaseCached());
     err = cudaMalloc(&p, want);
@@ -94,13 +110,43 @@ StatusOr<void*> DeviceAllocator::Allocate(size_t bytes, size_t* block_bytes) {
   reserved_ += static_cast<int64_t>(want);
   in_use_ += static_cast<int64_t>(want);
   peak_ = std::max(peak_, in_use_);
+  if (pool) {
+    pool->owned.emplace_back(p, want);
+    pool_of_[p] = pool.get();
+  }
   return p;
 }
 
 void DeviceAllocator::Free(void* ptr, size_t block_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto owner = pool_of_.find(ptr);
+  if (owner != pool_of_.end()) {
+    owner->second->free.emplace(block_bytes, ptr);
+    return;
+  }
   free_.emplace(block_bytes, ptr);
   in_use_ -= static_cast<int64_t>(block_bytes);
+}
+
+void DeviceAllocator::BeginPool(std::shared_ptr<Pool> pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_pool_ = std::move(pool);
+}
+
+void DeviceAllocator::EndPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_pool_.reset();
+}
+
+void DeviceAllocator::ReleasePool(Pool& pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [p, bytes] : pool.owned) {
+    pool_of_.erase(p);
+    free_.emplace(bytes, p);
+    in_use_ -= static_cast<int64_t>(bytes);
+  }
+  pool.owned.clear();
+  pool.free.clear();
 }
 
 Status DeviceAllocator::ReleaseCached() {
@@ -188,21 +234,26 @@ StatusOr<Tensor> Context::Allocate(const std::vector<int64_t>& shape, DType dtyp
 StatusOr<Tensor> Context::UploadBytes(const void* data, size_t bytes, std::vector<int64_t> shape,
                                       DType dtype) {
   TESSERA_ASSIGN_OR_RETURN(Tensor t, Allocate(shape, dtype));
-  if (bytes == 0) return t;
+  TESSERA_RETURN_IF_ERROR(CopyToDevice(t.raw(), data, bytes));
+  return t;
+}
+
+Status Context::CopyToDevice(void* dst, const void* data, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
   if (bytes > kStagingBytes) {
     // Pageable: cudaMemcpyAsync returns once the source has been staged.
     TESSERA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(t.raw(), data, bytes, cudaMemcpyHostToDevice, stream_));
-    return t;
+        cudaMemcpyAsync(dst, data, bytes, cudaMemcpyHostToDevice, stream_));
+    return Status::Ok();
   }
   Staging& s = staging_[next_staging_];
   next_staging_ = (next_staging_ + 1) % staging_.size();
   TESSERA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
   std::memcpy(s.host, data, bytes);
   TESSERA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(t.raw(), s.host, bytes, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, stream_));
   TESSERA_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, stream_));
-  return t;
+  return Status::Ok();
 }
 
 StatusOr<Tensor> Context::UploadI32(const std::vector<int32_t>& values) {

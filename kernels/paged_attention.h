@@ -67,6 +67,28 @@ StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int6
                                             int64_t block_size, int64_t num_blocks,
                                             Backend& backend);
 
+// MakeAttentionBatch without the upload: checks `seqs` and fills num_tokens,
+// max_seq_tokens and max_context (device_meta stays undefined). Errors: as
+// MakeAttentionBatch.
+StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                             int64_t block_size, int64_t num_blocks);
+
+// The I32 values of the packed device layout of `batch` (see AttentionBatch)
+// for a cache of `block_size`. With table_stride > 0 sequence i's block table
+// starts at offset i * table_stride of the tables region (which then holds
+// S * table_stride values, the unused ones 0): the layout of a CUDA graph,
+// whose pointers and sizes must not change between steps. table_stride must
+// be at least the blocks every sequence needs (TESSERA_CHECKed).
+std::vector<int32_t> PackAttentionMeta(const AttentionBatch& batch, int64_t block_size,
+                                       int64_t table_stride = 0);
+
+// The context length by which the CUDA decode kernel splits its work
+// (flash-decoding): the smallest power of two >= 256 holding max_context.
+// Eager steps and recorded decode graphs (whose split is fixed when they are
+// recorded) both split by it, so a replayed graph computes bit for bit what
+// an eager step computes.
+int64_t DecodeContextBucket(int64_t max_context);
+
 // Writes k/v rows of every sequence into its cache slots.
 // Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);

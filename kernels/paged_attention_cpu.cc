@@ -8,14 +8,13 @@
 
 namespace tessera::kernels {
 
-StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
-                                            int64_t block_size, int64_t num_blocks,
-                                            Backend& backend) {
+StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                             int64_t block_size, int64_t num_blocks) {
   AttentionBatch b;
   b.num_tokens = num_tokens;
   if (block_size <= 0)
     return InvalidArgument("attention batch: block_size " + std::to_string(block_size));
-  int64_t next = 0, tables = 0;
+  int64_t next = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const AttentionSeq& s = seqs[i];
     if (s.token_begin != next || s.num_tokens < 0 || s.start_pos < 0)
@@ -39,35 +38,62 @@ StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int6
     }
     b.max_seq_tokens = std::max(b.max_seq_tokens, s.num_tokens);
     b.max_context = std::max(b.max_context, ctx);
-    tables += need;
   }
   if (next != num_tokens)
     return InvalidArgument("attention batch: sequences cover " + std::to_string(next) +
                            " rows, the step has " + std::to_string(num_tokens));
-  if (backend.device() != Device::kCPU) {
-    const int64_t S = static_cast<int64_t>(seqs.size());
-    Tensor meta = Tensor::Empty({2 * num_tokens + 4 * S + tables}, DType::kI32);
-    int32_t* m = meta.data<int32_t>();
-    int32_t* seq_info = m + 2 * num_tokens;
-    int32_t* tab = seq_info + 4 * S;
-    int64_t off = 0;
-    for (int64_t i = 0; i < S; ++i) {
-      const AttentionSeq& s = seqs[static_cast<size_t>(i)];
-      for (int64_t t = 0; t < s.num_tokens; ++t) {
-        m[s.token_begin + t] = static_cast<int32_t>(i);
-        m[num_tokens + s.token_begin + t] = static_cast<int32_t>(s.start_pos + t);
-      }
-      const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
-      seq_info[4 * i + 0] = static_cast<int32_t>(s.token_begin);
-      seq_info[4 * i + 1] = static_cast<int32_t>(s.num_tokens);
-      seq_info[4 * i + 2] = s.start_pos;
-      seq_info[4 * i + 3] = static_cast<int32_t>(off);
-      for (int64_t j = 0; j < need; ++j) tab[off + j] = s.block_table[static_cast<size_t>(j)];
-      off += need;
-    }
-    TESSERA_ASSIGN_OR_RETURN(b.device_meta, backend.Upload(meta));
-  }
   b.seqs = std::move(seqs);
+  return b;
+}
+
+std::vector<int32_t> PackAttentionMeta(const AttentionBatch& b, int64_t block_size,
+                                       int64_t table_stride) {
+  const int64_t T = b.num_tokens, S = static_cast<int64_t>(b.seqs.size());
+  int64_t tables = 0;
+  for (const AttentionSeq& s : b.seqs) {
+    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
+    TESSERA_CHECK(table_stride == 0 || need <= table_stride);
+    tables += table_stride > 0 ? table_stride : need;
+  }
+  std::vector<int32_t> meta(static_cast<size_t>(2 * T + 4 * S + tables), 0);
+  int32_t* m = meta.data();
+  int32_t* seq_info = m + 2 * T;
+  int32_t* tab = seq_info + 4 * S;
+  int64_t off = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const AttentionSeq& s = b.seqs[static_cast<size_t>(i)];
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      m[s.token_begin + t] = static_cast<int32_t>(i);
+      m[T + s.token_begin + t] = static_cast<int32_t>(s.start_pos + t);
+    }
+    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
+    seq_info[4 * i + 0] = static_cast<int32_t>(s.token_begin);
+    seq_info[4 * i + 1] = static_cast<int32_t>(s.num_tokens);
+    seq_info[4 * i + 2] = s.start_pos;
+    seq_info[4 * i + 3] = static_cast<int32_t>(off);
+    for (int64_t j = 0; j < need; ++j) tab[off + j] = s.block_table[static_cast<size_t>(j)];
+    off += table_stride > 0 ? table_stride : need;
+  }
+  return meta;
+}
+
+int64_t DecodeContextBucket(int64_t max_context) {
+  int64_t bucket = 256;
+  while (bucket < max_context) bucket *= 2;
+  return bucket;
+}
+
+StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                            int64_t block_size, int64_t num_blocks,
+                                            Backend& backend) {
+  TESSERA_ASSIGN_OR_RETURN(
+      AttentionBatch b, CheckAttentionBatch(std::move(seqs), num_tokens, block_size, num_blocks));
+  if (backend.device() != Device::kCPU) {
+    std::vector<int32_t> meta = PackAttentionMeta(b, block_size);
+    Tensor host = Tensor::Wrap(meta.data(), {static_cast<int64_t>(meta.size())}, DType::kI32,
+                               Device::kCPU, nullptr);
+    TESSERA_ASSIGN_OR_RETURN(b.device_meta, backend.Upload(host));
+  }
   return b;
 }
 

@@ -105,13 +105,14 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
     return Status::Ok();
   }
   // Decode: split the context so that the grid covers about two waves of
-  // SMs (flash-decoding), at least 32 positions per split.
+  // SMs (flash-decoding), at least 32 positions per split. The split is
+  // chosen for the context bucket, not the exact context, so decode graphs
+  // (recorded per bucket) and eager steps reduce in the same order.
   const int64_t ctas = batch.num_tokens * kv_heads;
   const int64_t target = 2 * static_cast<int64_t>(ctx->props().multiProcessorCount);
-  const int64_t max_ctx = std::max<int64_t>(1, batch.max_context);
+  const int64_t max_ctx = DecodeContextBucket(batch.max_context);
   int64_t splits = 1;
-  if (ctas < target && max_ctx > 64)
-    splits = std::min((target + ctas - 1) / ctas, (max_ctx + 31) / 32);
+  if (ctas < target) splits = std::min((target + ctas - 1) / ctas, (max_ctx + 31) / 32);
   int64_t partition = (max_ctx + splits - 1) / splits;
   partition = (partition + 31) / 32 * 32;
   const int64_t max_partition =

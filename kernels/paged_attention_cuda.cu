@@ -15,6 +15,12 @@
 // cache into shared memory; scores, the running max/sum (online softmax)
 // and the output accumulator stay in fp32; the causal mask is applied per
 // row. Scalar FMA, not tensor cores.
+//
+// KV writes: one CTA per (token, chunk of its K/V row), 16-byte vectors when
+// the row and the pointers are 16-byte aligned (one scalar CTA per token
+// otherwise).
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -22,7 +28,7 @@ namespace tessera::kernels::cuda {
 
 namespace {
 
-constexpr int kDecodeThreads = 128;
+constexpr int kDecodeThreads = 256;  // 8 warps: two position groups of P.V at head_dim 128
 constexpr int kPrefillThreads = 128;
 constexpr int kPrefillRows = 64;
 constexpr int kPrefillKeys = 32;
@@ -44,6 +50,24 @@ __global__ void WriteKvKernel(AttentionMetaDev meta, AttentionShape shape, const
   const int64_t block = table[p / shape.block_size];
   const int64_t dst = (block * shape.block_size + p % shape.block_size) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    kc[dst + i] = k[t * row + i];
+    vc[dst + i] = v[t * row + i];
+  }
+}
+
+// The same copy in 16-byte vectors, one CTA per (token, chunk of the row),
+// so a single decode token's row is spread over several SMs. `row` counts
+// vectors.
+__global__ void WriteKvVecKernel(AttentionMetaDev meta, AttentionShape shape, int64_t row,
+                                 const uint4* __restrict__ k, const uint4* __restrict__ v,
+                                 uint4* kc, uint4* vc) {
+  const int t = blockIdx.x;
+  const int seq = meta.token_seq[t], p = meta.token_pos[t];
+  const int32_t* table = meta.tables + meta.seq_info[4 * seq + 3];
+  const int64_t block = table[p / shape.block_size];
+  const int64_t dst = (block * shape.block_size + p % shape.block_size) * row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; i < row;
+       i += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     kc[dst + i] = k[t * row + i];
     vc[dst + i] = v[t * row + i];
   }
@@ -400,6 +424,17 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
                           const void* k, const void* v, void* k_cache, void* v_cache,
                           cudaStream_t stream) {
   if (meta.num_tokens == 0) return cudaSuccess;
+  const size_t row_bytes =
+      static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim) * DTypeSize(dtype);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (row_bytes % 16 == 0 && aligned(k) && aligned(v) && aligned(k_cache) && aligned(v_cache)) {
+    const int64_t row = static_cast<int64_t>(row_bytes / 16);
+    const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((row + 127) / 128, 16));
+    WriteKvVecKernel<<<dim3(static_cast<unsigned>(meta.num_tokens), chunks), 128, 0, stream>>>(
+        meta, shape, row, static_cast<const uint4*>(k), static_cast<const uint4*>(v),
+        static_cast<uint4*>(k_cache), static_cast<uint4*>(v_cache));
+    return cudaGetLastError();
+  }
   TESSERA_FLOAT_SWITCH(dtype, T,
                        WriteKvKernel<T><<<static_cast<unsigned>(meta.num_tokens), 128, 0, stream>>>(
                            meta, shape, static_cast<const T*>(k), static_cast<const T*>(v),

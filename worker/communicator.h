@@ -90,6 +90,13 @@ class Communicator {
   // step of its ring). The default handles F32 through the float overloads
   // and answers other dtypes with kUnimplemented naming the dtype and group.
   virtual Status AllReduceSumTyped(void* data, size_t count, DType dtype);
+
+  // Device communicators: puts the work enqueued so far on the rank's stream
+  // (e.g. a replayed CUDA graph whose collectives were recorded, not issued
+  // one by one) under the call timeout, as one operation named `what`.
+  // Collectives recorded into a graph are not watched themselves. A no-op for
+  // host communicators, whose calls complete before they return.
+  virtual Status WatchEnqueued(const std::string& what);
   virtual Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv);
 };
 

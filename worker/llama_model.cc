@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "common/logging.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
@@ -23,6 +26,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
       dtype_(backend_->compute_dtype()) {
   TESSERA_CHECK(weights_.layout.tp == 1 || tp_comm_ != nullptr);
   default_inv_freq_ = kernels::RopeInvFreq(config_, config_.max_position_embeddings);
+  const char* env = std::getenv("TESSERA_CUDA_GRAPHS");
+  decode_graphs_ = backend_->device() == Device::kCUDA && !(env && std::strcmp(env, "0") == 0);
 }
 
 StatusOr<Tensor> LlamaModel::Alloc(const std::vector<int64_t>& shape) const {
@@ -111,8 +116,6 @@ Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCa
     return InvalidArgument("forward: hidden_out " + hidden_out.Describe() + " for " +
                            std::to_string(tokens) + " tokens of " + DTypeName(dtype_) + " on " +
                            backend_->name());
-  StepInputs in;
-  TESSERA_RETURN_IF_ERROR(PrepareStep(batch, cache, in));
   if (lay.is_first) {
     for (size_t i = 0; i < batch.token_ids.size(); ++i) {
       if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size)
@@ -120,14 +123,27 @@ Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCa
                           " at position " + std::to_string(i) + " is outside the vocab of " +
                           std::to_string(config_.vocab_size));
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor ids, UploadI32(batch.token_ids));
+  } else if (hidden_in.shape() != hidden_out.shape() || hidden_in.dtype() != hidden_out.dtype()) {
+    return InvalidArgument("forward: hidden_in " + hidden_in.Describe() + " vs hidden_out " +
+                           hidden_out.Describe());
+  }
+  if (UseDecodeGraph(batch)) return GraphForward(batch, hidden_in, cache, hidden_out);
+  StepInputs in;
+  TESSERA_RETURN_IF_ERROR(PrepareStep(batch, cache, in));
+  if (lay.is_first) {
+    TESSERA_ASSIGN_OR_RETURN(in.token_ids, UploadI32(batch.token_ids));
+  }
+  return Run(in, hidden_in, cache, hidden_out);
+}
+
+Status LlamaModel::Run(const StepInputs& in, const Tensor& hidden_in, KvCache& cache,
+                       Tensor& hidden_out) {
+  const StageLayout& lay = weights_.layout;
+  if (lay.is_first) {
     TESSERA_RETURN_IF_ERROR(
-        kernels::EmbeddingLookup(ids, weights_.embed_tokens, lay.vocab_begin, hidden_out));
+        kernels::EmbeddingLookup(in.token_ids, weights_.embed_tokens, lay.vocab_begin, hidden_out));
     TESSERA_RETURN_IF_ERROR(AllReduce(hidden_out, "embedding", -1));
   } else {
-    if (hidden_in.shape() != hidden_out.shape() || hidden_in.dtype() != hidden_out.dtype())
-      return InvalidArgument("forward: hidden_in " + hidden_in.Describe() + " vs hidden_out " +
-                             hidden_out.Describe());
     TESSERA_RETURN_IF_ERROR(backend_->Copy(hidden_out, hidden_in));
   }
   Tensor pending;
@@ -137,6 +153,103 @@ Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCa
   if (pending.defined())
     TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(hidden_out, pending, Tensor()));
   return Status::Ok();
+}
+
+bool LlamaModel::UseDecodeGraph(const StepBatch& batch) const {
+  if (!decode_graphs_ || backend_->device() != Device::kCUDA) return false;
+  const int64_t tokens = batch.total_tokens();
+  if (tokens == 0 || tokens > kMaxGraphBatch) return false;
+  for (const SeqStep& s : batch.seqs) {
+    if (s.num_tokens != 1) return false;
+    const int64_t seq_len = std::max<int64_t>(static_cast<int64_t>(s.start_pos) + 1, s.prompt_len);
+    if (config_.rope_scaling.type == RopeType::kDynamic &&
+        seq_len > config_.max_position_embeddings)
+      return false;
+  }
+  return true;
+}
+
+Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                                Tensor& hidden_out) {
+  const StageLayout& lay = weights_.layout;
+  const int64_t B = batch.total_tokens();
+  const int64_t block_size = cache.block_size();
+  std::vector<kernels::AttentionSeq> seqs;
+  seqs.reserve(batch.seqs.size());
+  int64_t begin = 0;
+  for (const SeqStep& s : batch.seqs) {
+    seqs.push_back({begin, 1, s.start_pos,
+                    std::span<const int32_t>(s.block_table.data(), s.block_table.size())});
+    ++begin;
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      kernels::AttentionBatch ab,
+      kernels::CheckAttentionBatch(std::move(seqs), B, block_size, cache.num_blocks()));
+  const int64_t bucket = kernels::DecodeContextBucket(ab.max_context);
+  const int64_t stride = (bucket + block_size - 1) / block_size;
+  const int64_t meta_len = 6 * B + B * stride;
+  const GraphKey key{B, bucket, cache.layer(0).k.raw()};
+  auto it = graphs_.find(key);
+  const bool fresh = it == graphs_.end();
+  if (fresh) {
+    if (!default_inv_freq_dev_.defined()) {
+      TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
+    }
+    DecodeGraph g;
+    TESSERA_ASSIGN_OR_RETURN(g.inputs, backend_->Zeros({B + meta_len}, DType::kI32));
+    TESSERA_ASSIGN_OR_RETURN(g.hidden_out, NewHidden(B));
+    if (!lay.is_first) {
+      TESSERA_ASSIGN_OR_RETURN(g.hidden_in, NewHidden(B));
+    }
+    g.in.token_ids = g.inputs.Slice0(0, B);
+    const Tensor meta = g.inputs.Slice0(B, B + meta_len);
+    g.in.positions = meta.Slice0(B, 2 * B);  // the layout's token positions
+    g.in.rope.push_back({0, B, default_inv_freq_dev_});
+    // On CUDA only the packed layout and the sizes are read; seqs gives S.
+    g.in.attention.seqs.resize(static_cast<size_t>(B));
+    g.in.attention.num_tokens = B;
+    g.in.attention.max_seq_tokens = 1;
+    g.in.attention.max_context = bucket;
+    g.in.attention.device_meta = meta;
+    it = graphs_.emplace(key, std::move(g)).first;
+  }
+  DecodeGraph& g = it->second;
+  std::vector<int32_t> host(batch.token_ids);  // [B]: total_tokens() is its size
+  const std::vector<int32_t> meta = kernels::PackAttentionMeta(ab, block_size, stride);
+  host.insert(host.end(), meta.begin(), meta.end());
+  TESSERA_RETURN_IF_ERROR(
+      backend_->CopyFromHost(g.inputs, host.data(), host.size() * sizeof(int32_t)));
+  if (!lay.is_first) TESSERA_RETURN_IF_ERROR(backend_->Copy(g.hidden_in, hidden_in));
+  if (fresh) {
+    // The first step of a shape runs eagerly (its result is this step's, and
+    // it sets up GEMM plans and kernel attributes), then is recorded.
+    Status s = Run(g.in, g.hidden_in, cache, g.hidden_out);
+    if (!s.ok()) {
+      graphs_.erase(it);
+      return s;
+    }
+    auto work = backend_->Capture([&] { return Run(g.in, g.hidden_in, cache, g.hidden_out); });
+    if (!work.ok()) {
+      // This step's result is in hand; later steps run eagerly.
+      TESSERA_LOG_WARN("model", "decode CUDA graphs turned off: batch {}, context bucket {}: {}", B,
+                       bucket, work.status().ToString());
+      decode_graphs_ = false;
+      Status copied = backend_->Copy(hidden_out, g.hidden_out);
+      graphs_.erase(it);
+      return copied;
+    }
+    g.work = std::move(*work);
+  } else {
+    TESSERA_RETURN_IF_ERROR(g.work->Replay());
+    ++graph_replays_;
+    if (lay.tp > 1) {
+      Status s =
+          tp_comm_->WatchEnqueued("decode graph of layers [" + std::to_string(lay.first_layer) +
+                                  ", " + std::to_string(lay.end_layer) + ")");
+      if (!s.ok()) return s;
+    }
+  }
+  return backend_->Copy(hidden_out, g.hidden_out);
 }
 
 Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h,

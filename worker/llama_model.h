@@ -17,9 +17,24 @@
 // once and shared by every layer. The residual add after each MLP is fused
 // into the next layer's input RMSNorm.
 //
+// Decode graphs (CUDA backend): a step in which every sequence has exactly
+// one token runs the stage's layers as a CUDA graph, one per (batch size,
+// context bucket, KV cache); the bucket is the smallest power of two >= 256
+// holding the longest context, and fixes the attention kernel's split of
+// the context. The step's token ids, positions and block tables are copied
+// into the graph's fixed input buffer (one host-to-device copy), the graph
+// is replayed, and the output is copied out: no host synchronisation. The
+// first step of a shape runs eagerly and is then recorded. Steps with
+// prefill chunks, dynamic NTK RoPE past max_position_embeddings, more than
+// kMaxGraphBatch sequences or TESSERA_CUDA_GRAPHS=0 in the environment run
+// eagerly.
+//
 // Thread-safety: a LlamaModel belongs to its rank's owner thread.
 #pragma once
 
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "common/model_config.h"
@@ -71,6 +86,15 @@ class LlamaModel {
   // or on the backend's device (computed there and copied if needed).
   Status Logits(const StepBatch& batch, const Tensor& hidden, Tensor& logits);
 
+  // Decode graphs on (default: on for a CUDA backend unless the environment
+  // sets TESSERA_CUDA_GRAPHS=0; never on the CPU).
+  static constexpr int64_t kMaxGraphBatch = 512;
+  void set_decode_graphs(bool on) { decode_graphs_ = on; }
+  bool decode_graphs() const { return decode_graphs_; }
+  // Graphs recorded so far and steps that replayed one.
+  int64_t decode_graphs_recorded() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t decode_graph_replays() const { return graph_replays_; }
+
  private:
   // Rows [begin, end) of the step rotate with inv_freq (on the backend).
   struct RopeSegment {
@@ -78,6 +102,7 @@ class LlamaModel {
     Tensor inv_freq;
   };
   struct StepInputs {
+    Tensor token_ids;  // I32 [tokens] on the backend (first stage)
     Tensor positions;  // I32 [tokens] on the backend
     std::vector<RopeSegment> rope;
     kernels::AttentionBatch attention;
@@ -87,6 +112,11 @@ class LlamaModel {
   StatusOr<Tensor> UploadI32(const std::vector<int32_t>& values) const;
   StatusOr<Tensor> UploadF32(const std::vector<float>& values) const;
   Status PrepareStep(const StepBatch& batch, KvCache& cache, StepInputs& in);
+  // The stage's layers on prepared inputs (eager, or being recorded).
+  Status Run(const StepInputs& in, const Tensor& hidden_in, KvCache& cache, Tensor& hidden_out);
+  bool UseDecodeGraph(const StepBatch& batch) const;
+  Status GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                      Tensor& hidden_out);
   // One decoder layer. `pending` holds the previous layer's (all-reduced)
   // MLP output not yet added to h; on return it holds this layer's.
   Status Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h, Tensor& pending);
@@ -99,6 +129,19 @@ class LlamaModel {
   DType dtype_;
   std::vector<float> default_inv_freq_;
   Tensor default_inv_freq_dev_;  // on the backend, made on the first step
+
+  // One recorded decode step: fixed input/output buffers and the graph.
+  struct DecodeGraph {
+    Tensor inputs;      // I32 [B + meta]: token ids, then the packed attention layout
+    Tensor hidden_in;   // [B, hidden] (later stages)
+    Tensor hidden_out;  // [B, hidden]
+    StepInputs in;      // views of `inputs`
+    std::unique_ptr<kernels::CapturedWork> work;
+  };
+  using GraphKey = std::tuple<int64_t, int64_t, const void*>;  // (B, context bucket, cache)
+  bool decode_graphs_ = false;
+  std::map<GraphKey, DecodeGraph> graphs_;
+  int64_t graph_replays_ = 0;
 };
 
 }  // namespace tessera

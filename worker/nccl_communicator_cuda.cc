@@ -181,6 +181,10 @@ class NcclCommunicator final : public Communicator {
     return Run("recv from rank " + std::to_string(peer), "ncclRecv",
                [&] { return ncclRecv(data, bytes, ncclUint8, peer, comm_, ctx_->stream()); });
   }
+  Status WatchEnqueued(const std::string& what) override {
+    TESSERA_RETURN_IF_ERROR(Usable(what.c_str()));
+    return Track(what, "cudaEventRecord");
+  }
   Status Barrier() override {
     TESSERA_RETURN_IF_ERROR(Usable("barrier"));
     if (o_.size == 1) return Status::Ok();
@@ -276,6 +280,17 @@ class NcclCommunicator final : public Communicator {
       Fail(f);
       return f;
     }
+    return Track(op, call);
+  }
+
+  // Watches the stream up to here: an event the watchdog polls until it
+  // completes or the timeout passes. Skipped while the stream is recording
+  // a CUDA graph (the replay is watched instead, see WatchEnqueued).
+  Status Track(const std::string& op, const char* call) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(ctx_->stream(), &capturing) == cudaSuccess &&
+        capturing != cudaStreamCaptureStatusNone)
+      return Status::Ok();
     cudaEvent_t ev = TakeEvent();
     if (ev == nullptr || cudaEventRecord(ev, ctx_->stream()) != cudaSuccess) {
       Status f = Internal(Who(op) + ": cudaEventRecord after " + call + " failed");

@@ -13,6 +13,7 @@
 #include "worker/model_loader.h"
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
+#include "worker/rank_device.h"
 
 namespace tessera {
 
@@ -58,10 +59,13 @@ Status WorkerDaemon::Run() {
   reg.set_host(options_.host.empty() ? host : options_.host);
   reg.set_pid(static_cast<uint32_t>(getpid()));
   reg.set_build_version(TESSERA_VERSION);
+  TESSERA_ASSIGN_OR_RETURN(RankBackend backend_choice, ParseRankBackend(options_.backend));
+  const bool on_gpu = backend_choice == RankBackend::kCuda ||
+                      (backend_choice == RankBackend::kAuto && CudaDeviceVisible(options_.device));
   control::Device* dev = reg.add_devices();
   dev->set_index(static_cast<uint32_t>(options_.device));
-  dev->set_kind(control::DEVICE_KIND_CPU);
-  dev->set_name("cpu");
+  dev->set_kind(on_gpu ? control::DEVICE_KIND_CUDA : control::DEVICE_KIND_CPU);
+  dev->set_name(on_gpu ? "cuda:" + std::to_string(options_.device) : "cpu");
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
                            client.WaitRegistered(std::chrono::milliseconds(
@@ -112,27 +116,47 @@ Status WorkerDaemon::Run() {
   if (!pg.ok()) return fail(pg.status());
   auto config = LoadModelConfig(assign.model_path());
   if (!config.ok()) return fail(config.status());
+  auto dtype = ParseRuntimeDType(assign.dtype(), *config);
+  if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
+  auto rank_device =
+      MakeRankDevice(on_gpu ? RankBackend::kCuda : RankBackend::kCpu, options_.device, *dtype);
+  if (!rank_device.ok()) return fail(rank_device.status());
+  kernels::Backend& backend = *rank_device->backend;
+  // A CUDA rank's tp group all-reduces device buffers over NCCL.
+  Communicator* tp_comm = (*pg)->tp();
+  std::unique_ptr<Communicator> nccl_tp;
+  if (rank_device->cuda() && pgo.tp > 1) {
+    auto c = MakeNcclTpCommunicator(**store, pgo.key_prefix, (*pg)->stage(), (*pg)->tp_rank(),
+                                    pgo.tp, options_.collective_timeout_seconds, backend);
+    if (!c.ok()) return fail(c.status());
+    nccl_tp = std::move(*c);
+    tp_comm = nccl_tp.get();
+  }
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
   auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
   if (!parallel.ok()) return fail(parallel.status());
   const auto t0 = std::chrono::steady_clock::now();
-  auto loaded =
-      LoadModel(assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
-                [&](int64_t done, int64_t total) {
-                  control::Envelope e;
-                  control::LoadProgress* p = e.mutable_load_progress();
-                  p->set_plan_version(assign.plan_version());
-                  p->set_bytes_done(static_cast<uint64_t>(done));
-                  p->set_bytes_total(static_cast<uint64_t>(total));
-                  p->set_seconds(
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-                  client.Send(std::move(e)).IgnoreError();
-                });
+  auto loaded = LoadModel(
+      assign.model_path(), *parallel, pgo.world_rank, tp_comm,
+      [&](int64_t done, int64_t total) {
+        control::Envelope e;
+        control::LoadProgress* p = e.mutable_load_progress();
+        p->set_plan_version(assign.plan_version());
+        p->set_bytes_done(static_cast<uint64_t>(done));
+        p->set_bytes_total(static_cast<uint64_t>(total));
+        p->set_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        client.Send(std::move(e)).IgnoreError();
+      },
+      &backend);
   if (!loaded.ok()) return fail(loaded.status());
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
-  KvCache cache(lay.num_layers(), blocks, block_size, lay.kv_heads_local, config->head_dim);
+  auto kv = KvCache::Create(backend, lay.num_layers(), blocks, block_size, lay.kv_heads_local,
+                            config->head_dim);
+  if (!kv.ok()) return fail(kv.status());
+  KvCache& cache = **kv;
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();
@@ -149,15 +173,16 @@ Status WorkerDaemon::Run() {
   mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
   mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
   client.SetHeartbeat(hb);
-  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB in {:.2f} s", who,
-                   lay.first_layer, lay.end_layer, static_cast<double>(loaded->weight_bytes) / 1e6,
-                   loaded->load_seconds);
+  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}) on {} ({}): {:.1f} MB in {:.2f} s", who,
+                   lay.first_layer, lay.end_layer, backend.name(),
+                   DTypeName(backend.compute_dtype()),
+                   static_cast<double>(loaded->weight_bytes) / 1e6, loaded->load_seconds);
 
   PipelineLinks links;
   links.pp = pgo.pp;
   links.stage = (*pg)->stage();
   links.tp_rank = (*pg)->tp_rank();
-  links.tp = (*pg)->tp();
+  links.tp = tp_comm;
   links.prev = (*pg)->prev_stage();
   links.next = (*pg)->next_stage();
   links.ret = nullptr;  // tokens go to the coordinator

@@ -17,7 +17,11 @@
 // writes, gathers) must be bit-exact; sampling must pick the CPU's token.
 //
 // Usage: tessera_gpu_test [--fixtures DIR] [--hf-dir DIR --hf-ref JSON] [gtest flags]
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +36,8 @@
 #include <thread>
 
 #include "common/file_store.h"
+#include "common/tokenizer.h"
+#include "coordinator/http_client.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/embedding.h"
@@ -43,6 +49,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
 #include "model_harness.h"
+#include "test_util.h"
 #include "worker/engine.h"
 #include "worker/nccl_communicator.h"
 #include "worker/pipeline_executor.h"
@@ -611,6 +618,76 @@ TEST(Models, HfModelBf16MatchesTransformersOnGpu) {
 }
 
 // ---------------------------------------------------------------------------
+// CUDA graphs: decode steps replayed from recorded graphs give exactly the
+// tokens of eager decode (same kernels, same inputs: bit-identical logits).
+
+TEST(DecodeGraphs, GraphAndEagerDecodeGiveIdenticalTokens) {
+  std::vector<std::string> dirs;
+  for (const std::string& name : FixtureNames()) dirs.push_back(g_fixtures + "/models/" + name);
+  if (!g_hf_dir.empty()) dirs.push_back(g_hf_dir);
+  ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) {
+    const bool hf = dir == g_hf_dir;
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      if (hf && dt == DType::kF32) continue;  // the large model in bf16 only
+      kernels::Backend& g = Gpu(dt);
+      auto graphs = testing::LocalModel::Load(dir, 512, 16, &g);
+      ASSERT_TRUE(graphs.ok()) << dir << ": " << graphs.status().ToString();
+      auto eager = testing::LocalModel::Load(dir, 512, 16, &g);
+      ASSERT_TRUE(eager.ok());
+      LlamaModel& gm = (*graphs)->executor().model();
+      (*eager)->executor().model().set_decode_graphs(false);
+      ASSERT_TRUE(gm.decode_graphs()) << "graphs are off on the CUDA backend";
+      std::mt19937 rng(7);
+      const int32_t vocab =
+          static_cast<int32_t>(std::min<int64_t>((*graphs)->config().vocab_size, 1000));
+      auto prompt = [&](int n) {
+        std::vector<int32_t> p(static_cast<size_t>(n));
+        for (int32_t& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+        return p;
+      };
+      // Four sequences of mixed lengths in one batch, then one sequence
+      // alone whose context crosses the 256-position bucket (when the model
+      // takes that many positions).
+      const bool long_ctx = (*graphs)->config().max_position_embeddings >= 512;
+      const std::vector<std::vector<int32_t>> batch = {prompt(3), prompt(17), prompt(40),
+                                                       prompt(1)};
+      const std::vector<std::vector<int32_t>> alone = {prompt(long_ctx ? 230 : 20)};
+      for (const auto* prompts : {&batch, &alone}) {
+        auto a = (*graphs)->Greedy(*prompts, 40);
+        ASSERT_TRUE(a.ok()) << dir << ": " << a.status().ToString();
+        auto b = (*eager)->Greedy(*prompts, 40);
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        EXPECT_EQ(*a, *b) << dir << " " << DTypeName(dt) << ": graph decode != eager decode";
+      }
+      // B=4; B=1 (in two context buckets with long_ctx). Dynamic NTK RoPE
+      // past max_position_embeddings runs eagerly.
+      if ((*graphs)->config().rope_scaling.type != RopeType::kDynamic) {
+        EXPECT_GE(gm.decode_graphs_recorded(), long_ctx ? 3 : 2);
+        EXPECT_GE(gm.decode_graph_replays(), 70);
+      }
+      EXPECT_EQ((*eager)->executor().model().decode_graph_replays(), 0);
+      std::printf("  %-40s %-4s graph == eager over 2 x 40 steps (%lld graphs, %lld replays)\n",
+                  fs::path(dir).filename().c_str(), DTypeName(dt),
+                  static_cast<long long>(gm.decode_graphs_recorded()),
+                  static_cast<long long>(gm.decode_graph_replays()));
+      if (hf) {
+        // Batch-1 decode speed with and without graphs (informational).
+        for (auto* m : {graphs->get(), eager->get()}) {
+          const auto t0 = std::chrono::steady_clock::now();
+          auto r = m->Greedy({prompt(8)}, 128);
+          ASSERT_TRUE(r.ok());
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::printf("  batch-1 decode, %s: %.3f ms per token (128 tokens incl. prefill)\n",
+                      m == graphs->get() ? "graphs" : "eager ", 1e3 * s / 128);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // NCCL on two GPUs (skipped with one).
 
 template <typename F>
@@ -821,6 +898,142 @@ TEST(Nccl, HungCollectiveTimesOutAndNamesRankAndGroup) {
   EXPECT_EQ(results[0].code(), StatusCode::kDeadlineExceeded) << results[0].ToString();
   EXPECT_NE(results[0].message().find("rank 0 of group tp.hang"), std::string::npos)
       << results[0].ToString();
+}
+
+// ---------------------------------------------------------------------------
+// The daemons on GPUs: tessera-coordinator and tessera-worker processes (one
+// per GPU, NCCL for tp) answer a greedy completion with exactly the tokens
+// of the single-process engine on the same GPU in the same dtype.
+
+std::string SelfDir() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  TESSERA_CHECK(n > 0);
+  exe[n] = '\0';
+  return fs::path(exe).parent_path().string();
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Starts a coordinator and tp * pp workers (worker i on GPU i) serving `model`
+// in `dtype` ("float32", "bfloat16"), sends each prompt as a greedy
+// completion of `n` tokens, and returns the completion texts. Logs of a
+// failed start are printed.
+std::vector<std::string> DaemonCompletions(const std::string& model, const std::string& dtype,
+                                           int tp, int pp,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           int n) {
+  const std::string dir = testing::MakeTempDir("tessera-gpu-daemons");
+  const int port = testing::FreeTcpPort(), control = testing::FreeTcpPort();
+  std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model << "\"\nname = \"m\"\ndtype = \""
+                                 << dtype
+                                 << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = " << tp
+                                 << "\npp = " << pp << "\n[server]\nport = " << port
+                                 << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
+                                 << "\"\n[admin]\nport = 0\n[kv_cache]\nmax_blocks = 512\n"
+                                 << "block_size = 16\n[scheduler]\nmax_context = 128\n"
+                                 << "[worker]\nbackend = \"cuda\"\n";
+  const std::string bin = SelfDir();
+  std::vector<pid_t> pids;
+  pids.push_back(
+      Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log"));
+  for (int i = 0; i < tp * pp; ++i)
+    pids.push_back(Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+                          "tcp://127.0.0.1:" + std::to_string(control), "--device",
+                          std::to_string(i), "--timeout", "20"},
+                         dir + "/worker" + std::to_string(i) + ".log"));
+  bool ready = false;
+  for (int i = 0; i < 900 && !ready; ++i) {  // up to 90 s
+    ready = HttpCall(port, "GET", "/readyz").status == 200;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<std::string> texts;
+  if (ready) {
+    for (const auto& p : prompts) {
+      json req = {{"model", "m"},
+                  {"prompt", p},
+                  {"max_tokens", n},
+                  {"temperature", 0},
+                  {"ignore_eos", true}};
+      auto r = HttpCall(port, "POST", "/v1/completions", req.dump());
+      if (r.status != 200) {
+        ADD_FAILURE() << "completion: HTTP " << r.status << " " << r.body;
+        break;
+      }
+      texts.push_back(json::parse(r.body)["choices"][0]["text"].get<std::string>());
+    }
+  } else {
+    ADD_FAILURE() << "daemons not ready within 90 s";
+  }
+  for (pid_t p : pids) kill(p, SIGTERM);
+  for (pid_t p : pids) {
+    for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  if (!ready || texts.size() != prompts.size()) {
+    for (const char* log : {"coordinator", "worker0", "worker1"})
+      std::printf("---- %s.log\n%s\n", log, ReadFile(dir + "/" + log + ".log").c_str());
+  } else {
+    // Which backend the workers ran on, as they logged it.
+    const std::string w0 = ReadFile(dir + "/worker0.log");
+    const size_t at = w0.find(" loaded layers");
+    if (at != std::string::npos)
+      std::printf("  worker0:%s\n", w0.substr(at, w0.find('\n', at) - at).c_str());
+  }
+  return texts;
+}
+
+TEST(Daemons, GreedyCompletionOnGpusEqualsSingleProcessEngine) {
+  struct Case {
+    std::string model, dtype;
+    DType dt;
+    int tp, pp;
+  };
+  const std::string fixture = g_fixtures + "/models/llama_gqa_f32";
+  std::vector<Case> cases = {{fixture, "float32", DType::kF32, 1, 1}};
+  if (g_devices >= 2) {
+    cases.push_back({fixture, "float32", DType::kF32, 2, 1});
+    cases.push_back({fixture, "float32", DType::kF32, 1, 2});
+  }
+  for (const Case& c : cases) {
+    auto local = testing::LocalModel::Load(c.model, 512, 16, &Gpu(c.dt));
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    auto tok = Tokenizer::Load(c.model);
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    std::mt19937 rng(11);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int len : {5, 33}) {
+      std::vector<int32_t> p(static_cast<size_t>(len));
+      for (int32_t& t : p) t = static_cast<int32_t>(rng() % 200 + 3);
+      prompts.push_back(p);
+    }
+    auto want = (*local)->Greedy(prompts, 16);  // one batch, EOS ignored
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    const auto got = DaemonCompletions(c.model, c.dtype, c.tp, c.pp, prompts, 16);
+    ASSERT_EQ(got.size(), prompts.size()) << c.model << " tp=" << c.tp << " pp=" << c.pp;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[i], (*tok)->Decode((*want)[i], true))
+          << fs::path(c.model).filename() << " " << c.dtype << " tp=" << c.tp << " pp=" << c.pp
+          << " prompt " << i;
+    std::printf("  daemons %-24s %-8s tp=%d pp=%d: %zu greedy completions %s the engine's\n",
+                fs::path(c.model).filename().c_str(), c.dtype.c_str(), c.tp, c.pp, prompts.size(),
+                ::testing::Test::HasFailure() ? "vs" : "equal to");
+  }
 }
 
 }  // namespace
