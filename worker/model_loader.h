@@ -20,17 +20,20 @@ namespace tessera {
 
 struct LoadedModel {
   ModelConfig config;
+  kernels::Backend* backend = nullptr;  // where the model lives (not owned)
   std::unique_ptr<LlamaModel> model;
   int64_t weight_bytes = 0;  // bytes of this rank's weights in memory
   double load_seconds = 0.0;
 };
 
 // Loads rank `rank` of `parallel` from `model_dir`. `tp_comm` is the rank's tp
-// group (null when its stage has tp == 1).
+// group (null when its stage has tp == 1). `backend` (null = CPU) receives the
+// weights in its compute dtype and runs the model; it must outlive it.
 // Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
 // LoadStageWeights, with the model directory in the message.
 StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,
                                 int rank, Communicator* tp_comm,
-                                const LoadProgressFn& progress = {});
+                                const LoadProgressFn& progress = {},
+                                kernels::Backend* backend = nullptr);
 
 }  // namespace tessera

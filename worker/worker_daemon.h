@@ -1,7 +1,10 @@
 // WorkerDaemon: the body of `tessera-worker`. Registers with the coordinator
 // over the control plane, loads the shard an AssignShard names (only its own
 // slices), joins its Gloo groups through the coordinator's rendezvous store,
-// and runs its pipeline stage:
+// and runs its pipeline stage. On a CUDA rank (worker/rank_device.h) the
+// shard lives on GPU `device` in the AssignShard's dtype and the tp group
+// all-reduces over NCCL (its unique id exchanged through the same store);
+// hidden states between stages go through host memory over Gloo.
 //  - stage 0 ranks run the Steps the coordinator sends and pass the hidden
 //    states on (or, with pp == 1, sample);
 //  - later stages serve the pipeline; tp rank 0 of the last stage returns the
@@ -37,7 +40,7 @@ struct WorkerDaemonOptions {
   // Address this worker's Gloo device binds and advertises; "" = the local
   // address that routes to the coordinator (LocalAddressToward).
   std::string gloo_host;
-  bool cpu = true;  // offer a CPU rank (else the GPU `device`)
+  std::string backend = "auto";  // "auto", "cpu" or "cuda" (worker/rank_device.h)
   // This host's topology to report; nullopt = DiscoverTopology().
   std::optional<TopologyReport> topology;
   double collective_timeout_seconds = 30.0;
