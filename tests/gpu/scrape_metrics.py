@@ -11,6 +11,7 @@ worker's scrape lacks its GPU memory series.
 import json
 import sys
 import time
+import urllib.error
 import urllib.request
 
 API = "http://127.0.0.1:18000"
@@ -34,13 +35,17 @@ def main():
         time.sleep(0.2)
     else:
         sys.exit("daemons not ready after 120 s")
+    model = json.loads(get(API + "/v1/models")[1])["data"][0]["id"]
     for i in range(8):
-        body = json.dumps({"prompt": [1, 5, 9, 14 + i], "max_tokens": 24,
+        body = json.dumps({"model": model, "prompt": [1, 5, 9, 14 + i], "max_tokens": 24,
                            "temperature": 0}).encode()
         req = urllib.request.Request(API + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            reply = json.loads(r.read())
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                reply = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            sys.exit(f"completion {i}: HTTP {e.code}: {e.read().decode()}")
         print("completion", i, reply["choices"][0]["finish_reason"], reply["usage"])
     time.sleep(1.5)
     ok = True
