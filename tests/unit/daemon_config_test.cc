@@ -361,7 +361,7 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"no spaces\""},
       {"[parallel]\nworkers = -1\n", "x.toml:2:11: parallel.workers: must be >= 0, got -1"},
       {"[parallel]\ntp = 2\npp = 2\nworkers = 3\n",
-       "x.toml:4:11: parallel.workers: must be 0 or tp * pp = 2 * 2 = 4 in explicit mode, got 3"},
+       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, got 3"},
       {"[parallel]\nobjective = \"speed\"\n",
        "x.toml:2:13: parallel.objective: must be one of \"latency\", \"throughput\", got "
        "\"speed\""},
