@@ -1,7 +1,10 @@
 // Helpers shared by the unit tests: fixture paths and scratch directories.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -14,6 +17,11 @@ std::string BinaryDir();
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then
 // released). Two calls in one process never return the same port.
 int FreeTcpPort();
+// Starts `args` (args[0]: the executable, a path or a name looked up in
+// PATH) as a child process with
+// stdout and stderr going to the file `log`; returns its pid (the caller
+// waits for it). A child that cannot exec exits with status 127.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log);
 // Reads a whole file; aborts the test process on failure.
 std::string ReadFileOrDie(const std::string& path);
 
