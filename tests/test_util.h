@@ -22,6 +22,13 @@ int FreeTcpPort();
 // stdout and stderr going to the file `log`; returns its pid (the caller
 // waits for it). A child that cannot exec exits with status 127.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log);
+// The exit status and combined stdout + stderr of a shell command.
+struct CommandResult {
+  int rc = -1;  // -1 when it did not exit normally (or could not start)
+  std::string output;
+};
+// Runs `cmd` through /bin/sh (popen), capturing stdout and stderr.
+CommandResult RunCommand(const std::string& cmd);
 // Reads a whole file; aborts the test process on failure.
 std::string ReadFileOrDie(const std::string& path);
 

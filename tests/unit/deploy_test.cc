@@ -16,22 +16,8 @@ namespace {
 
 std::string SourceDir() { return ::tessera::testing::FixturePath("../.."); }
 
-struct CommandResult {
-  int rc = -1;
-  std::string output;
-};
-
-CommandResult RunCommand(const std::string& cmd) {
-  CommandResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::tessera::testing::CommandResult;
+using ::tessera::testing::RunCommand;
 
 CommandResult CheckDeploy(const std::string& check) {
   return RunCommand("BUILD_DIR='" + ::tessera::testing::BinaryDir() + "' bash '" + SourceDir() +
