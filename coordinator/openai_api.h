@@ -148,6 +148,9 @@ struct CompletionChoice {
   std::string text;
   std::optional<FinishReason> finish_reason;          // null while streaming
   std::optional<std::vector<TokenLogprob>> logprobs;  // when the request asked for logprobs
+  // text_offset of logprobs[0]: 0 for a whole choice; in a stream, the bytes
+  // of the token texts of the choice's earlier chunks.
+  int64_t logprobs_offset = 0;
 };
 
 struct ChatChoice {

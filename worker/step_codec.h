@@ -16,7 +16,8 @@
 
 namespace tessera {
 
-inline constexpr uint8_t kStepCodecVersion = 1;
+// 2: SamplingParams::logprobs (i32) after the seed.
+inline constexpr uint8_t kStepCodecVersion = 2;
 
 enum class StepMessageKind : uint8_t { kStep = 1, kShutdown = 2 };
 

@@ -14,9 +14,9 @@
 #include "worker/model_loader.h"
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
+#include "worker/rank_device.h"
 #include "worker/topology_discovery.h"
 #include "worker/worker_registration.h"
-#include "worker/rank_device.h"
 
 namespace tessera {
 
@@ -161,7 +161,8 @@ Status WorkerDaemon::Run() {
   std::unique_ptr<Communicator> nccl_tp;
   if (rank_device->cuda() && parallel->TpOfStage((*pg)->stage()) > 1) {
     auto c = MakeNcclTpCommunicator(**store, pgo.key_prefix, (*pg)->stage(), (*pg)->tp_rank(),
-                                    parallel->TpOfStage((*pg)->stage()), options_.collective_timeout_seconds, backend);
+                                    parallel->TpOfStage((*pg)->stage()),
+                                    options_.collective_timeout_seconds, backend);
     if (!c.ok()) return fail(c.status());
     nccl_tp = std::move(*c);
     tp_comm = nccl_tp.get();
@@ -173,21 +174,21 @@ Status WorkerDaemon::Run() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
-  auto loaded =
-      LoadModel(assign.model_path(), *parallel, pgo.world_rank, tp_comm,
-                [&](int64_t done, int64_t total) {
-                  if (metrics_) metrics_->OnLoadProgress(done, total);
-                  progress_log.Update(done, total);
-                  control::Envelope e;
-                  control::LoadProgress* p = e.mutable_load_progress();
-                  p->set_plan_version(assign.plan_version());
-                  p->set_bytes_done(static_cast<uint64_t>(done));
-                  p->set_bytes_total(static_cast<uint64_t>(total));
-                  p->set_seconds(
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-                  client.Send(std::move(e)).IgnoreError();
-                },
-                &backend);
+  auto loaded = LoadModel(
+      assign.model_path(), *parallel, pgo.world_rank, tp_comm,
+      [&](int64_t done, int64_t total) {
+        if (metrics_) metrics_->OnLoadProgress(done, total);
+        progress_log.Update(done, total);
+        control::Envelope e;
+        control::LoadProgress* p = e.mutable_load_progress();
+        p->set_plan_version(assign.plan_version());
+        p->set_bytes_done(static_cast<uint64_t>(done));
+        p->set_bytes_total(static_cast<uint64_t>(total));
+        p->set_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        client.Send(std::move(e)).IgnoreError();
+      },
+      &backend);
   if (!loaded.ok()) return fail(loaded.status());
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
@@ -231,7 +232,8 @@ Status WorkerDaemon::Run() {
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
   uint64_t next_result = 0;
-  auto send_result = [&](const StepBatch& batch, const std::vector<int32_t>& tokens) -> Status {
+  auto send_result = [&](const StepBatch& batch,
+                         const std::vector<SampledToken>& tokens) -> Status {
     control::Envelope e;
     control::StepResult* r = e.mutable_step_result();
     r->set_plan_version(assign.plan_version());
@@ -239,9 +241,18 @@ Status WorkerDaemon::Run() {
     size_t k = 0;
     for (const SeqStep& s : batch.seqs) {
       if (!s.want_logits) continue;
+      const SampledToken& sampled = tokens[k++];
       control::SampledToken* t = r->add_tokens();
       t->set_seq_id(s.seq_id);
-      t->set_token_id(tokens[k++]);
+      t->set_token_id(sampled.token_id);
+      if (!sampled.has_logprobs) continue;
+      t->set_has_logprobs(true);
+      t->set_logprob(sampled.logprob);
+      for (const TopLogprob& top : sampled.top) {
+        control::TokenLogprob* e = t->add_top_logprobs();
+        e->set_token_id(top.token_id);
+        e->set_logprob(top.logprob);
+      }
     }
     return client.Send(std::move(e));
   };
