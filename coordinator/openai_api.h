@@ -135,8 +135,9 @@ struct Usage {
   int64_t completion_tokens = 0;  // total_tokens is their sum
 };
 
-// One generated token with its log-probability (natural log) and the top
-// alternatives, best first.
+// One generated token with its log-probability (natural log, of the raw
+// distribution log_softmax(logits) before temperature/top-k/top-p; see
+// kernels/sampling.h) and the top alternatives, best first.
 struct TokenLogprob {
   std::string token;  // the token's text
   float logprob = 0.0f;

@@ -21,10 +21,6 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
   return kernels::SampleRowCpu(logits, vocab, NextRow());
 }
 
-}  // namespace tessera
-
-namespace tessera {
-
 StatusOr<std::vector<SampledToken>> SequenceSamplers::Sample(const StepBatch& batch,
                                                              const Tensor& logits) {
   for (int64_t id : batch.finished_seq_ids) samplers_.erase(id);
