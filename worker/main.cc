@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "common/curve_keys.h"
 #include "coordinator/daemon_config.h"
 #include "worker/worker_daemon.h"
 
@@ -42,6 +43,16 @@ int main(int argc, char** argv) {
   o.device = device >= 0 ? device : cfg.worker.device;
   o.host = cfg.worker.host;
   o.gloo_host = cfg.worker.gloo_host;
+  if (!cfg.control.worker_secret_key_file.empty()) {
+    auto keys = tessera::LoadCurveSecretKeyFile(cfg.control.worker_secret_key_file);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "tessera-worker: control.worker_secret_key_file: %s\n",
+                   keys.status().ToString().c_str());
+      return 2;
+    }
+    o.curve_secret_key = keys->secret_key;
+    o.curve_server_key = cfg.control.coordinator_public_key;
+  }
   tessera::WorkerDaemon daemon(o);
   tessera::Status s = daemon.Run();
   if (!s.ok()) {

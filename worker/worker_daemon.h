@@ -33,6 +33,10 @@ struct WorkerDaemonOptions {
   std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;
+  // CURVE on the control plane: this worker's Z85 secret key and the
+  // coordinator's Z85 public key; both "" = plain TCP (see ControlClientOptions).
+  std::string curve_secret_key;
+  std::string curve_server_key;
 };
 
 class WorkerDaemon {
