@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_codec.h"
+#include "common/curve_keys.h"
 #include "common/logging.h"
 #include "common/shard_spec.h"
 #include "coordinator/openai_api.h"
@@ -59,6 +60,12 @@ Status CoordinatorDaemon::Start() {
     OnControlMessage(p, e);
   };
   co.on_worker_lost = [this](const std::string& id) { OnWorkerLost(id); };
+  if (!config_.control.coordinator_secret_key_file.empty()) {
+    auto keys = LoadCurveSecretKeyFile(config_.control.coordinator_secret_key_file);
+    if (!keys.ok()) return keys.status().WithContext("control.coordinator_secret_key_file");
+    co.curve_secret_key = keys->secret_key;
+    co.curve_allowed_public_keys = config_.control.worker_public_keys;
+  }
   control_ = std::make_unique<ControlServer>(co);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
   // The rendezvous store listens on the control plane's host.
@@ -74,6 +81,9 @@ Status CoordinatorDaemon::Start() {
   ho.read_timeout_seconds = config_.server.read_timeout_seconds;
   ho.max_body_bytes = static_cast<size_t>(config_.server.max_body_bytes);
   ho.max_connections = config_.server.max_connections;
+  ho.max_header_count = static_cast<size_t>(config_.server.max_header_count);
+  ho.tls_cert_file = config_.server.tls_cert;  // the admin listener (ao = ho) too
+  ho.tls_key_file = config_.server.tls_key;
   api_ = std::make_unique<HttpServer>(ho);
   if (config_.admin.port != 0) {
     HttpServerOptions ao = ho;
@@ -300,6 +310,7 @@ std::string CoordinatorDaemon::ClusterJson() const {
                        {"host", w.registration.host()},
                        {"pid", w.registration.pid()},
                        {"devices", devices},
+                       {"curve_public_key", w.curve_public_key},
                        {"state", failed || !w.alive ? "failed" : "alive"},
                        {"seconds_since_last_message", w.seconds_since_last_message}});
   }
