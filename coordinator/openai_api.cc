@@ -536,8 +536,8 @@ ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::strin
                           const std::string& limit_key) {
   ApiError e;
   e.http_status = 400;
-  e.message = fmt::format("The {} has {} tokens; this server accepts at most {} ({})", param,
-                          prompt_tokens, limit, limit_key);
+  e.message = fmt::format("{} tokens in the {}; this server accepts at most {} prompt tokens ({})",
+                          prompt_tokens, param, limit, limit_key);
   e.param = param;
   e.code = "prompt_too_long";
   return e;
