@@ -5,7 +5,9 @@
 // the workers all cross the veths; the test's HTTP client does too. Workers
 // find their Gloo address themselves (worker.gloo_host = "": the address
 // that routes to the coordinator) and use the coordinator's wildcard-bound
-// store through the address they reach it at.
+// store through the address they reach it at. The control plane crosses
+// the network, so it runs with CURVE keys (made here, as `tessera keygen`
+// makes them): the coordinator allows exactly the two workers' public keys.
 //
 // Needs root and iproute2 (scripts/setup installs it); without them the test
 // fails and says so. The namespaces are removed in TearDown, and stale ones
@@ -28,6 +30,7 @@
 #include <set>
 #include <thread>
 
+#include "common/curve_keys.h"
 #include "common/tokenizer.h"
 #include "coordinator/http_client.h"
 #include "model_harness.h"
@@ -146,6 +149,14 @@ class NetnsDaemons : public ::testing::Test {
 
     dir_ = ::tessera::testing::MakeTempDir("tessera-netns");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    // CURVE key pairs: the coordinator's and one per worker.
+    std::vector<CurveKeyPair> keys;
+    for (const std::string& name : {"coordinator", "worker0", "worker1"}) {
+      StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
+      ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+      ASSERT_TRUE(WriteCurveKeyPair(*pair, dir_ + "/" + name).ok()) << name;
+      keys.push_back(*pair);
+    }
     // Wildcard listeners: the coordinator's namespace has one interface
     // besides lo; ports are fixed since the namespace is ours alone.
     std::ofstream(dir_ + "/c.toml")
@@ -155,7 +166,15 @@ class NetnsDaemons : public ::testing::Test {
         << "[admin]\nport = 0\ntoken = \"netns-token\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 3.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n";
+        << "[scheduler]\nmax_context = 128\n"
+        << "[control]\ncoordinator_secret_key_file = \"" << dir_ << "/coordinator.key\"\n"
+        << "worker_public_keys = [\"" << keys[1].public_key << "\", \"" << keys[2].public_key
+        << "\"]\n";
+    for (int w = 0; w < 2; ++w)
+      std::ofstream(dir_ + "/w" + std::to_string(w) + ".toml")
+          << "[worker]\ncoordinator = \"tcp://10.213.0.1:5555\"\n"
+          << "[control]\nworker_secret_key_file = \"" << dir_ << "/worker" << w << ".key\"\n"
+          << "coordinator_public_key = \"" << keys[0].public_key << "\"\n";
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(SpawnIn(coord_, {bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
                             dir_ + "/coordinator.log"));
@@ -163,8 +182,9 @@ class NetnsDaemons : public ::testing::Test {
     for (const std::string& ns : {worker_a_, worker_b_}) {
       pids_.push_back(
           SpawnIn(ns,
-                  {bin + "/tessera-worker", "--coordinator", "tcp://10.213.0.1:5555", "--device",
-                   "0", "--timeout", "10", "--set", "worker.host=host-" + std::to_string(d)},
+                  {bin + "/tessera-worker", "--config", dir_ + "/w" + std::to_string(d) + ".toml",
+                   "--coordinator", "tcp://10.213.0.1:5555", "--device", "0", "--timeout", "10",
+                   "--set", "worker.host=host-" + std::to_string(d)},
                   dir_ + "/worker" + std::to_string(d) + ".log"));
       ++d;
     }
