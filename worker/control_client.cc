@@ -92,6 +92,10 @@ struct ControlClient::Impl {
   bool registered = false;
   std::string worker_id;
   std::string refusal;  // reason of a refusing ack
+  // Reason the coordinator refused this worker's CURVE key. Sticky: the
+  // handshake may fail before Register is called (while the worker still
+  // discovers its topology), and a later Register must not forget it.
+  std::string auth_refusal;
   std::chrono::milliseconds heartbeat_interval{0};
   Clock::time_point next_heartbeat;
   control::Heartbeat heartbeat;
@@ -191,7 +195,7 @@ Status ControlClient::Register(control::Register registration,
   if (c.registered)
     return FailedPrecondition("control client is already registered as '" + c.worker_id + "'");
   c.register_envelope = std::move(envelope);
-  c.register_pending = true;
+  c.register_pending = c.auth_refusal.empty();  // a refused key cannot register
   c.refusal.clear();
   c.next_register = Clock::now();
   c.WakeLocked();
@@ -202,9 +206,12 @@ StatusOr<std::string> ControlClient::WaitRegistered(std::chrono::milliseconds ti
   Impl& c = *impl_;
   std::unique_lock<std::mutex> lock(c.mu);
   if (!c.register_envelope) return FailedPrecondition("Register was not called");
-  const bool done = c.registration_cv.wait_for(lock, timeout,
-                                               [&c] { return c.registered || !c.refusal.empty(); });
+  const bool done = c.registration_cv.wait_for(lock, timeout, [&c] {
+    return c.registered || !c.refusal.empty() || !c.auth_refusal.empty();
+  });
   if (c.registered) return c.worker_id;
+  if (!c.auth_refusal.empty())
+    return FailedPrecondition("coordinator refused the registration: " + c.auth_refusal);
   if (!c.refusal.empty())
     return FailedPrecondition("coordinator refused the registration: " + c.refusal);
   (void)done;
@@ -446,9 +453,9 @@ void ControlClient::Impl::ReadMonitor() {
                               "); list it in the coordinator's control.worker_public_keys";
       TESSERA_LOG_ERROR(kLog, "{}", why);
       std::lock_guard<std::mutex> lock(mu);
-      if (!registered && refusal.empty()) {
+      if (!registered && auth_refusal.empty()) {
         register_pending = false;
-        refusal = why;
+        auth_refusal = why;
         registration_cv.notify_all();
       }
     }
