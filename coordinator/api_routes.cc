@@ -32,9 +32,13 @@ struct Exchange {
   Usage usage;                            // protected by mu
   bool failed = false;                    // protected by mu
   Gauge* depth = nullptr;                 // tessera_scheduler_queue_depth, while accepted
+  // The daemon's count of open streams, when this exchange holds one of its
+  // slots (server.max_streams); given back when the exchange ends.
+  std::atomic<int>* stream_slot = nullptr;
 
   ~Exchange() {
     if (depth) depth->Add(-1);
+    if (stream_slot) stream_slot->fetch_sub(1);
   }
 };
 
@@ -111,10 +115,18 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       res->SendError(400, text.status().message(), std::string("messages"), std::nullopt);
       return;
     }
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (r.max_tokens && max_completion > 0 && *r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, *r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     GenerationRequest g;
     g.prompt_ids = tokenizer_->Encode(*text, chat_template_->format() == ChatFormat::kChatML);
-    const int64_t room = max_context_ - static_cast<int64_t>(g.prompt_ids.size());
-    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(std::max<int64_t>(room, 0));
+    int64_t room = std::max<int64_t>(max_context_ - static_cast<int64_t>(g.prompt_ids.size()), 0);
+    if (max_completion > 0) room = std::min(room, max_completion);
+    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);
     g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
     g.stop = r.gen.stop;
     g.ignore_eos = r.gen.ignore_eos;
@@ -131,6 +143,13 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     const CompletionRequest& r = parsed.value();
     requested_model = r.model;
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (max_completion > 0 && r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     for (const Prompt& p : r.prompts) {
       GenerationRequest g;
       g.prompt_ids = p.is_tokens ? p.token_ids : tokenizer_->Encode(p.text, true);
@@ -150,6 +169,15 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     return;
   }
   for (const GenerationRequest& g : gens) {
+    const int64_t prompt_limit = config_.scheduler.max_prompt_tokens;
+    if (prompt_limit > 0 && static_cast<int64_t>(g.prompt_ids.size()) > prompt_limit) {
+      const ApiError e =
+          PromptLimitError(prompt_limit, static_cast<int64_t>(g.prompt_ids.size()),
+                           chat ? "messages" : "prompt", "scheduler.max_prompt_tokens");
+      request_metrics_->Rejected();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
     if (total > max_context_) {
       request_metrics_->Rejected();
@@ -158,6 +186,16 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
+  }
+  if (x->stream) {
+    if (open_streams_.fetch_add(1) >= config_.server.max_streams) {
+      open_streams_.fetch_sub(1);
+      request_metrics_->Rejected();
+      const ApiError e = StreamLimitError(config_.server.max_streams, "server.max_streams");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    x->stream_slot = &open_streams_;
   }
   x->depth = &request_metrics_->queue_depth();
   x->depth->Add(1);
@@ -341,11 +379,15 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   // No token: the config only allows that when the admin listener is on
   // loopback (ValidateDaemonConfig), so the endpoints are open to this host.
   const std::string token = config_.admin.effective_token;
-  auto guard = [token](HttpServer::Handler h) { return token.empty() ? h : RequireBearerToken(token, std::move(h)); };
-  admin.Handle("GET", "/admin/cluster", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  auto guard = [token](HttpServer::Handler h) {
+    return token.empty() ? h : RequireBearerToken(token, std::move(h));
+  };
+  admin.Handle("GET", "/admin/cluster",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", ClusterJson());
                }));
-  admin.Handle("GET", "/admin/plan", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  admin.Handle("GET", "/admin/plan",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
                }));
 }

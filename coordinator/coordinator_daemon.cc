@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_codec.h"
+#include "common/curve_keys.h"
 #include "common/logging.h"
 #include "common/metric_catalog.h"
 #include "common/shard_spec.h"
@@ -72,6 +73,12 @@ Status CoordinatorDaemon::Start() {
     if (reg.topology_json().empty()) return Status::Ok();
     return TopologyReportFromJson(reg.topology_json(), "Register.topology_json").status();
   };
+  if (!config_.control.coordinator_secret_key_file.empty()) {
+    auto keys = LoadCurveSecretKeyFile(config_.control.coordinator_secret_key_file);
+    if (!keys.ok()) return keys.status().WithContext("control.coordinator_secret_key_file");
+    co.curve_secret_key = keys->secret_key;
+    co.curve_allowed_public_keys = config_.control.worker_public_keys;
+  }
   control_ = std::make_unique<ControlServer>(co);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
   // The rendezvous store listens on the control plane's host (every
@@ -89,6 +96,9 @@ Status CoordinatorDaemon::Start() {
   ho.read_timeout_seconds = config_.server.read_timeout_seconds;
   ho.max_body_bytes = static_cast<size_t>(config_.server.max_body_bytes);
   ho.max_connections = config_.server.max_connections;
+  ho.max_header_count = static_cast<size_t>(config_.server.max_header_count);
+  ho.tls_cert_file = config_.server.tls_cert;  // the admin listener (ao = ho) too
+  ho.tls_key_file = config_.server.tls_key;
   api_ = std::make_unique<HttpServer>(ho);
   if (config_.admin.port != 0) {
     HttpServerOptions ao = ho;
@@ -318,8 +328,10 @@ void CoordinatorDaemon::PlaceAndServe() {
     plan = assignments_;
     parallel = parallel_;
     kv_blocks = kv_blocks_;
-    TESSERA_LOG_INFO("coordinator", "plan {}: {} on {} of {} workers\n{}", plan_version_,
-                     parallel.ToString(), plan.size(), workers.size(), plan_result_ ? plan_result_->ToText() : std::string("(explicit tp per stage)"));
+    TESSERA_LOG_INFO(
+        "coordinator", "plan {}: {} on {} of {} workers\n{}", plan_version_, parallel.ToString(),
+        plan.size(), workers.size(),
+        plan_result_ ? plan_result_->ToText() : std::string("(explicit tp per stage)"));
   }
   for (const Assignment& a : plan) {
     control::Envelope e;
@@ -534,6 +546,7 @@ std::string CoordinatorDaemon::ClusterJson() const {
                        {"pid", w.registration.pid()},
                        {"data_address", w.registration.data_address()},
                        {"devices", devices},
+                       {"curve_public_key", w.curve_public_key},
                        {"state", failed || !w.alive ? "failed" : "alive"},
                        {"worker_state", st == states_.end() ? "registered" : StateName(st->second)},
                        {"rank", role},

@@ -134,6 +134,7 @@ class CoordinatorDaemon {
   Status placement_status_;                             // protected by mu_
   bool stopping_ = false;                               // protected by mu_
   std::atomic<bool> ready_{false};
+  std::atomic<int> open_streams_{0};  // streaming responses open (server.max_streams)
 
   std::unique_ptr<RemoteExecutor> executor_;
   std::unique_ptr<BlockAllocator> allocator_;

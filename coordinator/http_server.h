@@ -1,5 +1,6 @@
 // HttpServer: the coordinator's HTTP/1.1 front door (OpenAI-compatible API,
-// health and admin endpoints), built on Boost.Beast over Boost.Asio.
+// health and admin endpoints), built on Boost.Beast over Boost.Asio, plain or
+// over TLS (Asio's OpenSSL stream; see HttpServerOptions::tls_cert_file).
 //
 // One io_context is run by a small thread pool; every connection owns a
 // strand, so the handlers of one connection never run concurrently while
@@ -66,6 +67,12 @@ struct HttpServerOptions {
   size_t max_body_bytes = 4 * 1024 * 1024;  // request body (413 beyond)
   int max_connections = 256;                // open connections (503 beyond)
   size_t max_queued_events = 4096;          // SSE events queued per stream, not yet written
+  // HTTPS (TLS 1.2 or later, OpenSSL): PEM certificate chain (leaf first) and
+  // private key files, loaded by Start. Both empty = plain HTTP. A plain HTTP
+  // request to an HTTPS listener gets a plain-text 400 and the connection
+  // closes; other handshake failures just close it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // One parsed request, as the handler sees it. Owned by the server for the
@@ -162,10 +169,12 @@ class HttpServer {
   // Allow header; an unknown path 404. Call before Start().
   void Handle(std::string method, std::string path, Handler handler);
 
-  // Binds, listens and starts the io threads.
+  // Loads the TLS files (when given), binds, listens and starts the io
+  // threads.
   // Errors: kInvalidArgument (an option out of range, bind_address does not
-  // resolve), kIoError (bind/listen failed, e.g. the port is taken),
-  // kFailedPrecondition (already started).
+  // resolve, a TLS file that cannot be read or parsed or a key that does not
+  // match the certificate: the message names the file), kIoError (bind/listen failed, e.g. the port
+  // is taken), kFailedPrecondition (already started).
   Status Start();
 
   // Stops accepting, closes every connection (open streams see their client

@@ -54,6 +54,8 @@ control::Envelope ErrorEnvelope(const Status& s) {
 Status WorkerDaemon::Run() {
   ControlClientOptions copts;
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
+  copts.curve_secret_key = options_.curve_secret_key;
+  copts.curve_server_key = options_.curve_server_key;
   ControlClient client(copts);
   TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
   // What this worker offers: its device (a GPU when the backend is "cuda",

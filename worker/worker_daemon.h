@@ -27,8 +27,8 @@
 #include "common/metrics_registry.h"
 #include "common/proto/control.pb.h"
 #include "common/status.h"
-#include "worker/worker_metrics.h"
 #include "common/topology.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera {
 
@@ -51,6 +51,10 @@ struct WorkerDaemonOptions {
   // Read device memory, utilisation and UUID from NVML (a CUDA worker);
   // falls back to process memory when NVML is not there.
   bool nvml_metrics = false;
+  // CURVE on the control plane: this worker's Z85 secret key and the
+  // coordinator's Z85 public key; both "" = plain TCP (see ControlClientOptions).
+  std::string curve_secret_key;
+  std::string curve_server_key;
 };
 
 class WorkerDaemon {
@@ -66,7 +70,7 @@ class WorkerDaemon {
   WorkerDaemonOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<control::Envelope> inbox_;  // protected by mu_
+  std::deque<control::Envelope> inbox_;     // protected by mu_
   std::unique_ptr<WorkerMetrics> metrics_;  // when options_.metrics is set
 };
 
