@@ -254,9 +254,11 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
       res->Send(200, "application/json", R"({"status":"ready"})");
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      json j = {{"status", "not_ready"},
-                {"reason", placement_status_.ok() ? "waiting for workers or degraded"
-                                                  : placement_status_.ToString()}};
+      std::string reason = !placement_status_.ok() ? placement_status_.ToString()
+                           : !degraded_.empty()    ? "degraded: " + degraded_
+                           : serving_              ? "re-planning after a worker failure"
+                                                   : "waiting for workers";
+      json j = {{"status", degraded_.empty() ? "not_ready" : "degraded"}, {"reason", reason}};
       res->Send(503, "application/json", j.dump());
     }
   });
@@ -270,6 +272,18 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
                }));
   admin.Handle("GET", "/admin/plan", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
+               }));
+  admin.Handle("POST", "/admin/plan",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandlePlanPost(r, std::move(res));
+               }));
+  admin.Handle("POST", "/admin/workers/*/drain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), true);
+               }));
+  admin.Handle("POST", "/admin/workers/*/undrain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), false);
                }));
 }
 

@@ -5,22 +5,41 @@
 //     and the HTTP listeners (OpenAI API, health, admin).
 //  2. Waits for tp * pp workers to register, validates the layout against the
 //     model (refusing it with the reason before any worker loads anything),
-//     assigns each worker its shard (AssignShard, ranks in registration
-//     order) and waits for every Loaded.
+//     applies it (ApplyPlan: AssignShard, ranks in registration order, wait
+//     for every Loaded).
 //  3. Serves: the Scheduler's owner thread runs continuous batching over a
 //     RemoteExecutor; HTTP handlers enqueue requests and stream tokens back.
+//  4. Re-plans while serving (the plan thread runs one change at a time):
+//     POST /admin/plan, worker drain / undrain, a lost worker, a worker's
+//     error (a collective that timed out), a worker registering while the
+//     cluster is degraded or runs a shrunk layout. A change computes the new
+//     layout and placement (coordinator/plan_change.h), then applies it:
+//     drain the scheduler (no admission; in-flight sequences get
+//     scheduler.drain_timeout_seconds to finish), re-queue the unfinished
+//     ones (they resume from prompt + generated tokens), Drain the old
+//     plan's workers, AssignShard under plan version + 1 (new Gloo key
+//     prefix; workers reuse the weight slices they hold), wait for Loaded,
+//     swap the executor and resume. Every change is logged and listed in
+//     GET /admin/plan's "history".
 //
-// A lost worker (missed heartbeats) or a worker error fails the steps in
-// flight back to the scheduler: the affected requests finish with an error
-// event; /readyz turns 503 and /admin/cluster shows the worker as failed.
+// A lost worker of the plan fails the steps in flight; the scheduler
+// re-queues their sequences and the plan thread re-plans onto the usable
+// workers (FitLayout's rule). When no layout fits, the cluster is degraded:
+// /readyz answers 503 with the reason, /admin/cluster shows it, queued
+// requests wait, and a worker registering triggers a new attempt.
 //
 // Thread-safety: Start/Stop from one thread; the accessors are thread-safe.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +51,7 @@
 #include "coordinator/control_server.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
+#include "coordinator/plan_change.h"
 #include "coordinator/remote_executor.h"
 #include "worker/scheduler.h"
 
@@ -60,16 +80,54 @@ class CoordinatorDaemon {
     int world_rank = 0, stage = 0, tp_rank = 0;
     int64_t predicted_weight_bytes = 0;
     int64_t loaded_weight_bytes = -1;  // from Loaded
+    int64_t reused_weight_bytes = 0;   // from Loaded
     int64_t kv_bytes = -1;
     double load_seconds = 0;
   };
+  // One re-plan for the plan thread. `target` set: an admin layout, already
+  // validated; empty: re-fit the wanted layout to the usable workers.
+  struct PlanJob {
+    std::optional<ParallelConfig> target;
+    std::string reason;
+    std::shared_ptr<Responder> res;  // answered when done (admin requests)
+    bool fault = false;              // the running plan is broken: no drain wait
+    uint64_t plan_version = 0;       // the plan running when the fault was raised
+    std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
+  };
+  enum class Gate { kRunning, kDraining, kPaused };
 
   void PlaceAndServe();
+  void PlanLoop();
+  void RunJob(PlanJob job);
+  // Loads `ranks` of `parallel` under a new plan version (see the header
+  // comment); the scheduler must be paused (or not yet created). Fills
+  // `report` with the timings. Errors: a worker lost or failing while
+  // loading, the load deadline.
+  Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
+                   const std::string& reason, nlohmann::json& report);
+  // The workers a plan may use: alive, not drained, in registration order.
+  std::vector<std::string> UsableWorkers() const;
+  std::map<std::string, HeldSlice> HeldSlices() const;  // of the running plan
+  // Validates an admin request and computes its layout and placement.
+  // Errors: kInvalidArgument (layout or cluster cannot take it, with the
+  // reason), kUnimplemented (auto without topology, tp per stage).
+  StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> ProposePlan(
+      const PlanRequest& request) const;
+  // Whether `ranks` of `target` are exactly the running plan.
+  bool PlanUnchanged(const ParallelConfig& target, const std::vector<RankPlacement>& ranks) const;
+  // Waits until every worker was heard from after `since` or declared lost.
+  void AwaitLiveness(std::chrono::steady_clock::time_point since);
+  void PauseScheduler(double drain_seconds);
+  void ResumeScheduler();
+  // Queues a re-fit of the wanted layout (any thread).
+  void RequestReplan(const std::string& reason, bool fault);
   void SchedulerLoop();
   void OnControlMessage(const ControlPeer& peer, const control::Envelope& envelope);
   void OnWorkerLost(const std::string& worker_id);
   void RegisterRoutes(HttpServer& api, HttpServer* admin);
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
+  void HandlePlanPost(const HttpRequest& req, std::shared_ptr<Responder> res);
+  void HandleWorkerDrain(const HttpRequest& req, std::shared_ptr<Responder> res, bool drain);
   std::string ClusterJson() const;
   std::string PlanJson() const;
 
@@ -77,7 +135,8 @@ class CoordinatorDaemon {
   ModelConfig model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  ParallelConfig parallel_;
+  ParallelConfig parallel_;  // the running plan's layout (protected by mu_ once serving)
+  ParallelConfig wanted_;    // the layout asked for (config, then POST /admin/plan)
   int64_t max_context_ = 0;
   int64_t kv_blocks_ = 0;
   std::string model_name_;
@@ -90,20 +149,34 @@ class CoordinatorDaemon {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Assignment> assignments_;      // protected by mu_
-  std::vector<std::string> failed_workers_;  // protected by mu_
-  Status placement_status_;                  // protected by mu_
-  bool stopping_ = false;                    // protected by mu_
+  std::vector<Assignment> assignments_;       // protected by mu_
+  std::vector<std::string> failed_workers_;   // protected by mu_: lost, not re-registered
+  std::vector<std::string> drained_workers_;  // protected by mu_: out of placement by the admin
+  Status placement_status_;                   // protected by mu_
+  std::string degraded_;                      // protected by mu_: why no plan runs ("" = none)
+  std::string load_error_;                    // protected by mu_: an Error while loading
+  bool stopping_ = false;                     // protected by mu_
+  bool serving_ = false;                      // protected by mu_: the scheduler runs
+  std::deque<PlanJob> jobs_;                  // protected by mu_
+  bool job_running_ = false;                  // protected by mu_: a re-plan is in progress
+  Gate gate_ = Gate::kRunning;                // protected by mu_
+  std::chrono::steady_clock::time_point drain_deadline_;  // protected by mu_
+  int requeued_last_ = 0;                                 // protected by mu_: by the last drain
+  nlohmann::json history_ = nlohmann::json::array();      // protected by mu_: plan changes
+  int64_t reconfigurations_ = 0;                          // protected by mu_
+  int64_t faults_ = 0;                                    // protected by mu_
+  int64_t requeued_total_ = 0;                            // protected by mu_
   std::atomic<bool> ready_{false};
 
-  std::unique_ptr<RemoteExecutor> executor_;
+  mutable std::mutex exec_mu_;
+  std::shared_ptr<RemoteExecutor> executor_;  // protected by exec_mu_ (swapped by ApplyPlan)
   std::unique_ptr<BlockAllocator> allocator_;
   std::unique_ptr<Scheduler> scheduler_;
   std::mutex work_mu_;
   std::condition_variable work_cv_;  // new requests for the scheduler thread
   std::thread placement_thread_;
   std::thread scheduler_thread_;
-  uint64_t plan_version_ = 1;
+  uint64_t plan_version_ = 0;  // protected by mu_ once serving
 };
 
 }  // namespace tessera

@@ -162,6 +162,12 @@ struct SchedulerSection {
   // chunks keep decode latency steady while long prompts are prefilled; larger
   // chunks finish prefill in fewer iterations. Must be <= max_batch_tokens.
   int64_t prefill_chunk_tokens = 512;
+  // When the plan changes (POST /admin/plan, a worker drained), seconds the
+  // running sequences get to finish before the rest are re-queued; they
+  // resume on the new plan from prompt + generated tokens. Higher lets more
+  // requests finish undisturbed; lower makes the change take effect sooner.
+  // After a fault nothing waits: the plan is broken.
+  double drain_timeout_seconds = 10.0;
 };
 
 // [admin]: the admin API (/admin/cluster, /admin/plan).

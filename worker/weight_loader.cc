@@ -57,7 +57,7 @@ StatusOr<Tensor*> Slot(StageWeights& w, const std::string& role) {
 
 StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
                                         const ParallelConfig& parallel, const ShardSpec& spec,
-                                        const LoadProgressFn& progress) {
+                                        const LoadProgressFn& progress, const HeldWeights* held) {
   StageWeights w;
   StageLayout& lay = w.layout;
   lay.first_layer = spec.first_layer();
@@ -87,6 +87,19 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       *slot = it->second;
       continue;
     }
+    if (held) {
+      auto h = held->find(key);
+      if (h != held->end() && h->second.shape() == t.local_shape) {
+        *slot = h->second;
+        read.emplace(key, h->second);
+        w.weight_bytes += static_cast<int64_t>(h->second.nbytes());
+        w.reused_bytes += static_cast<int64_t>(h->second.nbytes());
+        ++w.reused_tensors;
+        loaded += static_cast<int64_t>(h->second.nbytes());
+        if (progress) progress(loaded, total);
+        continue;
+      }
+    }
     TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
     if (info.shape != t.full_shape) {
       std::string want, got;
@@ -110,6 +123,17 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
     if (progress) progress(loaded, total);
   }
   return w;
+}
+
+StatusOr<HeldWeights> HoldWeights(const StageWeights& weights, const ShardSpec& spec) {
+  HeldWeights out;
+  // Slot only reads the layout and hands out addresses; nothing is modified.
+  StageWeights& w = const_cast<StageWeights&>(weights);
+  for (const TensorShard& t : spec.tensors()) {
+    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t.role));
+    if (slot->defined()) out.emplace(std::make_tuple(t.name, t.begin, t.end), *slot);
+  }
+  return out;
 }
 
 }  // namespace tessera

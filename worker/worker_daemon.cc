@@ -13,6 +13,7 @@
 #include "worker/model_loader.h"
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
+#include "worker/step_codec.h"
 
 namespace tessera {
 
@@ -37,11 +38,17 @@ StatusOr<control::Envelope> WorkerDaemon::Next(double timeout_seconds) {
   return e;
 }
 
+void WorkerDaemon::PushFront(control::Envelope envelope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_.push_front(std::move(envelope));
+}
+
 namespace {
 
-control::Envelope ErrorEnvelope(const Status& s) {
+control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version) {
   control::Envelope e;
   *e.mutable_error() = StatusToError(s);
+  e.mutable_error()->set_plan_version(plan_version);
   return e;
 }
 
@@ -70,23 +77,36 @@ Status WorkerDaemon::Run() {
   control::Heartbeat hb;
   hb.set_state(control::WORKER_STATE_IDLE);
   client.SetHeartbeat(hb);
+  kernels::SetBlasThreads(1);
 
-  // Wait for the assignment (heartbeats keep us alive meanwhile).
-  control::AssignShard assign;
+  // Serve plan after plan until a Shutdown (heartbeats keep us alive while idle).
   while (true) {
-    TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
-    if (e.has_shutdown()) return Status::Ok();
-    if (e.has_assign_shard()) {
-      assign = e.assign_shard();
-      break;
+    auto next = Next(3600.0);
+    if (!next.ok()) continue;  // idle: nothing to do
+    const control::Envelope& e = *next;
+    if (e.has_shutdown()) {
+      TESSERA_LOG_INFO("worker", "worker {}: shutdown ({})", id, e.shutdown().reason());
+      return Status::Ok();
     }
+    if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
+    Status s = ServePlan(client, hb, e.assign_shard(), id);
+    hb.clear_memory();
+    hb.set_state(control::WORKER_STATE_IDLE);
+    client.SetHeartbeat(hb);
+    if (!s.ok())
+      TESSERA_LOG_ERROR("worker", "{}; waiting for the coordinator to re-plan", s.ToString());
   }
-  const std::string who = "worker " + id + " (rank " + std::to_string(assign.world_rank()) +
-                          ", stage " + std::to_string(assign.stage()) + ", tp_rank " +
+}
+
+Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
+                               const control::AssignShard& assign, const std::string& id) {
+  const std::string who = "worker " + id + " (plan " + std::to_string(assign.plan_version()) +
+                          ", rank " + std::to_string(assign.world_rank()) + ", stage " +
+                          std::to_string(assign.stage()) + ", tp_rank " +
                           std::to_string(assign.tp_rank()) + ")";
   auto fail = [&](const Status& s) {
     Status full = s.WithContext(who);
-    client.Send(ErrorEnvelope(full)).IgnoreError();
+    client.Send(ErrorEnvelope(full, assign.plan_version())).IgnoreError();
     hb.set_state(control::WORKER_STATE_FAILED);
     client.SetHeartbeat(hb);
     return full;
@@ -95,7 +115,6 @@ Status WorkerDaemon::Run() {
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);
   if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
-  kernels::SetBlasThreads(1);
   auto store =
       TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
                         options_.collective_timeout_seconds);
@@ -116,19 +135,28 @@ Status WorkerDaemon::Run() {
   auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
   if (!parallel.ok()) return fail(parallel.status());
   const auto t0 = std::chrono::steady_clock::now();
-  auto loaded =
-      LoadModel(assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
-                [&](int64_t done, int64_t total) {
-                  control::Envelope e;
-                  control::LoadProgress* p = e.mutable_load_progress();
-                  p->set_plan_version(assign.plan_version());
-                  p->set_bytes_done(static_cast<uint64_t>(done));
-                  p->set_bytes_total(static_cast<uint64_t>(total));
-                  p->set_seconds(
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-                  client.Send(std::move(e)).IgnoreError();
-                });
-  if (!loaded.ok()) return fail(loaded.status());
+  // The previous plan's tensors: slices this rank still needs are reused.
+  HeldWeights held = std::move(held_);
+  held_.clear();
+  auto loaded = LoadModel(
+      assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
+      [&](int64_t done, int64_t total) {
+        control::Envelope e;
+        control::LoadProgress* p = e.mutable_load_progress();
+        p->set_plan_version(assign.plan_version());
+        p->set_bytes_done(static_cast<uint64_t>(done));
+        p->set_bytes_total(static_cast<uint64_t>(total));
+        p->set_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        client.Send(std::move(e)).IgnoreError();
+      },
+      &held);
+  if (!loaded.ok()) {
+    held_ = std::move(held);  // still held: a later plan may reuse it
+    return fail(loaded.status());
+  }
+  held.clear();  // what was not reused is freed here
+  held_ = loaded->held;
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
@@ -141,17 +169,21 @@ Status WorkerDaemon::Run() {
     l->set_kv_capacity_blocks(static_cast<uint64_t>(blocks));
     l->set_load_seconds(loaded->load_seconds);
     l->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
+    l->set_reused_bytes(static_cast<uint64_t>(loaded->reused_bytes));
+    l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
   hb.set_state(control::WORKER_STATE_READY);
+  hb.clear_memory();
   control::DeviceMemory* mem = hb.add_memory();
   mem->set_device_index(static_cast<uint32_t>(options_.device));
   mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
   mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
   client.SetHeartbeat(hb);
-  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB in {:.2f} s", who,
-                   lay.first_layer, lay.end_layer, static_cast<double>(loaded->weight_bytes) / 1e6,
-                   loaded->load_seconds);
+  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB ({:.1f} MB reused) in {:.2f} s",
+                   who, lay.first_layer, lay.end_layer,
+                   static_cast<double>(loaded->weight_bytes) / 1e6,
+                   static_cast<double>(loaded->reused_bytes) / 1e6, loaded->load_seconds);
 
   PipelineLinks links;
   links.pp = pgo.pp;
@@ -180,6 +212,7 @@ Status WorkerDaemon::Run() {
   };
   const bool last = links.stage == links.pp - 1;
   if (links.stage > 0) {
+    // Returns OK when stage 0 passes the end of the plan down the pipeline.
     Status s =
         ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
     return s.ok() ? s : fail(s);
@@ -188,11 +221,25 @@ Status WorkerDaemon::Run() {
   if (links.pp > 1)
     sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
   SequenceSamplers samplers;
+  const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
   while (true) {
-    TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
-    if (e.has_shutdown() || e.has_drain()) {
+    auto next = Next(keepalive_seconds);
+    if (!next.ok()) {
+      // Idle: keep the later stages' receives from timing out.
+      if (sender) {
+        Status s = sender->Enqueue(EncodeKeepalive());
+        if (!s.ok()) return fail(s.WithContext("keepalive to stage 1"));
+      }
+      continue;
+    }
+    control::Envelope& e = *next;
+    if (e.has_shutdown() || e.has_drain() || e.has_assign_shard()) {
+      const bool drain = e.has_drain();
+      if (!drain) PushFront(std::move(e));  // the outer loop acts on it
       Status s = SendShutdownDownstream(sender.get());
-      return s.ok() ? s : fail(s);
+      if (!s.ok()) return fail(s.WithContext("ending the plan down the pipeline"));
+      TESSERA_LOG_INFO("worker", "{}: plan ended{}", who, drain ? " (drain)" : "");
+      return Status::Ok();
     }
     if (!e.has_step()) continue;
     if (e.step().plan_version() != assign.plan_version()) {

@@ -7,12 +7,24 @@
 //  - later stages serve the pipeline; tp rank 0 of the last stage returns the
 //    sampled tokens to the coordinator as StepResults.
 //
+// Plans change while the worker runs (live reconfiguration, re-plans after a
+// fault): a Drain ends the current plan (stage 0 passes the end down the
+// pipeline; an idle pipeline gets keepalives so later stages' bounded
+// receives do not time out), the communicators are dropped, and the next
+// AssignShard builds new ones under its plan's key prefix. Weight slices the
+// worker already holds and still needs (the same layers under the same tp
+// slice) are reused instead of read again (HeldWeights); Loaded reports how
+// many bytes were reused.
+//
 // Threads: the main thread owns the model, KV cache and communicators (one
 // owner thread per device); the ControlClient's thread owns the ZeroMQ
 // socket and hands messages over through a bounded queue.
 //
-// Errors: a failed load or step is reported to the coordinator as an Error
-// naming this worker's rank, then Run returns it (the process exits non-zero).
+// Errors: a failed load or step (a lost peer, a collective timeout) is
+// reported to the coordinator as an Error naming this worker's rank and the
+// plan version; the worker then drops the plan's communicators and waits for
+// the next AssignShard (the coordinator re-plans). Run returns only on
+// Shutdown or when the control plane itself fails.
 #pragma once
 
 #include <condition_variable>
@@ -22,8 +34,11 @@
 
 #include "common/proto/control.pb.h"
 #include "common/status.h"
+#include "worker/weight_loader.h"
 
 namespace tessera {
+
+class ControlClient;
 
 struct WorkerDaemonOptions {
   std::string coordinator;              // "tcp://HOST:PORT"
@@ -31,6 +46,8 @@ struct WorkerDaemonOptions {
   std::string worker_id;                // requested id ("" = assigned by the coordinator)
   std::string host;                     // host name reported at registration ("" = gethostname)
   std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
+  // Bound of every collective and pipeline transfer; an idle pipeline gets a
+  // keepalive every third of it.
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;
 };
@@ -38,14 +55,21 @@ struct WorkerDaemonOptions {
 class WorkerDaemon {
  public:
   explicit WorkerDaemon(WorkerDaemonOptions options);
-  // Runs until a Shutdown arrives (OK) or something fails.
+  // Runs until a Shutdown arrives (OK) or the control plane fails.
   Status Run();
 
  private:
   void OnMessage(const control::Envelope& envelope);
   StatusOr<control::Envelope> Next(double timeout_seconds);
+  void PushFront(control::Envelope envelope);
+  // Loads `assign` and serves it until a Drain, Shutdown or newer
+  // AssignShard ends it (the latter two are put back in the inbox): OK, or
+  // the first failure (already reported to the coordinator).
+  Status ServePlan(ControlClient& client, control::Heartbeat& hb,
+                   const control::AssignShard& assign, const std::string& worker_id);
 
   WorkerDaemonOptions options_;
+  HeldWeights held_;  // the weights of the last plan loaded (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<control::Envelope> inbox_;  // protected by mu_
