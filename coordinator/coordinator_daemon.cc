@@ -578,9 +578,13 @@ void CoordinatorDaemon::SchedulerLoop() {
         // Collect what is in flight (a broken executor fails it back, and
         // its sequences are re-queued), then re-queue the unfinished rest.
         scheduler_->CollectInFlight().IgnoreError();
-        const int moved = scheduler_->RequeueRunning();
+        scheduler_->RequeueRunning();
+        // Every sequence re-queued since the last pause: by an executor
+        // error (a fault) or by this drain.
+        const int64_t requeued = scheduler_->stats().requeued;
         std::lock_guard<std::mutex> lock(mu_);
-        requeued_last_ = moved;
+        requeued_last_ = static_cast<int>(requeued - requeued_seen_);
+        requeued_seen_ = requeued;
         gate_ = Gate::kPaused;
         cv_.notify_all();
         continue;

@@ -161,11 +161,12 @@ class CoordinatorDaemon {
   bool job_running_ = false;                  // protected by mu_: a re-plan is in progress
   Gate gate_ = Gate::kRunning;                // protected by mu_
   std::chrono::steady_clock::time_point drain_deadline_;  // protected by mu_
-  int requeued_last_ = 0;                                 // protected by mu_: by the last drain
-  nlohmann::json history_ = nlohmann::json::array();      // protected by mu_: plan changes
-  int64_t reconfigurations_ = 0;                          // protected by mu_
-  int64_t faults_ = 0;                                    // protected by mu_
-  int64_t requeued_total_ = 0;                            // protected by mu_
+  int requeued_last_ = 0;      // protected by mu_: re-queued up to the last pause
+  int64_t requeued_seen_ = 0;  // protected by mu_: scheduler stats().requeued then
+  nlohmann::json history_ = nlohmann::json::array();  // protected by mu_: plan changes
+  int64_t reconfigurations_ = 0;                      // protected by mu_
+  int64_t faults_ = 0;                                // protected by mu_
+  int64_t requeued_total_ = 0;                        // protected by mu_
   std::atomic<bool> ready_{false};
 
   mutable std::mutex exec_mu_;

@@ -290,6 +290,7 @@ int Scheduler::RequeueRunning() {
       s.waiting = true;
       ++s.result.preemptions;
       ++stats_.preemptions;
+      ++stats_.requeued;
       ++moved;
       waiting_.push_front(std::move(*it));
     }

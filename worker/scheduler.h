@@ -96,6 +96,7 @@ struct SchedulerStats {
   double decode_seconds = 0.0;  // wall time of micro-batches with decode tokens
   int max_in_flight = 0;        // most micro-batches in flight at once
   int64_t preemptions = 0;
+  int64_t requeued = 0;  // sequences re-queued by RequeueRunning (re-plans, executor errors)
 };
 
 class Scheduler {

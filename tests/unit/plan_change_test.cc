@@ -1,0 +1,137 @@
+// PlanChange: admin plan requests, the fault rule (FitLayout) and placement
+// with weight reuse, on the fixture models' configs.
+#include "coordinator/plan_change.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+ModelConfig Model(const std::string& name) {
+  auto m = LoadModelConfig(::tessera::testing::FixturePath("models/" + name));
+  TESSERA_CHECK(m.ok());
+  return *m;
+}
+
+TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
+  auto even = ParsePlanRequest(R"({"tp":2,"pp":2})");
+  ASSERT_TRUE(even.ok()) << even.status().ToString();
+  EXPECT_EQ(even->tp, 2);
+  EXPECT_EQ(even->pp, 2);
+  EXPECT_TRUE(even->layers_per_stage.empty());
+  auto split = ParsePlanRequest(R"({"tp":1,"pp":2,"layers_per_stage":[20,10]})");
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->layers_per_stage, (std::vector<int>{20, 10}));
+  auto automatic = ParsePlanRequest(R"({"auto":true,"objective":"throughput"})");
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_TRUE(automatic->auto_plan);
+  EXPECT_EQ(automatic->objective, Objective::kThroughput);
+
+  auto per_stage = ParsePlanRequest(R"({"tp":[2,1],"pp":2})");
+  EXPECT_EQ(per_stage.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(per_stage.status().message().rfind("tp:", 0), 0u) << per_stage.status().message();
+  struct Bad {
+    const char* body;
+    const char* field;
+  };
+  for (const Bad& b :
+       std::vector<Bad>{{"[1,2]", "request body"},
+                        {"{nope", "request body"},
+                        {R"({"tp":2,"pp":2,"sp":1})", "'sp'"},
+                        {R"({"tp":0,"pp":2})", "tp:"},
+                        {R"({"tp":2,"pp":"two"})", "pp:"},
+                        {R"({"tp":1,"pp":2,"layers_per_stage":[1,"x"]})", "layers_per_stage[1]"},
+                        {R"({"auto":true,"tp":2})", "auto:"},
+                        {R"({"auto":true,"objective":"cost"})", "objective:"},
+                        {R"({"tp":2})", "tp, pp"}}) {
+    auto r = ParsePlanRequest(b.body);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b.body;
+    EXPECT_NE(r.status().message().find(b.field), std::string::npos)
+        << b.body << ": " << r.status().message();
+  }
+}
+
+TEST(PlanChange, FitLayoutKeepsTheWantedLayoutOrShrinksByTheRule) {
+  const ModelConfig m = Model("llama_gqa_f32");  // 2 layers, 4 heads, 2 KV heads
+  const ParallelConfig wanted = *ParallelConfig::Make(m, 2, 2);
+  // Enough workers (a spare too): the wanted layout.
+  for (int n : {4, 5}) {
+    auto p = FitLayout(m, wanted, n);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->tp, 2);
+    EXPECT_EQ(p->pp, 2);
+  }
+  // 3 workers: 3 ranks cannot take tp 2 (no divisor) and tp 1 x pp 3 has more
+  // stages than layers, so 2 ranks with the wanted tp.
+  auto three = FitLayout(m, wanted, 3);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->tp, 2);
+  EXPECT_EQ(three->pp, 1);
+  auto one = FitLayout(m, wanted, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->world_size(), 1);
+  // No worker: degraded.
+  auto none = FitLayout(m, wanted, 0);
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("degraded"), std::string::npos);
+  // tp 1 x pp 2 wanted, one worker left: tp stays 1.
+  auto pp_only = FitLayout(m, *ParallelConfig::Make(m, 1, 2, {1, 1}), 1);
+  ASSERT_TRUE(pp_only.ok());
+  EXPECT_EQ(pp_only->tp, 1);
+  EXPECT_EQ(pp_only->pp, 1);
+  // A memory bound: a worker that cannot hold half the model forces more
+  // ranks; one that cannot hold a quarter leaves nothing that fits.
+  const int64_t full = 609640;  // about the fixture's weight bytes
+  auto roomy = FitLayout(m, wanted, 4, full);
+  ASSERT_TRUE(roomy.ok());
+  auto tiny = FitLayout(m, wanted, 4, 1000);
+  EXPECT_EQ(tiny.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tiny.status().message().find("weight bytes"), std::string::npos)
+      << tiny.status().message();
+}
+
+TEST(PlanChange, PlaceRanksPrefersWorkersThatHoldTheSlice) {
+  const ModelConfig m = Model("llama3_headdim_sharded");  // 3 layers
+  const ParallelConfig from = *ParallelConfig::Make(m, 1, 3);
+  std::map<std::string, HeldSlice> held;
+  // w-a held layer 0 (+ embedding), w-b layer 1, w-c layer 2 (+ lm_head), tp 1.
+  held["w-a"] = {1, 0, 0, 1, true, false};
+  held["w-b"] = {1, 0, 1, 2, false, false};
+  held["w-c"] = {1, 0, 2, 3, false, true};
+  // tp 1 x pp 2 with [1, 2]: stage 0 = layer 0, stage 1 = layers 1-2.
+  const ParallelConfig to = *ParallelConfig::Make(m, 1, 2, {1, 2});
+  auto ranks = PlaceRanks(to, {"w-spare", "w-c", "w-b", "w-a"}, held);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[0].worker_id, "w-a");
+  EXPECT_EQ((*ranks)[0].reused_first, 0);
+  EXPECT_EQ((*ranks)[0].reused_end, 1);
+  EXPECT_TRUE((*ranks)[0].reuses_embedding);
+  EXPECT_EQ((*ranks)[0].loaded_layers(), 0);
+  // w-b and w-c each hold one of stage 1's layers; w-c also holds lm_head.
+  EXPECT_EQ((*ranks)[1].worker_id, "w-c");
+  EXPECT_EQ((*ranks)[1].loaded_layers(), 1);
+  EXPECT_TRUE((*ranks)[1].reuses_lm_head);
+  // A different tp slices every layer differently: nothing is reused, ranks
+  // go to the candidates in order.
+  const ParallelConfig tp2 = *ParallelConfig::Make(m, 2, 1);
+  auto moved = PlaceRanks(tp2, {"w-spare", "w-c", "w-b"}, held);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ((*moved)[0].worker_id, "w-spare");
+  EXPECT_EQ((*moved)[1].worker_id, "w-c");
+  EXPECT_EQ((*moved)[0].loaded_layers(), 3);
+  const nlohmann::json j = PlanChangeJson(&from, tp2, *moved, {"w-a", "w-b", "w-c"}, 7);
+  EXPECT_EQ(j["plan_version"], 7);
+  EXPECT_EQ(j["to"]["tp"], 2);
+  EXPECT_EQ(j["layers_loaded"], 6);
+  EXPECT_EQ(j["layers_reused"], 0);
+  EXPECT_EQ(j["workers_released"], nlohmann::json::array({"w-a", "w-b"}));
+  // Too few workers.
+  auto short_of = PlaceRanks(to, {"w-a"}, held);
+  EXPECT_EQ(short_of.status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace tessera
