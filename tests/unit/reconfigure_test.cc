@@ -205,12 +205,12 @@ class Cluster : public ::testing::Test {
     std::string id;
     for (const json& r : plan["ranks"])
       if (r["world_rank"] == world_rank) id = r["worker"];
-    for (const json& w : Get("/admin/cluster")["workers"])
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
     return -1;
   }
   std::string WorkerOfRank(int world_rank) const {
-    for (const json& r : Get("/admin/plan")["ranks"])
+    for (const json& r : json(Get("/admin/plan")["ranks"]))
       if (r["world_rank"] == world_rank) return r["worker"];
     return "";
   }
@@ -326,7 +326,7 @@ TEST_F(Cluster, KilledWorkerIsReplacedBySpareAndStreamsContinueExactly) {
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
   bool failed = false;
-  for (const json& w : Get("/admin/cluster")["workers"])
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
     failed |= w["id"] == victim && w["state"] == "failed";
   EXPECT_TRUE(failed);
   // Still serving.
@@ -380,7 +380,7 @@ TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
   kill(pid, SIGSTOP);
   double detected = -1;
   while (Since(stopped) < 10 && detected < 0) {
-    for (const json& w : Get("/admin/cluster")["workers"])
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == victim && w["state"] == "failed") detected = Since(stopped);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -477,7 +477,7 @@ TEST_F(Cluster, DrainAndUndrainWorkers) {
   for (const json& x : plan["ranks"]) EXPECT_NE(x["worker"], b);
   EXPECT_EQ(plan["ranks"].size(), 4u);
   bool drained = false;
-  for (const json& w : Get("/admin/cluster")["workers"])
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
     drained |= w["id"] == b && w["state"] == "drained";
   EXPECT_TRUE(drained);
   PrintReplan("drain a worker of the plan", plan["history"].back());
@@ -495,8 +495,10 @@ TEST_F(Cluster, DrainAndUndrainWorkers) {
   ASSERT_EQ(Post("/admin/workers/" + b + "/undrain", json::object()).status, 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(Get("/admin/plan")["plan_version"], 4);
-  for (const json& w : Get("/admin/cluster")["workers"])
-    if (w["id"] == b) EXPECT_EQ(w["state"], "alive");
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
+    if (w["id"] == b) {
+      EXPECT_EQ(w["state"], "alive");
+    }
   auto done = HttpCall(port_, "POST", "/v1/completions", Request(1, false).dump());
   ASSERT_EQ(done.status, 200) << done.body;
   EXPECT_EQ(json::parse(done.body)["choices"][0]["text"], want[1]);
