@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 39);
+  EXPECT_EQ(keys, 40);
 }
 
 // ---------------------------------------------------------------------------
@@ -280,6 +280,8 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[scheduler]\nqueue_limit = 0\n", "x.toml:2:15: scheduler.queue_limit: must be >= 1, got 0"},
       {"[scheduler]\nprefill_chunk_tokens = 0\n",
        "x.toml:2:24: scheduler.prefill_chunk_tokens: must be >= 1, got 0"},
+      {"[scheduler]\ndrain_timeout_seconds = -1\n",
+       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1"},
       {"[scheduler]\nmax_context = -5\n",
        "x.toml:2:15: scheduler.max_context: must be >= 0 (0 = the model's "
        "max_position_embeddings), got -5"},
