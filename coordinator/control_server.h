@@ -15,7 +15,10 @@
 //    limit, fields out of range), unknown protocol versions, and any message
 //    but Register from a peer that is not registered (or was declared lost,
 //    or whose worker_id is not the one assigned to it) are logged with the
-//    reason and dropped; the loop keeps serving.
+//    reason and dropped; the loop keeps serving. A peer that is not
+//    registered or was declared lost is also answered with a refusing
+//    RegisterAck whose reason starts with kRegisterAgainPrefix, so a worker
+//    that outlived a coordinator restart (or its own loss) registers again.
 //  - Liveness: a registered worker from which no valid message arrived for
 //    heartbeat_miss_limit * heartbeat_interval is declared lost once:
 //    `on_worker_lost(worker_id)` is called and later messages from it are

@@ -159,6 +159,21 @@ std::vector<std::string> CoordinatorDaemon::UsableWorkers() const {
 
 std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
   std::map<std::string, HeldSlice> held;
+  // What re-registered workers say they hold (a restarted coordinator) ...
+  for (const ControlWorkerInfo& w : control_->Workers()) {
+    if (!w.alive || !w.registration.has_held_shard()) continue;
+    const control::AssignShard& a = w.registration.held_shard();
+    if (a.model_path() != config_.model.path) continue;
+    HeldSlice h;
+    h.tp = static_cast<int>(a.tp());
+    h.tp_rank = static_cast<int>(a.tp_rank());
+    h.first_layer = static_cast<int>(a.first_layer());
+    h.end_layer = static_cast<int>(a.end_layer());
+    h.embedding = a.stage() == 0;
+    h.lm_head = a.stage() + 1 == a.pp();
+    held[w.worker_id] = h;
+  }
+  // ... and, more recent, what the workers loaded for this coordinator.
   std::lock_guard<std::mutex> lock(mu_);
   for (const Assignment& a : assignments_) {
     if (a.loaded_weight_bytes < 0) continue;  // never loaded: holds nothing of this plan
@@ -174,6 +189,50 @@ std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
   return held;
 }
 
+std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> CoordinatorDaemon::HeldPlan(
+    const std::vector<std::string>& usable, uint64_t* version) const {
+  std::map<std::string, control::AssignShard> shards;
+  uint64_t newest = 0;
+  for (const ControlWorkerInfo& w : control_->Workers()) {
+    if (!w.alive || !w.registration.has_held_shard() ||
+        std::find(usable.begin(), usable.end(), w.worker_id) == usable.end())
+      continue;
+    shards[w.worker_id] = w.registration.held_shard();
+    newest = std::max(newest, w.registration.held_shard().plan_version());
+  }
+  if (newest == 0) return std::nullopt;
+  const control::AssignShard* first = nullptr;
+  std::map<int, std::string> by_rank;
+  for (const auto& [id, a] : shards) {
+    if (a.plan_version() != newest) continue;
+    if (!first) first = &a;
+    const bool same =
+        a.tp() == first->tp() && a.pp() == first->pp() &&
+        std::equal(a.layers_per_stage().begin(), a.layers_per_stage().end(),
+                   first->layers_per_stage().begin(), first->layers_per_stage().end()) &&
+        a.model_path() == config_.model.path;
+    if (!same || by_rank.count(static_cast<int>(a.world_rank()))) return std::nullopt;
+    by_rank[static_cast<int>(a.world_rank())] = id;
+  }
+  std::vector<int> layers(first->layers_per_stage().begin(), first->layers_per_stage().end());
+  auto parallel = ParallelConfig::Make(model_, static_cast<int>(first->tp()),
+                                       static_cast<int>(first->pp()), layers);
+  if (!parallel.ok() || static_cast<int>(by_rank.size()) != parallel->world_size())
+    return std::nullopt;
+  std::vector<RankPlacement> ranks;
+  for (const auto& [rank, id] : by_rank) {
+    RankPlacement p = RankSlice(*parallel, rank);
+    p.worker_id = id;
+    p.reused_first = p.first_layer;
+    p.reused_end = p.end_layer;
+    p.reuses_embedding = p.stage == 0;
+    p.reuses_lm_head = p.stage == parallel->pp - 1;
+    ranks.push_back(p);
+  }
+  *version = newest;
+  return std::make_pair(*parallel, std::move(ranks));
+}
+
 void CoordinatorDaemon::PlaceAndServe() {
   auto fail = [&](const Status& s) {
     TESSERA_LOG_ERROR("coordinator", "placement failed: {}", s.ToString());
@@ -181,21 +240,38 @@ void CoordinatorDaemon::PlaceAndServe() {
     placement_status_ = s;
     cv_.notify_all();
   };
-  // 1. Wait for the workers.
+  // 1. Wait for the workers: tp * pp of them, or (after a coordinator
+  //    restart) workers re-registering with a complete plan they hold.
   std::vector<std::string> workers;
+  std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> adopted;
+  uint64_t adopted_version = 0;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) return;
     }
     workers = UsableWorkers();
-    if (static_cast<int>(workers.size()) >= parallel_.world_size()) break;
+    adopted = HeldPlan(workers, &adopted_version);
+    if (adopted || static_cast<int>(workers.size()) >= parallel_.world_size()) break;
   }
-  // 2. Assign shards: world ranks in registration order; apply.
-  auto ranks = PlaceRanks(parallel_, workers, {});
-  if (!ranks.ok()) return fail(ranks.status());
+  // 2. Assign shards (world ranks in registration order, or the adopted
+  //    plan's) and apply: workers reuse the weights they hold.
+  std::vector<RankPlacement> ranks;
+  std::string reason = "initial placement";
+  if (adopted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    parallel_ = wanted_ = adopted->first;
+    plan_version_ = adopted_version;
+    ranks = adopted->second;
+    reason = "adopted plan " + std::to_string(adopted_version) + " held by the workers";
+    TESSERA_LOG_INFO("coordinator", "{}: {}", reason, parallel_.ToString());
+  } else {
+    auto placed = PlaceRanks(parallel_, workers, HeldSlices());
+    if (!placed.ok()) return fail(placed.status());
+    ranks = *placed;
+  }
   json report;
-  Status applied = ApplyPlan(parallel_, *ranks, "initial placement", report);
+  Status applied = ApplyPlan(parallel_, ranks, reason, report);
   if (!applied.ok()) return fail(applied);
   // 3. Serve.
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks_);

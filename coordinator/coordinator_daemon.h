@@ -6,7 +6,10 @@
 //  2. Waits for tp * pp workers to register, validates the layout against the
 //     model (refusing it with the reason before any worker loads anything),
 //     applies it (ApplyPlan: AssignShard, ranks in registration order, wait
-//     for every Loaded).
+//     for every Loaded). After a coordinator restart, workers register again
+//     with the shard they hold (Register.held_shard); when those form a
+//     complete plan, it is adopted: same layout, same ranks, version + 1, and
+//     every worker reuses its weights instead of reading them again.
 //  3. Serves: the Scheduler's owner thread runs continuous batching over a
 //     RemoteExecutor; HTTP handlers enqueue requests and stream tokens back.
 //  4. Re-plans while serving (the plan thread runs one change at a time):
@@ -105,6 +108,11 @@ class CoordinatorDaemon {
   // loading, the load deadline.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
                    const std::string& reason, nlohmann::json& report);
+  // The complete plan the `usable` workers hold (their re-registrations'
+  // held_shard, the newest version, one worker per rank), with its version;
+  // nullopt when there is none (fresh workers, or an incomplete set).
+  std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> HeldPlan(
+      const std::vector<std::string>& usable, uint64_t* version) const;
   // The workers a plan may use: alive, not drained, in registration order.
   std::vector<std::string> UsableWorkers() const;
   std::map<std::string, HeldSlice> HeldSlices() const;  // of the running plan

@@ -69,6 +69,7 @@ Status WorkerDaemon::Run() {
   dev->set_index(static_cast<uint32_t>(options_.device));
   dev->set_kind(control::DEVICE_KIND_CPU);
   dev->set_name("cpu");
+  registration_ = reg;
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
                            client.WaitRegistered(std::chrono::milliseconds(
@@ -173,6 +174,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
+  // Should the coordinator restart, this worker re-registers with the shard
+  // it holds, and the new coordinator can adopt the plan.
+  *registration_.mutable_held_shard() = assign;
+  client.UpdateRegistration(registration_).IgnoreError();
   hb.set_state(control::WORKER_STATE_READY);
   hb.clear_memory();
   control::DeviceMemory* mem = hb.add_memory();

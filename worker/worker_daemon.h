@@ -69,7 +69,8 @@ class WorkerDaemon {
                    const control::AssignShard& assign, const std::string& worker_id);
 
   WorkerDaemonOptions options_;
-  HeldWeights held_;  // the weights of the last plan loaded (main thread)
+  HeldWeights held_;                // the weights of the last plan loaded (main thread)
+  control::Register registration_;  // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<control::Envelope> inbox_;  // protected by mu_

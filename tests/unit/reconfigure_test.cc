@@ -504,5 +504,51 @@ TEST_F(Cluster, DrainAndUndrainWorkers) {
   EXPECT_EQ(json::parse(done.body)["choices"][0]["text"], want[1]);
 }
 
+// Restart the coordinator under load: the workers register again with the
+// shard they hold and the new coordinator adopts that plan (the layout set
+// through the admin API, not the config's; the same ranks, version + 1), so
+// no worker reads its weights again. Requests in flight on the killed
+// coordinator die with their HTTP connections; later ones match the
+// reference.
+TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
+  Launch(2, 2, 4, 10.0);
+  const std::vector<std::string> want = Reference();
+  auto change = Post("/admin/plan", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(change.status, 200) << change.body;
+  const json before = Get("/admin/plan");
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  kill(pids_[0], SIGKILL);
+  waitpid(pids_[0], nullptr, 0);
+  int cut = 0;
+  for (auto& st : streams_) {
+    st->thread.join();
+    cut += st->done_markers == 0;
+  }
+  std::printf("requests cut off with the coordinator: %d of %d\n", cut, kRequests);
+  const auto restarted = Clock::now();
+  pids_[0] = Spawn(
+      {::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+      dir_ + "/coordinator2.log");
+  while (Since(restarted) < 30 && HttpCall(port_, "GET", "/readyz").status != 200)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200)
+      << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
+  std::printf("restarted coordinator serving after %.2f s\n", Since(restarted));
+  const json plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], before["plan_version"].get<uint64_t>() + 1);
+  EXPECT_EQ(plan["tp"], 1);
+  EXPECT_EQ(plan["pp"], 2);
+  ASSERT_EQ(plan["ranks"].size(), before["ranks"].size());
+  for (size_t i = 0; i < plan["ranks"].size(); ++i)
+    EXPECT_EQ(plan["ranks"][i]["worker"], before["ranks"][i]["worker"]);
+  ASSERT_EQ(plan["history"].size(), 1u);
+  const json report = plan["history"][0];
+  PrintReplan("coordinator restarted", report);
+  EXPECT_NE(report["reason"].get<std::string>().find("adopted"), std::string::npos);
+  EXPECT_EQ(report["reused_weight_bytes"], report["weight_bytes"]);
+  EXPECT_EQ(Reference(), want);
+}
+
 }  // namespace
 }  // namespace tessera
