@@ -281,7 +281,7 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[scheduler]\nprefill_chunk_tokens = 0\n",
        "x.toml:2:24: scheduler.prefill_chunk_tokens: must be >= 1, got 0"},
       {"[scheduler]\ndrain_timeout_seconds = -1\n",
-       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1"},
+       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1.0"},
       {"[scheduler]\nmax_context = -5\n",
        "x.toml:2:15: scheduler.max_context: must be >= 0 (0 = the model's "
        "max_position_embeddings), got -5"},
