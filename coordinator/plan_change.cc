@@ -104,27 +104,50 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
   if (static_cast<int>(candidates.size()) < world)
     return FailedPrecondition("the layout needs " + std::to_string(world) + " workers, " +
                               std::to_string(candidates.size()) + " are usable");
-  std::vector<bool> used(candidates.size(), false);
-  std::vector<RankPlacement> out;
+  // Every (rank, candidate) pair with what the candidate would reuse.
+  std::vector<std::vector<RankPlacement>> option(static_cast<size_t>(world));
+  std::vector<std::vector<int>> score(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    RankPlacement best;
-    int best_index = -1, best_score = -1;
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      if (used[c]) continue;
+    for (const std::string& c : candidates) {
       RankPlacement p = RankSlice(parallel, r);
-      p.worker_id = candidates[c];
-      auto h = held.find(candidates[c]);
+      p.worker_id = c;
+      auto h = held.find(c);
       Reuse(p, parallel.tp, parallel.pp, h == held.end() ? nullptr : &h->second);
-      const int score =
-          4 * (p.reused_end - p.reused_first) + 2 * p.reuses_embedding + 2 * p.reuses_lm_head;
-      if (score > best_score) {
-        best = p;
-        best_score = score;
-        best_index = static_cast<int>(c);
-      }
+      score[static_cast<size_t>(r)].push_back(4 * (p.reused_end - p.reused_first) +
+                                              2 * p.reuses_embedding + 2 * p.reuses_lm_head);
+      option[static_cast<size_t>(r)].push_back(p);
     }
-    used[static_cast<size_t>(best_index)] = true;
-    out.push_back(best);
+  }
+  // Greedy over all pairs, best reuse first (ties: lower rank, then earlier
+  // candidate), so a rank that reuses nothing does not take the worker
+  // another rank could reuse; the ranks left take the free candidates in order.
+  std::vector<int> chosen(static_cast<size_t>(world), -1);
+  std::vector<bool> used(candidates.size(), false);
+  while (true) {
+    int best = 0, br = -1, bc = -1;
+    for (int r = 0; r < world; ++r) {
+      if (chosen[static_cast<size_t>(r)] >= 0) continue;
+      for (size_t c = 0; c < candidates.size(); ++c)
+        if (!used[c] && score[static_cast<size_t>(r)][c] > best) {
+          best = score[static_cast<size_t>(r)][c];
+          br = r;
+          bc = static_cast<int>(c);
+        }
+    }
+    if (br < 0) break;
+    chosen[static_cast<size_t>(br)] = bc;
+    used[static_cast<size_t>(bc)] = true;
+  }
+  std::vector<RankPlacement> out;
+  size_t next = 0;
+  for (int r = 0; r < world; ++r) {
+    if (chosen[static_cast<size_t>(r)] < 0) {
+      while (used[next]) ++next;
+      chosen[static_cast<size_t>(r)] = static_cast<int>(next);
+      used[next] = true;
+    }
+    out.push_back(
+        option[static_cast<size_t>(r)][static_cast<size_t>(chosen[static_cast<size_t>(r)])]);
   }
   return out;
 }

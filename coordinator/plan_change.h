@@ -77,11 +77,13 @@ struct RankPlacement {
 // The rank slice `parallel` gives `world_rank` (no reuse filled in).
 RankPlacement RankSlice(const ParallelConfig& parallel, int world_rank);
 
-// Assigns every rank of `parallel`, in world-rank order, to the unused
-// worker of `candidates` (ids in preference order) that can reuse the most
-// decoder layers of it (then the embedding / lm_head); ties go to the
-// earlier candidate. Errors: kFailedPrecondition naming both counts when
-// there are fewer candidates than ranks.
+// Assigns every rank of `parallel` to a worker of `candidates` (ids in
+// preference order): greedily over all (rank, worker) pairs, the pair that
+// reuses the most (decoder layers, then the embedding / lm_head) first
+// (ties: the lower rank, then the earlier candidate); ranks that can reuse
+// nothing take the remaining candidates in order. Errors:
+// kFailedPrecondition naming both counts when there are fewer candidates
+// than ranks.
 StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
                                                 const std::vector<std::string>& candidates,
                                                 const std::map<std::string, HeldSlice>& held);

@@ -128,6 +128,19 @@ TEST(PlanChange, PlaceRanksPrefersWorkersThatHoldTheSlice) {
   EXPECT_EQ(j["layers_loaded"], 6);
   EXPECT_EQ(j["layers_reused"], 0);
   EXPECT_EQ(j["workers_released"], nlohmann::json::array({"w-a", "w-b"}));
+  // A lost worker's rank goes to the spare, not to a worker another rank
+  // could reuse (tp=2 x pp=2 of llama_gqa_f32, rank 1's worker lost).
+  const ModelConfig gqa = Model("llama_gqa_f32");
+  const ParallelConfig p22 = *ParallelConfig::Make(gqa, 2, 2);
+  std::map<std::string, HeldSlice> before;
+  before["A"] = {2, 0, 0, 1, true, false};
+  before["C"] = {2, 0, 1, 2, false, true};
+  before["D"] = {2, 1, 1, 2, false, true};
+  auto refill = PlaceRanks(p22, {"A", "C", "D", "E"}, before);
+  ASSERT_TRUE(refill.ok());
+  std::vector<std::string> got;
+  for (const RankPlacement& p : *refill) got.push_back(p.worker_id);
+  EXPECT_EQ(got, (std::vector<std::string>{"A", "E", "C", "D"}));
   // Too few workers.
   auto short_of = PlaceRanks(to, {"w-a"}, held);
   EXPECT_EQ(short_of.status().code(), StatusCode::kFailedPrecondition);

@@ -285,7 +285,8 @@ class Cluster : public ::testing::Test {
         "(total %.2f s), requests re-queued %d, weights reused %lld of %lld bytes\n",
         what, report.value("plan_version", 0), report["layout"].dump().c_str(),
         report.value("detect_seconds", 0.0), report.value("drain_seconds", 0.0),
-        report.value("load_seconds", 0.0), report.value("total_seconds", 0.0),
+        report.value("load_seconds", 0.0),
+        report.value("total_seconds", report.value("load_seconds", 0.0)),
         report.value("requeued_requests", 0),
         static_cast<long long>(report.value("reused_weight_bytes", int64_t{0})),
         static_cast<long long>(report.value("weight_bytes", int64_t{0})));
@@ -391,7 +392,11 @@ TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
   ExpectStreamsMatch(want);
   const json plan = WaitForPlan(2);
   for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
-  PrintReplan("SIGSTOP rank 1 (spare available)", plan["history"].back());
+  const json report = plan["history"].back();
+  PrintReplan("SIGSTOP rank 1 (spare available)", report);
+  // The spare takes rank 1; the three others keep their ranks and weights.
+  EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
+      << report.dump();
 }
 
 // POST /admin/plan: dry run, refusals (400, running plan untouched), a
