@@ -28,8 +28,10 @@
 // requests are waiting, and with kInvalidArgument when prompt + max_tokens
 // exceeds max_context (the message names both).
 //
-// Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce is
-// called by one owner thread. Callbacks run on the owner thread.
+// Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce and
+// the other owner-thread methods are called by one owner thread (or another
+// thread while the owner is known to be parked, as the coordinator does while
+// a re-plan pauses it). Callbacks run on the owner thread.
 #pragma once
 
 #include <atomic>
@@ -118,8 +120,9 @@ class Scheduler {
 
   // Owner thread: one iteration (submit into free slots, collect one
   // micro-batch). Returns false when there was nothing to do. Errors from
-  // the executor fail every request in flight (on_finish with kError) and
-  // are returned.
+  // the executor fail every request in flight (on_finish with kError), or
+  // with requeue_on_executor_error re-queue every running sequence, and are
+  // returned.
   StatusOr<bool> RunOnce();
 
   // Owner thread. While false, waiting requests stay queued (cancellations
