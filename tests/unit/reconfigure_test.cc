@@ -443,7 +443,9 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   std::thread admin([&] {
     change = Post("/admin/plan", {{"tp", 1}, {"pp", 2}, {"layers_per_stage", {1, 1}}});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto asked = Clock::now();
+  while (Since(asked) < 10 && !Get("/admin/cluster")["reconfiguring"].get<bool>())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto conflict = Post("/admin/plan", {{"tp", 2}, {"pp", 1}});
   EXPECT_EQ(conflict.status, 409) << conflict.body;
   admin.join();
