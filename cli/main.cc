@@ -36,7 +36,7 @@ struct GenerateArgs {
   std::string chat_template;
   std::vector<std::string> stop;
   int64_t block_size = 16;
-  int tp = 1;
+  std::vector<int> tp = {1};  // --tp 2 (every stage) or --tp 2,1 (one entry per stage)
   int pp = 1;
   std::vector<int> layers;  // per stage; empty = even split
   double timeout = 30.0;
@@ -87,18 +87,32 @@ int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   Status s = launcher.Start(children);
   if (s.ok()) s = launcher.Wait(a.timeout + 10.0);
   g_launcher = nullptr;
-  if (!s.ok())
-    return Fail(s.WithContext("tp=" + std::to_string(a.tp) + " pp=" + std::to_string(a.pp)));
+  if (!s.ok()) return Fail(s.WithContext("tp=" + par.TpString() + " pp=" + std::to_string(par.pp)));
   return 0;
 }
 
-int RunGenerate(const GenerateArgs& a) {
+// The layout of --tp/--pp/--layers: one --tp value is the tp of every stage;
+// several (--tp 2,1) give each stage its own and must number --pp (which
+// they imply when --pp is not given).
+tessera::StatusOr<tessera::ParallelConfig> ParseLayout(const tessera::ModelConfig& cfg,
+                                                       const GenerateArgs& a, bool pp_given) {
+  using namespace tessera;
+  if (a.tp.size() <= 1)
+    return ParallelConfig::Make(cfg, a.tp.empty() ? 1 : a.tp[0], a.pp, a.layers);
+  const int n = static_cast<int>(a.tp.size());
+  if (pp_given && a.pp != n)
+    return InvalidArgument("--tp lists " + std::to_string(n) + " stages but --pp is " +
+                           std::to_string(a.pp));
+  return ParallelConfig::MakePerStage(cfg, a.tp, a.layers);
+}
+
+int RunGenerate(const GenerateArgs& a, bool pp_given) {
   using namespace tessera;
   auto tok = Tokenizer::Load(a.model);
   if (!tok.ok()) return Fail(tok.status());
   auto cfg = LoadModelConfig(a.model);
   if (!cfg.ok()) return Fail(cfg.status());
-  auto par = ParallelConfig::Make(*cfg, a.tp, a.pp, a.layers);
+  auto par = ParseLayout(*cfg, a, pp_given);
   if (!par.ok()) return Fail(par.status());
   std::string text = a.prompt;
   bool add_special = true;
@@ -137,7 +151,7 @@ int RunGenerate(const GenerateArgs& a) {
   EngineStats st;
   double load_seconds = 0.0;
   int64_t weight_bytes = 0;
-  if (a.tp * a.pp == 1 && a.rank < 0) {
+  if (par->world_size() == 1 && a.rank < 0) {
     auto loaded = LoadModel(a.model, *par, 0, nullptr);
     if (!loaded.ok()) return Fail(loaded.status());
     load_seconds = loaded->load_seconds;
@@ -157,8 +171,9 @@ int RunGenerate(const GenerateArgs& a) {
   } else {
     RankOptions o;
     o.model_dir = a.model;
-    o.tp = a.tp;
-    o.pp = a.pp;
+    o.tp = par->tp;
+    o.pp = par->pp;
+    o.tp_per_stage = par->tp_per_stage;
     o.layers_per_stage = a.layers;
     o.rank = a.rank;
     const size_t colon = a.store.rfind(':');
@@ -181,10 +196,10 @@ int RunGenerate(const GenerateArgs& a) {
   std::fflush(stdout);
   std::fprintf(
       stderr,
-      "tessera: tp=%d pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f "
+      "tessera: tp=%s pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f "
       "tokens/s | decode "
       "%lld tokens, %.1f tokens/s | finish: %s\n",
-      a.tp, a.pp, load_seconds, static_cast<double>(weight_bytes) / 1e6,
+      par->TpString().c_str(), par->pp, load_seconds, static_cast<double>(weight_bytes) / 1e6,
       static_cast<long long>(st.prefill_tokens),
       st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0,
       static_cast<long long>(st.decode_tokens),
@@ -220,8 +235,12 @@ int main(int argc, char** argv) {
   gen->add_flag("--raw", g.raw, "send the prompt as is, without the chat template");
   gen->add_option("--chat-template", g.chat_template,
                   "chatml, llama3 or llama2 (default: detected)");
-  gen->add_option("--tp", g.tp, "tensor-parallel ranks per stage")->check(CLI::Range(1, 64));
-  gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
+  gen->add_option("--tp", g.tp,
+                  "tensor-parallel ranks per stage: one value for every stage, or one per stage "
+                  "(--tp 2,1)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  CLI::Option* pp_opt = gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
   gen->add_option("--layers", g.layers,
                   "layers per stage, e.g. --layers 10 20 (default: even split)");
   gen->add_option("--timeout", g.timeout,
@@ -235,7 +254,10 @@ int main(int argc, char** argv) {
   tessera::cli::Subcommand status = tessera::cli::AddStatusCommand(app);
   g_argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
-  if (gen->parsed()) return RunGenerate(g);
+  if (gen->parsed()) {
+    if (g.tp.size() > 1 && pp_opt->count() == 0) g.pp = static_cast<int>(g.tp.size());
+    return RunGenerate(g, pp_opt->count() > 0);
+  }
   if (topo.app->parsed()) return topo.run();
   if (plan.app->parsed()) return plan.run();
   if (up.app->parsed()) return up.run();

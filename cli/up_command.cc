@@ -6,15 +6,16 @@
 //
 // `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
 // the queue, through the admin API.
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/commands.h"
+#include "common/load_progress.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
 #include "coordinator/local_launcher.h"
@@ -43,7 +44,11 @@ void PrintPlan(const std::string& plan_json) {
     std::printf("placement: unavailable (%s)\n", plan_json.c_str());
     return;
   }
-  std::printf("placement: tp=%d pp=%d (plan %llu)\n", plan.value("tp", 0), plan.value("pp", 0),
+  // tp_per_stage lists every stage's tp; print it when the stages differ.
+  std::string tp = std::to_string(plan.value("tp", 0));
+  if (plan.value("tp", 0) == 0 && plan.contains("tp_per_stage") && plan["tp_per_stage"].is_array())
+    tp = plan["tp_per_stage"].dump();
+  std::printf("placement: tp=%s pp=%d (plan %llu)\n", tp.c_str(), plan.value("pp", 0),
               static_cast<unsigned long long>(plan.value("plan_version", 0)));
   std::printf("  %-6s %-6s %-8s %-10s %-12s %s\n", "rank", "stage", "tp_rank", "layers", "weight MB", "worker");
   for (const json& r : plan["ranks"]) {
@@ -52,6 +57,27 @@ void PrintPlan(const std::string& plan_json) {
                 r["tp_rank"].get<int>(), layers[0].get<int>(), layers[1].get<int>(), 3, "",
                 r["weight_bytes"].get<double>() / 1e6, r["worker"].get<std::string>().c_str());
   }
+}
+
+// One progress line over every rank's shard load, from /admin/plan
+// ("" while no rank has reported progress).
+std::string LoadProgressLine(const std::string& plan_json, double seconds) {
+  const json plan = json::parse(plan_json, nullptr, false);
+  if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks")) return "";
+  int64_t done = 0, total = 0;
+  int loaded = 0, ranks = 0;
+  for (const json& r : plan["ranks"]) {
+    ++ranks;
+    const bool is_loaded = r.value("weight_bytes", int64_t{-1}) >= 0;
+    loaded += is_loaded ? 1 : 0;
+    const int64_t rank_total = r.value("load_bytes_total", int64_t{0});
+    total += rank_total;
+    // A loaded rank has read its whole shard even if its last report was earlier.
+    done += is_loaded ? rank_total : r.value("load_bytes_done", int64_t{0});
+  }
+  if (total == 0) return "";
+  return "loading: " + FormatLoadProgress(done, total, seconds) + " (" + std::to_string(loaded) +
+         "/" + std::to_string(ranks) + " ranks loaded)";
 }
 
 }  // namespace
@@ -84,7 +110,7 @@ Subcommand AddUpCommand(CLI::App& app) {
                    a->config.c_str());
       return 2;
     }
-    const int workers = cfg->parallel.tp * cfg->parallel.pp;
+    const int workers = cfg->parallel.world_size();
     const std::string dir = SelfDir();
     std::vector<ChildSpec> children;
     children.push_back({"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false});
@@ -105,7 +131,21 @@ Subcommand AddUpCommand(CLI::App& app) {
     const std::string token = cfg->admin.effective_token;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a->ready_timeout);
     bool ready = false;
+    const auto start = std::chrono::steady_clock::now();
+    auto last_progress = start;
+    std::string last_line;
     while (!g_up_stop && std::chrono::steady_clock::now() < deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_progress >= std::chrono::seconds(1)) {
+        last_progress = now;
+        const std::string line = LoadProgressLine(
+            HttpCall(admin_port, "GET", "/admin/plan", "", token, cfg->admin.host).body,
+            std::chrono::duration<double>(now - start).count());
+        if (!line.empty() && line != last_line) {
+          std::fprintf(stderr, "tessera up: %s\n", line.c_str());
+          last_line = line;
+        }
+      }
       HttpReply r = HttpCall(port, "GET", "/readyz", "", "", cfg->server.host);
       if (r.status == 200) {
         ready = true;
@@ -113,6 +153,11 @@ Subcommand AddUpCommand(CLI::App& app) {
       }
       if (r.status == 503 && r.body.find("INVALID_ARGUMENT") != std::string::npos) {
         std::fprintf(stderr, "tessera up: %s\n", r.body.c_str());
+        break;
+      }
+      if (Status alive = launcher.CheckRunning(); !alive.ok()) {
+        std::fprintf(stderr, "tessera up: %s before the deployment was ready\n",
+                     alive.message().c_str());
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
+#include "common/parallel_rank.h"
 #include "common/sampling_params.h"
 
 namespace tessera {
@@ -115,8 +117,26 @@ Status ValidateHeartbeat(const control::Heartbeat& hb) {
 
 Status ValidateAssignShard(const control::AssignShard& a) {
   if (a.plan_version() == 0) return InvalidArgument("plan_version is 0");
-  if (a.tp() == 0) return InvalidArgument("tp is 0");
+  if (a.tp_per_stage_size() == 0 && a.tp() == 0) return InvalidArgument("tp is 0");
   if (a.pp() == 0) return InvalidArgument("pp is 0");
+  // The tp of each stage (pp entries); world ranks by common/parallel_rank.h.
+  std::vector<int> tps;
+  if (a.tp_per_stage_size() > 0) {
+    if (a.tp() != 0)
+      return InvalidArgument("tp is " + Num(a.tp()) + " but tp_per_stage is set (tp must be 0)");
+    if (static_cast<uint64_t>(a.tp_per_stage_size()) != a.pp())
+      return InvalidArgument("tp_per_stage has " + SNum(a.tp_per_stage_size()) +
+                             " entries, pp is " + Num(a.pp()));
+    uint64_t world = 0;
+    for (int s = 0; s < a.tp_per_stage_size(); ++s) {
+      if (a.tp_per_stage(s) == 0)
+        return InvalidArgument(Idx("tp_per_stage", static_cast<size_t>(s)) + " is 0");
+      world += a.tp_per_stage(s);
+      if (world > INT_MAX)
+        return InvalidArgument("tp_per_stage sums to more than " + Num(INT_MAX) + " ranks");
+      tps.push_back(static_cast<int>(a.tp_per_stage(s)));
+    }
+  }
   if (static_cast<uint64_t>(a.layers_per_stage_size()) != a.pp())
     return InvalidArgument("layers_per_stage has " + SNum(a.layers_per_stage_size()) +
                            " entries, pp is " + Num(a.pp()));
@@ -129,12 +149,25 @@ Status ValidateAssignShard(const control::AssignShard& a) {
   }
   if (a.stage() >= a.pp())
     return InvalidArgument("stage " + Num(a.stage()) + " is not below pp " + Num(a.pp()));
-  if (a.tp_rank() >= a.tp())
-    return InvalidArgument("tp_rank " + Num(a.tp_rank()) + " is not below tp " + Num(a.tp()));
-  const uint64_t rank = uint64_t{a.stage()} * a.tp() + a.tp_rank();
-  if (a.world_rank() != rank)
-    return InvalidArgument("world_rank " + Num(a.world_rank()) +
-                           " != stage * tp + tp_rank = " + Num(rank));
+  if (tps.empty()) {
+    if (a.tp_rank() >= a.tp())
+      return InvalidArgument("tp_rank " + Num(a.tp_rank()) + " is not below tp " + Num(a.tp()));
+    const uint64_t rank = uint64_t{a.stage()} * a.tp() + a.tp_rank();
+    if (a.world_rank() != rank)
+      return InvalidArgument("world_rank " + Num(a.world_rank()) +
+                             " != stage * tp + tp_rank = " + Num(rank));
+  } else {
+    const int stage = static_cast<int>(a.stage());
+    const uint32_t stage_tp = a.tp_per_stage(stage);
+    if (a.tp_rank() >= stage_tp)
+      return InvalidArgument("tp_rank " + Num(a.tp_rank()) + " is not below stage " +
+                             Num(a.stage()) + "'s tp " + Num(stage_tp));
+    const uint64_t rank =
+        static_cast<uint64_t>(WorldRank(stage, static_cast<int>(a.tp_rank()), tps));
+    if (a.world_rank() != rank)
+      return InvalidArgument("world_rank " + Num(a.world_rank()) + " != tp of stages before " +
+                             Num(a.stage()) + " + tp_rank = " + Num(rank));
+  }
   const uint64_t end = first + a.layers_per_stage(static_cast<int>(a.stage()));
   if (a.first_layer() != first || a.end_layer() != end)
     return InvalidArgument("layer range [" + Num(a.first_layer()) + ", " + Num(a.end_layer()) +

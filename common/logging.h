@@ -1,5 +1,10 @@
 // Logging: one line per event, tagged with the subsystem that wrote it, over
-// one spdlog logger named "tessera" (stderr, "[time] [tessera] [level] [subsystem] message").
+// one spdlog logger named "tessera" on stderr. Two formats:
+//   text: "[time] [tessera] [level] [node=h1 rank=2 stage=1 tp_rank=0] [subsystem] message"
+//   json: {"time":"2026-01-02T03:04:05.678Z","level":"info","node":"h1","rank":2,
+//          "stage":1,"tp_rank":0,"subsystem":"worker","message":"..."}
+//         one object per line, for log shippers (Loki, Fluent Bit, Vector).
+// The node/rank tags appear once set (SetLogNode, SetLogRank).
 //
 //   TESSERA_LOG_WARN("control-server", "dropped message from peer {}: {}", peer, reason);
 //
@@ -26,6 +31,14 @@ StatusOr<LogLevel> ParseLogLevel(std::string_view name);
 
 // Sets the process-wide level; lines below it are skipped. Default: kInfo.
 void SetLogLevel(LogLevel level);
+
+// Writes JSON objects instead of text lines (--log-format json).
+void SetLogJson(bool json);
+
+// Tags every later line with this process's node (host name) and, once a
+// worker has its assignment, its world rank, pipeline stage and tp rank.
+void SetLogNode(std::string_view node);
+void SetLogRank(int rank, int stage, int tp_rank);
 
 // Whether a line at `level` is written.
 bool LogEnabled(LogLevel level);

@@ -110,7 +110,7 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
                     model.hidden_size, model.head_dim, model.vocab_size));
   }
 
-  const int64_t tp = parallel.tp;
+  const int64_t tp = parallel.TpOfStage(parallel.StageOf(rank));  // this rank's stage's tp
   const int64_t hidden = model.hidden_size;
   const int64_t head_dim = model.head_dim;
   const int64_t heads = model.num_attention_heads;

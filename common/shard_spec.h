@@ -27,6 +27,9 @@
 //        kv_head = (r * local_heads) / (num_attention_heads / num_key_value_heads),
 //    (GQA maps query head h to KV head h / group), so tp / kv ranks read the
 //    same k_proj / v_proj rows.
+//  - "tp" above is the tp of the rank's own stage (ParallelConfig::TpOfStage):
+//    with a per-stage layout (tp = [4, 2]) stage 0's ranks split by 4 and
+//    stage 1's by 2; the hidden state between stages is whole on every rank.
 //  - Stages: a rank holds only its stage's decoder layers; the first stage
 //    also holds model.embed_tokens, the last stage model.norm and lm_head.
 //    With tie_word_embeddings there is no lm_head.weight in the checkpoint: the

@@ -1,9 +1,12 @@
 // HTTP routes of the coordinator: the OpenAI-compatible API, health and
 // admin endpoints, bound to the scheduler.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "common/metric_catalog.h"
 #include "coordinator/coordinator_daemon.h"
 #include "coordinator/openai_api.h"
 
@@ -28,6 +31,11 @@ struct Exchange {
   int remaining = 0;                      // protected by mu
   Usage usage;                            // protected by mu
   bool failed = false;                    // protected by mu
+  Gauge* depth = nullptr;                 // tessera_scheduler_queue_depth, while accepted
+
+  ~Exchange() {
+    if (depth) depth->Add(-1);
+  }
 };
 
 void SendFinal(Exchange& x) {
@@ -68,6 +76,7 @@ void SendFinal(Exchange& x) {
 
 void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res,
                                           bool chat) {
+  const auto arrival = std::chrono::steady_clock::now();
   if (!ready_.load()) {
     res->SendError(503, "no plan is loaded and serving yet; see /readyz", std::nullopt,
                    "not_ready");
@@ -143,15 +152,21 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   for (const GenerationRequest& g : gens) {
     const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
     if (total > max_context_) {
+      request_metrics_->Rejected();
       const ApiError e = ContextLengthError(max_context_, static_cast<int64_t>(g.prompt_ids.size()),
                                             g.max_tokens, chat ? "messages" : "prompt");
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
   }
+  x->depth = &request_metrics_->queue_depth();
+  x->depth->Add(1);
   x->results.resize(gens.size());
   x->remaining = static_cast<int>(gens.size());
-  if (x->stream) res->StartStream(200);
+  // Admission happens before the response starts, so a full queue is a real
+  // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
+  // emits before the stream has started (or after the request was refused).
+  std::unique_lock<std::mutex> admit(x->mu);
   std::vector<int64_t> ids;
   for (size_t i = 0; i < gens.size(); ++i) {
     RequestCallbacks cb;
@@ -160,6 +175,8 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text,
                                                                      int32_t) {
         if (text.empty()) return;
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (x->failed) return;
         if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first,
                                                     text, std::nullopt, std::nullopt,
@@ -176,6 +193,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
       std::lock_guard<std::mutex> lock(x->mu);
+      if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
       x->results[static_cast<size_t>(index)] = r;
       x->usage.prompt_tokens += r.prompt_tokens;
       x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
@@ -207,24 +225,21 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       }
       if (--x->remaining == 0) SendFinal(*x);
     };
-    auto id = scheduler_->Enqueue(gens[i], std::move(cb));
+    auto id = scheduler_->Enqueue(gens[i], request_metrics_->Instrument(std::move(cb), arrival));
     if (!id.ok()) {
+      request_metrics_->Rejected();
       for (int64_t done : ids) scheduler_->Cancel(done);
       const ApiError e = id.status().code() == StatusCode::kResourceExhausted
                              ? QueueFullError(config_.scheduler.queue_limit)
                              : ApiErrorFromStatus(id.status());
-      if (x->stream) {
-        res->SendEvent(e.ToJson());
-        res->Finish();
-      } else {
-        res->Send(e.http_status, "application/json", e.ToJson());
-      }
-      std::lock_guard<std::mutex> lock(x->mu);
+      res->Send(e.http_status, "application/json", e.ToJson());
       x->failed = true;
       return;
     }
     ids.push_back(*id);
   }
+  if (x->stream) res->StartStream(200);
+  admit.unlock();
   Scheduler* sched = scheduler_.get();
   res->OnClientGone([sched, ids] {
     for (int64_t id : ids) sched->Cancel(id);
@@ -232,7 +247,74 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   work_cv_.notify_all();
 }
 
+void CoordinatorDaemon::CollectMetrics() {
+  MetricsRegistry& m = metrics_;
+  m.Gauge(metric::kReady).WithLabels({}).Set(ready_.load() ? 1 : 0);
+  m.Gauge(metric::kKvCacheCapacityBlocks).WithLabels({}).Set(static_cast<double>(kv_blocks_));
+  if (ready_.load()) {  // scheduler_ is set before ready_ turns true, never reset
+    m.Gauge(metric::kRunningSequences)
+        .WithLabels({})
+        .Set(static_cast<double>(scheduler_->running()));
+    m.Gauge(metric::kWaitingSequences)
+        .WithLabels({})
+        .Set(static_cast<double>(scheduler_->waiting()));
+  }
+  // Published by the scheduler thread after every iteration.
+  const double used_blocks = m.Gauge(metric::kKvCacheUsedBlocks).WithLabels({}).value();
+  std::map<std::string, int> states = {
+      {"registered", 0}, {"loading", 0}, {"serving", 0}, {"failed", 0}};
+  GaugeFamily& kv_used = m.Gauge(metric::kKvCacheUsedBytes);
+  GaugeFamily& load_seconds = m.Gauge(metric::kRankLoadSeconds);
+  GaugeFamily& load_bytes = m.Gauge(metric::kRankLoadBytes);
+  kv_used.Clear();
+  load_seconds.Clear();
+  load_bytes.Clear();
+  const std::vector<ControlWorkerInfo> workers =
+      control_ ? control_->Workers() : std::vector<ControlWorkerInfo>();
+  std::lock_guard<std::mutex> lock(mu_);
+  // The plan version gauge is also set by ApplyPlan as a plan changes.
+  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
+  for (const ControlWorkerInfo& w : workers) {
+    const bool failed = !w.alive || std::find(failed_workers_.begin(), failed_workers_.end(),
+                                              w.worker_id) != failed_workers_.end();
+    auto a = std::find_if(assignments_.begin(), assignments_.end(),
+                          [&](const Assignment& x) { return x.worker_id == w.worker_id; });
+    if (failed) {
+      ++states["failed"];
+    } else if (a == assignments_.end()) {
+      ++states["registered"];
+    } else {
+      ++states[a->loaded_weight_bytes >= 0 ? "serving" : "loading"];
+    }
+    if (a == assignments_.end()) continue;
+    const std::vector<std::string> labels = {
+        w.registration.host(),
+        std::to_string(w.registration.devices_size() ? w.registration.devices(0).index() : 0),
+        std::to_string(a->stage), std::to_string(a->tp_rank)};
+    if (a->kv_bytes >= 0 && kv_blocks_ > 0)
+      kv_used.WithLabels(labels).Set(static_cast<double>(a->kv_bytes / kv_blocks_) * used_blocks);
+    load_seconds.WithLabels(labels).Set(a->load_seconds);
+    load_bytes.WithLabels(labels).Set(static_cast<double>(
+        a->loaded_weight_bytes >= 0 ? a->loaded_weight_bytes : a->load_bytes_done));
+  }
+  for (const auto& [state, n] : states) m.Gauge(metric::kWorkers).WithLabels({state}).Set(n);
+}
+
 void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server) {
+  TESSERA_CHECK(metrics_.FromCatalog("coordinator").ok());
+  metrics_.Gauge(metric::kBuildInfo).WithLabels({TESSERA_VERSION}).Set(1);
+  // The re-plan counters are scraped as 0 before the first re-plan.
+  for (const char* name :
+       {metric::kReconfigurationsTotal, metric::kFaultsTotal, metric::kRequeuedRequestsTotal})
+    metrics_.Counter(name).WithLabels({});
+  request_metrics_ = std::make_unique<RequestMetrics>(metrics_);
+  metrics_.AddCollectHook([this] { CollectMetrics(); });
+  // Prometheus scrapes the API listener; the metrics hold no secrets.
+  api.Handle("GET", "/metrics", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+    res->Send(200, kPrometheusContentType, metrics_.Render());
+  });
   api.Handle("POST", "/v1/completions",
              [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
                HandleCompletions(r, res, false);
@@ -266,11 +348,15 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   // No token: the config only allows that when the admin listener is on
   // loopback (ValidateDaemonConfig), so the endpoints are open to this host.
   const std::string token = config_.admin.effective_token;
-  auto guard = [token](HttpServer::Handler h) { return token.empty() ? h : RequireBearerToken(token, std::move(h)); };
-  admin.Handle("GET", "/admin/cluster", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  auto guard = [token](HttpServer::Handler h) {
+    return token.empty() ? h : RequireBearerToken(token, std::move(h));
+  };
+  admin.Handle("GET", "/admin/cluster",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", ClusterJson());
                }));
-  admin.Handle("GET", "/admin/plan", guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
+  admin.Handle("GET", "/admin/plan",
+               guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
                }));
   admin.Handle("POST", "/admin/plan",

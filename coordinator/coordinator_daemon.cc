@@ -7,6 +7,7 @@
 
 #include "common/control_codec.h"
 #include "common/logging.h"
+#include "common/metric_catalog.h"
 #include "common/shard_spec.h"
 #include "coordinator/openai_api.h"
 
@@ -35,9 +36,12 @@ Status CoordinatorDaemon::Start() {
   if (config_.parallel.mode != ParallelMode::kExplicit)
     return Unimplemented(
         "parallel.mode = \"auto\" needs the topology planner wiring; set tp and pp explicitly");
-  TESSERA_ASSIGN_OR_RETURN(parallel_,
-                           ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                                config_.parallel.layers_per_stage));
+  TESSERA_ASSIGN_OR_RETURN(
+      parallel_, config_.parallel.tp_per_stage.empty()
+                     ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
+                                            config_.parallel.layers_per_stage)
+                     : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
+                                                    config_.parallel.layers_per_stage));
   wanted_ = parallel_;
   max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
                                                    : model_.max_position_embeddings;
@@ -165,7 +169,9 @@ std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
     const control::AssignShard& a = w.registration.held_shard();
     if (a.model_path() != config_.model.path) continue;
     HeldSlice h;
-    h.tp = static_cast<int>(a.tp());
+    h.tp = a.tp_per_stage_size() > static_cast<int>(a.stage())
+               ? static_cast<int>(a.tp_per_stage(static_cast<int>(a.stage())))
+               : static_cast<int>(a.tp());
     h.tp_rank = static_cast<int>(a.tp_rank());
     h.first_layer = static_cast<int>(a.first_layer());
     h.end_layer = static_cast<int>(a.end_layer());
@@ -178,7 +184,7 @@ std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
   for (const Assignment& a : assignments_) {
     if (a.loaded_weight_bytes < 0) continue;  // never loaded: holds nothing of this plan
     HeldSlice h;
-    h.tp = parallel_.tp;
+    h.tp = parallel_.TpOfStage(a.stage);
     h.tp_rank = a.tp_rank;
     h.first_layer = parallel_.FirstLayer(a.stage);
     h.end_layer = parallel_.EndLayer(a.stage);
@@ -208,6 +214,8 @@ std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> Coordinator
     if (!first) first = &a;
     const bool same =
         a.tp() == first->tp() && a.pp() == first->pp() &&
+        std::equal(a.tp_per_stage().begin(), a.tp_per_stage().end(), first->tp_per_stage().begin(),
+                   first->tp_per_stage().end()) &&
         std::equal(a.layers_per_stage().begin(), a.layers_per_stage().end(),
                    first->layers_per_stage().begin(), first->layers_per_stage().end()) &&
         a.model_path() == config_.model.path;
@@ -215,8 +223,10 @@ std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> Coordinator
     by_rank[static_cast<int>(a.world_rank())] = id;
   }
   std::vector<int> layers(first->layers_per_stage().begin(), first->layers_per_stage().end());
-  auto parallel = ParallelConfig::Make(model_, static_cast<int>(first->tp()),
-                                       static_cast<int>(first->pp()), layers);
+  std::vector<int> tps(first->tp_per_stage().begin(), first->tp_per_stage().end());
+  auto parallel = tps.empty() ? ParallelConfig::Make(model_, static_cast<int>(first->tp()),
+                                                     static_cast<int>(first->pp()), layers)
+                              : ParallelConfig::MakePerStage(model_, tps, layers);
   if (!parallel.ok() || static_cast<int>(by_rank.size()) != parallel->world_size())
     return std::nullopt;
   std::vector<RankPlacement> ranks;
@@ -319,6 +329,7 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     std::lock_guard<std::mutex> lock(mu_);
     for (const Assignment& a : assignments_) old_workers.push_back(a.worker_id);
     version = ++plan_version_;
+    metrics_.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(version));
     parallel_ = parallel;
     assignments_ = plan;
     load_error_.clear();
@@ -336,7 +347,8 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     control::Envelope e;
     control::AssignShard* s = e.mutable_assign_shard();
     s->set_plan_version(version);
-    s->set_tp(static_cast<uint32_t>(parallel.tp));
+    s->set_tp(static_cast<uint32_t>(parallel.tp));  // 0 when stages differ in tp
+    for (int t : parallel.tp_per_stage) s->add_tp_per_stage(static_cast<uint32_t>(t));
     s->set_pp(static_cast<uint32_t>(parallel.pp));
     for (int n : parallel.layers_per_stage) s->add_layers_per_stage(static_cast<uint32_t>(n));
     s->set_stage(static_cast<uint32_t>(a.stage));
@@ -486,7 +498,8 @@ void CoordinatorDaemon::PlanLoop() {
 bool CoordinatorDaemon::PlanUnchanged(const ParallelConfig& target,
                                       const std::vector<RankPlacement>& ranks) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!degraded_.empty() || target.tp != parallel_.tp || target.pp != parallel_.pp ||
+  if (!degraded_.empty() || target.tp != parallel_.tp ||
+      target.tp_per_stage != parallel_.tp_per_stage || target.pp != parallel_.pp ||
       target.layers_per_stage != parallel_.layers_per_stage || ranks.size() != assignments_.size())
     return false;
   for (size_t i = 0; i < ranks.size(); ++i)
@@ -546,6 +559,8 @@ void CoordinatorDaemon::RunJob(PlanJob job) {
     ++reconfigurations_;
     if (job.fault) ++faults_;
   }
+  metrics_.Counter(metric::kReconfigurationsTotal).WithLabels({}).Inc();
+  if (job.fault) metrics_.Counter(metric::kFaultsTotal).WithLabels({}).Inc();
   TESSERA_LOG_INFO("coordinator", "re-plan: {}", job.reason);
   // Drain: no admission; in-flight sequences get the deadline (none after a
   // fault: the plan is broken), the rest are re-queued.
@@ -559,6 +574,9 @@ void CoordinatorDaemon::RunJob(PlanJob job) {
     requeued = requeued_last_;
     requeued_total_ += requeued;
   }
+  metrics_.Counter(metric::kRequeuedRequestsTotal)
+      .WithLabels({})
+      .Inc(static_cast<double>(requeued));
   Status result = Status::Ok();
   json report;
   for (int attempt = 1;; ++attempt) {
@@ -667,6 +685,14 @@ void CoordinatorDaemon::SchedulerLoop() {
       }
     }
     auto progressed = scheduler_->RunOnce();
+    const int64_t preempted = scheduler_->stats().preemptions;
+    metrics_.Counter(metric::kPreemptionsTotal)
+        .WithLabels({})
+        .Inc(static_cast<double>(preempted - preemptions_seen_));
+    preemptions_seen_ = preempted;
+    metrics_.Gauge(metric::kKvCacheUsedBlocks)
+        .WithLabels({})
+        .Set(static_cast<double>(allocator_->num_blocks() - allocator_->num_free()));
     if (!progressed.ok()) {
       // The sequences in flight were re-queued (requeue_on_executor_error).
       TESSERA_LOG_ERROR("coordinator", "step failed: {}", progressed.status().ToString());
@@ -720,7 +746,14 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     return;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (e.has_loaded()) {
+  if (e.has_load_progress()) {
+    if (e.load_progress().plan_version() != plan_version_) return;
+    for (Assignment& a : assignments_) {
+      if (a.worker_id != peer.worker_id) continue;
+      a.load_bytes_done = static_cast<int64_t>(e.load_progress().bytes_done());
+      a.load_bytes_total = static_cast<int64_t>(e.load_progress().bytes_total());
+    }
+  } else if (e.has_loaded()) {
     if (e.loaded().plan_version() != plan_version_) return;
     for (Assignment& a : assignments_) {
       if (a.worker_id != peer.worker_id) continue;
@@ -782,7 +815,7 @@ StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> CoordinatorDaemo
     return Unimplemented(
         "auto: the topology planner needs the workers' GPU topology reports, which CPU workers do "
         "not send; give tp and pp");
-  auto parallel = ParallelConfig::Make(model_, request.tp, request.pp, request.layers_per_stage);
+  auto parallel = request.Layout(model_);
   if (!parallel.ok()) return InvalidArgument(parallel.status().message());
   std::vector<std::string> usable = UsableWorkers();
   if (parallel->world_size() > static_cast<int>(usable.size()))
@@ -917,10 +950,13 @@ std::string CoordinatorDaemon::PlanJson() const {
                      {"weight_bytes", a.loaded_weight_bytes},
                      {"reused_weight_bytes", a.reused_weight_bytes},
                      {"kv_bytes", a.kv_bytes},
-                     {"load_seconds", a.load_seconds}});
+                     {"load_seconds", a.load_seconds},
+                     {"load_bytes_done", a.load_bytes_done},
+                     {"load_bytes_total", a.load_bytes_total}});
   }
   return json{{"plan_version", plan_version_},
               {"tp", parallel_.tp},
+              {"tp_per_stage", parallel_.TpPerStage()},
               {"pp", parallel_.pp},
               {"layers_per_stage", parallel_.layers_per_stage},
               {"wanted", LayoutJson(wanted_)},

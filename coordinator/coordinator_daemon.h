@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics_registry.h"
 #include "common/model_config.h"
 #include "common/parallel_config.h"
 #include "common/tcp_store.h"
@@ -56,6 +57,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/plan_change.h"
 #include "coordinator/remote_executor.h"
+#include "coordinator/request_metrics.h"
 #include "worker/scheduler.h"
 
 namespace tessera {
@@ -86,6 +88,7 @@ class CoordinatorDaemon {
     int64_t reused_weight_bytes = 0;   // from Loaded
     int64_t kv_bytes = -1;
     double load_seconds = 0;
+    int64_t load_bytes_done = 0, load_bytes_total = 0;  // from LoadProgress
   };
   // One re-plan for the plan thread. `target` set: an admin layout, already
   // validated; empty: re-fit the wanted layout to the usable workers.
@@ -138,6 +141,8 @@ class CoordinatorDaemon {
   void HandleWorkerDrain(const HttpRequest& req, std::shared_ptr<Responder> res, bool drain);
   std::string ClusterJson() const;
   std::string PlanJson() const;
+  // Refreshes the cluster and scheduler gauges (a collect hook of metrics_).
+  void CollectMetrics();
 
   DaemonConfig config_;
   ModelConfig model_;
@@ -148,6 +153,11 @@ class CoordinatorDaemon {
   int64_t max_context_ = 0;
   int64_t kv_blocks_ = 0;
   std::string model_name_;
+  // GET /metrics (the coordinator part of common/metric_catalog.h). Declared
+  // before the scheduler, whose requests' callbacks record into it.
+  MetricsRegistry metrics_;
+  std::unique_ptr<RequestMetrics> request_metrics_;
+  int64_t preemptions_seen_ = 0;  // scheduler thread only
 
   std::unique_ptr<ControlServer> control_;
   std::string control_endpoint_;

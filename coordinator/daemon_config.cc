@@ -307,6 +307,47 @@ Field IntListField(const char* table, const char* key, Member<S, std::vector<int
       [m](const DaemonConfig& c) { return fmt::format("[{}]", fmt::join(m(c), ", ")); }};
 }
 
+// parallel.tp: an integer (the tp of every stage) or an array of integers
+// (one per stage, ParallelSection::tp_per_stage).
+Field TpField() {
+  const std::string full = "parallel.tp";
+  return Field{
+      "parallel",
+      "tp",
+      "an integer or an array of integers",
+      false,
+      [full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+        if (n.is_integer()) {
+          int v = 0;
+          TESSERA_RETURN_IF_ERROR(ReadInt<int>(n, loc, full, &v));
+          c.parallel.tp = v;
+          c.parallel.tp_per_stage.clear();
+          return Status::Ok();
+        }
+        if (!n.is_array()) {
+          return KeyError(
+              loc(n), full,
+              "expected an integer or an array of integers (one per stage), got " + Show(n));
+        }
+        std::vector<int> values;
+        const toml::array& arr = *n.as_array();
+        if (arr.empty()) return KeyError(loc(n), full, "expected one entry per stage, got []");
+        for (size_t i = 0; i < arr.size(); ++i) {
+          int v = 0;
+          TESSERA_RETURN_IF_ERROR(ReadInt<int>(arr[i], loc, fmt::format("{}[{}]", full, i), &v));
+          values.push_back(v);
+        }
+        c.parallel.tp = 0;
+        c.parallel.tp_per_stage = std::move(values);
+        return Status::Ok();
+      },
+      [](const DaemonConfig& c) {
+        return c.parallel.tp_per_stage.empty()
+                   ? std::to_string(c.parallel.tp)
+                   : fmt::format("[{}]", fmt::join(c.parallel.tp_per_stage, ", "));
+      }};
+}
+
 template <typename S, typename E>
 Field EnumField(const char* table, const char* key, Member<S, E> m,
                 const std::vector<Choice<E>>& choices) {
@@ -362,7 +403,7 @@ const std::vector<Field>& Fields() {
       EnumField("parallel", "mode",
                 Member<ParallelSection, ParallelMode>{&D::parallel, &ParallelSection::mode},
                 ParallelModeChoices()),
-      IntField("parallel", "tp", Member<ParallelSection, int>{&D::parallel, &ParallelSection::tp}),
+      TpField(),
       IntField("parallel", "pp", Member<ParallelSection, int>{&D::parallel, &ParallelSection::pp}),
       IntListField("parallel", "layers_per_stage",
                    Member<ParallelSection, std::vector<int>>{&D::parallel,
@@ -697,6 +738,7 @@ Status SetOne(DaemonConfig& c, const std::string& dotted_key, const std::string&
   c.sources[dotted_key] = flag;
   if (dotted_key == "parallel.mode" && c.parallel.mode == ParallelMode::kAuto) {
     c.parallel.tp = 1;
+    c.parallel.tp_per_stage.clear();
     c.parallel.pp = 1;
     c.parallel.layers_per_stage.clear();
     for (const char* k : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"})
@@ -777,7 +819,7 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (par.mode == ParallelMode::kAuto) {
     for (const char* key : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"}) {
       bool non_default =
-          (std::string(key) == "parallel.tp" && par.tp != 1) ||
+          (std::string(key) == "parallel.tp" && (par.tp != 1 || !par.tp_per_stage.empty())) ||
           (std::string(key) == "parallel.pp" && par.pp != 1) ||
           (std::string(key) == "parallel.layers_per_stage" && !par.layers_per_stage.empty());
       if (IsSet(c, key) || non_default) {
@@ -787,8 +829,24 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
       }
     }
   } else {
-    if (par.tp < 1) return Bad(c, "parallel.tp", fmt::format("must be >= 1, got {}", par.tp));
+    if (par.tp_per_stage.empty() && par.tp < 1)
+      return Bad(c, "parallel.tp", fmt::format("must be >= 1, got {}", par.tp));
     if (par.pp < 1) return Bad(c, "parallel.pp", fmt::format("must be >= 1, got {}", par.pp));
+    const auto& tps = par.tp_per_stage;
+    if (!tps.empty()) {
+      if (static_cast<int>(tps.size()) != par.pp) {
+        return Bad(c, "parallel.tp",
+                   fmt::format("must have one entry per stage (parallel.pp = {}), got {} "
+                               "entries [{}]",
+                               par.pp, tps.size(), fmt::join(tps, ", ")));
+      }
+      for (size_t i = 0; i < tps.size(); ++i) {
+        if (tps[i] < 1) {
+          return Bad(c, "parallel.tp",
+                     fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, tps[i]));
+        }
+      }
+    }
     const auto& layers = par.layers_per_stage;
     if (!layers.empty()) {
       if (static_cast<int>(layers.size()) != par.pp) {

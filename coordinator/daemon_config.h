@@ -74,7 +74,12 @@ struct ParallelSection {
   // layer's matmuls further (less memory and time per rank) at the cost of two
   // all-reduces per layer; keep a tp group within one host. Must divide the
   // model's attention heads (checked against the model when planning).
+  // In the file an integer (every stage) or an array with one entry per
+  // stage, e.g. `tp = [2, 1]` (a host of 2 ranks feeding a host of 1): then
+  // tp is 0 and tp_per_stage holds the array.
   int tp = 1;
+  // The per-stage form of parallel.tp: empty, or pp entries, each >= 1.
+  std::vector<int> tp_per_stage;
   // Pipeline stages (explicit mode). More stages hold fewer layers each, at the
   // cost of one activation transfer per stage boundary and pp micro-batches
   // needed in flight to keep every stage busy.
@@ -83,6 +88,17 @@ struct ParallelSection {
   // split. Otherwise pp entries, each >= 1; their sum must equal the model's
   // num_hidden_layers (checked against the model when planning).
   std::vector<int> layers_per_stage;
+
+  // The tp of stage `stage` (explicit mode): tp_per_stage[stage], or tp.
+  int TpOfStage(int stage) const {
+    return tp_per_stage.empty() ? tp : tp_per_stage[static_cast<size_t>(stage)];
+  }
+  // Worker ranks of the layout (explicit mode): the sum of the stages' tp.
+  int world_size() const {
+    int w = 0;
+    for (int s = 0; s < pp; ++s) w += TpOfStage(s);
+    return w;
+  }
 };
 
 // [server]: the coordinator's listeners.
@@ -279,6 +295,7 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 // `config.sources`. Errors (kInvalidArgument):
 //  - model.path empty;
 //  - parallel: tp, pp or layers_per_stage set in "auto" mode; tp or pp < 1;
+//    tp given per stage with a size other than pp or an entry < 1;
 //    layers_per_stage non-empty with a size other than pp or an entry < 1;
 //  - server/admin/worker hosts empty or not a host name or IP address; ports
 //    outside 1..65535 (admin.port and worker.metrics_port may be 0); the API,

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +55,22 @@ Status LocalLauncher::Start(const std::vector<ChildSpec>& children) {
 void LocalLauncher::ForwardSignal(int sig) {
   for (pid_t p : pids_)
     if (p > 0) kill(p, sig);
+}
+
+Status LocalLauncher::CheckRunning() {
+  std::string exited;
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    int status = 0;
+    if (waitpid(pids_[i], &status, WNOHANG) != pids_[i]) continue;
+    pids_[i] = -1;
+    const std::string how = WIFSIGNALED(status)
+                                ? std::string("was killed by signal ") + strsignal(WTERMSIG(status))
+                                : "exited with status " + std::to_string(WEXITSTATUS(status));
+    exited += (exited.empty() ? "" : "; ") + specs_[i].name + " " + how;
+  }
+  if (!exited.empty()) return Unavailable(exited);
+  return Status::Ok();
 }
 
 Status LocalLauncher::Wait(double grace_seconds) {

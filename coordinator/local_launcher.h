@@ -36,6 +36,10 @@ class LocalLauncher {
   Status Wait(double grace_seconds);
   // Sends `sig` to every running child.
   void ForwardSignal(int sig);
+  // Reaps children that have exited, without blocking. OK while every child
+  // runs; else kUnavailable naming each child that exited and how (status or
+  // signal), for daemons that must not exit on their own.
+  Status CheckRunning();
 
  private:
   std::vector<ChildSpec> specs_;

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "common/logging.h"
 #include "coordinator/coordinator_daemon.h"
 
 namespace {
@@ -20,6 +21,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "TOML config file")->required()->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key, e.g. --set scheduler.queue_limit=64");
+  std::string log_format;
+  app.add_option("--log-format", log_format, "log lines as text or json (logging.format)")
+      ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
   auto cfg = tessera::LoadDaemonConfig(config_path);
   if (!cfg.ok()) {
@@ -29,6 +33,14 @@ int main(int argc, char** argv) {
   if (tessera::Status s = tessera::ApplyOverrides(*cfg, overrides); !s.ok()) {
     std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
     return 2;
+  }
+  tessera::SetLogLevel(cfg->logging.level);
+  tessera::SetLogJson(log_format.empty() ? cfg->logging.format == tessera::LogFormat::kJson
+                                         : log_format == "json");
+  {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    tessera::SetLogNode(host);
   }
   tessera::CoordinatorDaemon daemon(*cfg);
   if (tessera::Status s = daemon.Start(); !s.ok()) {

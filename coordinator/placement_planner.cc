@@ -26,15 +26,15 @@ StatusOr<ParallelConfig> PlacementPlan::ParallelConfigOf(const ModelConfig& mode
   if (r < 0 || static_cast<size_t>(r) >= replicas.size())
     return OutOfRange("replica " + std::to_string(r) + " of " + std::to_string(replicas.size()));
   const PlannedReplica& rep = replicas[r];
-  std::vector<int> layers;
+  std::vector<int> tps, layers;
   for (const PlannedStage& s : rep.stages) {
-    if (s.tp != rep.stages[0].tp)
-      return Unimplemented("replica " + std::to_string(r) + " has stages with tp " +
-                           std::to_string(rep.stages[0].tp) + " and " + std::to_string(s.tp) +
-                           "; ParallelConfig has one tp");
+    tps.push_back(s.tp);
     layers.push_back(s.layers());
   }
-  return ParallelConfig::Make(model, rep.stages[0].tp, rep.pp(), layers);
+  // Equal tps give the uniform layout; different ones a per-stage layout.
+  auto pc = ParallelConfig::MakePerStage(model, tps, layers);
+  if (!pc.ok()) return pc.status().WithContext("replica " + std::to_string(r));
+  return pc;
 }
 
 namespace {

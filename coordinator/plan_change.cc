@@ -27,10 +27,16 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     if (!j["auto"].is_boolean()) return InvalidArgument("auto: must be true or false");
     r.auto_plan = j["auto"].get<bool>();
   }
-  if (j.contains("tp") && j["tp"].is_array())
-    return Unimplemented(
-        "tp: a different tp per stage (a list) is not supported by this build; give one tp for "
-        "every stage");
+  if (j.contains("tp") && j["tp"].is_array()) {
+    const json& v = j["tp"];
+    if (v.empty()) return InvalidArgument("tp: a list needs one entry per stage, got []");
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 || v[i].get<int64_t>() > 1 << 20)
+        return InvalidArgument("tp[" + std::to_string(i) + "]: must be an integer >= 1, got " +
+                               v[i].dump());
+      r.tp_per_stage.push_back(v[i].get<int>());
+    }
+  }
   auto positive = [&](const char* key, int& out) -> Status {
     if (!j.contains(key)) return Status::Ok();
     const json& v = j[key];
@@ -39,7 +45,7 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     out = v.get<int>();
     return Status::Ok();
   };
-  TESSERA_RETURN_IF_ERROR(positive("tp", r.tp));
+  if (r.tp_per_stage.empty()) TESSERA_RETURN_IF_ERROR(positive("tp", r.tp));
   TESSERA_RETURN_IF_ERROR(positive("pp", r.pp));
   if (j.contains("layers_per_stage")) {
     const json& v = j["layers_per_stage"];
@@ -52,7 +58,7 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     }
   }
   if (r.auto_plan) {
-    if (r.tp || r.pp || !r.layers_per_stage.empty())
+    if (r.tp || !r.tp_per_stage.empty() || r.pp || !r.layers_per_stage.empty())
       return InvalidArgument("auto: give either \"auto\": true or tp / pp / layers_per_stage");
     if (j.contains("objective")) {
       if (!j["objective"].is_string())
@@ -64,14 +70,29 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     return r;
   }
   if (j.contains("objective")) return InvalidArgument("objective: only with \"auto\": true");
+  if (!r.tp_per_stage.empty()) {
+    const int stages = static_cast<int>(r.tp_per_stage.size());
+    if (r.pp && r.pp != stages)
+      return InvalidArgument("pp: " + std::to_string(r.pp) + " differs from the " +
+                             std::to_string(stages) + " entries of the tp list");
+    r.pp = stages;
+    return r;
+  }
   if (!r.tp || !r.pp) return InvalidArgument("tp, pp: both are required (or \"auto\": true)");
   return r;
+}
+
+StatusOr<ParallelConfig> PlanRequest::Layout(const ModelConfig& model) const {
+  if (!tp_per_stage.empty())
+    return ParallelConfig::MakePerStage(model, tp_per_stage, layers_per_stage);
+  return ParallelConfig::Make(model, tp, pp, layers_per_stage);
 }
 
 RankPlacement RankSlice(const ParallelConfig& parallel, int world_rank) {
   RankPlacement p;
   p.world_rank = world_rank;
   p.stage = parallel.StageOf(world_rank);
+  p.tp = parallel.TpOfStage(p.stage);
   p.tp_rank = parallel.TpRankOf(world_rank);
   p.first_layer = parallel.FirstLayer(p.stage);
   p.end_layer = parallel.EndLayer(p.stage);
@@ -80,11 +101,11 @@ RankPlacement RankSlice(const ParallelConfig& parallel, int world_rank) {
 
 namespace {
 
-// Fills the reuse fields of `p` (tp is the new layout's) from `held`.
-void Reuse(RankPlacement& p, int tp, int pp, const HeldSlice* held) {
+// Fills the reuse fields of `p` (of a layout with `pp` stages) from `held`.
+void Reuse(RankPlacement& p, int pp, const HeldSlice* held) {
   p.reused_first = p.reused_end = 0;
   p.reuses_embedding = p.reuses_lm_head = false;
-  if (!held || held->tp != tp || held->tp_rank != p.tp_rank) return;
+  if (!held || held->tp != p.tp || held->tp_rank != p.tp_rank) return;
   const int a = std::max(p.first_layer, held->first_layer);
   const int b = std::min(p.end_layer, held->end_layer);
   if (a < b) {
@@ -112,7 +133,7 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
       RankPlacement p = RankSlice(parallel, r);
       p.worker_id = c;
       auto h = held.find(c);
-      Reuse(p, parallel.tp, parallel.pp, h == held.end() ? nullptr : &h->second);
+      Reuse(p, parallel.pp, h == held.end() ? nullptr : &h->second);
       score[static_cast<size_t>(r)].push_back(4 * (p.reused_end - p.reused_first) +
                                               2 * p.reuses_embedding + 2 * p.reuses_lm_head);
       option[static_cast<size_t>(r)].push_back(p);
@@ -186,7 +207,7 @@ StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfi
     last = v;
   }
   for (int world = std::min(available, wanted.world_size()); world >= 1; --world) {
-    for (int tp = std::min(wanted.tp, world); tp >= 1; --tp) {
+    for (int tp = std::min(wanted.max_tp(), world); tp >= 1; --tp) {
       if (world % tp) continue;
       auto p = ParallelConfig::Make(model, tp, world / tp);
       if (!p.ok()) {
@@ -203,7 +224,10 @@ StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfi
 }
 
 json LayoutJson(const ParallelConfig& p) {
-  return {{"tp", p.tp}, {"pp", p.pp}, {"layers_per_stage", p.layers_per_stage}};
+  return {{"tp", p.tp},
+          {"tp_per_stage", p.TpPerStage()},
+          {"pp", p.pp},
+          {"layers_per_stage", p.layers_per_stage}};
 }
 
 json PlanChangeJson(const ParallelConfig* from, const ParallelConfig& to,
@@ -217,6 +241,7 @@ json PlanChangeJson(const ParallelConfig* from, const ParallelConfig& to,
     rs.push_back({{"worker", p.worker_id},
                   {"world_rank", p.world_rank},
                   {"stage", p.stage},
+                  {"tp", p.tp},
                   {"tp_rank", p.tp_rank},
                   {"layers", {p.first_layer, p.end_layer}},
                   {"reused_layers", {p.reused_first, p.reused_end}},

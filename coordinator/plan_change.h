@@ -8,7 +8,8 @@
 //  - PlanChangeJson: what a change would do (the dry-run answer and the log).
 //
 // Reuse: a worker keeps a decoder layer's weights when the new rank holds
-// the same layer under the same tp slice (equal tp and tp_rank); the
+// the same layer under the same tp slice (equal stage tp and tp_rank; with
+// a tp per stage, the tp of the rank's stage in each plan); the
 // embedding and lm_head likewise (the vocab-parallel slice is the same).
 // The worker's loader applies the same rule per tensor (worker/weight_loader.h)
 // and reports what it really reused in Loaded.
@@ -31,25 +32,33 @@ namespace tessera {
 // A POST /admin/plan body. Exactly one form:
 //   {"tp": 2, "pp": 2}                                even layer split
 //   {"tp": 1, "pp": 2, "layers_per_stage": [20, 10]}  explicit split
+//   {"tp": [2, 1]}                                    a tp per stage (pp =
+//                                                     its length; "pp", if
+//                                                     given, must equal it)
 //   {"auto": true, "objective": "latency"}            the placement planner
 struct PlanRequest {
   bool auto_plan = false;
   Objective objective = Objective::kLatency;  // with auto_plan
-  int tp = 0;
+  int tp = 0;                                 // 0 when tp_per_stage is set
+  std::vector<int> tp_per_stage;              // "tp" given as a list, one entry per stage
   int pp = 0;
   std::vector<int> layers_per_stage;  // empty: even split
+
+  // The layout of `model` this request asks for (not auto_plan):
+  // ParallelConfig::Make, or MakePerStage for a tp list. Errors: theirs.
+  StatusOr<ParallelConfig> Layout(const ModelConfig& model) const;
 };
 
 // Errors (the message names the field): kInvalidArgument when the body is
 // not a JSON object, has an unknown field, tp / pp are not integers >= 1,
-// layers_per_stage is not a list of integers, auto is mixed with tp / pp, or
-// objective is unknown; kUnimplemented for "tp" given as a list (a tp per
-// stage), which this build does not support.
+// tp is an empty list or has an entry that is not an integer >= 1, pp
+// differs from the length of a tp list, layers_per_stage is not a list of
+// integers, auto is mixed with tp / pp, or objective is unknown.
 StatusOr<PlanRequest> ParsePlanRequest(const std::string& body);
 
 // The slice a worker holds now (from the plan it serves or served last).
 struct HeldSlice {
-  int tp = 0;
+  int tp = 0;  // the tp of the stage the slice belongs to
   int tp_rank = 0;
   int first_layer = 0;  // decoder layers [first_layer, end_layer)
   int end_layer = 0;
@@ -62,6 +71,7 @@ struct RankPlacement {
   std::string worker_id;
   int world_rank = 0;
   int stage = 0;
+  int tp = 1;  // the tp of the rank's stage
   int tp_rank = 0;
   int first_layer = 0;  // decoder layers [first_layer, end_layer)
   int end_layer = 0;
@@ -93,8 +103,8 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
 //  1. `wanted` itself (its layer split too) when tp * pp <= available;
 //  2. else the layout with the most ranks (<= available) that passes
 //     ParallelConfig's rules, its tp the largest divisor of that rank count
-//     not above wanted.tp (so tp shrinks only when it must), layers split
-//     evenly;
+//     not above wanted.max_tp() (so tp shrinks only when it must; the
+//     result has one tp for every stage), layers split evenly;
 // and in both, every rank's weights must fit `max_rank_weight_bytes` (the
 // smallest worker's memory; 0 = unknown, not checked).
 // Errors: kFailedPrecondition ("degraded") when no layout fits, naming the
@@ -102,7 +112,8 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
 StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfig& wanted,
                                    int available, int64_t max_rank_weight_bytes = 0);
 
-// {"tp","pp","layers_per_stage"} of a layout.
+// {"tp","tp_per_stage","pp","layers_per_stage"} of a layout: tp is 0 when
+// the stages differ in tp; tp_per_stage lists every stage's tp.
 nlohmann::json LayoutJson(const ParallelConfig& parallel);
 
 // What applying `to` (placed as `ranks`) over the running `from` does:

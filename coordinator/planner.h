@@ -111,10 +111,11 @@ struct PlacementPlan {
   double decode_latency_s = 0;         // the slowest replica's
   double throughput_tokens_per_s = 0;  // all replicas together
 
-  // The ParallelConfig of replica `r` (uniform tp over its stages, its
-  // layer split). Errors: kUnimplemented when its stages' tp differ (see
-  // common/stage_handoff.h for how mixed-tp stages pair), else as
-  // ParallelConfig::Make.
+  // The ParallelConfig of replica `r`: its stages' tp (a uniform layout when
+  // they are equal, else a per-stage one whose stages pair as
+  // common/stage_handoff.h says) and its layer split. Errors: kOutOfRange
+  // for a replica that does not exist; as ParallelConfig::MakePerStage,
+  // prefixed "replica r".
   StatusOr<ParallelConfig> ParallelConfigOf(const ModelConfig& model, int r) const;
 };
 

@@ -23,7 +23,10 @@ Status RecvFrame(Communicator& comm, int peer, std::vector<uint8_t>& out, size_t
 }
 
 AsyncSender::AsyncSender(Communicator* comm, int peer, size_t capacity)
-    : comm_(comm), peer_(peer), capacity_(capacity), thread_([this] { Run(); }) {}
+    : AsyncSender(std::vector<Communicator*>{comm}, peer, capacity) {}
+
+AsyncSender::AsyncSender(std::vector<Communicator*> comms, int peer, size_t capacity)
+    : comms_(std::move(comms)), peer_(peer), capacity_(capacity), thread_([this] { Run(); }) {}
 
 AsyncSender::~AsyncSender() {
   {
@@ -38,6 +41,7 @@ Status AsyncSender::Enqueue(std::vector<uint8_t> payload) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return queue_.size() < capacity_ || !error_.ok(); });
   if (!error_.ok()) return error_;
+  if (comms_.empty()) return Status::Ok();  // this rank feeds nobody
   queue_.push_back(std::move(payload));
   cv_.notify_all();
   return Status::Ok();
@@ -63,7 +67,11 @@ void AsyncSender::Run() {
     queue_.pop_front();
     sending_ = true;
     lock.unlock();
-    Status s = SendFrame(*comm_, peer_, msg.data(), msg.size());
+    Status s;
+    for (Communicator* comm : comms_) {
+      s = SendFrame(*comm, peer_, msg.data(), msg.size());
+      if (!s.ok()) break;
+    }
     lock.lock();
     sending_ = false;
     if (!s.ok() && error_.ok()) error_ = s;

@@ -3,12 +3,16 @@
 // sending to it (pipeline stages send forward while the last stage sends
 // tokens back; synchronous sends on both would deadlock).
 //
-// Each message goes out as a frame: u64 byte count, then the payload. The
-// queue is bounded (capacity messages); Enqueue blocks while it is full.
+// Each message goes out as a frame: u64 byte count, then the payload. A
+// sender may fan out over several links (a pipeline stage feeding a next
+// stage with more tp ranks, common/stage_handoff.h): each frame goes to every
+// link in the order given, before the next frame; with no links Enqueue
+// drops the frame (a tp rank that feeds nobody). The queue is bounded
+// (capacity messages); Enqueue blocks while it is full.
 // The first send error is kept and returned by every later Enqueue/Flush.
 //
 // Thread-safety: Enqueue and Flush may be called from one producer thread.
-// The sender thread is the only user of the communicator.
+// The sender thread is the only user of the communicators.
 #pragma once
 
 #include <condition_variable>
@@ -31,7 +35,10 @@ Status RecvFrame(Communicator& comm, int peer, std::vector<uint8_t>& out, size_t
 
 class AsyncSender {
  public:
+  // Sends to rank `peer` of `comm`.
   AsyncSender(Communicator* comm, int peer, size_t capacity);
+  // Sends every frame to rank `peer` of each of `comms`, in order.
+  AsyncSender(std::vector<Communicator*> comms, int peer, size_t capacity);
   ~AsyncSender();  // sends what is queued, then joins
 
   // Queues one frame. Errors: the first failure of an earlier send.
@@ -42,7 +49,7 @@ class AsyncSender {
  private:
   void Run();
 
-  Communicator* comm_;
+  const std::vector<Communicator*> comms_;
   const int peer_;
   const size_t capacity_;
   std::mutex mu_;

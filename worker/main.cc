@@ -1,9 +1,15 @@
 // tessera-worker: one per GPU (or CPU rank). Joins a coordinator, loads its
 // shard and runs its pipeline stage until the coordinator shuts it down.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
+#include "common/logging.h"
+#include "common/metrics_registry.h"
 #include "coordinator/daemon_config.h"
+#include "coordinator/http_server.h"
 #include "worker/worker_daemon.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +20,8 @@ int main(int argc, char** argv) {
   tessera::WorkerDaemonOptions o;
   std::string coordinator;
   int device = -1;
+  int metrics_port = -1;
+  std::string log_format;
   app.add_option("--config", config_path, "TOML config file (its [worker] table)")
       ->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key, e.g. --set worker.gloo_host=10.0.0.2");
@@ -23,6 +31,12 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", o.collective_timeout_seconds,
                  "seconds before a collective is declared failed")
       ->check(CLI::PositiveNumber);
+  app.add_option("--metrics-port", metrics_port,
+                 "serve GET /metrics on exactly this port (0 = off; default: "
+                 "worker.metrics_port + device, or off when that key is 0)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--log-format", log_format, "log lines as text or json (logging.format)")
+      ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
 
   tessera::DaemonConfig cfg;
@@ -38,11 +52,58 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: %s\n", s.ToString().c_str());
     return 2;
   }
+  tessera::SetLogLevel(cfg.logging.level);
+  tessera::SetLogJson(log_format.empty() ? cfg.logging.format == tessera::LogFormat::kJson
+                                         : log_format == "json");
+  {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    tessera::SetLogNode(cfg.worker.host.empty() ? host : cfg.worker.host);
+  }
   o.coordinator = coordinator.empty() ? cfg.worker.coordinator : coordinator;
   o.device = device >= 0 ? device : cfg.worker.device;
   o.host = cfg.worker.host;
   o.gloo_host = cfg.worker.gloo_host;
+  // worker.metrics_port is the first worker's port: device d listens on
+  // metrics_port + d, so workers sharing a host and a config file differ.
+  if (metrics_port < 0)
+    metrics_port = cfg.worker.metrics_port == 0 ? 0 : cfg.worker.metrics_port + o.device;
+  if (metrics_port > 65535) {
+    std::fprintf(stderr, "tessera-worker: worker.metrics_port %d + device %d exceeds 65535\n",
+                 cfg.worker.metrics_port, o.device);
+    return 2;
+  }
+  tessera::MetricsRegistry registry;
+  if (metrics_port != 0) {
+    o.metrics = &registry;
+    o.nvml_metrics = cfg.worker.backend == tessera::WorkerBackend::kCuda;
+#ifdef TESSERA_WITH_CUDA
+    o.nvml_metrics |= cfg.worker.backend == tessera::WorkerBackend::kAuto;
+#endif
+  }
   tessera::WorkerDaemon daemon(o);
+  // Declared after the daemon so it stops first (its handler reads the
+  // daemon's metrics).
+  std::unique_ptr<tessera::HttpServer> metrics_server;
+  if (metrics_port != 0) {
+    tessera::HttpServerOptions ho;
+    ho.bind_address = cfg.worker.metrics_host;
+    ho.port = metrics_port;
+    ho.num_threads = 1;
+    metrics_server = std::make_unique<tessera::HttpServer>(ho);
+    metrics_server->Handle(
+        "GET", "/metrics",
+        [&registry](const tessera::HttpRequest&, std::shared_ptr<tessera::Responder> res) {
+          res->Send(200, tessera::kPrometheusContentType, registry.Render());
+        });
+    if (tessera::Status st = metrics_server->Start(); !st.ok()) {
+      std::fprintf(stderr, "tessera-worker: metrics endpoint %s:%d: %s\n",
+                   cfg.worker.metrics_host.c_str(), metrics_port, st.ToString().c_str());
+      return 1;
+    }
+    TESSERA_LOG_INFO("worker", "metrics on http://{}:{}/metrics", cfg.worker.metrics_host,
+                     metrics_server->port());
+  }
   tessera::Status s = daemon.Run();
   if (!s.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", s.ToString().c_str());

@@ -30,7 +30,7 @@ struct LoadedModel {
 };
 
 // Loads rank `rank` of `parallel` from `model_dir`. `tp_comm` is the rank's tp
-// group (null when parallel.tp == 1). `held` (optional): tensors the rank
+// group (null when its stage has tp == 1). `held` (optional): tensors the rank
 // already holds from an earlier plan; the slices it still needs are reused
 // instead of read (see HeldWeights).
 // Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and

@@ -19,6 +19,13 @@ struct nvmlMemory_t {
   unsigned long long used;
 };
 
+// nvmlUtilization_t: percent of the last sample period the GPU (gpu) and
+// its memory (memory) were busy.
+struct nvmlUtilization_t {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
 struct nvmlPciInfo_t {
   char busIdLegacy[16];
   unsigned int domain;
@@ -58,6 +65,7 @@ struct NvmlProbe::Api {
   nvmlReturn_t (*DeviceGetName)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*DeviceGetUUID)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*DeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*DeviceGetUtilizationRates)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*DeviceGetCudaComputeCapability)(nvmlDevice_t, int*, int*) = nullptr;
   nvmlReturn_t (*DeviceGetPciInfo)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
   nvmlReturn_t (*DeviceGetMaxPcieLinkGeneration)(nvmlDevice_t, unsigned*) = nullptr;
@@ -109,6 +117,7 @@ StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Load(const std::string& library)
     return Unavailable("NVML: " + library + " lacks a required entry point (nvmlInit_v2, ...)");
   Resolve(lib, "nvmlSystemGetDriverVersion", &a.SystemGetDriverVersion);
   Resolve(lib, "nvmlDeviceGetUUID", &a.DeviceGetUUID);
+  Resolve(lib, "nvmlDeviceGetUtilizationRates", &a.DeviceGetUtilizationRates);
   Resolve(lib, "nvmlDeviceGetCudaComputeCapability", &a.DeviceGetCudaComputeCapability);
   if (!Resolve(lib, "nvmlDeviceGetPciInfo_v3", &a.DeviceGetPciInfo))
     Resolve(lib, "nvmlDeviceGetPciInfo_v2", &a.DeviceGetPciInfo);
@@ -191,6 +200,24 @@ std::string NvmlProbe::DriverVersion() {
 }
 
 int NvmlProbe::DeviceCount() { return static_cast<int>(handles_.size()); }
+
+StatusOr<NvmlProbe::Usage> NvmlProbe::CurrentUsage(int index) {
+  Api& a = *api_;
+  nvmlDevice_t h = Handle(index);
+  if (!h) return Unavailable("NVML: no handle for GPU " + std::to_string(index));
+  nvmlMemory_t mem{};
+  const nvmlReturn_t rc = a.DeviceGetMemoryInfo(h, &mem);
+  if (rc != kNvmlSuccess)
+    return Unavailable("NVML: nvmlDeviceGetMemoryInfo(GPU " + std::to_string(index) +
+                       "): " + a.ErrorString(rc));
+  Usage u;
+  u.used_bytes = static_cast<int64_t>(mem.used);
+  u.total_bytes = static_cast<int64_t>(mem.total);
+  nvmlUtilization_t util{};
+  if (a.DeviceGetUtilizationRates && a.DeviceGetUtilizationRates(h, &util) == kNvmlSuccess)
+    u.utilization = util.gpu / 100.0;
+  return u;
+}
 
 StatusOr<GpuInfo> NvmlProbe::Device(int index) {
   Api& a = *api_;

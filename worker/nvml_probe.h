@@ -36,6 +36,15 @@ class NvmlProbe : public GpuProbe {
   bool P2pRead(int a, int b) override;
   bool P2pNvLink(int a, int b) override;
 
+  // Memory and utilisation of GPU `index` now (for metrics).
+  struct Usage {
+    int64_t used_bytes = 0;
+    int64_t total_bytes = 0;
+    double utilization = -1;  // GPU busy fraction over NVML's last sample period; -1 unknown
+  };
+  // Errors: kUnavailable naming the device and NVML's message.
+  StatusOr<Usage> CurrentUsage(int index);
+
   // Notes gathered while probing (CUDA cross-check results).
   const std::vector<std::string>& notes() const { return notes_; }
 

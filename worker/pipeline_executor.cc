@@ -53,7 +53,7 @@ PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLi
     : model_(model), cache_(cache), links_(links), sink_(std::move(sink)) {
   TESSERA_CHECK(links_.stage == 0);
   if (links_.pp > 1) {
-    TESSERA_CHECK(links_.next != nullptr && links_.ret != nullptr);
+    TESSERA_CHECK(links_.ret.size() == 1);
     // Two frames (meta, hidden) per micro-batch, pp micro-batches in flight.
     sender_ = std::make_unique<AsyncSender>(links_.next, 1, static_cast<size_t>(2 * links_.pp + 2));
   }
@@ -84,7 +84,7 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
   const int64_t wanted = wanted_.front();
   wanted_.pop_front();
   std::vector<uint8_t> frame;
-  Status s = RecvFrame(*links_.ret, 1, frame, static_cast<size_t>(wanted) * sizeof(int32_t));
+  Status s = RecvFrame(*links_.ret[0], 1, frame, static_cast<size_t>(wanted) * sizeof(int32_t));
   if (!s.ok()) return s.WithContext("tokens from the last stage to " + RankName(links_));
   if (frame.size() != static_cast<size_t>(wanted) * sizeof(int32_t))
     return Internal("last stage returned " + std::to_string(frame.size() / 4) +
@@ -123,10 +123,10 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
   if (last && tokens_out) {
     // Tokens leave through tokens_out; nothing is sent downstream.
   } else if (last) {
-    TESSERA_CHECK(links.ret != nullptr);
+    // To the stage-0 ranks this rank feeds (possibly none).
     sender = std::make_unique<AsyncSender>(links.ret, 0, 2 * static_cast<size_t>(links.pp) + 2);
   } else {
-    TESSERA_CHECK(links.next != nullptr);
+    // To the next-stage receivers this rank feeds (possibly none).
     sender = std::make_unique<AsyncSender>(links.next, 1, 2 * static_cast<size_t>(links.pp) + 2);
   }
   SequenceSamplers samplers;

@@ -7,11 +7,14 @@
 // run their layers, pass on. The last stage computes the vocab-parallel
 // logits (all-gathered across its tp group), tp rank 0 samples and
 // broadcasts the tokens inside the group, and every last-stage tp rank sends
-// them back to its stage-0 counterpart over the return link. Up to pp
+// them back to the stage-0 ranks it feeds over the return links. Up to pp
 // micro-batches are in flight, so stages overlap.
 //
-// Links (ProcessGroup): tp() collectives; next_stage()/prev_stage() pipes;
-// return_link(): last stage (rank 1) -> stage 0 (rank 0), pp > 1 only.
+// Links (ProcessGroup): tp() collectives; prev_stage() / next_stage_links()
+// pipes; return_links(): last stage (rank 1) -> stage 0 (rank 0), pp > 1
+// only. Stages may have different tp: each rank receives from exactly one
+// sender and sends to the receivers common/stage_handoff.h pairs it with
+// (one with equal tp, none or several otherwise).
 //
 // Failure: every communicator call is bounded by the group's timeout; an
 // error names the op, this rank and the peer, and ends the loop on this rank
@@ -23,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/tensor.h"
 #include "worker/async_sender.h"
@@ -39,8 +43,13 @@ struct PipelineLinks {
   int tp_rank = 0;
   Communicator* tp = nullptr;    // this stage's tp group (may be null when tp == 1)
   Communicator* prev = nullptr;  // pipe from stage - 1 (null on stage 0)
-  Communicator* next = nullptr;  // pipe to stage + 1 (null on the last stage)
-  Communicator* ret = nullptr;   // last stage -> stage 0 (null when pp == 1 or on middle stages)
+  // Pipes to the stage + 1 receivers this rank feeds (ProcessGroup::
+  // next_stage_links()); empty on the last stage.
+  std::vector<Communicator*> next;
+  // Return links (ProcessGroup::return_links()): on stage 0 the one link the
+  // tokens come back on; on the last stage those it sends them on; empty
+  // when pp == 1 and on middle stages.
+  std::vector<Communicator*> ret;
 };
 
 // Receives every batch's logits [num_wanted, vocab] on the last stage's tp

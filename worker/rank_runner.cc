@@ -12,19 +12,26 @@ namespace tessera {
 StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationRequest>& requests,
                              const Tokenizer* tokenizer, const TextCallback& on_text,
                              const LogitsSink& sink) {
-  // Every rank of this deployment shares the host's cores.
-  kernels::SetBlasThreads(kernels::BlasThreadsForRanks(o.tp * o.pp));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
-  TESSERA_ASSIGN_OR_RETURN(ParallelConfig parallel,
-                           ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage));
+  if (!o.tp_per_stage.empty() && static_cast<int>(o.tp_per_stage.size()) != o.pp)
+    return InvalidArgument("tp_per_stage has " + std::to_string(o.tp_per_stage.size()) +
+                           " entries but pp=" + std::to_string(o.pp));
+  TESSERA_ASSIGN_OR_RETURN(
+      ParallelConfig parallel,
+      o.tp_per_stage.empty()
+          ? ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage)
+          : ParallelConfig::MakePerStage(config, o.tp_per_stage, o.layers_per_stage));
+  // Every rank of this deployment shares the host's cores.
+  kernels::SetBlasThreads(kernels::BlasThreadsForRanks(parallel.world_size()));
   const std::string who = "rank " + std::to_string(o.rank) + " (stage " +
                           std::to_string(parallel.StageOf(o.rank)) + ", tp_rank " +
                           std::to_string(parallel.TpRankOf(o.rank)) + ")";
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
                            TcpStore::Connect(o.store_host, o.store_port, o.timeout_seconds));
   ProcessGroupOptions pgo;
-  pgo.tp = o.tp;
-  pgo.pp = o.pp;
+  pgo.tp = parallel.tp;
+  pgo.pp = parallel.pp;
+  pgo.tp_per_stage = parallel.tp_per_stage;
   pgo.world_rank = o.rank;
   pgo.timeout_seconds = o.timeout_seconds;
   pgo.connect_timeout_seconds = std::max(60.0, o.timeout_seconds);
@@ -46,8 +53,8 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   links.tp_rank = (*pg)->tp_rank();
   links.tp = (*pg)->tp();
   links.prev = (*pg)->prev_stage();
-  links.next = (*pg)->next_stage();
-  links.ret = (*pg)->return_link();
+  links.next = (*pg)->next_stage_links();
+  links.ret = (*pg)->return_links();
 
   if (links.stage > 0) {
     Status s = ServeStage(*loaded->model, cache, links, sink);

@@ -22,8 +22,11 @@ struct RankOptions {
   std::string model_dir;
   int tp = 1;
   int pp = 1;
+  // Empty: every stage has `tp` ranks. Otherwise pp entries, the tp of each
+  // stage (`tp` is ignored), e.g. {2, 1}.
+  std::vector<int> tp_per_stage;
   std::vector<int> layers_per_stage;  // empty = even split
-  int rank = 0;                       // world rank = stage * tp + tp_rank
+  int rank = 0;                       // world rank, common/parallel_rank.h
   std::string store_host = "127.0.0.1";
   int store_port = 0;
   std::string bind_host = "127.0.0.1";  // address of this rank's Gloo TCP device

@@ -192,6 +192,7 @@ void Scheduler::ApplyToken(Seq& s, int32_t token) {
 void Scheduler::Admit() {
   std::vector<std::unique_ptr<Seq>> cancelled_waiting;
   std::vector<Seq*> cancelled_running;
+  std::vector<Seq*> admitted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -215,11 +216,14 @@ void Scheduler::Admit() {
         TESSERA_CHECK(allocator_->Allocate(need, s.blocks).ok());
       }
       s.waiting = false;
+      admitted.push_back(&s);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }
   }
   // Callbacks run outside the lock: they may enqueue.
+  for (Seq* s : admitted)
+    if (s->callbacks.on_admit) s->callbacks.on_admit();
   for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
   for (auto& s : running_)

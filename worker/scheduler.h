@@ -78,6 +78,9 @@ struct RequestCallbacks {
   // New final text (never half a UTF-8 character, never part of a stop string).
   std::function<void(const std::string& text, int32_t token)> on_token;
   std::function<void(const GenerationResult& result)> on_finish;
+  // The scheduler admitted the request (gave it KV blocks); called again
+  // after each preemption's re-admission. Optional.
+  std::function<void()> on_admit;
 };
 
 struct SchedulerOptions {

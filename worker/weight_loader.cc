@@ -64,7 +64,7 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   lay.end_layer = spec.end_layer();
   lay.is_first = spec.is_first_stage();
   lay.is_last = spec.is_last_stage();
-  lay.tp = parallel.tp;
+  lay.tp = parallel.TpOfStage(spec.stage());
   lay.tp_rank = spec.tp_rank();
   lay.heads_local = spec.local_heads();
   lay.kv_heads_local = spec.local_kv_heads();

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/control_codec.h"
+#include "common/load_progress.h"
 #include "common/logging.h"
 #include "common/tcp_store.h"
 #include "kernels/blas_threads.h"
@@ -75,6 +76,21 @@ Status WorkerDaemon::Run() {
                            client.WaitRegistered(std::chrono::milliseconds(
                                static_cast<int64_t>(options_.register_timeout_seconds * 1000))));
   TESSERA_LOG_INFO("worker", "registered as {} with {}", id, options_.coordinator);
+  if (options_.metrics) {
+    std::unique_ptr<NvmlProbe> nvml;
+    if (options_.nvml_metrics) {
+      auto probe = NvmlProbe::Load();
+      if (probe.ok()) {
+        nvml = std::move(*probe);
+      } else {
+        TESSERA_LOG_WARN("worker", "device metrics from process memory: {}",
+                         probe.status().ToString());
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(metrics_, WorkerMetrics::Create(options_.metrics, reg.host(),
+                                                             options_.device, std::move(nvml)));
+    metrics_->SetWorker(id, TESSERA_VERSION);
+  }
   control::Heartbeat hb;
   hb.set_state(control::WORKER_STATE_IDLE);
   client.SetHeartbeat(hb);
@@ -112,6 +128,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     client.SetHeartbeat(hb);
     return full;
   };
+  SetLogRank(static_cast<int>(assign.world_rank()), static_cast<int>(assign.stage()),
+             static_cast<int>(assign.tp_rank()));
+  if (metrics_)
+    metrics_->SetRank(static_cast<int>(assign.stage()), static_cast<int>(assign.tp_rank()),
+                      assign.plan_version());
   hb.set_state(control::WORKER_STATE_LOADING);
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);
@@ -123,6 +144,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   ProcessGroupOptions pgo;
   pgo.tp = static_cast<int>(assign.tp());
   pgo.pp = static_cast<int>(assign.pp());
+  pgo.tp_per_stage.assign(assign.tp_per_stage().begin(), assign.tp_per_stage().end());
   pgo.world_rank = static_cast<int>(assign.world_rank());
   pgo.timeout_seconds = options_.collective_timeout_seconds;
   pgo.connect_timeout_seconds = std::max(60.0, options_.collective_timeout_seconds);
@@ -133,15 +155,27 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   auto config = LoadModelConfig(assign.model_path());
   if (!config.ok()) return fail(config.status());
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
-  auto parallel = ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers);
+  auto parallel = pgo.tp_per_stage.empty()
+                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
+                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
   if (!parallel.ok()) return fail(parallel.status());
+  // Communicators, metered when metrics are on (the model keeps the tp one).
+  Communicator* tp_comm = (*pg)->tp();
+  Communicator* prev_comm = (*pg)->prev_stage();
+  if (metrics_) {
+    tp_comm = metrics_->Wrap(tp_comm);
+    prev_comm = metrics_->WrapPrevLink(prev_comm);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // The previous plan's tensors: slices this rank still needs are reused.
   HeldWeights held = std::move(held_);
   held_.clear();
+  LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
   auto loaded = LoadModel(
-      assign.model_path(), *parallel, pgo.world_rank, (*pg)->tp(),
+      assign.model_path(), *parallel, pgo.world_rank, tp_comm,
       [&](int64_t done, int64_t total) {
+        if (metrics_) metrics_->OnLoadProgress(done, total);
+        progress_log.Update(done, total);
         control::Envelope e;
         control::LoadProgress* p = e.mutable_load_progress();
         p->set_plan_version(assign.plan_version());
@@ -174,6 +208,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
+  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
   // Should the coordinator restart, this worker re-registers with the shard
   // it holds, and the new coordinator can adopt the plan.
   *registration_.mutable_held_shard() = assign;
@@ -194,10 +229,12 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   links.pp = pgo.pp;
   links.stage = (*pg)->stage();
   links.tp_rank = (*pg)->tp_rank();
-  links.tp = (*pg)->tp();
-  links.prev = (*pg)->prev_stage();
-  links.next = (*pg)->next_stage();
-  links.ret = nullptr;  // tokens go to the coordinator
+  links.tp = tp_comm;
+  links.prev = prev_comm;
+  links.next = (*pg)->next_stage_links();
+  if (metrics_)
+    for (Communicator*& c : links.next) c = metrics_->Wrap(c);
+  links.ret = {};  // tokens go to the coordinator
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
   uint64_t next_result = 0;
@@ -228,6 +265,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   SequenceSamplers samplers;
   const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
   while (true) {
+    if (metrics_) metrics_->clock().Idle();
     auto next = Next(keepalive_seconds);
     if (!next.ok()) {
       // Idle: keep the later stages' receives from timing out.
@@ -254,8 +292,14 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     }
     auto batch = StepBatchFromProto(e.step().batch());
     if (!batch.ok()) return fail(batch.status());
+    const auto step_start = std::chrono::steady_clock::now();
+    if (metrics_) metrics_->clock().Busy();
     auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
     if (!tokens.ok()) return fail(tokens.status());
+    if (metrics_)
+      metrics_->ObserveStep(
+          *batch,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     if (links.pp == 1 && links.tp_rank == 0) {
       next_result = e.step().micro_batch_id();
       TESSERA_RETURN_IF_ERROR(send_result(*batch, *tokens));

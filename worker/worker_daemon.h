@@ -32,9 +32,11 @@
 #include <mutex>
 #include <string>
 
+#include "common/metrics_registry.h"
 #include "common/proto/control.pb.h"
 #include "common/status.h"
 #include "worker/weight_loader.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera {
 
@@ -50,6 +52,12 @@ struct WorkerDaemonOptions {
   // keepalive every third of it.
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;
+  // Where this worker's metrics go (worker/worker_metrics.h); null = none.
+  // The caller serves it (tessera-worker: GET /metrics on worker.metrics_port).
+  MetricsRegistry* metrics = nullptr;
+  // Read device memory, utilisation and UUID from NVML (a CUDA worker);
+  // falls back to process memory when NVML is not there.
+  bool nvml_metrics = false;
 };
 
 class WorkerDaemon {
@@ -73,7 +81,8 @@ class WorkerDaemon {
   control::Register registration_;  // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<control::Envelope> inbox_;  // protected by mu_
+  std::deque<control::Envelope> inbox_;     // protected by mu_
+  std::unique_ptr<WorkerMetrics> metrics_;  // when options_.metrics is set
 };
 
 }  // namespace tessera

@@ -2,12 +2,13 @@
 // tp x pp launch of real rank processes (same text), and the usage errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 #include <string>
 
 #include "test_util.h"
@@ -53,6 +54,16 @@ TEST(Cli, TpPpLaunchPrintsTheSameTextAsOneProcess) {
   ASSERT_EQ(s1.exit_code, 0) << s1.err;
   ASSERT_EQ(s2.exit_code, 0) << s2.err;
   EXPECT_EQ(s1.out, s2.out);
+  // A different tp per stage: stage 0 at tp=2 feeds stage 1 at tp=1, and the
+  // reverse; the same text as one process.
+  CliRun mixed = Tessera(common + " --tp 2,1 --pp 2 --timeout 20");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_EQ(mixed.out, one.out);
+  EXPECT_NE(mixed.err.find("tp=[2, 1] pp=2"), std::string::npos) << mixed.err;
+  CliRun grow = Tessera(common + " --tp 1,2 --timeout 20");  // --pp implied by the list
+  ASSERT_EQ(grow.exit_code, 0) << grow.err;
+  EXPECT_EQ(grow.out, one.out);
+  EXPECT_NE(grow.err.find("tp=[1, 2] pp=2"), std::string::npos) << grow.err;
 }
 
 TEST(Cli, HelpVersionAndUsageErrors) {
@@ -78,6 +89,20 @@ TEST(Cli, HelpVersionAndUsageErrors) {
               " --prompt hi --raw --tp 4");
   EXPECT_EQ(bad_layout.exit_code, 1);
   EXPECT_NE(bad_layout.err.find("tp=4"), std::string::npos) << bad_layout.err;
+  // qwen2_bias_f16 has 6 heads: stage 1's tp=4 does not divide them.
+  CliRun bad_stage =
+      Tessera("generate --model " + ::tessera::testing::FixturePath("models/qwen2_bias_f16") +
+              " --prompt hi --raw --tp 2,4");
+  EXPECT_EQ(bad_stage.exit_code, 1);
+  EXPECT_NE(bad_stage.err.find("stage 1: tp=4 does not divide num_attention_heads=6"),
+            std::string::npos)
+      << bad_stage.err;
+  CliRun bad_count =
+      Tessera("generate --model " + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
+              " --prompt hi --raw --tp 2,1 --pp 3");
+  EXPECT_EQ(bad_count.exit_code, 1);
+  EXPECT_NE(bad_count.err.find("--tp lists 2 stages but --pp is 3"), std::string::npos)
+      << bad_count.err;
 }
 
 TEST(Cli, ModelErrorsNameTheFile) {
@@ -107,14 +132,42 @@ TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
         << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
         << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   }
-  CliRun r = Tessera("up --config " + dir + "/up.toml --prompt hello --max-tokens 6 --ready-timeout 120");
+  CliRun r =
+      Tessera("up --config " + dir + "/up.toml --prompt hello --max-tokens 6 --ready-timeout 120");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("placement: tp=2 pp=2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << r.out;
   // Every child process is gone afterwards.
   EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
-  CliRun bad = Tessera("up --config " + ::tessera::testing::FixturePath("models/llama_gqa_f32/config.json"));
+  CliRun bad =
+      Tessera("up --config " + ::tessera::testing::FixturePath("models/llama_gqa_f32/config.json"));
   EXPECT_NE(bad.exit_code, 0);
+}
+
+// A coordinator that exits during start-up (here: a scheduler.max_context the
+// model cannot take) ends `tessera up` at once with the reason, instead of
+// leaving it and the workers waiting for the ready timeout.
+TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-bad");
+  const int port = ::tessera::testing::FreeTcpPort();
+  const int control = ::tessera::testing::FreeTcpPort();
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = " << port
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "[scheduler]\nmax_context = 100000\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  CliRun r = Tessera("up --config " + dir + "/up.toml --ready-timeout 120");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 30.0) << r.err;
+  EXPECT_NE(r.err.find("max_context"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("coordinator exited with status"), std::string::npos) << r.err;
+  EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
 }
 
 }  // namespace

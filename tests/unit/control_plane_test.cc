@@ -204,6 +204,19 @@ Envelope ValidError() {
   return e;
 }
 
+// Stages of different tp: tp = [2, 1]; world rank 2 is stage 1's tp rank 0.
+Envelope ValidPerStageAssignShard() {
+  Envelope e = ValidAssignShard();
+  control::AssignShard* a = e.mutable_assign_shard();
+  a->set_tp(0);
+  a->add_tp_per_stage(2);
+  a->add_tp_per_stage(1);
+  a->set_stage(1);
+  a->set_tp_rank(0);
+  a->set_world_rank(2);
+  return e;
+}
+
 std::vector<Envelope> EveryValidBody() {
   Envelope drain = Wrap("w1");
   drain.mutable_drain()->set_reason("re-plan");
@@ -295,6 +308,24 @@ TEST(ControlCodec, EnforcesTheSizeLimitBothWays) {
   ASSERT_FALSE(enc.ok());
   EXPECT_EQ(enc.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(enc.status().message().find("step: message of"), std::string::npos);
+}
+
+TEST(ControlCodec, PerStageAssignShardIsValidAndRoundTrips) {
+  const Envelope e = ValidPerStageAssignShard();
+  ASSERT_TRUE(ValidateEnvelope(e).ok()) << ValidateEnvelope(e).ToString();
+  Envelope back;
+  ASSERT_TRUE(back.ParseFromString(e.SerializeAsString()));
+  EXPECT_EQ(back.assign_shard().tp_per_stage_size(), 2);
+  EXPECT_EQ(back.assign_shard().tp_per_stage(0), 2u);
+  EXPECT_EQ(back.assign_shard().tp_per_stage(1), 1u);
+  // Stage 0's tp rank 1 of tp = [2, 1] is world rank 1.
+  Envelope first = e;
+  first.mutable_assign_shard()->set_stage(0);
+  first.mutable_assign_shard()->set_tp_rank(1);
+  first.mutable_assign_shard()->set_world_rank(1);
+  first.mutable_assign_shard()->set_first_layer(0);
+  first.mutable_assign_shard()->set_end_layer(3);
+  EXPECT_TRUE(ValidateEnvelope(first).ok()) << ValidateEnvelope(first).ToString();
 }
 
 TEST(ControlCodec, WorkerIdRules) {
@@ -447,6 +478,28 @@ std::vector<InvalidCase> InvalidCases() {
       {"nccl world id", ValidAssignShard,
        [=](Envelope& e) { nccl(e)->set_world_unique_id(std::string(16, 'x')); }, kIA,
        "nccl.world_unique_id has 16 bytes, expected 128"},
+      {"tp with tp_per_stage", ValidPerStageAssignShard, [=](Envelope& e) { as(e)->set_tp(2); },
+       kIA, "tp is 2 but tp_per_stage is set (tp must be 0)"},
+      {"tp_per_stage size", ValidPerStageAssignShard,
+       [=](Envelope& e) { as(e)->add_tp_per_stage(1); }, kIA,
+       "tp_per_stage has 3 entries, pp is 2"},
+      {"tp_per_stage 0", ValidPerStageAssignShard,
+       [=](Envelope& e) { as(e)->set_tp_per_stage(0, 0); }, kIA, "tp_per_stage[0] is 0"},
+      {"tp_rank >= stage tp", ValidPerStageAssignShard,
+       [=](Envelope& e) {
+         as(e)->set_tp_rank(1);
+         as(e)->set_world_rank(3);
+       },
+       kIA, "tp_rank 1 is not below stage 1's tp 1"},
+      {"per-stage world_rank", ValidPerStageAssignShard,
+       [=](Envelope& e) { as(e)->set_world_rank(1); }, kIA,
+       "world_rank 1 != tp of stages before 1 + tp_rank = 2"},
+      {"tp_per_stage overflow", ValidPerStageAssignShard,
+       [=](Envelope& e) {
+         as(e)->set_tp_per_stage(0, 2'000'000'000);
+         as(e)->set_tp_per_stage(1, 2'000'000'000);
+       },
+       kIA, "tp_per_stage sums to more than 2147483647 ranks"},
       {"nccl tp id", ValidAssignShard, [=](Envelope& e) { nccl(e)->clear_tp_group_unique_id(); },
        kIA, "nccl.tp_group_unique_id has 0 bytes"},
       // LoadProgress / Loaded.

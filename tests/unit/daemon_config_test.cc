@@ -124,7 +124,51 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 40);
+  EXPECT_EQ(keys, 43);
+}
+
+TEST(DaemonConfigParse, TpPerStageArray) {
+  StatusOr<DaemonConfig> c =
+      ParseDaemonConfig("[parallel]\ntp = [2, 1]\npp = 2\nlayers_per_stage = [1, 1]\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kExplicit);
+  EXPECT_EQ(c->parallel.tp, 0);
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(2, 1));
+  EXPECT_EQ(c->parallel.TpOfStage(0), 2);
+  EXPECT_EQ(c->parallel.TpOfStage(1), 1);
+  EXPECT_EQ(c->parallel.world_size(), 3);
+  EXPECT_EQ(c->sources.at("parallel.tp"), "x.toml:2:6");
+  // Formats back as an array and parses to the same layout.
+  const std::string text = FormatDaemonConfig(*c, false);
+  EXPECT_THAT(text, HasSubstr("tp = [2, 1]\n"));
+  StatusOr<DaemonConfig> again = ParseDaemonConfig(text, "again.toml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_THAT(again->parallel.tp_per_stage, ElementsAre(2, 1));
+  // An integer override replaces the array; an array override the integer.
+  ASSERT_TRUE(ApplyOverride(*c, "parallel.tp", "4").ok());
+  EXPECT_EQ(c->parallel.tp, 4);
+  EXPECT_TRUE(c->parallel.tp_per_stage.empty());
+  EXPECT_EQ(c->parallel.world_size(), 8);
+  ASSERT_TRUE(ApplyOverride(*c, "parallel.tp", "[1, 4]").ok());
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(1, 4));
+  EXPECT_EQ(ApplyOverride(*c, "parallel.tp", "[1, 4, 4]").message(),
+            "--set parallel.tp=[1, 4, 4]: parallel.tp: must have one entry per stage "
+            "(parallel.pp = 2), got 3 entries [1, 4, 4]");
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(1, 4));  // unchanged on error
+}
+
+TEST(DaemonConfigParse, TpPerStageTypeErrorsNameLineColAndEntry) {
+  auto err = [](const std::string& toml) {
+    StatusOr<DaemonConfig> c = ParseDaemonConfig(toml, "x.toml");
+    return c.ok() ? std::string() : c.status().message();
+  };
+  EXPECT_EQ(err("[parallel]\npp = 2\ntp = [2, \"1\"]\n"),
+            "x.toml:3:10: parallel.tp[1]: expected an integer, got string \"1\"");
+  EXPECT_EQ(err("[parallel]\ntp = \"2\"\n"),
+            "x.toml:2:6: parallel.tp: expected an integer or an array of integers (one per "
+            "stage), got string \"2\"");
+  EXPECT_EQ(err("[parallel]\ntp = []\n"),
+            "x.toml:2:6: parallel.tp: expected one entry per stage, got []");
 }
 
 // ---------------------------------------------------------------------------
@@ -218,6 +262,17 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "entries [4, 4, 4]"},
       {"[parallel]\npp = 2\nlayers_per_stage = [4, 0]\n",
        "x.toml:3:20: parallel.layers_per_stage: entry 1 (stage 1) must be >= 1, got 0"},
+      {"[parallel]\npp = 3\ntp = [2, 1]\n",
+       "x.toml:3:6: parallel.tp: must have one entry per stage (parallel.pp = 3), got 2 entries "
+       "[2, 1]"},
+      {"[parallel]\ntp = [2, 1]\n",
+       "x.toml:2:6: parallel.tp: must have one entry per stage (parallel.pp = 1), got 2 entries "
+       "[2, 1]"},
+      {"[parallel]\npp = 2\ntp = [2, 0]\n",
+       "x.toml:3:6: parallel.tp: entry 1 (stage 1) must be >= 1, got 0"},
+      {"[parallel]\nmode = \"auto\"\ntp = [2, 1]\n",
+       "x.toml:3:6: parallel.tp: is set but parallel.mode = \"auto\" (at x.toml:2:8); remove it, "
+       "or set parallel.mode = \"explicit\""},
       {"[server]\nport = 0\n", "x.toml:2:8: server.port: must be in 1..65535, got 0"},
       {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 1..65535, got 70000"},
       {"[server]\nhost = \"my host\"\n",

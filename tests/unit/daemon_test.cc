@@ -1,5 +1,6 @@
 // The daemons end to end: tessera-coordinator and four tessera-worker
-// processes (tp=2 x pp=2) on loopback, real ZeroMQ, Gloo and HTTP.
+// processes (tp=2 x pp=2) on loopback, real ZeroMQ, Gloo and HTTP; and three
+// workers with a different tp per stage (tp = [2, 1], pp = 2).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -37,15 +38,19 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
 
 class Daemons : public ::testing::Test {
  protected:
+  // The [parallel] keys and the worker count of the deployment.
+  virtual std::string ParallelToml() const { return "tp = 2\npp = 2\n"; }
+  virtual int Workers() const { return 4; }
+
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_
-        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n"
-        << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
+        << "[model]\npath = \"" << model_ << "\"\nchat_template = \"chatml\"\n[parallel]\n"
+        << ParallelToml() << "[server]\nport = " << port_
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
         << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
@@ -53,7 +58,7 @@ class Daemons : public ::testing::Test {
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
                           dir_ + "/coordinator.log"));
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < Workers(); ++i)
       pids_.push_back(Spawn(
           {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
            "--device", std::to_string(i), "--timeout", "5"},
@@ -197,6 +202,70 @@ TEST_F(Daemons, KilledWorkerIsReportedAndItsRequestCompletesAfterAReplan) {
   }
   EXPECT_TRUE(ready);
   EXPECT_EQ(HttpCall(port_, "GET", "/healthz").status, 200);
+}
+
+// Stage 0 at tp=2 feeds stage 1 at tp=1 (common/stage_handoff.h): stage 0's
+// tp rank 1 sends nothing, the single last-stage rank returns the tokens.
+class DaemonsPerStageTp : public Daemons {
+ protected:
+  std::string ParallelToml() const override { return "tp = [2, 1]\npp = 2\n"; }
+  int Workers() const override { return 3; }
+};
+
+TEST_F(DaemonsPerStageTp, GreedyTokensMatchTheReferenceAndThePlanShowsEachStagesTp) {
+  const json ref = json::parse(::tessera::testing::ReadFileOrDie(model_ + "/reference.json"));
+  auto tok = Tokenizer::Load(model_);
+  ASSERT_TRUE(tok.ok());
+  for (const json& p : ref["prompts"]) {
+    json req = {{"model", "llama_gqa_f32"},
+                {"prompt", p["ids"]},
+                {"max_tokens", 16},
+                {"temperature", 0},
+                {"ignore_eos", true}};
+    auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json body = json::parse(r.body);
+    EXPECT_EQ(body["choices"][0]["text"].get<std::string>(),
+              (*tok)->Decode(p["greedy"].get<std::vector<int32_t>>(), true));
+  }
+  // Concurrent streams keep the pipeline full (pp micro-batches in flight).
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      json req = {{"model", "llama_gqa_f32"},
+                  {"prompt", std::vector<int>{5 + i, 17, 42}},
+                  {"max_tokens", 8},
+                  {"stream", true},
+                  {"ignore_eos", true}};
+      auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+      if (r.status == 200 && !r.events.empty() && r.events.back() == "[DONE]") ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 8);
+  auto plan = HttpCall(port_, "GET", "/admin/plan", "", "s3cret");
+  ASSERT_EQ(plan.status, 200) << plan.body;
+  const json pj = json::parse(plan.body);
+  EXPECT_EQ(pj["tp"].get<int>(), 0);
+  EXPECT_EQ(pj["tp_per_stage"].get<std::vector<int>>(), (std::vector<int>{2, 1}));
+  EXPECT_EQ(pj["pp"].get<int>(), 2);
+  ASSERT_EQ(pj["ranks"].size(), 3u);
+  const int want[3][2] = {{0, 0}, {0, 1}, {1, 0}};  // (stage, tp_rank) of world ranks 0..2
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(pj["ranks"][r]["world_rank"].get<int>(), static_cast<int>(r));
+    EXPECT_EQ(pj["ranks"][r]["stage"].get<int>(), want[r][0]) << "rank " << r;
+    EXPECT_EQ(pj["ranks"][r]["tp_rank"].get<int>(), want[r][1]) << "rank " << r;
+  }
+  // Each worker loaded the shard of its own stage's tp: what it reports
+  // equals ShardSpec's prediction, and the two stage-0 halves are equal.
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(pj["ranks"][r]["weight_bytes"].get<int64_t>(),
+              pj["ranks"][r]["predicted_weight_bytes"].get<int64_t>())
+        << "rank " << r;
+  }
+  EXPECT_EQ(pj["ranks"][0]["weight_bytes"].get<int64_t>(),
+            pj["ranks"][1]["weight_bytes"].get<int64_t>());
 }
 
 }  // namespace

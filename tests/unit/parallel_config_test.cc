@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel_rank.h"
+
 namespace tessera {
 namespace {
 
@@ -191,6 +193,134 @@ TEST(ParallelConfig, ValidateCatchesHandBuiltConfigs) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "layers_per_stage=[3] has 1 entries but pp=2");
   pc.layers_per_stage = {3, 5};
+  EXPECT_TRUE(pc.Validate(Small(8, 4, 4)).ok());
+}
+
+// The error message of MakePerStage(model, tps, layers), or "" when it succeeds.
+std::string MakePerStageError(const ModelConfig& m, std::vector<int> tps,
+                              std::vector<int> layers = {}) {
+  auto pc = ParallelConfig::MakePerStage(m, std::move(tps), std::move(layers));
+  if (pc.ok()) return "";
+  EXPECT_EQ(pc.status().code(), StatusCode::kInvalidArgument);
+  return pc.status().message();
+}
+
+TEST(ParallelRank, PerStageFormulaIsPrefixSums) {
+  // tp = [4, 2, 1]: stage 0 on ranks 0..3, stage 1 on 4..5, stage 2 on 6.
+  const std::vector<int> tps = {4, 2, 1};
+  struct Row {
+    int stage, tp_rank, rank;
+  };
+  const Row table[] = {{0, 0, 0}, {0, 3, 3}, {1, 0, 4}, {1, 1, 5}, {2, 0, 6}};
+  for (const Row& row : table) {
+    SCOPED_TRACE(::testing::Message() << "stage " << row.stage << " tp_rank " << row.tp_rank);
+    EXPECT_EQ(WorldRank(row.stage, row.tp_rank, tps), row.rank);
+    EXPECT_EQ(StageOf(row.rank, tps), row.stage);
+    EXPECT_EQ(TpRankOf(row.rank, tps), row.tp_rank);
+  }
+  EXPECT_EQ(StageFirstRank(0, tps), 0);
+  EXPECT_EQ(StageFirstRank(1, tps), 4);
+  EXPECT_EQ(StageFirstRank(2, tps), 6);
+  EXPECT_EQ(StageOf(7, tps), -1);  // past the last stage
+}
+
+TEST(ParallelRank, UniformFormulaIsThePerStageFormulaWithEqualTps) {
+  for (int tp : {1, 2, 3, 8}) {
+    for (int pp : {1, 2, 5}) {
+      const std::vector<int> tps(static_cast<size_t>(pp), tp);
+      for (int s = 0; s < pp; ++s)
+        for (int t = 0; t < tp; ++t) EXPECT_EQ(WorldRank(s, t, tp), WorldRank(s, t, tps));
+      for (int w = 0; w < tp * pp; ++w) {
+        EXPECT_EQ(StageOf(w, tp), StageOf(w, tps)) << "tp " << tp << " rank " << w;
+        EXPECT_EQ(TpRankOf(w, tp), TpRankOf(w, tps)) << "tp " << tp << " rank " << w;
+      }
+    }
+  }
+}
+
+TEST(ParallelConfig, PerStageTpRanksAndAccessors) {
+  auto pc = ParallelConfig::MakePerStage(Llama3_8B(), {8, 4});
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  EXPECT_FALSE(pc->uniform_tp());
+  EXPECT_EQ(pc->tp, 0);
+  EXPECT_EQ(pc->pp, 2);
+  EXPECT_EQ(pc->world_size(), 12);
+  EXPECT_EQ(pc->TpOfStage(0), 8);
+  EXPECT_EQ(pc->TpOfStage(1), 4);
+  EXPECT_EQ(pc->max_tp(), 8);
+  EXPECT_EQ(pc->TpPerStage(), (std::vector<int>{8, 4}));
+  EXPECT_EQ(pc->layers_per_stage, (std::vector<int>{16, 16}));
+  EXPECT_EQ(pc->WorldRank(0, 7), 7);
+  EXPECT_EQ(pc->WorldRank(1, 0), 8);
+  EXPECT_EQ(pc->WorldRank(1, 3), 11);
+  std::vector<int> seen(static_cast<size_t>(pc->world_size()), 0);
+  for (int s = 0; s < pc->pp; ++s) {
+    for (int t = 0; t < pc->TpOfStage(s); ++t) {
+      const int rank = pc->WorldRank(s, t);
+      ASSERT_GE(rank, 0);
+      ASSERT_LT(rank, pc->world_size());
+      ++seen[static_cast<size_t>(rank)];
+      EXPECT_EQ(pc->StageOf(rank), s);
+      EXPECT_EQ(pc->TpRankOf(rank), t);
+    }
+  }
+  for (int count : seen) EXPECT_EQ(count, 1);
+  EXPECT_EQ(pc->ToString(),
+            "ParallelConfig{tp=[8, 4], pp=2, world_size=12, "
+            "layers_per_stage=[16, 16]}");
+  EXPECT_EQ(pc->TpString(), "[8, 4]");
+}
+
+TEST(ParallelConfig, PerStageWithEqualTpsIsTheUniformLayout) {
+  auto pc = ParallelConfig::MakePerStage(Llama3_8B(), {2, 2, 2}, {10, 12, 10});
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  EXPECT_TRUE(pc->uniform_tp());
+  EXPECT_EQ(pc->tp, 2);
+  EXPECT_EQ(pc->pp, 3);
+  EXPECT_TRUE(pc->tp_per_stage.empty());
+  EXPECT_EQ(pc->TpPerStage(), (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(pc->world_size(), 6);
+  EXPECT_EQ(pc->TpString(), "2");
+}
+
+TEST(ParallelConfig, PerStageErrorsNameTheStage) {
+  // 12 heads, 6 KV heads: stage 1's tp=4 divides the heads, not the KV heads.
+  EXPECT_EQ(MakePerStageError(Small(4, 12, 6), {2, 4}),
+            "stage 1: tp=4 neither divides num_key_value_heads=6 nor is a multiple of it: each "
+            "tp rank must hold whole KV heads (replicated when num_key_value_heads < tp)");
+  EXPECT_EQ(MakePerStageError(Llama3_8B(), {8, 3}),
+            "stage 1: tp=3 does not divide num_attention_heads=32: each tp rank must hold whole "
+            "query heads");
+  EXPECT_EQ(MakePerStageError(Llama3_8B(), {0, 4}), "stage 0: tp must be >= 1, got tp=0");
+  ModelConfig m = Small(4, 4, 4);
+  m.intermediate_size = 90;
+  EXPECT_THAT(MakePerStageError(m, {1, 4}),
+              HasSubstr("stage 1: tp=4 does not divide intermediate_size=90"));
+  EXPECT_EQ(MakePerStageError(Llama3_8B(), {}), "tp_per_stage=[] has no stages");
+  EXPECT_EQ(MakePerStageError(Small(2, 4, 4), {1, 2, 4}),
+            "pp=3 exceeds num_hidden_layers=2: every stage needs at least one layer");
+  EXPECT_EQ(MakePerStageError(Small(8, 4, 4), {1, 2}, {4, 3}),
+            "layers_per_stage=[4, 3] sums to 7 but num_hidden_layers=8");
+  // KV heads fewer than a stage's tp: replicated on that stage only.
+  EXPECT_EQ(MakePerStageError(Small(4, 12, 2), {6, 2}), "");
+}
+
+TEST(ParallelConfig, ValidateCatchesHandBuiltPerStageConfigs) {
+  ParallelConfig pc;
+  pc.pp = 2;
+  pc.layers_per_stage = {4, 4};
+  pc.tp_per_stage = {2, 1, 1};
+  pc.tp = 0;
+  EXPECT_EQ(pc.Validate(Small(8, 4, 4)).message(), "tp_per_stage=[2, 1, 1] has 3 entries but pp=2");
+  pc.tp_per_stage = {2, 1};
+  pc.tp = 2;
+  EXPECT_EQ(pc.Validate(Small(8, 4, 4)).message(),
+            "tp_per_stage=[2, 1] is set together with tp=2: tp must be 0 for a per-stage layout");
+  pc.tp = 0;
+  pc.tp_per_stage = {2, 2};
+  EXPECT_EQ(pc.Validate(Small(8, 4, 4)).message(),
+            "tp_per_stage=[2, 2] gives every stage the same tp: use tp=2");
+  pc.tp_per_stage = {2, 1};
   EXPECT_TRUE(pc.Validate(Small(8, 4, 4)).ok());
 }
 

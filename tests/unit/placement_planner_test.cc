@@ -108,6 +108,12 @@ TEST(PlannerGolden, Llama70BOnTwoDgxH100ByLatencyWithLargeKvIsTp8Pp2) {
   EXPECT_GE(rep.kv_tokens, 2'000'000);
   EXPECT_EQ(r.plan.gpus_used, 16);
   EXPECT_THAT(r.ToText(), HasSubstr("tp=8 pp=1: does not fit"));
+  // Equal tp on both stages: the uniform layout.
+  auto pc = r.plan.ParallelConfigOf(Model("llama-2-70b"), 0);
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  EXPECT_TRUE(pc->uniform_tp());
+  EXPECT_EQ(pc->tp, 8);
+  EXPECT_EQ(pc->layers_per_stage, (std::vector<int>{40, 40}));
 }
 
 // Llama-2-13B (26 GB fp16, 40 MHA heads: 0.82 MB of KV per token) on 4 hosts
@@ -241,8 +247,21 @@ speed_gbit_per_s = 400
       EXPECT_GT(s.layers(), 63);
     }
   }
+  // The plan runs as a per-stage layout: each stage's tp and layers, world
+  // ranks stage by stage.
   auto pc = r.plan.ParallelConfigOf(m, 0);
-  EXPECT_EQ(pc.status().code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  EXPECT_FALSE(pc->uniform_tp());
+  EXPECT_EQ(pc->pp, 2);
+  EXPECT_EQ(pc->world_size(), 12);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(pc->TpOfStage(s), rep.stages[static_cast<size_t>(s)].tp) << "stage " << s;
+    EXPECT_EQ(pc->layers_per_stage[static_cast<size_t>(s)],
+              rep.stages[static_cast<size_t>(s)].layers())
+        << "stage " << s;
+  }
+  EXPECT_EQ(pc->WorldRank(1, 0), rep.stages[0].tp);
+  EXPECT_EQ(r.plan.ParallelConfigOf(m, 1).status().code(), StatusCode::kOutOfRange);
 }
 
 TEST(StageHandoff, EveryReceiverHasExactlyOneSender) {

@@ -29,9 +29,32 @@ TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
   EXPECT_TRUE(automatic->auto_plan);
   EXPECT_EQ(automatic->objective, Objective::kThroughput);
 
-  auto per_stage = ParsePlanRequest(R"({"tp":[2,1],"pp":2})");
-  EXPECT_EQ(per_stage.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(per_stage.status().message().rfind("tp:", 0), 0u) << per_stage.status().message();
+  // A tp per stage: pp is the list's length (given or not).
+  for (const char* body : {R"({"tp":[2,1],"pp":2})", R"({"tp":[2,1]})"}) {
+    auto per_stage = ParsePlanRequest(body);
+    ASSERT_TRUE(per_stage.ok()) << body << ": " << per_stage.status().ToString();
+    EXPECT_EQ(per_stage->tp, 0);
+    EXPECT_EQ(per_stage->tp_per_stage, (std::vector<int>{2, 1}));
+    EXPECT_EQ(per_stage->pp, 2);
+    auto layout = per_stage->Layout(Model("llama_gqa_f32"));
+    ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+    EXPECT_EQ(layout->TpPerStage(), (std::vector<int>{2, 1}));
+    EXPECT_EQ(layout->world_size(), 3);
+  }
+  // A list of equal entries is the uniform layout.
+  auto equal = ParsePlanRequest(R"({"tp":[2,2]})");
+  ASSERT_TRUE(equal.ok());
+  auto uniform = equal->Layout(Model("llama_gqa_f32"));
+  ASSERT_TRUE(uniform.ok());
+  EXPECT_EQ(uniform->tp, 2);
+  EXPECT_TRUE(uniform->uniform_tp());
+  // A per-stage tp the model cannot take: MakePerStage's error names the stage.
+  auto three_heads = ParsePlanRequest(R"({"tp":[3,1]})");
+  ASSERT_TRUE(three_heads.ok());
+  auto bad_layout = three_heads->Layout(Model("llama_gqa_f32"));
+  EXPECT_EQ(bad_layout.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_layout.status().message().find("stage 0"), std::string::npos)
+      << bad_layout.status().message();
   struct Bad {
     const char* body;
     const char* field;
@@ -45,7 +68,12 @@ TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
                         {R"({"tp":1,"pp":2,"layers_per_stage":[1,"x"]})", "layers_per_stage[1]"},
                         {R"({"auto":true,"tp":2})", "auto:"},
                         {R"({"auto":true,"objective":"cost"})", "objective:"},
-                        {R"({"tp":2})", "tp, pp"}}) {
+                        {R"({"tp":2})", "tp, pp"},
+                        {R"({"tp":[]})", "tp:"},
+                        {R"({"tp":[2,0]})", "tp[1]"},
+                        {R"({"tp":[2,"x"]})", "tp[1]"},
+                        {R"({"tp":[2,1],"pp":3})", "pp:"},
+                        {R"({"auto":true,"tp":[2,1]})", "auto:"}}) {
     auto r = ParsePlanRequest(b.body);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b.body;
     EXPECT_NE(r.status().message().find(b.field), std::string::npos)
@@ -144,6 +172,72 @@ TEST(PlanChange, PlaceRanksPrefersWorkersThatHoldTheSlice) {
   // Too few workers.
   auto short_of = PlaceRanks(to, {"w-a"}, held);
   EXPECT_EQ(short_of.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Mixed tp: a rank reuses a slice only under its own stage's tp; the fault
+// rule shrinks to one tp, capped by the largest stage tp.
+TEST(PlanChange, MixedTpReusesByTheStageTpAndFitsByTheLargestTp) {
+  const ModelConfig m = Model("llama_gqa_f32");  // 2 layers, 4 heads, 2 KV heads
+  const ParallelConfig mixed = *ParallelConfig::MakePerStage(m, {2, 1});
+  // RankSlice carries each rank's stage tp.
+  EXPECT_EQ(RankSlice(mixed, 1).tp, 2);
+  EXPECT_EQ(RankSlice(mixed, 1).tp_rank, 1);
+  EXPECT_EQ(RankSlice(mixed, 2).tp, 1);
+  EXPECT_EQ(RankSlice(mixed, 2).stage, 1);
+  // What tp=[2,1] left: A, B = stage 0 (tp 2, layer 0, embedding), C = stage 1
+  // (tp 1, layer 1, lm_head).
+  std::map<std::string, HeldSlice> held;
+  held["A"] = {2, 0, 0, 1, true, false};
+  held["B"] = {2, 1, 0, 1, true, false};
+  held["C"] = {1, 0, 1, 2, false, true};
+  // The same layout after losing B: the spare takes rank 1, A and C reuse all.
+  auto refill = PlaceRanks(mixed, {"S", "C", "A"}, held);
+  ASSERT_TRUE(refill.ok()) << refill.status().ToString();
+  EXPECT_EQ((*refill)[0].worker_id, "A");
+  EXPECT_EQ((*refill)[0].loaded_layers(), 0);
+  EXPECT_TRUE((*refill)[0].reuses_embedding);
+  EXPECT_EQ((*refill)[1].worker_id, "S");
+  EXPECT_EQ((*refill)[1].loaded_layers(), 1);
+  EXPECT_EQ((*refill)[2].worker_id, "C");
+  EXPECT_EQ((*refill)[2].loaded_layers(), 0);
+  EXPECT_TRUE((*refill)[2].reuses_lm_head);
+  // tp=2 x pp=1: A and B keep their tp-2 slices of layer 0 and the
+  // embedding; C's tp-1 layer 1 is a different slice, reused by no rank.
+  const ParallelConfig tp2 = *ParallelConfig::Make(m, 2, 1);
+  auto shrunk = PlaceRanks(tp2, {"C", "B", "A"}, held);
+  ASSERT_TRUE(shrunk.ok());
+  EXPECT_EQ((*shrunk)[0].worker_id, "A");
+  EXPECT_EQ((*shrunk)[1].worker_id, "B");
+  for (const RankPlacement& p : *shrunk) {
+    EXPECT_EQ(p.reused_first, 0);
+    EXPECT_EQ(p.reused_end, 1);
+    EXPECT_TRUE(p.reuses_embedding);
+    EXPECT_FALSE(p.reuses_lm_head);
+  }
+  // tp=[1,2]: every stage's tp differs from what its layers were held under.
+  const ParallelConfig flipped = *ParallelConfig::MakePerStage(m, {1, 2});
+  auto none = PlaceRanks(flipped, {"A", "B", "C"}, held);
+  ASSERT_TRUE(none.ok());
+  for (const RankPlacement& p : *none) EXPECT_EQ(p.reused_end - p.reused_first, 0);
+  const nlohmann::json j = PlanChangeJson(&mixed, flipped, *none, {"A", "B", "C"}, 3);
+  EXPECT_EQ(j["from"]["tp"], 0);
+  EXPECT_EQ(j["from"]["tp_per_stage"], nlohmann::json::array({2, 1}));
+  EXPECT_EQ(j["to"]["tp_per_stage"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(j["ranks"][0]["tp"], 1);
+  EXPECT_EQ(j["ranks"][1]["tp"], 2);
+  EXPECT_EQ(j["layers_loaded"], 3);
+  // The fault rule: 3 workers keep tp=[2,1]; 2 give tp=2 x pp=1 (the largest
+  // stage tp, not 0); 1 gives tp=1 x pp=1.
+  auto keep = FitLayout(m, mixed, 3);
+  ASSERT_TRUE(keep.ok());
+  EXPECT_EQ(keep->TpPerStage(), (std::vector<int>{2, 1}));
+  auto two = FitLayout(m, mixed, 2);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->tp, 2);
+  EXPECT_EQ(two->pp, 1);
+  auto one = FitLayout(m, mixed, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->world_size(), 1);
 }
 
 }  // namespace

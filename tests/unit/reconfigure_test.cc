@@ -425,7 +425,8 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   for (const Bad& b : std::vector<Bad>{
            {{{"tp", 3}, {"pp", 1}}, 400, "tp"},
            {{{"tp", 1}, {"pp", 2}, {"layers_per_stage", {2, 1}}}, 400, "layers_per_stage"},
-           {{{"tp", {2, 1}}, {"pp", 2}}, 400, "not supported"},
+           {{{"tp", {2, 1}}, {"pp", 3}}, 400, "pp"},
+           {{{"tp", {3, 1}}}, 400, "stage 0"},
            {{{"tp", 4}, {"pp", 2}}, 400, "needs 8 workers"},
            {{{"auto", true}, {"objective", "latency"}}, 400, "auto"}}) {
     auto r = Post("/admin/plan", b.body);
@@ -468,6 +469,34 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   auto r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // A tp per stage: tp=[2,1] on 3 of the 4 workers gives the same tokens.
+  auto mixed = Post("/admin/plan", {{"tp", {2, 1}}});
+  ASSERT_EQ(mixed.status, 200) << mixed.body << CoordinatorLog();
+  const json mixed_report = json::parse(mixed.body);
+  PrintReplan("POST /admin/plan tp=1 pp=2 -> tp=[2,1]", mixed_report);
+  EXPECT_EQ(mixed_report["layout"]["tp_per_stage"], json::array({2, 1}));
+  plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], 4);
+  EXPECT_EQ(plan["tp"], 0);
+  EXPECT_EQ(plan["tp_per_stage"], json::array({2, 1}));
+  EXPECT_EQ(plan["wanted"]["tp_per_stage"], json::array({2, 1}));
+  EXPECT_EQ(plan["ranks"].size(), 3u);
+  r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // The metrics follow the changes: plan 4, three re-plans, no fault, the
+  // re-queued sequences as /admin/cluster counts them.
+  const json cluster = Get("/admin/cluster");
+  auto metrics = HttpCall(port_, "GET", "/metrics", "");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("\ntessera_plan_version 4\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_reconfigurations_total 3\n"), std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_faults_total 0\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_requeued_requests_total " +
+                              std::to_string(cluster["requeued_requests_total"].get<int>()) + "\n"),
+            std::string::npos)
+      << metrics.body;
 }
 
 // Drain / undrain: a drained worker leaves the placement (the spare takes

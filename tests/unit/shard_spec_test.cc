@@ -458,6 +458,39 @@ TEST(ShardSpec, GqaHeadRangesWithTp4) {
   }
 }
 
+// tp = [4, 2]: each rank splits by its own stage's tp. Stage 0 (world ranks
+// 0..3) holds 8 query heads and a quarter of the embedding per rank; stage 1
+// (world ranks 4..5) holds 16 heads and half of lm_head per rank.
+TEST(ShardSpec, PerStageTpSplitsEachStageByItsOwnTp) {
+  const ModelConfig m = Llama3_8B();
+  auto pc = ParallelConfig::MakePerStage(m, {4, 2});
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  ASSERT_EQ(pc->world_size(), 6);
+  for (int r = 0; r < 6; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    auto s = ShardSpec::Make(m, *pc, r);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const int stage = r < 4 ? 0 : 1;
+    const int tp = stage == 0 ? 4 : 2;
+    const int t = stage == 0 ? r : r - 4;
+    EXPECT_EQ(s->stage(), stage);
+    EXPECT_EQ(s->tp_rank(), t);
+    EXPECT_EQ(s->local_heads(), 32 / tp);
+    EXPECT_EQ(s->local_kv_heads(), 8 / tp);
+    EXPECT_EQ(s->kv_head_begin(), t * 8 / tp);
+    EXPECT_EQ(s->local_intermediate(), 14336 / tp);
+    EXPECT_EQ(s->vocab_padded(), 128256);  // a multiple of both 4 and 2
+    EXPECT_EQ(s->vocab_begin(), t * 128256 / tp);
+    EXPECT_EQ(s->vocab_end(), (t + 1) * 128256 / tp);
+    const int layer = stage == 0 ? 0 : 31;
+    auto q = s->Find("model.layers." + std::to_string(layer) + ".self_attn.q_proj.weight");
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ((*q)->begin, t * (32 / tp) * 128);
+    EXPECT_EQ((*q)->local_shape, (std::vector<int64_t>{32 / tp * 128, 4096}));
+    EXPECT_TRUE(s->Find(stage == 0 ? "model.embed_tokens.weight" : "lm_head.weight").ok());
+  }
+}
+
 // kv_head = (r * local_heads) / (heads / kv_heads).
 TEST(ShardSpec, KvHeadsReplicatedWhenFewerThanTp) {
   // Qwen2.5-1.5B, tp=4: 3 query heads per rank, group of 6 query heads per KV head.

@@ -1,7 +1,8 @@
 // Tensor + pipeline parallel runs, as real processes over Gloo/TCP on
 // loopback, against the Hugging Face references of every fixture model:
 // last-position logits within 1e-4 (relative to the largest reference logit)
-// and greedy tokens equal, under each valid (tp, pp) layout. Also: seeded
+// and greedy tokens equal, under each valid (tp, pp) layout, including stages
+// of different tp (tp = [2, 1], [1, 2], [2, 4], ...). Also: seeded
 // sampling gives the same tokens at every layout, and killing a rank mid-
 // generation makes every other rank fail with a report naming it, within the
 // configured timeout.
@@ -26,10 +27,30 @@ using nlohmann::json;
 struct Layout {
   int tp, pp;
   std::vector<int> layers;
+  std::vector<int> tps = {};  // a different tp per stage (tp is then ignored)
+
+  int StageTp(int stage) const { return tps.empty() ? tp : tps[static_cast<size_t>(stage)]; }
+  int World() const {
+    int w = 0;
+    for (int s = 0; s < pp; ++s) w += StageTp(s);
+    return w;
+  }
 };
 
+// A layout with tps[s] ranks in stage s.
+Layout PerStage(std::vector<int> tps, std::vector<int> layers = {}) {
+  const int pp = static_cast<int>(tps.size());
+  return Layout{0, pp, std::move(layers), std::move(tps)};
+}
+
 std::string LayoutName(const Layout& l) {
-  std::string s = "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp);
+  std::string s = "tp";
+  if (l.tps.empty()) {
+    s += std::to_string(l.tp);
+  } else {
+    for (size_t i = 0; i < l.tps.size(); ++i) s += (i ? "x" : "") + std::to_string(l.tps[i]);
+  }
+  s += "_pp" + std::to_string(l.pp);
   for (int n : l.layers) s += "_" + std::to_string(n);
   return s;
 }
@@ -49,7 +70,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
   auto server = TcpStoreServer::Start("127.0.0.1", 0);
   TESSERA_CHECK(server.ok());
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-sharded");
-  const int world = layout.tp * layout.pp;
+  const int world = layout.World();
   const int port = (*server)->port();
   RunOutput out;
   out.outcomes = ::tessera::testing::RunRanks(
@@ -59,6 +80,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
         o.model_dir = model_dir;
         o.tp = layout.tp;
         o.pp = layout.pp;
+        o.tp_per_stage = layout.tps;
         o.layers_per_stage = layout.layers;
         o.rank = rank;
         o.store_port = port;
@@ -99,7 +121,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
   std::ifstream tin(dir + "/tokens0.json");
   if (tin) out.tokens = json::parse(tin).get<std::vector<std::vector<int32_t>>>();
   // Every stage-0 tp rank ran the same engine: they must agree.
-  for (int t = 1; t < layout.tp; ++t) {
+  for (int t = 1; t < layout.StageTp(0); ++t) {
     std::ifstream other(dir + "/tokens" + std::to_string(t) + ".json");
     if (other) {
       EXPECT_EQ(json::parse(other).get<std::vector<std::vector<int32_t>>>(), out.tokens)
@@ -184,6 +206,14 @@ std::vector<Case> Cases() {
       {"llama3_headdim_sharded", {2, 2, {1, 2}}},
       {"mistral_dynamic", {2, 1, {}}},  // 1 KV head < tp
       {"mistral_dynamic", {1, 2, {}}},
+      // A different tp per stage (common/stage_handoff.h pairs the ranks):
+      {"llama_gqa_f32", PerStage({2, 1})},        // tp shrinks: stage 0's tp rank 1 sends nothing
+      {"llama_gqa_f32", PerStage({1, 2})},        // tp grows: one sender feeds two receivers
+      {"llama_gqa_f32", PerStage({2, 4})},        // KV heads replicated on stage 1 only
+      {"llama_mha_tied_bf16", PerStage({4, 2})},  // tied embeddings split 4 ways and 2 ways
+      {"qwen2_bias_f16", PerStage({1, 2})},       // vocab 1001 padded on the last stage only
+      {"llama3_headdim_sharded", PerStage({1, 2, 4}, {1, 1, 1})},  // 3 stages, growing
+      {"mistral_dynamic", PerStage({4, 1})},  // 1 KV head replicated 4 ways, then whole
   };
 }
 
@@ -204,7 +234,8 @@ TEST(ShardedSampling, SeededSamplingAgreesAcrossLayouts) {
         SamplingParams{0.9f, 40, 0.95f, static_cast<uint64_t>(1234 + i)};
   }
   std::vector<std::vector<int32_t>> base;
-  for (const Layout& l : std::vector<Layout>{{1, 1, {}}, {2, 1, {}}, {1, 2, {}}, {2, 2, {}}}) {
+  for (const Layout& l : std::vector<Layout>{
+           {1, 1, {}}, {2, 1, {}}, {1, 2, {}}, {2, 2, {}}, PerStage({2, 1}), PerStage({1, 2})}) {
     RunOutput out = RunLayout(dir, l, reqs);
     for (const auto& o : out.outcomes) ASSERT_EQ(o.exit_code, 0) << ::tessera::testing::Describe(o);
     ASSERT_EQ(out.tokens.size(), 2u);
