@@ -20,7 +20,9 @@ struct Subcommand {
 Subcommand AddTopoCommand(CLI::App& app);
 
 // `tessera plan --model CONFIG_OR_DIR --topology FILE [--objective
-// latency|throughput] ...`: a placement dry run (cli/plan_command.cc).
+// latency|throughput] ...`: a placement dry run; `tessera plan --cluster URL
+// [--token T]`: a running coordinator's plan and reasoning
+// (cli/plan_command.cc).
 Subcommand AddPlanCommand(CLI::App& app);
 
 // `tessera up` and `tessera status` (cli/up_command.cc).

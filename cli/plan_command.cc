@@ -1,6 +1,7 @@
 // `tessera plan`: a placement dry run. Reads a model config and a topology
 // file, runs the PlacementPlanner and prints the placement and its
-// explanation; needs no GPU.
+// explanation; needs no GPU. With --cluster URL it prints the plan and
+// reasoning of a running coordinator instead.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/plan_view.h"
 #include "coordinator/cluster_model.h"
+#include "coordinator/http_client.h"
 #include "coordinator/placement_planner.h"
 #include "coordinator/topology_file.h"
 
@@ -34,6 +37,8 @@ struct PlanArgs {
   bool cross_node_tp = false;
   bool no_pcie_tp = false;
   bool show_cluster = false;
+  std::string cluster_url;  // --cluster: ask a running coordinator instead
+  std::string token;
 };
 
 int Fail(const Status& s) {
@@ -53,7 +58,32 @@ StatusOr<ModelConfig> LoadModel(const std::string& path) {
   return ParseModelConfig(ss.str(), path);
 }
 
+// `tessera plan --cluster URL`: the running coordinator's plan and reasoning
+// (GET /admin/plan on its admin listener).
+int RunClusterPlan(const PlanArgs& a) {
+  std::string host;
+  int port = 0;
+  if (Status s = ParseHttpUrl(a.cluster_url, &host, &port); !s.ok()) return Fail(s);
+  HttpReply r = HttpCall(port, "GET", "/admin/plan", "", a.token, host);
+  if (r.status != 200) {
+    return Fail(Unavailable("http://" + host + ":" + std::to_string(port) + "/admin/plan: " +
+                            (r.status == 0 ? r.body : std::to_string(r.status) + " " + r.body)));
+  }
+  const std::string out = FormatServingPlan(r.body, true);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  // Exit 1 when the coordinator has no plan (refused or still waiting).
+  return out.find("placement: tp=") == std::string::npos ? 1 : 0;
+}
+
 int RunPlan(const PlanArgs& a) {
+  if (!a.cluster_url.empty()) {
+    if (!a.model.empty() || !a.topology.empty())
+      return Fail(
+          InvalidArgument("--cluster asks a running coordinator; drop --model and --topology"));
+    return RunClusterPlan(a);
+  }
+  if (a.model.empty() || a.topology.empty())
+    return Fail(InvalidArgument("a dry run needs --model and --topology (or --cluster URL)"));
   auto model = LoadModel(a.model);
   if (!model.ok()) return Fail(model.status());
   auto topo = LoadTopologyFile(a.topology);
@@ -95,10 +125,13 @@ Subcommand AddPlanCommand(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* cmd =
       app.add_subcommand("plan", "dry run: place a model on a described cluster and explain why");
-  cmd->add_option("--model", a->model, "a model's config.json, or its directory")->required();
+  cmd->add_option("--model", a->model, "a model's config.json, or its directory");
   cmd->add_option("--topology", a->topology,
-                  "a topology file (TOML, docs/topology.md; or tessera topo --json)")
-      ->required();
+                  "a topology file (TOML, docs/topology.md; or tessera topo --json)");
+  cmd->add_option("--cluster", a->cluster_url,
+                  "instead: a running coordinator's admin URL (http://HOST:PORT); prints its plan "
+                  "and reasoning");
+  cmd->add_option("--token", a->token, "admin bearer token for --cluster");
   cmd->add_option("--objective", a->objective, "latency or throughput")
       ->check(CLI::IsMember({"latency", "throughput"}));
   cmd->add_option("--max-context", a->max_context,

@@ -8,6 +8,7 @@
 // the queue, through the admin API.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "common/load_progress.h"
+#include "cli/plan_view.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
 #include "coordinator/local_launcher.h"
@@ -38,25 +40,9 @@ std::string SelfDir() {
   return s.substr(0, s.rfind('/'));
 }
 
-void PrintPlan(const std::string& plan_json) {
-  const json plan = json::parse(plan_json, nullptr, false);
-  if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks")) {
-    std::printf("placement: unavailable (%s)\n", plan_json.c_str());
-    return;
-  }
-  // tp_per_stage lists every stage's tp; print it when the stages differ.
-  std::string tp = std::to_string(plan.value("tp", 0));
-  if (plan.value("tp", 0) == 0 && plan.contains("tp_per_stage") && plan["tp_per_stage"].is_array())
-    tp = plan["tp_per_stage"].dump();
-  std::printf("placement: tp=%s pp=%d (plan %llu)\n", tp.c_str(), plan.value("pp", 0),
-              static_cast<unsigned long long>(plan.value("plan_version", 0)));
-  std::printf("  %-6s %-6s %-8s %-10s %-12s %s\n", "rank", "stage", "tp_rank", "layers", "weight MB", "worker");
-  for (const json& r : plan["ranks"]) {
-    const auto layers = r["layers"];
-    std::printf("  %-6d %-6d %-8d [%d, %d)%*s %-12.1f %s\n", r["world_rank"].get<int>(), r["stage"].get<int>(),
-                r["tp_rank"].get<int>(), layers[0].get<int>(), layers[1].get<int>(), 3, "",
-                r["weight_bytes"].get<double>() / 1e6, r["worker"].get<std::string>().c_str());
-  }
+void PrintPlan(const std::string& plan_json, bool with_explanation) {
+  const std::string out = FormatServingPlan(plan_json, with_explanation);
+  std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 // One progress line over every rank's shard load, from /admin/plan
@@ -95,33 +81,39 @@ Subcommand AddUpCommand(CLI::App& app) {
   s.app->add_option("--config", a->config, "TOML config (e.g. configs/local-cpu.toml)")
       ->required()
       ->check(CLI::ExistingFile);
-  s.app->add_option("--prompt", a->prompt, "send one chat request, stream the answer, then shut down");
-  s.app->add_option("--max-tokens", a->max_tokens, "tokens to generate for --prompt")->capture_default_str();
+  s.app->add_option("--prompt", a->prompt,
+                    "send one chat request, stream the answer, then shut down");
+  s.app->add_option("--max-tokens", a->max_tokens, "tokens to generate for --prompt")
+      ->capture_default_str();
   s.app->add_option("--ready-timeout", a->ready_timeout, "seconds to wait for the plan to load")
       ->capture_default_str();
   s.run = [a]() -> int {
+    // From here on a Ctrl-C means: stop cleanly.
+    std::signal(SIGINT, OnUpSignal);
+    std::signal(SIGTERM, OnUpSignal);
     auto cfg = LoadDaemonConfig(a->config);
     if (!cfg.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", cfg.status().ToString().c_str());
       return 2;
     }
-    if (cfg->parallel.mode != ParallelMode::kExplicit) {
-      std::fprintf(stderr, "tessera up: %s: set parallel.tp and parallel.pp (auto placement is not wired yet)\n",
-                   a->config.c_str());
-      return 2;
-    }
-    const int workers = cfg->parallel.world_size();
+    const bool explicit_mode = cfg->parallel.mode == ParallelMode::kExplicit;
+    // Explicit: tp * pp workers; auto: parallel.workers (default 1), placed
+    // by the coordinator's planner.
+    const int workers =
+        explicit_mode ? cfg->parallel.world_size() : std::max(1, cfg->parallel.workers);
     const std::string dir = SelfDir();
     std::vector<ChildSpec> children;
-    children.push_back({"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false});
+    // Own process groups: a Ctrl-C reaches only this process, which stops
+    // the coordinator first; it shuts its workers down.
+    children.push_back(
+        {"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false, true});
     for (int d = 0; d < workers; ++d)
       children.push_back({"worker " + std::to_string(d),
-                          {dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
-                           "--coordinator", cfg->server.control_endpoint},
-                          false});
+                          {dir + "/tessera-worker", "--config", a->config, "--device",
+                           std::to_string(d), "--coordinator", cfg->server.control_endpoint},
+                          false,
+                          true});
     LocalLauncher launcher;
-    std::signal(SIGINT, OnUpSignal);
-    std::signal(SIGTERM, OnUpSignal);
     if (Status st = launcher.Start(children); !st.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
       return 1;
@@ -129,7 +121,8 @@ Subcommand AddUpCommand(CLI::App& app) {
     const int port = cfg->server.port;
     const int admin_port = cfg->admin.port == 0 ? port : cfg->admin.port;
     const std::string token = cfg->admin.effective_token;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a->ready_timeout);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(a->ready_timeout);
     bool ready = false;
     const auto start = std::chrono::steady_clock::now();
     auto last_progress = start;
@@ -151,9 +144,14 @@ Subcommand AddUpCommand(CLI::App& app) {
         ready = true;
         break;
       }
-      if (r.status == 503 && r.body.find("INVALID_ARGUMENT") != std::string::npos) {
-        std::fprintf(stderr, "tessera up: %s\n", r.body.c_str());
-        break;
+      if (r.status == 503) {
+        // A refused placement does not heal by waiting.
+        const json j = json::parse(r.body, nullptr, false);
+        const std::string reason = j.is_object() ? j.value("reason", "") : "";
+        if (!reason.empty() && reason != "waiting for workers or degraded") {
+          std::fprintf(stderr, "tessera up: %s\n", reason.c_str());
+          break;
+        }
       }
       if (Status alive = launcher.CheckRunning(); !alive.ok()) {
         std::fprintf(stderr, "tessera up: %s before the deployment was ready\n",
@@ -164,10 +162,13 @@ Subcommand AddUpCommand(CLI::App& app) {
     }
     int rc = 0;
     if (!ready) {
-      if (!g_up_stop) std::fprintf(stderr, "tessera up: the deployment did not become ready\n");
-      rc = 1;
+      if (!g_up_stop) {
+        std::fprintf(stderr, "tessera up: the deployment did not become ready\n");
+        rc = 1;
+      }
     } else {
-      PrintPlan(HttpCall(admin_port, "GET", "/admin/plan", "", token, cfg->admin.host).body);
+      PrintPlan(HttpCall(admin_port, "GET", "/admin/plan", "", token, cfg->admin.host).body,
+                !explicit_mode);
       std::printf("API: http://%s:%d/v1 (model \"%s\")\n", cfg->server.host.c_str(), port,
                   ServedModelName(cfg->model).c_str());
       std::fflush(stdout);
@@ -177,9 +178,11 @@ Subcommand AddUpCommand(CLI::App& app) {
                     {"max_tokens", a->max_tokens},
                     {"temperature", 0},
                     {"stream", true}};
-        HttpReply r = HttpCall(port, "POST", "/v1/chat/completions", req.dump(), "", cfg->server.host);
-        if (r.status != 200) {
-          std::fprintf(stderr, "tessera up: chat request failed (%d): %s\n", r.status, r.body.c_str());
+        HttpReply r =
+            HttpCall(port, "POST", "/v1/chat/completions", req.dump(), "", cfg->server.host);
+        if (r.status != 200 && !g_up_stop) {
+          std::fprintf(stderr, "tessera up: chat request failed (%d): %s\n", r.status,
+                       r.body.c_str());
           rc = 1;
         }
         for (const std::string& e : r.events) {
@@ -204,9 +207,19 @@ Subcommand AddUpCommand(CLI::App& app) {
         while (!g_up_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
-    launcher.ForwardSignal(SIGTERM);
-    Status waited = launcher.Wait(10.0);
-    (void)waited;  // children stopped on our request; their exit codes are not failures
+    // Stop: once serving, the coordinator first (it sends every worker a
+    // Shutdown), then whatever is still running after 15 s; while starting,
+    // everything at once (workers may not have registered yet).
+    if (ready) {
+      launcher.SignalChild(0, SIGTERM);
+    } else {
+      launcher.ForwardSignal(SIGTERM);
+    }
+    Status waited = launcher.Wait(5.0, 15.0);
+    if (!waited.ok()) {
+      std::fprintf(stderr, "tessera up: %s\n", waited.ToString().c_str());
+      if (ready) rc = 1;  // a clean deployment exits cleanly; a broken one was reported above
+    }
     return rc;
   };
   return s;
@@ -220,23 +233,41 @@ Subcommand AddStatusCommand(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   Subcommand s;
-  s.app = app.add_subcommand("status", "show the cluster, the plan and the queue of a running coordinator");
+  s.app = app.add_subcommand("status",
+                             "show the cluster, the plan and the queue of a running coordinator");
   s.app->add_option("--host", a->host, "admin host")->capture_default_str();
   s.app->add_option("--port", a->port, "admin port")->capture_default_str();
   s.app->add_option("--token", a->token, "admin bearer token");
   s.run = [a]() -> int {
     HttpReply cluster = HttpCall(a->port, "GET", "/admin/cluster", "", a->token, a->host);
     if (cluster.status != 200) {
-      std::fprintf(stderr, "tessera status: http://%s:%d/admin/cluster: %s\n", a->host.c_str(), a->port,
-                   cluster.status == 0 ? cluster.body.c_str() : (std::to_string(cluster.status) + " " + cluster.body).c_str());
+      std::fprintf(
+          stderr, "tessera status: http://%s:%d/admin/cluster: %s\n", a->host.c_str(), a->port,
+          cluster.status == 0 ? cluster.body.c_str()
+                              : (std::to_string(cluster.status) + " " + cluster.body).c_str());
       return 1;
     }
     const json c = json::parse(cluster.body, nullptr, false);
-    std::printf("ready: %s\nworkers:\n", c.value("ready", false) ? "yes" : "no");
-    for (const json& w : c["workers"])
-      std::printf("  %-12s %-10s %-8s pid %d\n", w.value("id", "").c_str(), w.value("host", "").c_str(),
-                  w.value("state", "").c_str(), w.value("pid", 0));
-    PrintPlan(HttpCall(a->port, "GET", "/admin/plan", "", a->token, a->host).body);
+    if (c.is_discarded() || !c.is_object()) {
+      std::fprintf(stderr, "tessera status: /admin/cluster is not JSON: %s\n",
+                   cluster.body.c_str());
+      return 1;
+    }
+    std::printf("ready: %s\n", c.value("ready", false) ? "yes" : "no");
+    if (c.contains("queue") && c["queue"].is_object())
+      std::printf("queue: %d waiting, %d running\n", c["queue"].value("waiting", 0),
+                  c["queue"].value("running", 0));
+    std::printf("workers:\n");
+    for (const json& w : c["workers"]) {
+      std::string rank = "idle";
+      if (w.contains("rank") && w["rank"].is_object())
+        rank = "rank " + w["rank"]["world_rank"].dump();
+      std::printf("  %-12s %-12s %-16s %-7s %-9s %-8s pid %d\n", w.value("id", "").c_str(),
+                  w.value("host", "").c_str(), w.value("data_address", "").c_str(),
+                  w.value("state", "").c_str(), w.value("worker_state", "").c_str(), rank.c_str(),
+                  w.value("pid", 0));
+    }
+    PrintPlan(HttpCall(a->port, "GET", "/admin/plan", "", a->token, a->host).body, false);
     return 0;
   };
   return s;

@@ -9,7 +9,12 @@
 #include "common/logging.h"
 #include "common/metric_catalog.h"
 #include "common/shard_spec.h"
+#include "coordinator/cluster_model.h"
+#include "coordinator/cost_model.h"
 #include "coordinator/openai_api.h"
+#include "coordinator/placement_planner.h"
+#include "coordinator/worker_cluster.h"
+#include "worker/worker_registration.h"
 
 namespace tessera {
 
@@ -33,27 +38,26 @@ Status CoordinatorDaemon::Start() {
     auto t = ChatTemplate::Detect(tokenizer_->chat_template());
     if (t.ok()) chat_template_ = *t;  // else chat requests get a 400 naming the problem
   }
-  if (config_.parallel.mode != ParallelMode::kExplicit)
-    return Unimplemented(
-        "parallel.mode = \"auto\" needs the topology planner wiring; set tp and pp explicitly");
-  TESSERA_ASSIGN_OR_RETURN(
-      parallel_, config_.parallel.tp_per_stage.empty()
-                     ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                            config_.parallel.layers_per_stage)
-                     : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
-                                                    config_.parallel.layers_per_stage));
-  wanted_ = parallel_;
+  if (config_.parallel.mode == ParallelMode::kExplicit) {
+    // The layout's rules against the model, before any worker is waited for.
+    TESSERA_ASSIGN_OR_RETURN(
+        parallel_, config_.parallel.tp_per_stage.empty()
+                       ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
+                                              config_.parallel.layers_per_stage)
+                       : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
+                                                      config_.parallel.layers_per_stage));
+    expected_workers_ = parallel_.world_size();
+    wanted_ = parallel_;
+  } else {
+    expected_workers_ = std::max(1, config_.parallel.workers);
+  }
+  planner_ = std::make_unique<PlacementPlanner>();
   max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
                                                    : model_.max_position_embeddings;
   if (max_context_ > model_.max_position_embeddings)
     return InvalidArgument("scheduler.max_context " + std::to_string(max_context_) +
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(model_.max_position_embeddings));
-  const int64_t block = config_.kv_cache.block_size;
-  kv_blocks_ = config_.kv_cache.max_blocks > 0
-                   ? config_.kv_cache.max_blocks
-                   : BlockAllocator::BlocksFor(max_context_, block) *
-                         std::min<int64_t>(8, config_.scheduler.max_sequences);
   model_name_ = ServedModelName(config_.model);
 
   ControlServerOptions co;
@@ -65,9 +69,16 @@ Status CoordinatorDaemon::Start() {
     OnControlMessage(p, e);
   };
   co.on_worker_lost = [this](const std::string& id) { OnWorkerLost(id); };
+  co.accept_register = [](const ControlPeer&, const control::Register& reg) -> Status {
+    // The planner needs a readable topology report; refuse a broken one now.
+    if (reg.topology_json().empty()) return Status::Ok();
+    return TopologyReportFromJson(reg.topology_json(), "Register.topology_json").status();
+  };
   control_ = std::make_unique<ControlServer>(co);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
-  // The rendezvous store listens on the control plane's host.
+  // The rendezvous store listens on the control plane's host (every
+  // interface for a wildcard endpoint; workers then use the address they
+  // reach the control plane at).
   std::string store_host = "127.0.0.1";
   const std::string& ep = config_.server.control_endpoint;
   if (ep.rfind("tcp://", 0) == 0) store_host = ep.substr(6, ep.rfind(':') - 6);
@@ -90,10 +101,13 @@ Status CoordinatorDaemon::Start() {
   RegisterRoutes(*api_, admin_.get());
   TESSERA_RETURN_IF_ERROR(api_->Start());
   if (admin_) TESSERA_RETURN_IF_ERROR(admin_->Start());
-  TESSERA_LOG_INFO("coordinator",
-                   "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
-                   model_name_, config_.server.host, api_port(), control_endpoint_,
-                   parallel_.world_size(), parallel_.ToString());
+  TESSERA_LOG_INFO(
+      "coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
+      model_name_, config_.server.host, api_port(), control_endpoint_, expected_workers_,
+      config_.parallel.mode == ParallelMode::kExplicit
+          ? parallel_.ToString()
+          : std::string("auto placement, objective ") +
+                ParallelObjectiveName(config_.parallel.objective));
   placement_thread_ = std::thread([this] { PlaceAndServe(); });
   return Status::Ok();
 }
@@ -109,6 +123,7 @@ void CoordinatorDaemon::Stop() {
   if (placement_thread_.joinable()) placement_thread_.join();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (control_) {
+    // Every live worker, assigned or idle, exits.
     std::vector<std::string> ids;
     for (const ControlWorkerInfo& w : control_->Workers())
       if (w.alive) ids.push_back(w.worker_id);
@@ -161,6 +176,18 @@ std::vector<std::string> CoordinatorDaemon::UsableWorkers() const {
   return out;
 }
 
+std::vector<ControlWorkerInfo> CoordinatorDaemon::WorkerInfos(
+    const std::vector<std::string>& ids) const {
+  std::vector<ControlWorkerInfo> all = control_->Workers(), out;
+  for (const std::string& id : ids)
+    for (const ControlWorkerInfo& w : all)
+      if (w.worker_id == id) {
+        out.push_back(w);
+        break;
+      }
+  return out;
+}
+
 std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
   std::map<std::string, HeldSlice> held;
   // What re-registered workers say they hold (a restarted coordinator) ...
@@ -196,7 +223,7 @@ std::map<std::string, HeldSlice> CoordinatorDaemon::HeldSlices() const {
 }
 
 std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> CoordinatorDaemon::HeldPlan(
-    const std::vector<std::string>& usable, uint64_t* version) const {
+    const std::vector<std::string>& usable, uint64_t* version, int64_t* kv_blocks) const {
   std::map<std::string, control::AssignShard> shards;
   uint64_t newest = 0;
   for (const ControlWorkerInfo& w : control_->Workers()) {
@@ -240,7 +267,149 @@ std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> Coordinator
     ranks.push_back(p);
   }
   *version = newest;
+  *kv_blocks = static_cast<int64_t>(first->kv_num_blocks());
   return std::make_pair(*parallel, std::move(ranks));
+}
+
+// An explicit tp per stage: the planner searches uniform tp only, so the
+// ranks go to the workers in registration order (docs/operations.md), with
+// the KV cache kv_cache.max_blocks (or room for min(8, max_sequences)
+// sequences of scheduler.max_context).
+Status CoordinatorDaemon::PlanPerStageTp(const std::vector<ControlWorkerInfo>& workers) {
+  const int64_t block = config_.kv_cache.block_size;
+  const int64_t blocks = config_.kv_cache.max_blocks > 0
+                             ? config_.kv_cache.max_blocks
+                             : BlockAllocator::BlocksFor(max_context_, block) *
+                                   std::min<int64_t>(8, config_.scheduler.max_sequences);
+  std::vector<Assignment> plan;
+  for (int r = 0; r < parallel_.world_size(); ++r) {
+    const ControlWorkerInfo& w = workers[static_cast<size_t>(r)];
+    Assignment a;
+    a.worker_id = w.worker_id;
+    a.host = w.registration.host();
+    a.data_address = w.registration.data_address();
+    a.device_index = w.registration.devices_size() ? w.registration.devices(0).index() : 0;
+    a.world_rank = r;
+    a.stage = parallel_.StageOf(r);
+    a.tp_rank = parallel_.TpRankOf(r);
+    TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel_, r));
+    a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    plan.push_back(a);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_blocks_ = blocks;
+  assignments_ = std::move(plan);
+  plan_result_.reset();
+  return Status::Ok();
+}
+
+PlanOptions CoordinatorDaemon::PlanOptionsFor(bool cpu) const {
+  PlanOptions o;
+  o.objective = config_.parallel.objective == ParallelObjective::kThroughput
+                    ? Objective::kThroughput
+                    : Objective::kLatency;
+  o.max_context = max_context_;
+  o.min_kv_tokens = max_context_;  // one sequence of the longest context, at least
+  o.gpu_memory_fraction = config_.kv_cache.memory_fraction;
+  // The CPU backend holds weights and KV in float32 whatever the checkpoint.
+  if (cpu) {
+    o.weight_dtype = o.kv_dtype = DType::kF32;
+  } else if (config_.model.dtype) {
+    o.weight_dtype = o.kv_dtype = *config_.model.dtype;
+  }
+  o.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
+  o.max_batch = config_.scheduler.max_sequences;
+  o.max_replicas = 1;  // the scheduler drives one pipeline
+  o.uniform_tp = true;
+  if (cpu) {
+    // Gloo over TCP: a collective costs tens of microseconds, not NCCL's ten.
+    o.cost.collective_launch_s = 50e-6;
+    o.cost.pcie_step_s = 20e-6;
+    o.cost.network_step_s = 50e-6;
+  }
+  if (config_.parallel.mode == ParallelMode::kExplicit) {
+    o.fixed_tp = config_.parallel.tp;
+    o.fixed_pp = config_.parallel.pp;
+    // The configured split, or the even one ParallelConfig made of `[]`.
+    o.fixed_layers_per_stage = config_.parallel.layers_per_stage.empty()
+                                   ? parallel_.layers_per_stage
+                                   : config_.parallel.layers_per_stage;
+    o.allow_cross_node_tp = true;  // the operator chose the tp
+  }
+  return o;
+}
+
+Status CoordinatorDaemon::Plan(const std::vector<ControlWorkerInfo>& workers) {
+  if (config_.parallel.mode == ParallelMode::kExplicit && !parallel_.tp_per_stage.empty())
+    return PlanPerStageTp(workers);
+  TESSERA_ASSIGN_OR_RETURN(WorkerCluster cluster, BuildWorkerCluster(workers));
+  TESSERA_ASSIGN_OR_RETURN(ClusterModel model, BuildClusterModel(cluster.topology));
+  auto result = planner_->Plan(model_, model, PlanOptionsFor(cluster.cpu));
+  if (!result.ok())
+    return result.status().WithContext(std::string("placement refused (parallel.mode = ") +
+                                       ParallelModeName(config_.parallel.mode) + ", " +
+                                       std::to_string(workers.size()) +
+                                       " worker(s)); no worker was assigned anything");
+  for (const std::string& n : cluster.notes) result->explanation.notes.push_back(n);
+  if (result->plan.replicas.empty()) return Internal("the planner placed no replica");
+  TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, result->plan.ParallelConfigOf(model_, 0));
+  const PlannedReplica& rep = result->plan.replicas[0];
+  // KV blocks: what fits on the tightest rank (the planner's KV pool), at
+  // most what the scheduler can use and kv_cache.max_blocks.
+  const int64_t block = config_.kv_cache.block_size;
+  int64_t blocks = rep.kv_tokens / block;
+  blocks = std::min(
+      blocks, config_.scheduler.max_sequences * BlockAllocator::BlocksFor(max_context_, block));
+  if (config_.kv_cache.max_blocks > 0) blocks = std::min(blocks, config_.kv_cache.max_blocks);
+  if (blocks < BlockAllocator::BlocksFor(max_context_, block))
+    return ResourceExhausted("the KV cache holds " + std::to_string(blocks) + " blocks of " +
+                             std::to_string(block) + " tokens, less than one sequence of " +
+                             "scheduler.max_context " + std::to_string(max_context_));
+  const ModelSizes sizes = ModelSizes::From(model_, DType::kF32, DType::kF32);
+  std::vector<Assignment> plan;
+  for (int s = 0; s < rep.pp(); ++s) {
+    const PlannedStage& st = rep.stages[s];
+    for (int i = 0; i < st.tp; ++i) {
+      const GpuRef& ref = st.gpus[i];
+      Assignment a;
+      a.worker_id = cluster.workers[ref.node][ref.gpu];
+      for (const ControlWorkerInfo& w : workers) {
+        if (w.worker_id != a.worker_id) continue;
+        a.host = w.registration.host();
+        a.data_address = w.registration.data_address();
+        a.device_index = w.registration.devices(0).index();
+      }
+      a.world_rank = s * par.tp + i;
+      a.stage = s;
+      a.tp_rank = i;
+      a.predicted_weight_bytes = st.weight_bytes;
+      TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, par, a.world_rank));
+      a.shard_weight_bytes = spec.WeightBytes(DType::kF32);
+      StageShape shape;
+      shape.tp = par.tp;
+      shape.layers = st.layers();
+      a.predicted_kv_bytes = static_cast<int64_t>(static_cast<double>(blocks * block) *
+                                                  KvBytesPerTokenPerGpu(sizes, shape));
+      plan.push_back(a);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  parallel_ = par;
+  kv_blocks_ = blocks;
+  assignments_ = std::move(plan);
+  plan_result_ = std::move(*result);
+  return Status::Ok();
+}
+
+std::string CoordinatorDaemon::StoreHostFor(const std::string& worker_address) const {
+  if (store_->host() != "0.0.0.0") return store_->host();
+  // The store listens on every interface: name the one that routes to the
+  // worker (its Gloo address is on the network it shares with us).
+  if (!worker_address.empty()) {
+    auto local = LocalAddressToward("tcp://" + worker_address + ":1");
+    if (local.ok()) return *local;
+  }
+  return "127.0.0.1";
 }
 
 void CoordinatorDaemon::PlaceAndServe() {
@@ -255,33 +424,51 @@ void CoordinatorDaemon::PlaceAndServe() {
   std::vector<std::string> workers;
   std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> adopted;
   uint64_t adopted_version = 0;
+  int64_t adopted_kv_blocks = 0;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) return;
     }
     workers = UsableWorkers();
-    adopted = HeldPlan(workers, &adopted_version);
-    if (adopted || static_cast<int>(workers.size()) >= parallel_.world_size()) break;
+    adopted = HeldPlan(workers, &adopted_version, &adopted_kv_blocks);
+    if (adopted || static_cast<int>(workers.size()) >= expected_workers_) break;
   }
-  // 2. Assign shards (world ranks in registration order, or the adopted
-  //    plan's) and apply: workers reuse the weights they hold.
+  // 2. Place: the adopted plan's ranks, or the planner's placement (nothing
+  //    is assigned unless a layout fits); then apply: workers reuse the
+  //    weights they hold.
   std::vector<RankPlacement> ranks;
+  std::optional<PlanResult> planned;
+  std::vector<Assignment> predicted;
   std::string reason = "initial placement";
   if (adopted) {
     std::lock_guard<std::mutex> lock(mu_);
     parallel_ = wanted_ = adopted->first;
     plan_version_ = adopted_version;
+    kv_blocks_ = adopted_kv_blocks;
     ranks = adopted->second;
     reason = "adopted plan " + std::to_string(adopted_version) + " held by the workers";
     TESSERA_LOG_INFO("coordinator", "{}: {}", reason, parallel_.ToString());
   } else {
-    auto placed = PlaceRanks(parallel_, workers, HeldSlices());
-    if (!placed.ok()) return fail(placed.status());
-    ranks = *placed;
+    std::vector<ControlWorkerInfo> infos = WorkerInfos(workers);
+    infos.resize(static_cast<size_t>(expected_workers_));  // the rest are spares
+    if (Status st = Plan(infos); !st.ok()) return fail(st);
+    std::lock_guard<std::mutex> lock(mu_);
+    wanted_ = parallel_;
+    predicted.swap(assignments_);  // ApplyPlan fills assignments_ anew
+    planned = std::move(plan_result_);
+    plan_result_.reset();
+    TESSERA_LOG_INFO("coordinator", "placing {} on {} of {} workers\n{}", parallel_.ToString(),
+                     predicted.size(), workers.size(),
+                     planned ? planned->ToText() : std::string("(explicit tp per stage)"));
+    for (const Assignment& a : predicted) {
+      RankPlacement r = RankSlice(parallel_, a.world_rank);
+      r.worker_id = a.worker_id;
+      ranks.push_back(r);
+    }
   }
   json report;
-  Status applied = ApplyPlan(parallel_, ranks, reason, report);
+  Status applied = ApplyPlan(parallel_, ranks, reason, report, std::move(planned), &predicted);
   if (!applied.ok()) return fail(applied);
   // 3. Serve.
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks_);
@@ -310,17 +497,33 @@ void CoordinatorDaemon::PlaceAndServe() {
 
 Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
                                     const std::vector<RankPlacement>& ranks,
-                                    const std::string& reason, json& report) {
+                                    const std::string& reason, json& report,
+                                    std::optional<PlanResult> planned,
+                                    const std::vector<Assignment>* predicted) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Assignment> plan;
+  const std::vector<ControlWorkerInfo> infos = control_->Workers();
   for (const RankPlacement& r : ranks) {
     Assignment a;
     a.worker_id = r.worker_id;
+    for (const ControlWorkerInfo& w : infos) {
+      if (w.worker_id != a.worker_id || !w.alive) continue;
+      a.host = w.registration.host();
+      a.data_address = w.registration.data_address();
+      a.device_index = w.registration.devices_size() ? w.registration.devices(0).index() : 0;
+    }
     a.world_rank = r.world_rank;
     a.stage = r.stage;
     a.tp_rank = r.tp_rank;
     TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
-    a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    // The planner's predictions for this rank, when it placed the plan.
+    if (predicted)
+      for (const Assignment& p : *predicted)
+        if (p.world_rank == a.world_rank && p.worker_id == a.worker_id) {
+          a.predicted_weight_bytes = p.predicted_weight_bytes;
+          a.predicted_kv_bytes = p.predicted_kv_bytes;
+        }
     plan.push_back(a);
   }
   std::vector<std::string> old_workers;
@@ -332,6 +535,8 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     metrics_.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(version));
     parallel_ = parallel;
     assignments_ = plan;
+    plan_result_ = std::move(planned);  // the planner's explanation, when it placed this plan
+    for (const Assignment& a : plan) states_[a.worker_id] = control::WORKER_STATE_LOADING;
     load_error_.clear();
   }
   TESSERA_LOG_INFO("coordinator", "plan {}: applying {} ({}) on {} workers", version,
@@ -360,13 +565,9 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     s->set_dtype("F32");
     s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));
     s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks_));
-    uint32_t device = 0;
-    for (const ControlWorkerInfo& w : control_->Workers())
-      if (w.worker_id == a.worker_id && w.alive && w.registration.devices_size())
-        device = w.registration.devices(0).index();
-    s->set_device_index(device);
+    s->set_device_index(a.device_index);
     control::GlooRendezvous* g = s->mutable_gloo();
-    g->set_store_host(store_->host() == "0.0.0.0" ? "127.0.0.1" : store_->host());
+    g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));
     g->set_key_prefix("plan" + std::to_string(version) + "/");
     TESSERA_RETURN_IF_ERROR(control_->Send(a.worker_id, std::move(e))
@@ -593,12 +794,19 @@ void CoordinatorDaemon::RunJob(PlanJob job) {
       }
       target = *fit;
     }
-    auto placed = PlaceRanks(target, usable, HeldSlices());
+    // The planner's workers when it chose them and they are all still usable.
+    const bool keep = !job.ranks.empty() &&
+                      std::all_of(job.ranks.begin(), job.ranks.end(), [&](const RankPlacement& r) {
+                        return std::find(usable.begin(), usable.end(), r.worker_id) != usable.end();
+                      });
+    auto placed = keep ? StatusOr<std::vector<RankPlacement>>(job.ranks)
+                       : PlaceRanks(target, usable, HeldSlices());
     if (!placed.ok()) {
       result = placed.status();
       break;
     }
-    result = ApplyPlan(target, *placed, job.reason, report);
+    result = ApplyPlan(target, *placed, job.reason, report,
+                       keep ? job.planned : std::optional<PlanResult>());
     if (result.ok() || job.target || attempt >= kMaxFitAttempts) break;
     TESSERA_LOG_WARN("coordinator", "re-plan attempt {} failed: {}; retrying", attempt,
                      result.ToString());
@@ -746,6 +954,18 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     return;
   }
   std::unique_lock<std::mutex> lock(mu_);
+  if (e.has_heartbeat()) {
+    // A heartbeat written before the worker took in its assignment (or its
+    // Loaded) is stale: the coordinator already knows better.
+    for (const Assignment& a : assignments_) {
+      if (a.worker_id != peer.worker_id) continue;
+      if (e.heartbeat().plan_version() != plan_version_) return;
+      if (a.loaded_weight_bytes >= 0 && e.heartbeat().state() == control::WORKER_STATE_LOADING)
+        return;
+    }
+    states_[peer.worker_id] = e.heartbeat().state();
+    return;
+  }
   if (e.has_load_progress()) {
     if (e.load_progress().plan_version() != plan_version_) return;
     for (Assignment& a : assignments_) {
@@ -755,6 +975,7 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     }
   } else if (e.has_loaded()) {
     if (e.loaded().plan_version() != plan_version_) return;
+    states_[peer.worker_id] = control::WORKER_STATE_READY;
     for (Assignment& a : assignments_) {
       if (a.worker_id != peer.worker_id) continue;
       a.loaded_weight_bytes = static_cast<int64_t>(e.loaded().weights_bytes());
@@ -769,6 +990,7 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
                        e.error().message());
       return;
     }
+    states_[peer.worker_id] = control::WORKER_STATE_FAILED;
     TESSERA_LOG_ERROR("coordinator", "worker {}: {}", peer.worker_id, e.error().message());
     const bool loading = std::any_of(assignments_.begin(), assignments_.end(),
                                      [](const Assignment& a) { return a.loaded_weight_bytes < 0; });
@@ -809,12 +1031,47 @@ void CoordinatorDaemon::OnWorkerLost(const std::string& worker_id) {
   }
 }
 
+StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> CoordinatorDaemon::ProposeAutoPlan(
+    Objective objective, std::optional<PlanResult>* planned) const {
+  const std::vector<std::string> usable = UsableWorkers();
+  if (usable.empty()) return InvalidArgument("auto: no usable worker (alive, not drained)");
+  auto cluster = BuildWorkerCluster(WorkerInfos(usable));
+  if (!cluster.ok()) return InvalidArgument("auto: " + cluster.status().message());
+  auto topology = BuildClusterModel(cluster->topology);
+  if (!topology.ok()) return InvalidArgument("auto: " + topology.status().message());
+  // The auto-mode options (whatever parallel.mode says) with the asked objective.
+  PlanOptions o = PlanOptionsFor(cluster->cpu);
+  const PlanOptions free_layout;
+  o.fixed_tp = free_layout.fixed_tp;
+  o.fixed_pp = free_layout.fixed_pp;
+  o.fixed_layers_per_stage = free_layout.fixed_layers_per_stage;
+  o.allow_cross_node_tp = free_layout.allow_cross_node_tp;
+  o.objective = objective;
+  auto result = planner_->Plan(model_, *topology, o);
+  if (!result.ok())
+    return InvalidArgument("auto: no layout fits the " + std::to_string(usable.size()) +
+                           " usable worker(s): " + result.status().message());
+  if (result->plan.replicas.empty()) return Internal("auto: the planner placed no replica");
+  auto parallel = result->plan.ParallelConfigOf(model_, 0);
+  if (!parallel.ok()) return InvalidArgument("auto: " + parallel.status().message());
+  const PlannedReplica& rep = result->plan.replicas[0];
+  std::vector<RankPlacement> ranks;
+  for (int s = 0; s < rep.pp(); ++s)
+    for (int i = 0; i < rep.stages[s].tp; ++i) {
+      const GpuRef& ref = rep.stages[s].gpus[i];
+      RankPlacement r = RankSlice(*parallel, parallel->WorldRank(s, i));
+      r.worker_id = cluster->workers[ref.node][ref.gpu];
+      ranks.push_back(r);
+    }
+  TESSERA_LOG_INFO("coordinator", "auto plan ({}): {}\n{}", ObjectiveName(objective),
+                   parallel->ToString(), result->ToText());
+  if (planned) *planned = std::move(*result);
+  return std::make_pair(*parallel, std::move(ranks));
+}
+
 StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> CoordinatorDaemon::ProposePlan(
-    const PlanRequest& request) const {
-  if (request.auto_plan)
-    return Unimplemented(
-        "auto: the topology planner needs the workers' GPU topology reports, which CPU workers do "
-        "not send; give tp and pp");
+    const PlanRequest& request, std::optional<PlanResult>* planned) const {
+  if (request.auto_plan) return ProposeAutoPlan(request.objective, planned);
   auto parallel = request.Layout(model_);
   if (!parallel.ok()) return InvalidArgument(parallel.status().message());
   std::vector<std::string> usable = UsableWorkers();
@@ -835,7 +1092,8 @@ void CoordinatorDaemon::HandlePlanPost(const HttpRequest& req, std::shared_ptr<R
         parsed.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
     return;
   }
-  auto proposal = ProposePlan(*parsed);
+  std::optional<PlanResult> planned;
+  auto proposal = ProposePlan(*parsed, &planned);
   if (!proposal.ok()) {
     res->SendError(
         400, proposal.status().message(), std::nullopt,
@@ -852,6 +1110,7 @@ void CoordinatorDaemon::HandlePlanPost(const HttpRequest& req, std::shared_ptr<R
                             from, plan_version_ + 1);
     j["dry_run"] = true;
     j["drain_timeout_seconds"] = config_.scheduler.drain_timeout_seconds;
+    if (planned) j["planner_text"] = planned->ToText();  // why the planner chose it
     res->SendJson(200, j.dump());
     return;
   }
@@ -864,7 +1123,12 @@ void CoordinatorDaemon::HandlePlanPost(const HttpRequest& req, std::shared_ptr<R
   }
   PlanJob job;
   job.target = proposal->first;
-  job.reason = "POST /admin/plan " + proposal->first.ToString();
+  job.reason =
+      std::string("POST /admin/plan ") + (planned ? "auto " : "") + proposal->first.ToString();
+  if (planned) {
+    job.ranks = proposal->second;
+    job.planned = std::move(planned);
+  }
   job.res = res;
   jobs_.push_back(std::move(job));
   cv_.notify_all();
@@ -903,6 +1167,46 @@ void CoordinatorDaemon::HandleWorkerDrain(const HttpRequest& req, std::shared_pt
       json{{"worker", id}, {"drained", drain}, {"changed", changed}, {"replan", replan}}.dump());
 }
 
+namespace {
+
+const char* StateName(control::WorkerState s) {
+  switch (s) {
+    case control::WORKER_STATE_IDLE:
+      return "idle";
+    case control::WORKER_STATE_LOADING:
+      return "loading";
+    case control::WORKER_STATE_READY:
+      return "ready";
+    case control::WORKER_STATE_DRAINING:
+      return "draining";
+    case control::WORKER_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+json StageJson(const PlannedStage& st, const std::vector<std::string>& workers) {
+  json gpus = json::array();
+  for (const GpuRef& g : st.gpus) gpus.push_back({g.node, g.gpu});
+  return {{"tp", st.tp},
+          {"hosts", st.hosts},
+          {"workers", workers},
+          {"devices", gpus},
+          {"device_name", st.gpu_name},
+          {"layers", {st.first_layer, st.end_layer}},
+          {"embedding", st.embedding},
+          {"lm_head", st.lm_head},
+          {"tp_link", st.tp_link},
+          {"predicted_weight_bytes", st.weight_bytes},
+          {"predicted_kv_pool_bytes", st.kv_bytes},
+          {"predicted_activation_bytes", st.activation_bytes},
+          {"usable_bytes", st.usable_bytes},
+          {"predicted_decode_seconds", st.decode_seconds}};
+}
+
+}  // namespace
+
 std::string CoordinatorDaemon::ClusterJson() const {
   json workers = json::array();
   std::lock_guard<std::mutex> lock(mu_);
@@ -915,21 +1219,36 @@ std::string CoordinatorDaemon::ClusterJson() const {
     for (const Assignment& a : assignments_) in_plan |= a.worker_id == w.worker_id;
     json devices = json::array();
     for (const auto& d : w.registration.devices())
-      devices.push_back({{"index", d.index()}, {"name", d.name()}});
+      devices.push_back({{"index", d.index()},
+                         {"name", d.name()},
+                         {"kind", d.kind() == control::DEVICE_KIND_CPU ? "cpu" : "cuda"},
+                         {"memory_bytes", d.total_memory_bytes()}});
+    json role = nullptr;
+    for (const Assignment& a : assignments_)
+      if (a.worker_id == w.worker_id)
+        role = {{"world_rank", a.world_rank}, {"stage", a.stage}, {"tp_rank", a.tp_rank}};
+    auto st = states_.find(w.worker_id);
     workers.push_back({{"id", w.worker_id},
                        {"host", w.registration.host()},
                        {"pid", w.registration.pid()},
+                       {"data_address", w.registration.data_address()},
                        {"devices", devices},
                        {"state", failed || !w.alive ? "failed"
                                  : drained          ? "drained"
                                                     : "alive"},
+                       {"worker_state", st == states_.end() ? "registered" : StateName(st->second)},
+                       {"rank", role},
                        {"in_plan", in_plan && w.alive},
                        {"seconds_since_last_message", w.seconds_since_last_message}});
   }
+  json queue = nullptr;
+  if (ready_.load() && scheduler_)
+    queue = {{"waiting", scheduler_->waiting()}, {"running", scheduler_->running()}};
   return json{{"workers", workers},
               {"ready", ready_.load()},
               {"degraded", degraded_.empty() ? json(nullptr) : json(degraded_)},
               {"plan_version", plan_version_},
+              {"queue", queue},
               {"reconfiguring", job_running_ || !jobs_.empty()},
               {"reconfigurations_total", reconfigurations_},
               {"faults_total", faults_},
@@ -942,29 +1261,80 @@ std::string CoordinatorDaemon::PlanJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Assignment& a : assignments_) {
     ranks.push_back({{"worker", a.worker_id},
+                     {"host", a.host},
+                     {"device", a.device_index},
                      {"world_rank", a.world_rank},
                      {"stage", a.stage},
                      {"tp_rank", a.tp_rank},
                      {"layers", {parallel_.FirstLayer(a.stage), parallel_.EndLayer(a.stage)}},
                      {"predicted_weight_bytes", a.predicted_weight_bytes},
+                     {"shard_weight_bytes", a.shard_weight_bytes},
                      {"weight_bytes", a.loaded_weight_bytes},
                      {"reused_weight_bytes", a.reused_weight_bytes},
+                     {"predicted_kv_bytes", a.predicted_kv_bytes},
                      {"kv_bytes", a.kv_bytes},
                      {"load_seconds", a.load_seconds},
                      {"load_bytes_done", a.load_bytes_done},
                      {"load_bytes_total", a.load_bytes_total}});
   }
-  return json{{"plan_version", plan_version_},
-              {"tp", parallel_.tp},
-              {"tp_per_stage", parallel_.TpPerStage()},
-              {"pp", parallel_.pp},
-              {"layers_per_stage", parallel_.layers_per_stage},
-              {"wanted", LayoutJson(wanted_)},
-              {"kv_blocks", kv_blocks_},
-              {"kv_block_size", config_.kv_cache.block_size},
-              {"ranks", ranks},
-              {"history", history_}}
-      .dump();
+  json out = {{"plan_version", plan_version_},
+              {"mode", ParallelModeName(config_.parallel.mode)},
+              {"ready", ready_.load()},
+              {"ranks", ranks}};
+  if (!placement_status_.ok()) out["error"] = placement_status_.ToString();
+  if (assignments_.empty()) {
+    if (placement_status_.ok()) out["waiting_for_workers"] = expected_workers_;
+    return out.dump();
+  }
+  out["tp"] = parallel_.tp;  // 0 when stages differ in tp
+  out["tp_per_stage"] = parallel_.TpPerStage();
+  out["pp"] = parallel_.pp;
+  out["layers_per_stage"] = parallel_.layers_per_stage;
+  out["kv_blocks"] = kv_blocks_;
+  out["kv_block_size"] = config_.kv_cache.block_size;
+  out["wanted"] = LayoutJson(wanted_);
+  out["history"] = history_;
+  if (!plan_result_) return out.dump();  // an explicit tp per stage: no planner run
+  const PlanResult& r = *plan_result_;
+  const PlannedReplica& rep = r.plan.replicas[0];
+  json stages = json::array();
+  for (int s = 0; s < rep.pp(); ++s) {
+    std::vector<std::string> ws;
+    for (const Assignment& a : assignments_)
+      if (a.stage == s) ws.push_back(a.worker_id);
+    stages.push_back(StageJson(rep.stages[s], ws));
+  }
+  json top = json::array();
+  for (const CandidateSummary& c : r.explanation.top)
+    top.push_back({{"layout", c.layout},
+                   {"pp", c.pp},
+                   {"replicas", c.replicas},
+                   {"devices_used", c.gpus_used},
+                   {"decode_latency_s", c.decode_latency_s},
+                   {"throughput_tokens_per_s", c.throughput_tokens_per_s},
+                   {"peak_device_bytes", c.peak_gpu_bytes},
+                   {"usable_device_bytes", c.usable_gpu_bytes},
+                   {"note", c.note}});
+  json rejected = json::array();
+  for (const Rejection& x : r.explanation.rejected)
+    rejected.push_back({{"layout", x.what}, {"why", x.why}});
+  out["planner"] = {{"objective", ObjectiveName(r.plan.objective)},
+                    {"layout", r.plan.layout},
+                    {"devices_used", r.plan.gpus_used},
+                    {"devices_total", r.plan.gpus_total},
+                    {"decode_latency_s", rep.decode_latency_s},
+                    {"throughput_tokens_per_s", rep.throughput_tokens_per_s},
+                    {"kv_tokens", rep.kv_tokens},
+                    {"hop_links", rep.hop_links},
+                    {"hop_seconds", rep.hop_seconds},
+                    {"stages", stages},
+                    {"candidates_evaluated", r.explanation.candidates_evaluated},
+                    {"candidates_fitting", r.explanation.candidates_fitting},
+                    {"top", top},
+                    {"rejected", rejected},
+                    {"notes", r.explanation.notes},
+                    {"text", r.ToText()}};
+  return out.dump();
 }
 
 }  // namespace tessera

@@ -3,13 +3,21 @@
 //  1. Binds the control plane (ZeroMQ ROUTER), the Gloo rendezvous store
 //     (TcpStoreServer: the coordinator is the store, no shared file system)
 //     and the HTTP listeners (OpenAI API, health, admin).
-//  2. Waits for tp * pp workers to register, validates the layout against the
-//     model (refusing it with the reason before any worker loads anything),
-//     applies it (ApplyPlan: AssignShard, ranks in registration order, wait
-//     for every Loaded). After a coordinator restart, workers register again
-//     with the shard they hold (Register.held_shard); when those form a
-//     complete plan, it is adopted: same layout, same ranks, version + 1, and
-//     every worker reuses its weights instead of reading them again.
+//  2. Waits for parallel.workers workers (tp * pp in explicit mode) to
+//     register, builds the cluster model from their topology reports
+//     (coordinator/worker_cluster.h) and asks its Planner
+//     (coordinator/planner.h; PlacementPlanner) for a placement: in auto mode
+//     the planner's choice, in explicit mode the configured tp, pp and layer
+//     split, checked the same way. A layout that is invalid or does not fit
+//     is refused with the planner's reasons before any worker loads
+//     anything. Otherwise it applies the plan (ApplyPlan: AssignShard, wait
+//     for every Loaded). The KV cache holds, on every
+//     rank, the blocks that fit on the tightest one (bounded by
+//     kv_cache.max_blocks and by what the scheduler can use).
+//     After a coordinator restart, workers register again with the shard
+//     they hold (Register.held_shard); when those form a complete plan, it
+//     is adopted instead: same layout, same ranks, version + 1, and every
+//     worker reuses its weights instead of reading them again.
 //  3. Serves: the Scheduler's owner thread runs continuous batching over a
 //     RemoteExecutor; HTTP handlers enqueue requests and stream tokens back.
 //  4. Re-plans while serving (the plan thread runs one change at a time):
@@ -56,6 +64,7 @@
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
 #include "coordinator/plan_change.h"
+#include "coordinator/planner.h"
 #include "coordinator/remote_executor.h"
 #include "coordinator/request_metrics.h"
 #include "worker/scheduler.h"
@@ -82,10 +91,15 @@ class CoordinatorDaemon {
  private:
   struct Assignment {
     std::string worker_id;
+    std::string host;
+    std::string data_address;  // the worker's Gloo address
+    uint32_t device_index = 0;
     int world_rank = 0, stage = 0, tp_rank = 0;
-    int64_t predicted_weight_bytes = 0;
-    int64_t loaded_weight_bytes = -1;  // from Loaded
-    int64_t reused_weight_bytes = 0;   // from Loaded
+    int64_t predicted_weight_bytes = 0;  // the planner's cost model
+    int64_t shard_weight_bytes = 0;      // the shard's tensors (ShardSpec)
+    int64_t predicted_kv_bytes = 0;      // kv_blocks x block bytes of this rank
+    int64_t loaded_weight_bytes = -1;    // from Loaded
+    int64_t reused_weight_bytes = 0;     // from Loaded
     int64_t kv_bytes = -1;
     double load_seconds = 0;
     int64_t load_bytes_done = 0, load_bytes_total = 0;  // from LoadProgress
@@ -96,12 +110,25 @@ class CoordinatorDaemon {
     std::optional<ParallelConfig> target;
     std::string reason;
     std::shared_ptr<Responder> res;  // answered when done (admin requests)
-    bool fault = false;              // the running plan is broken: no drain wait
-    uint64_t plan_version = 0;       // the plan running when the fault was raised
+    // With `target` from the planner (auto): its worker per rank (used while
+    // they are all usable, else PlaceRanks) and its explanation.
+    std::vector<RankPlacement> ranks;
+    std::optional<PlanResult> planned;
+    bool fault = false;         // the running plan is broken: no drain wait
+    uint64_t plan_version = 0;  // the plan running when the fault was raised
     std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
   };
   enum class Gate { kRunning, kDraining, kPaused };
 
+  // Plans on `workers`; fills assignments_, parallel_, kv_blocks_ and
+  // plan_result_. Errors: the cluster cannot be modelled, or no layout fits.
+  Status Plan(const std::vector<ControlWorkerInfo>& workers);
+  PlanOptions PlanOptionsFor(bool cpu) const;
+  Status PlanPerStageTp(const std::vector<ControlWorkerInfo>& workers);
+  // The rendezvous store's address as the worker at `worker_address` reaches
+  // it: the store's host, or, when it listens on every interface, this
+  // host's address on the route to the worker.
+  std::string StoreHostFor(const std::string& worker_address) const;
   void PlaceAndServe();
   void PlanLoop();
   void RunJob(PlanJob job);
@@ -109,21 +136,35 @@ class CoordinatorDaemon {
   // comment); the scheduler must be paused (or not yet created). Fills
   // `report` with the timings. Errors: a worker lost or failing while
   // loading, the load deadline.
+  // `planned`: the planner's result when it chose this plan (shown by GET
+  // /admin/plan), else nullopt; `predicted`: its per-rank predictions.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
-                   const std::string& reason, nlohmann::json& report);
+                   const std::string& reason, nlohmann::json& report,
+                   std::optional<PlanResult> planned = std::nullopt,
+                   const std::vector<Assignment>* predicted = nullptr);
   // The complete plan the `usable` workers hold (their re-registrations'
   // held_shard, the newest version, one worker per rank), with its version;
   // nullopt when there is none (fresh workers, or an incomplete set).
+  // `kv_blocks`: the KV blocks per rank that plan had.
   std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> HeldPlan(
-      const std::vector<std::string>& usable, uint64_t* version) const;
+      const std::vector<std::string>& usable, uint64_t* version, int64_t* kv_blocks) const;
   // The workers a plan may use: alive, not drained, in registration order.
   std::vector<std::string> UsableWorkers() const;
+  // The registrations of the workers `ids`, in that order.
+  std::vector<ControlWorkerInfo> WorkerInfos(const std::vector<std::string>& ids) const;
   std::map<std::string, HeldSlice> HeldSlices() const;  // of the running plan
   // Validates an admin request and computes its layout and placement.
   // Errors: kInvalidArgument (layout or cluster cannot take it, with the
-  // reason), kUnimplemented (auto without topology, tp per stage).
+  // reason; for auto, see ProposeAutoPlan).
+  // `planned` (optional): set to the planner's result for auto.
   StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> ProposePlan(
-      const PlanRequest& request) const;
+      const PlanRequest& request, std::optional<PlanResult>* planned = nullptr) const;
+  // {"auto": true}: the placement planner's choice for `objective` over the
+  // usable workers' topology reports (as parallel.mode = "auto" places at
+  // start). Errors: kInvalidArgument when the cluster cannot be modelled or
+  // no layout fits, naming the reason.
+  StatusOr<std::pair<ParallelConfig, std::vector<RankPlacement>>> ProposeAutoPlan(
+      Objective objective, std::optional<PlanResult>* planned) const;
   // Whether `ranks` of `target` are exactly the running plan.
   bool PlanUnchanged(const ParallelConfig& target, const std::vector<RankPlacement>& ranks) const;
   // Waits until every worker was heard from after `since` or declared lost.
@@ -149,9 +190,11 @@ class CoordinatorDaemon {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   ParallelConfig parallel_;  // the running plan's layout (protected by mu_ once serving)
-  ParallelConfig wanted_;    // the layout asked for (config, then POST /admin/plan)
+  ParallelConfig wanted_;  // the layout asked for (config or the planner's first choice, then POST
+                           // /admin/plan)
+  int expected_workers_ = 1;
   int64_t max_context_ = 0;
-  int64_t kv_blocks_ = 0;
+  int64_t kv_blocks_ = 0;  // protected by mu_
   std::string model_name_;
   // GET /metrics (the coordinator part of common/metric_catalog.h). Declared
   // before the scheduler, whose requests' callbacks record into it.
@@ -185,6 +228,10 @@ class CoordinatorDaemon {
   int64_t reconfigurations_ = 0;                      // protected by mu_
   int64_t faults_ = 0;                                // protected by mu_
   int64_t requeued_total_ = 0;                        // protected by mu_
+  std::unique_ptr<Planner> planner_;
+  std::optional<PlanResult> plan_result_;               // protected by mu_: set by ApplyPlan
+  std::vector<std::string> cluster_notes_;              // protected by mu_
+  std::map<std::string, control::WorkerState> states_;  // protected by mu_; from heartbeats
   std::atomic<bool> ready_{false};
 
   mutable std::mutex exec_mu_;

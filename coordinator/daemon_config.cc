@@ -173,6 +173,11 @@ const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
                                                       {"explicit", ParallelMode::kExplicit}};
   return c;
 }
+const std::vector<Choice<ParallelObjective>>& ParallelObjectiveChoices() {
+  static const std::vector<Choice<ParallelObjective>> c = {
+      {"latency", ParallelObjective::kLatency}, {"throughput", ParallelObjective::kThroughput}};
+  return c;
+}
 const std::vector<Choice<LogLevel>>& LogLevelChoices() {
   static const std::vector<Choice<LogLevel>> c = {
       {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
@@ -408,6 +413,12 @@ const std::vector<Field>& Fields() {
       IntListField("parallel", "layers_per_stage",
                    Member<ParallelSection, std::vector<int>>{&D::parallel,
                                                              &ParallelSection::layers_per_stage}),
+      IntField("parallel", "workers",
+               Member<ParallelSection, int>{&D::parallel, &ParallelSection::workers}),
+      EnumField(
+          "parallel", "objective",
+          Member<ParallelSection, ParallelObjective>{&D::parallel, &ParallelSection::objective},
+          ParallelObjectiveChoices()),
 
       StringField("server", "host",
                   Member<ServerSection, std::string>{&D::server, &ServerSection::host}),
@@ -480,6 +491,8 @@ const std::vector<Field>& Fields() {
                   Member<WorkerSection, std::string>{&D::worker, &WorkerSection::host}),
       StringField("worker", "gloo_host",
                   Member<WorkerSection, std::string>{&D::worker, &WorkerSection::gloo_host}),
+      StringField("worker", "topology_file",
+                  Member<WorkerSection, std::string>{&D::worker, &WorkerSection::topology_file}),
       StringField("worker", "metrics_host",
                   Member<WorkerSection, std::string>{&D::worker, &WorkerSection::metrics_host}),
       IntField("worker", "metrics_port",
@@ -762,6 +775,9 @@ std::string ServedModelName(const ModelSection& model) {
 const char* LogLevelName(LogLevel level) { return ChoiceName(LogLevelChoices(), level); }
 const char* LogFormatName(LogFormat format) { return ChoiceName(LogFormatChoices(), format); }
 const char* ParallelModeName(ParallelMode mode) { return ChoiceName(ParallelModeChoices(), mode); }
+const char* ParallelObjectiveName(ParallelObjective objective) {
+  return ChoiceName(ParallelObjectiveChoices(), objective);
+}
 const char* WorkerBackendName(WorkerBackend backend) {
   return ChoiceName(WorkerBackendChoices(), backend);
 }
@@ -816,6 +832,8 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
 
   // [parallel]
   const ParallelSection& par = c.parallel;
+  if (par.workers < 0)
+    return Bad(c, "parallel.workers", fmt::format("must be >= 0, got {}", par.workers));
   if (par.mode == ParallelMode::kAuto) {
     for (const char* key : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"}) {
       bool non_default =
@@ -847,6 +865,10 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
         }
       }
     }
+    if (par.workers != 0 && par.workers != par.world_size())
+      return Bad(c, "parallel.workers",
+                 fmt::format("must be 0 or the layout's worker count {} in explicit mode, got {}",
+                             par.world_size(), par.workers));
     const auto& layers = par.layers_per_stage;
     if (!layers.empty()) {
       if (static_cast<int>(layers.size()) != par.pp) {
@@ -1008,7 +1030,7 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (!why.empty()) return Bad(c, "worker.coordinator", why);
   if (w.device < 0) return Bad(c, "worker.device", fmt::format("must be >= 0, got {}", w.device));
   if (!w.host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.host", w.host));
-  TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.gloo_host", w.gloo_host));
+  if (!w.gloo_host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.gloo_host", w.gloo_host));
   TESSERA_RETURN_IF_ERROR(CheckPort(c, "worker.metrics_port", w.metrics_port, true));
   if (w.metrics_port != 0) {
     TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.metrics_host", w.metrics_host));

@@ -64,6 +64,11 @@ enum class ParallelMode {
   kExplicit,  // "explicit": tp, pp and layers_per_stage below
 };
 
+enum class ParallelObjective {
+  kLatency,     // "latency": the lowest per-token decode latency
+  kThroughput,  // "throughput": the most generated tokens per second
+};
+
 // [parallel]: how the model is split over workers (see common/parallel_config.h).
 struct ParallelSection {
   // "auto" or "explicit". When the file does not name a mode, setting any of
@@ -99,6 +104,14 @@ struct ParallelSection {
     for (int s = 0; s < pp; ++s) w += TpOfStage(s);
     return w;
   }
+
+  // Workers the coordinator waits for before it plans; the plan uses those
+  // that registered first. 0 = tp * pp in explicit mode, 1 in auto mode. In
+  // explicit mode a non-zero value must equal tp * pp. Workers the plan
+  // leaves idle are listed at /admin/cluster and shut down with the rest.
+  int workers = 0;
+  // What "auto" optimises (docs/planner.md): "latency" or "throughput".
+  ParallelObjective objective = ParallelObjective::kLatency;
 };
 
 // [server]: the coordinator's listeners.
@@ -233,12 +246,22 @@ struct WorkerSection {
   int device = 0;
   // Compute backend of this worker.
   WorkerBackend backend = WorkerBackend::kAuto;
-  // Host name this worker reports when it registers; workers with the same
-  // host name are placed in one tp group first. "" = gethostname().
+  // Host name this worker reports when it registers; the coordinator groups
+  // workers into hosts by it (CPU ranks of one host share its memory; tp
+  // groups stay inside a host). "" = the topology report's host name
+  // (gethostname(), or the one in topology_file).
   std::string host;
   // Address this worker binds for Gloo collectives and pipeline transfers,
   // and advertises to its peers; it must be reachable from the other workers.
-  std::string gloo_host = "127.0.0.1";
+  // "" = the address of this host's interface that routes to the
+  // coordinator (right whenever the coordinator and the workers share a
+  // network).
+  std::string gloo_host;
+  // A topology file describing this host (docs/topology.md: TOML with one
+  // host, or `tessera topo --json` output) to report at registration instead
+  // of discovering it; for hosts whose discovery misses something, and for
+  // tests. "" = discover (NVML, hwloc, sysfs).
+  std::string topology_file;
   // Address and TCP port of the worker's metrics endpoint; port 0 = off.
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
@@ -272,6 +295,7 @@ std::string ServedModelName(const ModelSection& model);
 const char* LogLevelName(LogLevel level);
 const char* LogFormatName(LogFormat format);
 const char* ParallelModeName(ParallelMode mode);
+const char* ParallelObjectiveName(ParallelObjective objective);
 const char* WorkerBackendName(WorkerBackend backend);
 
 // Reads the TOML file at `path` and parses it as ParseDaemonConfig does.
@@ -297,6 +321,7 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //  - parallel: tp, pp or layers_per_stage set in "auto" mode; tp or pp < 1;
 //    tp given per stage with a size other than pp or an entry < 1;
 //    layers_per_stage non-empty with a size other than pp or an entry < 1;
+//    workers < 0, or other than 0 and tp * pp in explicit mode;
 //  - server/admin/worker hosts empty or not a host name or IP address; ports
 //    outside 1..65535 (admin.port and worker.metrics_port may be 0); the API,
 //    admin and control-plane listeners on one port of one address;

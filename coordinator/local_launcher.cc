@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -37,6 +38,7 @@ Status LocalLauncher::Start(const std::vector<ChildSpec>& children) {
     if (pid == 0) {
       // Die with the launcher, so a killed launcher leaves no rank behind.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (c.own_process_group) setpgid(0, 0);
       if (c.quiet_stdout) {
         const int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, STDOUT_FILENO);
@@ -57,6 +59,10 @@ void LocalLauncher::ForwardSignal(int sig) {
     if (p > 0) kill(p, sig);
 }
 
+void LocalLauncher::SignalChild(size_t index, int sig) {
+  if (index < pids_.size() && pids_[index] > 0) kill(pids_[index], sig);
+}
+
 Status LocalLauncher::CheckRunning() {
   std::string exited;
   for (size_t i = 0; i < pids_.size(); ++i) {
@@ -73,10 +79,12 @@ Status LocalLauncher::CheckRunning() {
   return Status::Ok();
 }
 
-Status LocalLauncher::Wait(double grace_seconds) {
+Status LocalLauncher::Wait(double grace_seconds, double timeout_seconds) {
   std::string failures;
-  bool deadline_set = false;
-  std::chrono::steady_clock::time_point deadline;
+  bool deadline_set = timeout_seconds >= 0;
+  std::chrono::steady_clock::time_point deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, timeout_seconds) * 1000));
   size_t running = 0;
   for (pid_t p : pids_) running += p > 0 ? 1 : 0;
   while (running > 0) {
@@ -95,11 +103,10 @@ Status LocalLauncher::Wait(double grace_seconds) {
         }
         if (!how.empty()) {
           failures += (failures.empty() ? "" : "; ") + specs_[i].name + " " + how;
-          if (!deadline_set) {
-            deadline_set = true;
-            deadline = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
-          }
+          const auto grace = std::chrono::steady_clock::now() +
+                             std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+          if (!deadline_set || grace < deadline) deadline = grace;
+          deadline_set = true;
         }
       }
       continue;
@@ -112,8 +119,8 @@ Status LocalLauncher::Wait(double grace_seconds) {
         waitpid(pids_[i], nullptr, 0);
         pids_[i] = -1;
         --running;
-        failures += "; " + specs_[i].name + " did not exit within " +
-                    std::to_string(grace_seconds) + " s and was killed";
+        failures += (failures.empty() ? "" : "; ") + specs_[i].name +
+                    " did not exit in time and was killed";
       }
       break;
     }

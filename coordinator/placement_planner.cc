@@ -301,8 +301,24 @@ struct Evaluator {
       e.why = w.str();
       return e;
     }
+    if (!c.opt.fixed_layers_per_stage.empty()) {
+      // The configured split: each stage must hold its layers.
+      e.layers = c.opt.fixed_layers_per_stage;
+      for (int s = 0; s < pp; ++s) {
+        if (e.layers[s] > cap[s]) {
+          e.why = "stage " + std::to_string(s) + " (" + st[s]->gpu_name +
+                  ", tp=" + std::to_string(st[s]->tp) + ") is given " +
+                  std::to_string(e.layers[s]) + " layers but holds at most " +
+                  std::to_string(cap[s]) + " with a KV reserve of " + std::to_string(c.min_kv) +
+                  " tokens (usable per GPU " + Bytes(static_cast<double>(st[s]->usable)) + ")";
+          e.layers.clear();
+          return e;
+        }
+      }
+    }
     // Layer split: one each, then greedily.
-    e.layers.assign(pp, 1);
+    if (e.layers.empty()) e.layers.assign(pp, 1);
+    const bool split_given = !c.opt.fixed_layers_per_stage.empty();
     const bool latency = c.opt.objective == Objective::kLatency;
     using Key = std::pair<std::pair<double, double>, int>;
     std::priority_queue<Key, std::vector<Key>, std::greater<Key>> heap;
@@ -316,7 +332,7 @@ struct Evaluator {
     };
     for (int s = 0; s < pp; ++s)
       if (e.layers[s] < cap[s]) heap.push(key(s));
-    for (int left = L - pp; left > 0; --left) {
+    for (int left = split_given ? 0 : L - pp; left > 0; --left) {
       const int s = heap.top().second;
       heap.pop();
       ++e.layers[s];
@@ -429,6 +445,15 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
         "plan options: max_context, min_kv_tokens, max_pp must be >= 0 and prompt_tokens, "
         "output_tokens, "
         "max_batch, prefill_chunk_tokens, top_candidates >= 1");
+  if (o.fixed_tp < 0 || o.fixed_pp < 0 || o.max_replicas < 0)
+    return InvalidArgument("plan options: fixed_tp, fixed_pp and max_replicas must be >= 0");
+  if (!o.fixed_layers_per_stage.empty()) {
+    if (o.fixed_pp <= 0 || static_cast<int>(o.fixed_layers_per_stage.size()) != o.fixed_pp)
+      return InvalidArgument("plan options: fixed_layers_per_stage needs fixed_pp entries");
+    TESSERA_RETURN_IF_ERROR_CTX(
+        ParallelConfig::Make(model, 1, o.fixed_pp, o.fixed_layers_per_stage).status(),
+        "fixed_layers_per_stage");
+  }
   TESSERA_RETURN_IF_ERROR_CTX(ParallelConfig::Make(model, 1, 1).status(), "model");
   if (model.vocab_size < 1 || model.hidden_size < 1)
     return InvalidArgument("model: vocab_size and hidden_size must be >= 1");
@@ -495,6 +520,24 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
     int largest_island = 0;
     for (const auto& isl : rep.nvlink_islands)
       largest_island = std::max<int>(largest_island, isl.size());
+    if (o.fixed_tp > 0) {
+      const bool listed = std::find(tps.begin(), tps.end(), o.fixed_tp) != tps.end();
+      tps.clear();
+      if (listed) {
+        tps.push_back(o.fixed_tp);
+      } else {
+        const std::string why = o.fixed_tp > G && !o.allow_cross_node_tp
+                                    ? "tp larger than a host's " + std::to_string(G) +
+                                          " GPUs would span hosts; allow_cross_node_tp is off"
+                                    : "a host of " + shape_name[sh] + " has " + std::to_string(G) +
+                                          " GPU(s) and " + std::to_string(shape_hosts[sh]) +
+                                          " host(s) of its shape: no tp group of " +
+                                          std::to_string(o.fixed_tp) + " fits";
+        ex.rejected.push_back(
+            {"tp=" + std::to_string(o.fixed_tp) + (nshapes > 1 ? " on " + shape_name[sh] : ""),
+             why});
+      }
+    }
     for (int t : tps) {
       const std::string what =
           "tp=" + std::to_string(t) + (nshapes > 1 ? " on " + shape_name[sh] : "");
@@ -529,7 +572,8 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
         }
       }
     }
-    if (!o.allow_cross_node_tp && G < static_cast<int>(c.sizes.heads) && cluster.nodes.size() > 1) {
+    if (o.fixed_tp == 0 && !o.allow_cross_node_tp && G < static_cast<int>(c.sizes.heads) &&
+        cluster.nodes.size() > 1) {
       // Say why larger tps were not tried.
       const std::string why = "tp larger than a host's " + std::to_string(G) +
                               " GPUs would span hosts; allow_cross_node_tp is off";
@@ -589,6 +633,30 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
       }
       assignments.push_back(a);
     }
+  }
+
+  if (o.uniform_tp) {
+    std::vector<std::vector<int>> uniform;
+    bool dropped = false;
+    for (const auto& a : assignments) {
+      int t0 = 0;
+      bool same = true;
+      for (int t : a) {
+        if (t == 0) continue;
+        if (t0 == 0) t0 = t;
+        same = same && t == t0;
+      }
+      if (same) {
+        uniform.push_back(a);
+      } else {
+        dropped = true;
+      }
+    }
+    if (dropped)
+      ex.notes.push_back(
+          "layouts with a different tp per host shape were not tried: the serving runtime runs "
+          "one tp on every stage");
+    assignments = std::move(uniform);
   }
 
   // Hosts of each shape in index order.
@@ -681,7 +749,17 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
       const int S = static_cast<int>(slots.size());
       const int max_pp = std::min({max_pp_opt, S, static_cast<int>(c.sizes.layers)});
       std::vector<std::pair<int, std::string>> failures;  // pp, why
+      if (o.fixed_pp > max_pp) {
+        ex.rejected.push_back(
+            {layout_of(a, inter == 1, o.fixed_pp),
+             "needs " + std::to_string(o.fixed_pp) + " stages but the cluster has " +
+                 std::to_string(S) + " group(s) of this tp" +
+                 (o.fixed_pp > static_cast<int>(c.sizes.layers)
+                      ? " and the model " + std::to_string(c.sizes.layers) + " layers"
+                      : "")});
+      }
       for (int pp = 1; pp <= max_pp; ++pp) {
+        if (o.fixed_pp > 0 && pp != o.fixed_pp) continue;
         ++ex.candidates_evaluated;
         Candidate cand;
         cand.tp_of_shape = a;
@@ -689,6 +767,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
         cand.pp = pp;
         std::string why;
         for (int r = 0; r + pp <= S; r += pp) {
+          if (o.max_replicas > 0 && cand.replicas >= o.max_replicas) break;
           make_sig(slots, r, pp, &sig);
           const ReplicaEval& e = eval_sig(sig);
           if (!e.fits) {
@@ -794,6 +873,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   build_slots(best.tp_of_shape, best.interleaved, &slots, &units);
   const int S = static_cast<int>(slots.size());
   for (int r = 0; r + best.pp <= S; r += best.pp) {
+    if (o.max_replicas > 0 && static_cast<int>(plan.replicas.size()) >= o.max_replicas) break;
     make_sig(slots, r, best.pp, &sig);
     const ReplicaEval& e = eval_sig(sig);
     if (!e.fits) continue;

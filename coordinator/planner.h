@@ -59,6 +59,21 @@ struct PlanOptions {
   int max_pp = 0;                    // 0: up to the number of layers
   int top_candidates = 5;            // how many candidates the explanation lists
   CostConstants cost;
+  // Constraints a serving coordinator adds (0 / empty / false: none).
+  // Only this tp (the same on every stage) and this pp are considered; a
+  // fixed layout the cluster cannot hold is rejected with the reason.
+  int fixed_tp = 0;
+  int fixed_pp = 0;
+  // Decoder layers per stage instead of the planner's split (needs
+  // fixed_pp entries summing to the model's layers; each stage must fit).
+  std::vector<int> fixed_layers_per_stage;
+  // At most this many replicas are placed; the other GPUs stay idle (the
+  // coordinator serves one pipeline).
+  int max_replicas = 0;
+  // Every stage of a replica has the same tp (what ParallelConfig and the
+  // serving runtime support); assignments giving host shapes different tps
+  // are skipped.
+  bool uniform_tp = false;
 };
 
 // A GPU of the cluster: host index into ClusterModel::nodes, GPU index into

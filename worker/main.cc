@@ -10,6 +10,7 @@
 #include "common/metrics_registry.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
+#include "coordinator/topology_file.h"
 #include "worker/worker_daemon.h"
 
 int main(int argc, char** argv) {
@@ -64,6 +65,22 @@ int main(int argc, char** argv) {
   o.device = device >= 0 ? device : cfg.worker.device;
   o.host = cfg.worker.host;
   o.gloo_host = cfg.worker.gloo_host;
+  // The CPU backend serves every rank on this branch; backend = "cuda"
+  // offers the GPU `device` of the host's report.
+  o.cpu = cfg.worker.backend != tessera::WorkerBackend::kCuda;
+  if (!cfg.worker.topology_file.empty()) {
+    auto topo = tessera::LoadTopologyFile(cfg.worker.topology_file);
+    if (!topo.ok() || topo->nodes.size() != 1) {
+      std::fprintf(stderr, "tessera-worker: worker.topology_file %s: %s\n",
+                   cfg.worker.topology_file.c_str(),
+                   topo.ok() ? ("describes " + std::to_string(topo->nodes.size()) +
+                                " hosts; a worker reports exactly one")
+                                   .c_str()
+                             : topo.status().ToString().c_str());
+      return 2;
+    }
+    o.topology = topo->nodes[0];
+  }
   // worker.metrics_port is the first worker's port: device d listens on
   // metrics_port + d, so workers sharing a host and a config file differ.
   if (metrics_port < 0)

@@ -15,6 +15,8 @@
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
 #include "worker/step_codec.h"
+#include "worker/topology_discovery.h"
+#include "worker/worker_registration.h"
 
 namespace tessera {
 
@@ -60,16 +62,19 @@ Status WorkerDaemon::Run() {
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
   ControlClient client(copts);
   TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
-  control::Register reg;
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  reg.set_host(options_.host.empty() ? host : options_.host);
-  reg.set_pid(static_cast<uint32_t>(getpid()));
-  reg.set_build_version(TESSERA_VERSION);
-  control::Device* dev = reg.add_devices();
-  dev->set_index(static_cast<uint32_t>(options_.device));
-  dev->set_kind(control::DEVICE_KIND_CPU);
-  dev->set_name("cpu");
+  // What this worker offers: its device and the host's topology report
+  // (worker/worker_registration.h), and the address its Gloo device uses.
+  std::optional<TopologyReport> report = options_.topology;
+  if (!report) {
+    TESSERA_ASSIGN_OR_RETURN(report, DiscoverTopology());
+  }
+  std::string data_address = options_.gloo_host;
+  if (data_address.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(data_address, LocalAddressToward(options_.coordinator));
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      control::Register reg,
+      BuildRegistration(*report, {options_.device, options_.cpu, options_.host, data_address}));
   registration_ = reg;
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
@@ -148,7 +153,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   pgo.world_rank = static_cast<int>(assign.world_rank());
   pgo.timeout_seconds = options_.collective_timeout_seconds;
   pgo.connect_timeout_seconds = std::max(60.0, options_.collective_timeout_seconds);
-  pgo.hostname = options_.gloo_host;
+  pgo.hostname = registration_.data_address();  // what Run() registered
   pgo.key_prefix = assign.gloo().key_prefix();
   auto pg = ProcessGroup::Create(**store, pgo);
   if (!pg.ok()) return fail(pg.status());

@@ -30,11 +30,13 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/metrics_registry.h"
 #include "common/proto/control.pb.h"
 #include "common/status.h"
+#include "common/topology.h"
 #include "worker/weight_loader.h"
 #include "worker/worker_metrics.h"
 
@@ -43,11 +45,16 @@ namespace tessera {
 class ControlClient;
 
 struct WorkerDaemonOptions {
-  std::string coordinator;              // "tcp://HOST:PORT"
-  int device = 0;                       // device index on this host
-  std::string worker_id;                // requested id ("" = assigned by the coordinator)
-  std::string host;                     // host name reported at registration ("" = gethostname)
-  std::string gloo_host = "127.0.0.1";  // address this worker's Gloo device binds
+  std::string coordinator;  // "tcp://HOST:PORT"
+  int device = 0;           // device index on this host
+  std::string worker_id;    // requested id ("" = assigned by the coordinator)
+  std::string host;         // host name reported at registration ("" = gethostname)
+  // Address this worker's Gloo device binds and advertises; "" = the local
+  // address that routes to the coordinator (LocalAddressToward).
+  std::string gloo_host;
+  bool cpu = true;  // offer a CPU rank (else the GPU `device`)
+  // This host's topology to report; nullopt = DiscoverTopology().
+  std::optional<TopologyReport> topology;
   // Bound of every collective and pipeline transfer; an idle pipeline gets a
   // keepalive every third of it.
   double collective_timeout_seconds = 30.0;

@@ -1,6 +1,8 @@
 // The `tessera` binary as a user runs it: generate on one process and as a
 // tp x pp launch of real rank processes (same text), and the usage errors.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 
@@ -168,6 +171,77 @@ TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
   EXPECT_NE(r.err.find("max_context"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("coordinator exited with status"), std::string::npos) << r.err;
   EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
+}
+
+// Auto placement through `tessera up`: the planner's explanation and the
+// placement table are printed; a Ctrl-C stops the coordinator, which shuts
+// every worker down, and `tessera up` exits 0, whether serving or still
+// starting.
+TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-auto");
+  const int port = ::tessera::testing::FreeTcpPort();
+  const int control = ::tessera::testing::FreeTcpPort();
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\n[parallel]\nmode = \"auto\"\nworkers = 2\n[server]\nport = " << port
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
+  }
+  // `tessera up` in a process group of its own, as a shell starts a
+  // foreground job.
+  auto start_up = [&]() {
+    const pid_t child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      const int fd = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      const std::string bin = ::tessera::testing::BinaryDir() + "/tessera";
+      execl(bin.c_str(), bin.c_str(), "up", "--config", (dir + "/up.toml").c_str(),
+            "--ready-timeout", "120", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    setpgid(child, child);
+    return child;
+  };
+  // Ctrl-C at a terminal: SIGINT to the foreground process group. Returns
+  // the exit status, or -1 when it did not stop within 30 s.
+  auto ctrl_c = [&](pid_t child) {
+    kill(-child, SIGINT);
+    int status = 0;
+    for (int i = 0; i < 300; ++i) {
+      if (waitpid(child, &status, WNOHANG) == child)
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    return -1;
+  };
+  auto leftovers = [&] {
+    return std::system(
+               ("pgrep -f '[t]essera-(worker|coordinator).*" + dir + "' >/dev/null").c_str()) == 0;
+  };
+  const pid_t pid = start_up();
+  std::string out;
+  for (int i = 0; i < 1200 && out.find("Ctrl-C stops") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    out = ::tessera::testing::ReadFileOrDie(dir + "/out");
+    if (waitpid(pid, nullptr, WNOHANG) != 0) break;
+  }
+  EXPECT_NE(out.find("Ctrl-C stops"), std::string::npos) << out;
+  EXPECT_NE(out.find("Plan (objective: latency)"), std::string::npos) << out;
+  EXPECT_NE(out.find("Why:"), std::string::npos) << out;
+  EXPECT_NE(out.find("placement: tp="), std::string::npos) << out;
+  EXPECT_NE(out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos) << out;
+  EXPECT_EQ(ctrl_c(pid), 0) << ::tessera::testing::ReadFileOrDie(dir + "/out");
+  EXPECT_FALSE(leftovers());
+  // Ctrl-C while the deployment is still starting: a clean stop as well.
+  const pid_t early = start_up();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(ctrl_c(early), 0) << ::tessera::testing::ReadFileOrDie(dir + "/out");
+  EXPECT_FALSE(leftovers());
 }
 
 }  // namespace

@@ -190,7 +190,10 @@ TEST(DaemonConfigDefaults, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->admin.port, 8001);
   EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:5555");
   EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
-  EXPECT_EQ(c->worker.gloo_host, "127.0.0.1");
+  EXPECT_EQ(c->worker.gloo_host, "");  // the address routing to the coordinator
+  EXPECT_EQ(c->worker.topology_file, "");
+  EXPECT_EQ(c->parallel.workers, 0);
+  EXPECT_EQ(c->parallel.objective, ParallelObjective::kLatency);
   EXPECT_EQ(c->worker.metrics_port, 0);
   EXPECT_EQ(c->heartbeat.interval_seconds, 1.0);
   EXPECT_EQ(c->heartbeat.timeout_seconds, 10.0);
@@ -356,8 +359,15 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "x.toml:2:16: worker.metrics_port: the worker listens on metrics_port + device = 65535 + 1 "
        "= "
        "65536, above 65535"},
-      {"[worker]\ngloo_host = \"\"\n",
-       "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"\""},
+      {"[worker]\ngloo_host = \"no spaces\"\n",
+       "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"no spaces\""},
+      {"[parallel]\nworkers = -1\n", "x.toml:2:11: parallel.workers: must be >= 0, got -1"},
+      {"[parallel]\ntp = 2\npp = 2\nworkers = 3\n",
+       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, "
+       "got 3"},
+      {"[parallel]\nobjective = \"speed\"\n",
+       "x.toml:2:13: parallel.objective: must be one of \"latency\", \"throughput\", got "
+       "\"speed\""},
   };
   for (const BadCase& bc : cases) {
     EXPECT_EQ(ParseError(bc.toml), bc.message) << "for:\n" << bc.toml;

@@ -41,6 +41,12 @@ class Daemons : public ::testing::Test {
   // The [parallel] keys and the worker count of the deployment.
   virtual std::string ParallelToml() const { return "tp = 2\npp = 2\n"; }
   virtual int Workers() const { return 4; }
+  // The [scheduler] table and the chat template override; variants of the
+  // fixture change them.
+  virtual std::string SchedulerToml() const {
+    return "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n";
+  }
+  virtual std::string ChatTemplateToml() const { return "chat_template = \"chatml\"\n"; }
 
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
@@ -48,13 +54,14 @@ class Daemons : public ::testing::Test {
     port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_ << "\"\nchat_template = \"chatml\"\n[parallel]\n"
+        << "[model]\npath = \"" << model_ << "\"\n"
+        << ChatTemplateToml() << "[parallel]\n"
         << ParallelToml() << "[server]\nport = " << port_
         << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
         << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n";
+        << SchedulerToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
                           dir_ + "/coordinator.log"));
@@ -123,32 +130,259 @@ TEST_F(Daemons, GreedyTokenPromptsMatchTheReferenceAndStreamsComplete) {
   EXPECT_EQ(ok.load(), 32);
 }
 
+// The response is an OpenAI error object with `status`, a message, a type
+// and (when given) the request field at fault.
+void ExpectApiError(const HttpReply& r, int status, const std::string& param,
+                    const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(r.status, status) << r.body;
+  const json body = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(body.is_object() && body.contains("error")) << r.body;
+  const json& e = body["error"];
+  ASSERT_TRUE(e.contains("message") && e["message"].is_string()) << r.body;
+  EXPECT_FALSE(e["message"].get<std::string>().empty());
+  ASSERT_TRUE(e.contains("type") && e["type"].is_string()) << r.body;
+  if (!param.empty()) {
+    ASSERT_TRUE(e.contains("param") && e["param"].is_string()) << r.body;
+    EXPECT_EQ(e["param"].get<std::string>(), param) << r.body;
+  }
+}
+
+// Every bad input the API names: malformed JSON, wrong types, out-of-range
+// values, an unknown model, a context that is too long; for completions and
+// chat. Each gets its 4xx with OpenAI's error shape, and the daemon serves on.
 TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
-  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", "{not json").status, 400);
-  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions",
-                     R"({"model":"llama_gqa_f32","prompt":"x","temperature":"hot"})")
-                .status,
-            400);
-  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions",
-                     R"({"model":"llama_gqa_f32","prompt":"x","top_p":7})")
-                .status,
-            400);
-  auto unknown = HttpCall(port_, "POST", "/v1/completions", R"({"model":"gpt-9","prompt":"x"})");
-  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  const std::string cmp = "/v1/completions", chat = "/v1/chat/completions";
+  const std::string m = "\"model\":\"llama_gqa_f32\"";
+  const std::string msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+  struct Case {
+    std::string target, body, param, what;
+    int status = 400;
+  };
+  const std::vector<Case> cases = {
+      // Malformed JSON.
+      {cmp, "{not json", "", "malformed JSON (completions)"},
+      {chat, "{\"messages\": [", "", "truncated JSON (chat)"},
+      {cmp, "[1, 2]", "", "a body that is not an object"},
+      // Wrong types.
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature",
+       "temperature as a string"},
+      {cmp, "{" + m + ",\"prompt\":5}", "prompt", "prompt as a number"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"max_tokens\":\"ten\"}", "max_tokens",
+       "max_tokens as a string"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"stop\":7}", "stop", "stop as a number"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "stream as a string"},
+      {chat, "{" + m + ",\"messages\":\"hi\"}", "messages", "messages as a string"},
+      {chat, "{" + m + ",\"messages\":[{\"role\":\"user\",\"content\":3}]}", "messages[0].content",
+       "message content as a number"},
+      {chat, "{" + m + "}", "messages", "chat without messages"},
+      {cmp, "{" + m + "}", "prompt", "completion without prompt"},
+      // Out-of-range values.
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"top_p\":7}", "top_p", "top_p 7"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"temperature\":-1}", "temperature", "temperature -1"},
+      {chat, "{" + m + "," + msgs + ",\"temperature\":9}", "temperature", "chat temperature 9"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"top_k\":-2}", "top_k", "top_k -2"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "max_tokens 0"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"n\":2}", "n", "n 2"},
+      // (The scheduler names the prompt in the message.)
+      {cmp, "{" + m + ",\"prompt\":[1,2,99999]}", "", "token id beyond the vocabulary"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop",
+       "five stop sequences"},
+      // Unknown model: 404 model_not_found.
+      {cmp, "{\"model\":\"gpt-9\",\"prompt\":\"x\"}", "model", "unknown model (completions)", 404},
+      {chat, "{\"model\":\"gpt-9\"," + msgs + "}", "model", "unknown model (chat)", 404},
+  };
+  for (const Case& c : cases)
+    ExpectApiError(HttpCall(port_, "POST", c.target, c.body), c.status, c.param, c.what);
+  // Context too long: the message names the limit (scheduler.max_context).
   auto too_long = HttpCall(
-      port_, "POST", "/v1/completions",
+      port_, "POST", cmp,
       json({{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>(120, 3)}, {"max_tokens", 50}})
           .dump());
-  EXPECT_EQ(too_long.status, 400);
+  ExpectApiError(too_long, 400, "prompt", "context too long (completions)");
   EXPECT_NE(too_long.body.find("128"), std::string::npos) << too_long.body;
+  auto chat_too_long =
+      HttpCall(port_, "POST", chat,
+               json({{"model", "llama_gqa_f32"},
+                     {"messages", {{{"role", "user"}, {"content", std::string(400, 'z')}}}}})
+                   .dump());
+  ExpectApiError(chat_too_long, 400, "messages", "context too long (chat)");
+  EXPECT_NE(chat_too_long.body.find("128"), std::string::npos) << chat_too_long.body;
+  // Admin without the token.
   EXPECT_EQ(HttpCall(port_, "GET", "/admin/plan").status, 401);
   auto plan = HttpCall(port_, "GET", "/admin/plan", "", "s3cret");
   ASSERT_EQ(plan.status, 200);
   EXPECT_EQ(json::parse(plan.body)["ranks"].size(), 4u);
-  // Still serving.
-  auto r = HttpCall(port_, "POST", "/v1/completions",
-                    R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":2})");
+  // Still serving, streamed and not.
+  auto r = HttpCall(port_, "POST", cmp, "{" + m + ",\"prompt\":[1,2,3],\"max_tokens\":2}");
   EXPECT_EQ(r.status, 200) << r.body;
+  auto s =
+      HttpCall(port_, "POST", chat, "{" + m + "," + msgs + ",\"max_tokens\":2,\"stream\":true}");
+  EXPECT_EQ(s.status, 200) << s.body;
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_EQ(s.events.back(), "[DONE]");
+}
+
+// Stop strings cut the output before the first occurrence of any of them,
+// the stop string itself excluded, streamed or not; finish_reason "stop".
+TEST_F(Daemons, StopStringsCutTheOutput) {
+  const json ref = json::parse(::tessera::testing::ReadFileOrDie(model_ + "/reference.json"));
+  auto tok = Tokenizer::Load(model_);
+  ASSERT_TRUE(tok.ok());
+  int cases = 0;
+  for (const json& p : ref["prompts"]) {
+    const auto greedy = p["greedy"].get<std::vector<int32_t>>();
+    const std::string full = (*tok)->Decode(greedy, true);
+    // A 3-byte ASCII piece from the middle of the greedy text (after the
+    // first few tokens), so the cut lands inside the generation.
+    const size_t from = (*tok)->Decode({greedy.begin(), greedy.begin() + 4}, true).size();
+    size_t at = std::string::npos;
+    for (size_t i = from; i + 3 <= full.size() && at == std::string::npos; ++i) {
+      bool ascii = true;
+      for (size_t k = i; k < i + 3; ++k)
+        ascii = ascii && static_cast<unsigned char>(full[k]) < 0x80 && full[k] > ' ';
+      if (ascii) at = i;
+    }
+    if (at == std::string::npos) continue;
+    const std::string stop = full.substr(at, 3);
+    const std::string expected = full.substr(0, full.find(stop));
+    ++cases;
+    for (bool stream : {false, true}) {
+      SCOPED_TRACE("stop \"" + stop + "\" stream " + std::to_string(stream));
+      json req = {{"model", "llama_gqa_f32"}, {"prompt", p["ids"]},
+                  {"max_tokens", 16},         {"temperature", 0},
+                  {"ignore_eos", true},       {"stop", {"never-appears", stop}},
+                  {"stream", stream}};
+      auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      std::string text, finish;
+      if (stream) {
+        ASSERT_FALSE(r.events.empty());
+        EXPECT_EQ(r.events.back(), "[DONE]");
+        for (const std::string& e : r.events) {
+          if (e == "[DONE]") break;
+          const json c = json::parse(e);
+          ASSERT_FALSE(c.contains("error")) << e;
+          if (c["choices"].empty()) continue;
+          text += c["choices"][0].value("text", "");
+          if (c["choices"][0]["finish_reason"].is_string())
+            finish = c["choices"][0]["finish_reason"].get<std::string>();
+        }
+      } else {
+        const json body = json::parse(r.body);
+        text = body["choices"][0]["text"].get<std::string>();
+        finish = body["choices"][0]["finish_reason"].get<std::string>();
+      }
+      EXPECT_EQ(text, expected);
+      EXPECT_EQ(finish, "stop");
+    }
+  }
+  EXPECT_GE(cases, 3);
+  // Chat, streamed: the greedy answer without a stop string, then cut at a
+  // piece of it.
+  json chat = {{"model", "llama_gqa_f32"},
+               {"messages", {{{"role", "user"}, {"content", "the old man and the sea"}}}},
+               {"max_tokens", 16},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  auto whole = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const std::string content =
+      json::parse(whole.body)["choices"][0]["message"]["content"].get<std::string>();
+  size_t at = std::string::npos;
+  for (size_t i = content.size() / 3; i + 2 <= content.size() && at == std::string::npos; ++i)
+    if (static_cast<unsigned char>(content[i]) < 0x80 && content[i] > ' ' &&
+        static_cast<unsigned char>(content[i + 1]) < 0x80 && content[i + 1] > ' ')
+      at = i;
+  ASSERT_NE(at, std::string::npos) << content;
+  const std::string stop = content.substr(at, 2);
+  chat["stop"] = stop;
+  chat["stream"] = true;
+  auto cut = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(cut.status, 200) << cut.body;
+  std::string text, finish;
+  for (const std::string& e : cut.events) {
+    if (e == "[DONE]") break;
+    const json c = json::parse(e);
+    if (c["choices"].empty()) continue;
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) text += d["content"].get<std::string>();
+    if (c["choices"][0]["finish_reason"].is_string())
+      finish = c["choices"][0]["finish_reason"].get<std::string>();
+  }
+  EXPECT_EQ(text, content.substr(0, content.find(stop))) << "stop \"" << stop << "\"";
+  EXPECT_EQ(finish, "stop");
+}
+
+// A deployment with a tiny admission queue and no chat template.
+class SmallQueueDaemons : public Daemons {
+ protected:
+  std::string SchedulerToml() const override {
+    return "[scheduler]\nmax_context = 128\nqueue_limit = 2\nmax_sequences = 1\n";
+  }
+  std::string ChatTemplateToml() const override { return ""; }
+};
+
+// Overload: one running sequence and two queue places; of 12 concurrent
+// requests the surplus gets 429 with OpenAI's error shape, the admitted ones
+// complete in full, and the daemon serves afterwards.
+TEST_F(SmallQueueDaemons, OverloadGets429AndAdmittedRequestsComplete) {
+  constexpr int kRequests = 12;
+  std::vector<HttpReply> replies(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      json req = {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5 + i, 17, 42}},
+                  {"max_tokens", 60},         {"temperature", 0},
+                  {"ignore_eos", true},       {"stream", i % 2 == 1}};
+      replies[i] = HttpCall(port_, "POST", "/v1/completions", req.dump());
+    });
+  }
+  for (auto& t : threads) t.join();
+  int ok = 0, rejected = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const HttpReply& r = replies[i];
+    if (r.status == 429) {
+      ++rejected;
+      ExpectApiError(r, 429, "", "overload");
+      const json e = json::parse(r.body)["error"];
+      EXPECT_EQ(e["type"], "rate_limit_error") << r.body;
+      EXPECT_EQ(e["code"], "queue_full") << r.body;
+      continue;
+    }
+    ASSERT_EQ(r.status, 200) << "request " << i << ": " << r.body;
+    ++ok;
+    if (i % 2 == 1) {
+      int tokens = 0;
+      ASSERT_FALSE(r.events.empty());
+      EXPECT_EQ(r.events.back(), "[DONE]");
+      for (const std::string& e : r.events)
+        if (e != "[DONE]") tokens += json::parse(e)["choices"].empty() ? 0 : 1;
+      EXPECT_GE(tokens, 2) << "request " << i;
+    } else {
+      EXPECT_EQ(json::parse(r.body)["usage"]["completion_tokens"].get<int>(), 60) << r.body;
+    }
+  }
+  EXPECT_GE(rejected, 1);
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(ok + rejected, kRequests);
+  // Still serving once the burst is over.
+  auto after = HttpCall(port_, "POST", "/v1/completions",
+                        R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":4})");
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(json::parse(after.body)["usage"]["completion_tokens"].get<int>(), 4);
+}
+
+// The model has no recognised chat template and the config names none:
+// chat requests get a 400 that says which key to set; completions work.
+TEST_F(SmallQueueDaemons, UnknownChatTemplateGets400) {
+  auto r = HttpCall(port_, "POST", "/v1/chat/completions",
+                    R"({"model":"llama_gqa_f32","messages":[{"role":"user","content":"hi"}]})");
+  ExpectApiError(r, 400, "messages", "unknown chat template");
+  EXPECT_NE(r.body.find("model.chat_template"), std::string::npos) << r.body;
+  auto c = HttpCall(port_, "POST", "/v1/completions",
+                    R"({"model":"llama_gqa_f32","prompt":"hi","max_tokens":2})");
+  EXPECT_EQ(c.status, 200) << c.body;
 }
 
 // The official `openai` Python package (installed by scripts/setup into its

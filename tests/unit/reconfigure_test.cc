@@ -428,7 +428,7 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
            {{{"tp", {2, 1}}, {"pp", 3}}, 400, "pp"},
            {{{"tp", {3, 1}}}, 400, "stage 0"},
            {{{"tp", 4}, {"pp", 2}}, 400, "needs 8 workers"},
-           {{{"auto", true}, {"objective", "latency"}}, 400, "auto"}}) {
+           {{{"auto", true}, {"objective", "cost"}}, 400, "objective"}}) {
     auto r = Post("/admin/plan", b.body);
     EXPECT_EQ(r.status, b.status) << b.body.dump() << ": " << r.body;
     EXPECT_NE(r.body.find(b.says), std::string::npos) << b.body.dump() << ": " << r.body;
@@ -484,13 +484,36 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
-  // The metrics follow the changes: plan 4, three re-plans, no fault, the
+  // {"auto": true}: the placement planner chooses over the 4 workers' topology
+  // reports; the dry run names its layout, the change runs it and
+  // /admin/plan explains it.
+  auto auto_dry = Post("/admin/plan?dry_run=true", {{"auto", true}, {"objective", "throughput"}});
+  ASSERT_EQ(auto_dry.status, 200) << auto_dry.body << CoordinatorLog();
+  const json planned = json::parse(auto_dry.body)["to"];
+  auto automatic = Post("/admin/plan", {{"auto", true}, {"objective", "throughput"}});
+  ASSERT_EQ(automatic.status, 200) << automatic.body << CoordinatorLog();
+  plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], 5);
+  EXPECT_EQ(plan["tp_per_stage"], planned["tp_per_stage"]) << plan.dump();
+  EXPECT_EQ(plan["layers_per_stage"], planned["layers_per_stage"]);
+  ASSERT_TRUE(plan.contains("planner")) << plan.dump();
+  EXPECT_EQ(plan["planner"]["objective"], "throughput");
+  int ranks = 0;
+  for (const json& t : planned["tp_per_stage"]) ranks += t.get<int>();
+  EXPECT_EQ(plan["ranks"].size(), static_cast<size_t>(ranks));
+  r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // An explicit layout afterwards drops the planner's explanation.
+  ASSERT_EQ(Post("/admin/plan", {{"tp", {2, 1}}}).status, 200);
+  EXPECT_FALSE(Get("/admin/plan").contains("planner"));
+  // The metrics follow the changes: plan 6, five re-plans, no fault, the
   // re-queued sequences as /admin/cluster counts them.
   const json cluster = Get("/admin/cluster");
   auto metrics = HttpCall(port_, "GET", "/metrics", "");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("\ntessera_plan_version 4\n"), std::string::npos) << metrics.body;
-  EXPECT_NE(metrics.body.find("\ntessera_reconfigurations_total 3\n"), std::string::npos)
+  EXPECT_NE(metrics.body.find("\ntessera_plan_version 6\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_reconfigurations_total 5\n"), std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("\ntessera_faults_total 0\n"), std::string::npos) << metrics.body;
   EXPECT_NE(metrics.body.find("\ntessera_requeued_requests_total " +
