@@ -419,8 +419,9 @@ void CoordinatorDaemon::PlaceAndServe() {
     placement_status_ = s;
     cv_.notify_all();
   };
-  // 1. Wait for the workers: tp * pp of them, or (after a coordinator
-  //    restart) workers re-registering with a complete plan they hold.
+  // 1. Wait for the workers: the layout's count (parallel.workers in auto
+  //    mode), or (after a coordinator restart) workers re-registering with a
+  //    complete plan they hold.
   std::vector<std::string> workers;
   std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> adopted;
   uint64_t adopted_version = 0;
@@ -468,7 +469,8 @@ void CoordinatorDaemon::PlaceAndServe() {
     }
   }
   json report;
-  Status applied = ApplyPlan(parallel_, ranks, reason, report, std::move(planned), &predicted);
+  const ParallelConfig layout = parallel_;  // only this thread writes it before serving
+  Status applied = ApplyPlan(layout, ranks, reason, report, std::move(planned), &predicted);
   if (!applied.ok()) return fail(applied);
   // 3. Serve.
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks_);
