@@ -20,6 +20,7 @@
 #include "worker/engine.h"
 #include "worker/local_executor.h"
 #include "worker/model_loader.h"
+#include "worker/rank_device.h"
 #include "worker/rank_runner.h"
 
 namespace {
@@ -40,8 +41,10 @@ struct GenerateArgs {
   int pp = 1;
   std::vector<int> layers;  // per stage; empty = even split
   double timeout = 30.0;
-  int rank = -1;      // set in rank processes spawned by the launcher
-  std::string store;  // host:port of the launcher's rendezvous store
+  int rank = -1;               // set in rank processes spawned by the launcher
+  std::string store;           // host:port of the launcher's rendezvous store
+  std::string device = "cpu";  // "cpu" or "cuda[:N]" (single process only)
+  std::string dtype = "auto";  // CUDA compute dtype: auto, bf16, f16 or f32
 };
 
 std::vector<std::string> g_argv;  // this process's arguments, for spawning ranks
@@ -151,14 +154,35 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   EngineStats st;
   double load_seconds = 0.0;
   int64_t weight_bytes = 0;
+  const bool cuda = a.device.rfind("cuda", 0) == 0;
+  if (!cuda && a.device != "cpu")
+    return Fail(InvalidArgument("--device '" + a.device + "': expected cpu, cuda or cuda:N"));
+  if (cuda && par->world_size() != 1)
+    return Fail(InvalidArgument(
+        "--device cuda runs one process on one GPU; for tp/pp on GPUs start the daemons "
+        "(tessera-coordinator and one tessera-worker --device N per GPU)"));
   if (par->world_size() == 1 && a.rank < 0) {
-    auto loaded = LoadModel(a.model, *par, 0, nullptr);
+    RankDevice dev;
+    if (cuda) {
+      const int gpu =
+          a.device.size() > 5 && a.device[4] == ':' ? std::atoi(a.device.c_str() + 5) : 0;
+      auto dtype = ParseRuntimeDType(a.dtype, *cfg);
+      if (!dtype.ok()) return Fail(dtype.status().WithContext("--dtype"));
+      auto made = MakeRankDevice(RankBackend::kCuda, gpu, *dtype);
+      if (!made.ok()) return Fail(made.status().WithContext("--device " + a.device));
+      dev = std::move(*made);
+    } else {
+      dev.backend = &kernels::CpuBackend();
+    }
+    auto loaded = LoadModel(a.model, *par, 0, nullptr, {}, dev.backend);
     if (!loaded.ok()) return Fail(loaded.status());
     load_seconds = loaded->load_seconds;
     weight_bytes = loaded->weight_bytes;
     const StageLayout lay = loaded->model->layout();
-    auto cache = std::make_unique<KvCache>(lay.num_layers(), blocks, a.block_size,
-                                           lay.kv_heads_local, loaded->config.head_dim);
+    auto kv = KvCache::Create(*dev.backend, lay.num_layers(), blocks, a.block_size,
+                              lay.kv_heads_local, loaded->config.head_dim);
+    if (!kv.ok()) return Fail(kv.status());
+    std::unique_ptr<KvCache> cache = std::move(*kv);
     BlockAllocator allocator(blocks);
     LocalExecutor executor(std::move(loaded->model), std::move(cache));
     Engine engine(loaded->config, &executor, &allocator, a.block_size, tok->get());
@@ -246,6 +270,10 @@ int main(int argc, char** argv) {
   gen->add_option("--timeout", g.timeout,
                   "seconds before a collective or receive is declared failed")
       ->check(CLI::PositiveNumber);
+  gen->add_option("--device", g.device,
+                  "cpu, or cuda[:N] to run on GPU N (one process: --tp 1 --pp 1)");
+  gen->add_option("--dtype", g.dtype, "CUDA compute dtype: auto (the checkpoint's), bf16, f16, f32")
+      ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}));
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");
   tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);

@@ -103,4 +103,24 @@ void ConvertToF32(DType dtype, const void* src, float* dst, size_t count) {
   }
 }
 
+void ConvertFromF32(DType dtype, const float* src, void* dst, size_t count) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    default:
+      TESSERA_CHECK(false && "ConvertFromF32: not a floating dtype");
+  }
+}
+
 }  // namespace tessera

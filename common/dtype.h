@@ -49,5 +49,8 @@ uint16_t F32ToF16(float f);
 // Converts `count` elements of `src` (of type `dtype`) to fp32 in `dst`.
 // Precondition: dtype is kF32, kF16 or kBF16.
 void ConvertToF32(DType dtype, const void* src, float* dst, size_t count);
+// Converts `count` fp32 values to `dtype` (round to nearest even) in `dst`.
+// Precondition: dtype is kF32, kF16 or kBF16.
+void ConvertFromF32(DType dtype, const float* src, void* dst, size_t count);
 
 }  // namespace tessera

@@ -10,16 +10,28 @@
 #include "common/status.h"
 #include "common/tensor.h"
 
-// The CUDA branch routes to tessera::kernels::cuda::fn once the CUDA kernels
-// land; until then a CUDA tensor gets a clear kUnimplemented.
-#define TESSERA_DISPATCH(device, fn, ...)         \
-  ((device) == ::tessera::Device::kCPU            \
-       ? ::tessera::kernels::cpu::fn(__VA_ARGS__) \
-       : ::tessera::Unimplemented(std::string(#fn) + ": no CUDA kernel for this operation yet"))
+// Builds without the CUDA backend answer a CUDA tensor with kUnavailable.
+#ifdef TESSERA_WITH_CUDA
+#define TESSERA_DISPATCH(device, fn, ...)                                         \
+  ((device) == ::tessera::Device::kCPU ? ::tessera::kernels::cpu::fn(__VA_ARGS__) \
+                                       : ::tessera::kernels::cuda::fn(__VA_ARGS__))
+#else
+#define TESSERA_DISPATCH(device, fn, ...)          \
+  ((device) == ::tessera::Device::kCPU             \
+       ? ::tessera::kernels::cpu::fn(__VA_ARGS__)  \
+       : ::tessera::Unavailable(std::string(#fn) + \
+                                ": a CUDA tensor reached a build without the CUDA backend"))
+#endif
 
 namespace tessera::kernels {
 
 // Checks that `t` has the given rank and dtype; names `what` in the error.
 Status ExpectTensor(const Tensor& t, int rank, DType dtype, const char* what);
+
+// Checks that `t` is defined, on `device`, of the given rank and of a
+// floating dtype (F32, BF16, F16); names `what` in the error.
+Status ExpectFloatTensor(const Tensor& t, int rank, Device device, const char* what);
+// Checks that `t` has dtype `dtype` (that of another operand, named in `of`).
+Status ExpectDType(const Tensor& t, DType dtype, const char* what, const char* of);
 
 }  // namespace tessera::kernels

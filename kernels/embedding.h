@@ -5,8 +5,8 @@
 // outputs of all tp ranks (an all-reduce) gives the full lookup. With tp = 1
 // vocab_begin is 0 and the table holds every row.
 //
-// Shapes: ids [tokens] (int32), table [vocab_local, hidden] F32,
-// out [tokens, hidden] F32.
+// Shapes: ids [tokens] I32, table [vocab_local, hidden], out [tokens,
+// hidden] in the table's dtype; all on one device.
 // Thread-safety: stateless.
 #pragma once
 
@@ -18,14 +18,17 @@
 
 namespace tessera::kernels {
 
-// Errors: kInvalidArgument on shape mismatch; kOutOfRange for a negative id
-// (naming the position).
-Status EmbeddingLookup(const std::vector<int32_t>& ids, const Tensor& table, int64_t vocab_begin,
-                       Tensor& out);
+// Errors: kInvalidArgument on shape mismatch; on the CPU kOutOfRange for a
+// negative id (naming the position). The CUDA kernel cannot report ids, so
+// it writes zero rows for them: callers validate ids on the host (LlamaModel
+// does).
+Status EmbeddingLookup(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out);
 
 namespace cpu {
-Status EmbeddingLookup(const std::vector<int32_t>& ids, const Tensor& table, int64_t vocab_begin,
-                       Tensor& out);
+Status EmbeddingLookup(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out);
+}
+namespace cuda {
+Status EmbeddingLookup(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out);
 }
 
 }  // namespace tessera::kernels

@@ -1,19 +1,22 @@
 #include <cstring>
+#include <span>
 
 #include "kernels/dispatch.h"
 #include "kernels/embedding.h"
 
 namespace tessera::kernels {
 
-Status EmbeddingLookup(const std::vector<int32_t>& ids, const Tensor& table, int64_t vocab_begin,
-                       Tensor& out) {
+Status EmbeddingLookup(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out) {
   return TESSERA_DISPATCH(table.device(), EmbeddingLookup, ids, table, vocab_begin, out);
 }
 
 namespace cpu {
 
-Status EmbeddingLookup(const std::vector<int32_t>& ids, const Tensor& table, int64_t vocab_begin,
+Status EmbeddingLookup(const Tensor& id_tensor, const Tensor& table, int64_t vocab_begin,
                        Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(id_tensor, 1, DType::kI32, "embedding ids"));
+  const std::span<const int32_t> ids(id_tensor.data<int32_t>(),
+                                     static_cast<size_t>(id_tensor.numel()));
   TESSERA_RETURN_IF_ERROR(ExpectTensor(table, 2, DType::kF32, "embedding table"));
   TESSERA_RETURN_IF_ERROR(ExpectTensor(out, 2, DType::kF32, "embedding output"));
   const int64_t hidden = table.dim(1), rows = table.dim(0);

@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "kernels/backend.h"
 
 namespace tessera::kernels {
 
@@ -40,22 +41,74 @@ struct AttentionSeq {
   std::span<const int32_t> block_table;  // covers positions [0, start_pos + num_tokens)
 };
 
+// The layout of one step's sequences, built once per forward step and shared
+// by every layer's WriteKv and PagedAttention. On a CUDA backend it also
+// holds the layout packed into one device I32 tensor (uploaded once per
+// step, not once per layer):
+//   [0, T)            sequence index of every token
+//   [T, 2T)           absolute position of every token
+//   [2T, 2T + 4S)     per sequence: token_begin, num_tokens, start_pos,
+//                     offset of its block table in the tables below
+//   [2T + 4S, ...)    the block tables, concatenated
+struct AttentionBatch {
+  std::vector<AttentionSeq> seqs;
+  int64_t num_tokens = 0;      // T: rows of q/k/v
+  int64_t max_seq_tokens = 0;  // largest num_tokens of a sequence
+  int64_t max_context = 0;     // largest start_pos + num_tokens
+  Tensor device_meta;          // I32 packed layout on the backend's device, or undefined on the CPU
+};
+
+// Checks and packs `seqs` for a cache of `num_blocks` blocks of `block_size`
+// positions. The block tables are referenced, not copied: they must outlive
+// the batch. Errors: kInvalidArgument when the sequences do not tile
+// [0, num_tokens) in order; kOutOfRange when a position has no block in its
+// table or a block id lies outside [0, num_blocks) (naming both).
+StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                            int64_t block_size, int64_t num_blocks,
+                                            Backend& backend);
+
+// MakeAttentionBatch without the upload: checks `seqs` and fills num_tokens,
+// max_seq_tokens and max_context (device_meta stays undefined). Errors: as
+// MakeAttentionBatch.
+StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                             int64_t block_size, int64_t num_blocks);
+
+// The I32 values of the packed device layout of `batch` (see AttentionBatch)
+// for a cache of `block_size`. With table_stride > 0 sequence i's block table
+// starts at offset i * table_stride of the tables region (which then holds
+// S * table_stride values, the unused ones 0): the layout of a CUDA graph,
+// whose pointers and sizes must not change between steps. table_stride must
+// be at least the blocks every sequence needs (TESSERA_CHECKed).
+std::vector<int32_t> PackAttentionMeta(const AttentionBatch& batch, int64_t block_size,
+                                       int64_t table_stride = 0);
+
+// The context length by which the CUDA decode kernel splits its work
+// (flash-decoding): the smallest power of two >= 256 holding max_context.
+// Eager steps and recorded decode graphs (whose split is fixed when they are
+// recorded) both split by it, so a replayed graph computes bit for bit what
+// an eager step computes.
+int64_t DecodeContextBucket(int64_t max_context);
+
 // Writes k/v rows of every sequence into its cache slots.
-// Shapes: k, v [tokens, kv_heads, head_dim]. Errors: kOutOfRange when a
-// position has no block in its table or a block id is out of range.
-Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
-               const std::vector<AttentionSeq>& seqs);
+// Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 
 // out[t, h*head_dim:(h+1)*head_dim] = softmax(q[t,h] . K[0..p] * scale) V[0..p].
-// Shapes: q [tokens, heads, head_dim], out [tokens, heads * head_dim].
-Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
-                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out);
+// Shapes: q [tokens, heads, head_dim], out [tokens, heads * head_dim], both
+// in the cache's dtype. fp32 scores, softmax and accumulation.
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out);
 
 namespace cpu {
-Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
-               const std::vector<AttentionSeq>& seqs);
-Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
-                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out);
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out);
 }  // namespace cpu
+
+namespace cuda {
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out);
+}  // namespace cuda
 
 }  // namespace tessera::kernels

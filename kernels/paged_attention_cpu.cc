@@ -8,14 +8,102 @@
 
 namespace tessera::kernels {
 
-Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
-               const std::vector<AttentionSeq>& seqs) {
-  return TESSERA_DISPATCH(k.device(), WriteKv, cache, k, v, seqs);
+StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                             int64_t block_size, int64_t num_blocks) {
+  AttentionBatch b;
+  b.num_tokens = num_tokens;
+  if (block_size <= 0)
+    return InvalidArgument("attention batch: block_size " + std::to_string(block_size));
+  int64_t next = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const AttentionSeq& s = seqs[i];
+    if (s.token_begin != next || s.num_tokens < 0 || s.start_pos < 0)
+      return InvalidArgument("attention batch: sequence " + std::to_string(i) + " covers rows [" +
+                             std::to_string(s.token_begin) + ", " +
+                             std::to_string(s.token_begin + s.num_tokens) +
+                             "), expected to start at " + std::to_string(next));
+    next += s.num_tokens;
+    const int64_t ctx = s.start_pos + s.num_tokens;
+    const int64_t need = (ctx + block_size - 1) / block_size;
+    if (need > static_cast<int64_t>(s.block_table.size()))
+      return OutOfRange("kv cache: position " + std::to_string(ctx - 1) + " of sequence " +
+                        std::to_string(i) + " needs block index " + std::to_string(need - 1) +
+                        " but the block table has " + std::to_string(s.block_table.size()) +
+                        " blocks");
+    for (int64_t j = 0; j < need; ++j) {
+      const int32_t block = s.block_table[static_cast<size_t>(j)];
+      if (block < 0 || block >= num_blocks)
+        return OutOfRange("kv cache: block id " + std::to_string(block) + " of sequence " +
+                          std::to_string(i) + " outside [0, " + std::to_string(num_blocks) + ")");
+    }
+    b.max_seq_tokens = std::max(b.max_seq_tokens, s.num_tokens);
+    b.max_context = std::max(b.max_context, ctx);
+  }
+  if (next != num_tokens)
+    return InvalidArgument("attention batch: sequences cover " + std::to_string(next) +
+                           " rows, the step has " + std::to_string(num_tokens));
+  b.seqs = std::move(seqs);
+  return b;
 }
 
-Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
-                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out) {
-  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, seqs, scale, out);
+std::vector<int32_t> PackAttentionMeta(const AttentionBatch& b, int64_t block_size,
+                                       int64_t table_stride) {
+  const int64_t T = b.num_tokens, S = static_cast<int64_t>(b.seqs.size());
+  int64_t tables = 0;
+  for (const AttentionSeq& s : b.seqs) {
+    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
+    TESSERA_CHECK(table_stride == 0 || need <= table_stride);
+    tables += table_stride > 0 ? table_stride : need;
+  }
+  std::vector<int32_t> meta(static_cast<size_t>(2 * T + 4 * S + tables), 0);
+  int32_t* m = meta.data();
+  int32_t* seq_info = m + 2 * T;
+  int32_t* tab = seq_info + 4 * S;
+  int64_t off = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const AttentionSeq& s = b.seqs[static_cast<size_t>(i)];
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      m[s.token_begin + t] = static_cast<int32_t>(i);
+      m[T + s.token_begin + t] = static_cast<int32_t>(s.start_pos + t);
+    }
+    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
+    seq_info[4 * i + 0] = static_cast<int32_t>(s.token_begin);
+    seq_info[4 * i + 1] = static_cast<int32_t>(s.num_tokens);
+    seq_info[4 * i + 2] = s.start_pos;
+    seq_info[4 * i + 3] = static_cast<int32_t>(off);
+    for (int64_t j = 0; j < need; ++j) tab[off + j] = s.block_table[static_cast<size_t>(j)];
+    off += table_stride > 0 ? table_stride : need;
+  }
+  return meta;
+}
+
+int64_t DecodeContextBucket(int64_t max_context) {
+  int64_t bucket = 256;
+  while (bucket < max_context) bucket *= 2;
+  return bucket;
+}
+
+StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
+                                            int64_t block_size, int64_t num_blocks,
+                                            Backend& backend) {
+  TESSERA_ASSIGN_OR_RETURN(
+      AttentionBatch b, CheckAttentionBatch(std::move(seqs), num_tokens, block_size, num_blocks));
+  if (backend.device() != Device::kCPU) {
+    std::vector<int32_t> meta = PackAttentionMeta(b, block_size);
+    Tensor host = Tensor::Wrap(meta.data(), {static_cast<int64_t>(meta.size())}, DType::kI32,
+                               Device::kCPU, nullptr);
+    TESSERA_ASSIGN_OR_RETURN(b.device_meta, backend.Upload(host));
+  }
+  return b;
+}
+
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch) {
+  return TESSERA_DISPATCH(k.device(), WriteKv, cache, k, v, batch);
+}
+
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out) {
+  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out);
 }
 
 namespace cpu {
@@ -51,8 +139,8 @@ StatusOr<int64_t> SlotOffset(const KvCacheLayer& cache, const AttentionSeq& s, i
 
 }  // namespace
 
-Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
-               const std::vector<AttentionSeq>& seqs) {
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch) {
+  const std::vector<AttentionSeq>& seqs = batch.seqs;
   TESSERA_RETURN_IF_ERROR(ExpectTensor(k, 3, DType::kF32, "kv write K"));
   if (v.shape() != k.shape())
     return InvalidArgument("kv write: K " + k.Describe() + " vs V " + v.Describe());
@@ -69,8 +157,9 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v,
   return Status::Ok();
 }
 
-Status PagedAttention(const Tensor& q, const KvCacheLayer& cache,
-                      const std::vector<AttentionSeq>& seqs, float scale, Tensor& out) {
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out) {
+  const std::vector<AttentionSeq>& seqs = batch.seqs;
   TESSERA_RETURN_IF_ERROR(ExpectTensor(q, 3, DType::kF32, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
   const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;

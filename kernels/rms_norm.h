@@ -2,7 +2,9 @@
 //   y[t, i] = x[t, i] / sqrt(mean_i(x[t, :]^2) + eps) * weight[i]
 // computed in fp32.
 //
-// Shapes: x [tokens, hidden], weight [hidden], y [tokens, hidden] (y may alias x).
+// Shapes: x [tokens, hidden], weight [hidden], y [tokens, hidden] (y may
+// alias x), one dtype: F32 on the CPU; F32, BF16 or F16 on CUDA (sums of
+// squares in fp32, the result rounded once).
 // Thread-safety: stateless.
 #pragma once
 
@@ -22,5 +24,9 @@ namespace cpu {
 Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 }  // namespace cpu
+namespace cuda {
+Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+}  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -23,15 +23,18 @@ namespace tessera::kernels {
 // inv_freq [head_dim / 2] for `config` at sequence length `seq_len` (tokens).
 std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len);
 
-// Rotates rows [token_begin, token_end) of x in place.
-// Shapes: x [tokens, heads, head_dim] F32; positions[t] is the absolute
-// position of token t (indexed from token_begin); inv_freq [head_dim / 2].
-Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
-                 const std::vector<float>& inv_freq);
+// Rotates every row of x in place: token t by angle positions[t] * inv_freq.
+// Shapes: x [tokens, heads, head_dim] (F32 on the CPU; F32, BF16 or F16 on
+// CUDA, rotated in fp32); positions [tokens] I32 (absolute positions);
+// inv_freq [head_dim / 2] F32; all on one device. Use Slice0 of x and
+// positions to rotate one sequence with its own inv_freq (dynamic NTK).
+Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 
 namespace cpu {
-Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
-                 const std::vector<float>& inv_freq);
+Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+}
+namespace cuda {
+Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 }
 
 }  // namespace tessera::kernels

@@ -44,26 +44,26 @@ std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len) {
   return inv;
 }
 
-Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
-                 const std::vector<float>& inv_freq) {
-  return TESSERA_DISPATCH(x.device(), ApplyRope, x, token_begin, token_end, positions, inv_freq);
+Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
+  return TESSERA_DISPATCH(x.device(), ApplyRope, x, positions, inv_freq);
 }
 
 namespace cpu {
 
-Status ApplyRope(Tensor& x, int64_t token_begin, int64_t token_end, const int32_t* positions,
-                 const std::vector<float>& inv_freq) {
+Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq_t) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(x, 3, DType::kF32, "rope input"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(positions, 1, DType::kI32, "rope positions"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(inv_freq_t, 1, DType::kF32, "rope inv_freq"));
   const int64_t heads = x.dim(1), head_dim = x.dim(2), half = head_dim / 2;
-  if (static_cast<int64_t>(inv_freq.size()) != half || token_begin < 0 || token_end > x.dim(0))
-    return InvalidArgument("rope: x " + x.Describe() + " with inv_freq of " +
-                           std::to_string(inv_freq.size()) + " for tokens [" +
-                           std::to_string(token_begin) + ", " + std::to_string(token_end) + ")");
+  if (inv_freq_t.dim(0) != half || positions.dim(0) != x.dim(0))
+    return InvalidArgument("rope: x " + x.Describe() + " with inv_freq " + inv_freq_t.Describe() +
+                           " and positions " + positions.Describe());
+  const float* inv_freq = inv_freq_t.data<float>();
   std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
-  for (int64_t t = token_begin; t < token_end; ++t) {
-    const float pos = static_cast<float>(positions[t - token_begin]);
+  for (int64_t t = 0; t < x.dim(0); ++t) {
+    const float pos = static_cast<float>(positions.data<int32_t>()[t]);
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[static_cast<size_t>(i)];  // fp32 product, as HF
+      const float angle = pos * inv_freq[i];  // fp32 product, as HF
       cos_v[static_cast<size_t>(i)] = std::cos(angle);
       sin_v[static_cast<size_t>(i)] = std::sin(angle);
     }

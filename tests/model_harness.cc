@@ -3,16 +3,19 @@
 namespace tessera::testing {
 
 StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, int64_t num_blocks,
-                                                       int64_t block_size) {
+                                                       int64_t block_size,
+                                                       kernels::Backend* backend) {
+  if (backend == nullptr) backend = &kernels::CpuBackend();
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
-  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(dir, par, 0, nullptr));
+  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(dir, par, 0, nullptr, {}, backend));
   auto m = std::make_unique<LocalModel>();
   m->config_ = loaded.config;
   m->block_size_ = block_size;
   const StageLayout lay = loaded.model->layout();
-  auto cache = std::make_unique<KvCache>(lay.num_layers(), num_blocks, block_size,
-                                         lay.kv_heads_local, loaded.config.head_dim);
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                           KvCache::Create(*backend, lay.num_layers(), num_blocks, block_size,
+                                           lay.kv_heads_local, loaded.config.head_dim));
   m->executor_ = std::make_unique<LocalExecutor>(std::move(loaded.model), std::move(cache));
   m->allocator_ = std::make_unique<BlockAllocator>(num_blocks);
   return m;

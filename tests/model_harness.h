@@ -17,9 +17,11 @@ namespace tessera::testing {
 class LocalModel {
  public:
   // Aborts the test on load errors (callers ASSERT on ok() of Load instead).
+  // `backend` (null = CPU) holds the model and its KV cache.
   static StatusOr<std::unique_ptr<LocalModel>> Load(const std::string& dir,
                                                     int64_t num_blocks = 256,
-                                                    int64_t block_size = 16);
+                                                    int64_t block_size = 16,
+                                                    kernels::Backend* backend = nullptr);
 
   // Last-position logits [vocab] of `prompt`, prefilled in one step.
   StatusOr<std::vector<float>> LastLogits(const std::vector<int32_t>& prompt);
@@ -29,6 +31,9 @@ class LocalModel {
       const std::vector<std::vector<int32_t>>& prompts, int n,
       const Tokenizer* tokenizer = nullptr);
   const ModelConfig& config() const { return config_; }
+  LocalExecutor& executor() { return *executor_; }
+  BlockAllocator& allocator() { return *allocator_; }
+  int64_t block_size() const { return block_size_; }
 
  private:
   ModelConfig config_;

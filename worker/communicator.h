@@ -1,8 +1,8 @@
 // Communicator: the collective and point-to-point operations one rank runs
 // with the other ranks of a group (the tensor-parallel ranks of a stage, or
 // the two ends of a pipeline link). GlooCommunicator implements it on CPU
-// over TCP; an NCCL implementation on CUDA buffers will implement the same
-// seam.
+// over TCP; NcclCommunicator (worker/nccl_communicator.h, CUDA builds)
+// implements it on device buffers.
 //
 // Contract shared by every implementation:
 //  - Ranks are numbered 0..size()-1 within the group.
@@ -22,8 +22,10 @@
 //    the first failure. Recover by building a new communicator (a new group
 //    name) with the surviving ranks.
 //
-// Buffers are host (CPU) memory; dtypes are float32 for the reducing and
-// gathering collectives and raw bytes for Broadcast/Send/Recv.
+// Buffers live where device() says: host memory for Gloo, device memory of
+// the rank's GPU for NCCL. dtypes are float32 for the reducing and gathering
+// collectives (F32/BF16/F16 through the *Typed variants) and raw bytes for
+// Broadcast/Send/Recv.
 //
 // Thread-safety: a communicator is used by one thread at a time (the thread
 // that runs its rank's forward pass). Distinct communicators may be used
@@ -33,7 +35,9 @@
 #include <cstddef>
 #include <string>
 
+#include "common/dtype.h"
 #include "common/status.h"
+#include "common/tensor.h"
 
 namespace tessera {
 
@@ -47,6 +51,8 @@ class Communicator {
   virtual int size() const = 0;
   // The group's name, e.g. "tp.stage1" or "pipe.stage0-1.tp0".
   virtual const std::string& name() const = 0;
+  // Where the buffers of every call live.
+  virtual Device device() const { return Device::kCPU; }
 
   // In place: data[i] = sum over ranks r of data_r[i], for i < count.
   // data: float32[count], count equal on every rank. Every rank ends with
@@ -78,6 +84,20 @@ class Communicator {
 
   // Returns once every rank of the group has entered Barrier().
   virtual Status Barrier() = 0;
+
+  // AllReduceSum / AllGather over `dtype` elements (F32, BF16 or F16; a
+  // 16-bit sum is accumulated as the implementation does, NCCL in fp32 per
+  // step of its ring). The default handles F32 through the float overloads
+  // and answers other dtypes with kUnimplemented naming the dtype and group.
+  virtual Status AllReduceSumTyped(void* data, size_t count, DType dtype);
+
+  // Device communicators: puts the work enqueued so far on the rank's stream
+  // (e.g. a replayed CUDA graph whose collectives were recorded, not issued
+  // one by one) under the call timeout, as one operation named `what`.
+  // Collectives recorded into a graph are not watched themselves. A no-op for
+  // host communicators, whose calls complete before they return.
+  virtual Status WatchEnqueued(const std::string& what);
+  virtual Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv);
 };
 
 }  // namespace tessera

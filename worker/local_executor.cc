@@ -8,7 +8,7 @@ LocalExecutor::LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<
 }
 
 Status LocalExecutor::RunLogits(const StepBatch& batch, Tensor& logits) {
-  Tensor hidden = Tensor::Empty({batch.total_tokens(), model_->config().hidden_size});
+  TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model_->NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR(model_->Forward(batch, Tensor(), *cache_, hidden));
   return model_->Logits(batch, hidden, logits);
 }
@@ -16,9 +16,11 @@ Status LocalExecutor::RunLogits(const StepBatch& batch, Tensor& logits) {
 Status LocalExecutor::Submit(const StepBatch& batch) {
   int64_t wanted = 0;
   for (const SeqStep& s : batch.seqs) wanted += s.want_logits ? 1 : 0;
-  Tensor logits = Tensor::Empty({wanted, vocab_size()});
+  TESSERA_ASSIGN_OR_RETURN(Tensor logits,
+                           model_->backend().Allocate({wanted, vocab_size()}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(RunLogits(batch, logits));
-  done_.push_back(samplers_.Sample(batch, logits.data<float>(), vocab_size()));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, samplers_.Sample(batch, logits));
+  done_.push_back(std::move(tokens));
   return Status::Ok();
 }
 

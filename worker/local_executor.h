@@ -25,7 +25,8 @@ class LocalExecutor : public StepExecutor {
   int max_in_flight() const override { return 1; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
 
-  // Runs `batch` and returns logits [num_wanted, vocab_size] without sampling.
+  // Runs `batch` and returns logits [num_wanted, vocab_size] F32 (host or the
+  // model's device) without sampling.
   Status RunLogits(const StepBatch& batch, Tensor& logits);
   KvCache& cache() { return *cache_; }
   LlamaModel& model() { return *model_; }

@@ -27,7 +27,10 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key, e.g. --set worker.gloo_host=10.0.0.2");
   app.add_option("--coordinator", coordinator, "coordinator control endpoint, tcp://HOST:PORT");
-  app.add_option("--device", device, "device index on this host")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device,
+                 "device index on this host: the GPU this rank runs on (worker.backend auto or "
+                 "cuda)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--id", o.worker_id, "worker id to request (default: assigned)");
   app.add_option("--timeout", o.collective_timeout_seconds,
                  "seconds before a collective is declared failed")
@@ -63,11 +66,9 @@ int main(int argc, char** argv) {
   }
   o.coordinator = coordinator.empty() ? cfg.worker.coordinator : coordinator;
   o.device = device >= 0 ? device : cfg.worker.device;
+  o.backend = tessera::WorkerBackendName(cfg.worker.backend);
   o.host = cfg.worker.host;
   o.gloo_host = cfg.worker.gloo_host;
-  // The CPU backend serves every rank on this branch; backend = "cuda"
-  // offers the GPU `device` of the host's report.
-  o.cpu = cfg.worker.backend != tessera::WorkerBackend::kCuda;
   if (!cfg.worker.topology_file.empty()) {
     auto topo = tessera::LoadTopologyFile(cfg.worker.topology_file);
     if (!topo.ok() || topo->nodes.size() != 1) {

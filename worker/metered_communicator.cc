@@ -38,6 +38,17 @@ Status MeteredCommunicator::AllGather(const float* send, size_t count_per_rank, 
                [&] { return inner_->AllGather(send, count_per_rank, recv); });
 }
 
+Status MeteredCommunicator::AllReduceSumTyped(void* data, size_t count, DType dtype) {
+  return Timed(kAllReduce, count * DTypeSize(dtype),
+               [&] { return inner_->AllReduceSumTyped(data, count, dtype); });
+}
+
+Status MeteredCommunicator::AllGatherTyped(const void* send, size_t count_per_rank, DType dtype,
+                                           void* recv) {
+  return Timed(kAllGather, count_per_rank * DTypeSize(dtype),
+               [&] { return inner_->AllGatherTyped(send, count_per_rank, dtype, recv); });
+}
+
 Status MeteredCommunicator::Broadcast(void* data, size_t bytes, int root) {
   return Timed(kBroadcast, bytes, [&] { return inner_->Broadcast(data, bytes, root); });
 }

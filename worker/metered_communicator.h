@@ -44,6 +44,14 @@ class MeteredCommunicator : public Communicator {
   Status Send(const void* data, size_t bytes, int peer) override;
   Status Recv(void* data, size_t bytes, int peer) override;
   Status Barrier() override;
+  // Device communicators stay device communicators through the wrapper; the
+  // typed collectives are timed as enqueued (a device collective returns
+  // once it is on the stream, so its time is the launch, not the transfer).
+  Device device() const override { return inner_->device(); }
+  Status AllReduceSumTyped(void* data, size_t count, DType dtype) override;
+  Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype,
+                        void* recv) override;
+  Status WatchEnqueued(const std::string& what) override { return inner_->WatchEnqueued(what); }
 
  private:
   enum Op { kAllReduce, kAllGather, kBroadcast, kSend, kRecv, kBarrier, kNumOps };

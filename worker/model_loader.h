@@ -20,6 +20,7 @@ namespace tessera {
 
 struct LoadedModel {
   ModelConfig config;
+  kernels::Backend* backend = nullptr;  // where the model lives (not owned)
   std::unique_ptr<LlamaModel> model;
   int64_t weight_bytes = 0;  // bytes of this rank's weights in memory
   int64_t reused_bytes = 0;  // of weight_bytes: taken from `held`, not read again
@@ -30,14 +31,17 @@ struct LoadedModel {
 };
 
 // Loads rank `rank` of `parallel` from `model_dir`. `tp_comm` is the rank's tp
-// group (null when its stage has tp == 1). `held` (optional): tensors the rank
-// already holds from an earlier plan; the slices it still needs are reused
-// instead of read (see HeldWeights).
+// group (null when its stage has tp == 1). `backend` (null = CPU) receives the
+// weights in its compute dtype and runs the model; it must outlive it.
+// `held` (optional): tensors the rank already holds from an earlier plan,
+// loaded by this same backend; the slices it still needs are reused instead
+// of read (see HeldWeights).
 // Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
 // LoadStageWeights, with the model directory in the message.
 StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,
                                 int rank, Communicator* tp_comm,
                                 const LoadProgressFn& progress = {},
+                                kernels::Backend* backend = nullptr,
                                 const HeldWeights* held = nullptr);
 
 }  // namespace tessera

@@ -17,9 +17,11 @@ int64_t CountWanted(const StepBatch& batch) {
   return n;
 }
 
-std::vector<uint8_t> TensorBytes(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.raw());
-  return std::vector<uint8_t>(p, p + t.nbytes());
+// The bytes of `t`, copied to the host when it lives on a device.
+StatusOr<std::vector<uint8_t>> TensorBytes(kernels::Backend& backend, const Tensor& t) {
+  TESSERA_ASSIGN_OR_RETURN(Tensor host, backend.ToHost(t));
+  const auto* p = static_cast<const uint8_t*>(host.raw());
+  return std::vector<uint8_t>(p, p + host.nbytes());
 }
 
 std::string RankName(const PipelineLinks& l) {
@@ -34,16 +36,30 @@ StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBa
                                                  const LogitsSink& sink) {
   const int64_t wanted = CountWanted(batch);
   const int64_t vocab = model.config().vocab_size;
-  Tensor logits = Tensor::Empty({wanted, vocab});
+  TESSERA_ASSIGN_OR_RETURN(Tensor logits, model.backend().Allocate({wanted, vocab}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(model.Logits(batch, hidden, logits));
   std::vector<int32_t> tokens(static_cast<size_t>(wanted), 0);
   if (links.tp_rank == 0) {
-    if (sink) sink(batch, logits);
-    tokens = samplers.Sample(batch, logits.data<float>(), vocab);
+    if (sink) {
+      TESSERA_ASSIGN_OR_RETURN(Tensor host, model.backend().ToHost(logits));
+      sink(batch, host);
+    }
+    TESSERA_ASSIGN_OR_RETURN(tokens, samplers.Sample(batch, logits));
   }
   if (links.tp && links.tp->size() > 1 && wanted > 0) {
-    Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
-    if (!s.ok()) return s.WithContext("token broadcast on " + RankName(links));
+    const std::string where = "token broadcast on " + RankName(links);
+    if (links.tp->device() == Device::kCPU) {
+      Status s = links.tp->Broadcast(tokens.data(), tokens.size() * sizeof(int32_t), 0);
+      if (!s.ok()) return s.WithContext(where);
+    } else {
+      // A device communicator (NCCL): the tokens travel through device memory.
+      Tensor host = Tensor::Wrap(tokens.data(), {wanted}, DType::kI32, Device::kCPU, nullptr);
+      auto dev = model.backend().Upload(host);
+      if (!dev.ok()) return dev.status().WithContext(where);
+      Status s = links.tp->Broadcast(dev->raw(), tokens.size() * sizeof(int32_t), 0);
+      if (s.ok()) s = model.backend().Copy(host, *dev);
+      if (!s.ok()) return s.WithContext(where);
+    }
   }
   return tokens;
 }
@@ -100,12 +116,13 @@ StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
                                              const PipelineLinks& links, const StepBatch& batch,
                                              AsyncSender* sender, SequenceSamplers& samplers,
                                              const LogitsSink& sink) {
-  Tensor hidden = Tensor::Empty({batch.total_tokens(), model.config().hidden_size});
+  TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, Tensor(), cache, hidden), RankName(links));
   if (links.pp == 1) return SampleOnLastStage(model, batch, hidden, links, samplers, sink);
   TESSERA_CHECK(sender != nullptr);
   TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
-  TESSERA_RETURN_IF_ERROR(sender->Enqueue(TensorBytes(hidden)));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, TensorBytes(model.backend(), hidden));
+  TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(bytes)));
   return std::vector<int32_t>();
 }
 
@@ -130,7 +147,6 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     sender = std::make_unique<AsyncSender>(links.next, 1, 2 * static_cast<size_t>(links.pp) + 2);
   }
   SequenceSamplers samplers;
-  const int64_t hidden_size = model.config().hidden_size;
   std::vector<uint8_t> frame;
   while (true) {
     Status s = RecvFrame(*links.prev, 0, frame, kMaxMetaBytes);
@@ -145,14 +161,16 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
       continue;
     }
     const StepBatch& batch = msg.batch;
-    Tensor hidden = Tensor::Empty({batch.total_tokens(), hidden_size});
+    TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
     s = RecvFrame(*links.prev, 0, frame, hidden.nbytes());
     if (!s.ok())
       return s.WithContext("hidden states from the previous stage to " + RankName(links));
     if (frame.size() != hidden.nbytes())
       return InvalidArgument("hidden states of " + std::to_string(frame.size()) + " bytes for " +
                              hidden.Describe() + " on " + RankName(links));
-    std::memcpy(hidden.raw(), frame.data(), frame.size());
+    const Tensor received =
+        Tensor::Wrap(frame.data(), hidden.shape(), hidden.dtype(), Device::kCPU, nullptr);
+    TESSERA_RETURN_IF_ERROR(model.backend().Copy(hidden, received));
     TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, hidden, cache, hidden), RankName(links));
     if (last) {
       TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
@@ -166,7 +184,8 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(out)));
     } else {
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
-      TESSERA_RETURN_IF_ERROR(sender->Enqueue(TensorBytes(hidden)));
+      TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, TensorBytes(model.backend(), hidden));
+      TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(bytes)));
     }
   }
 }

@@ -19,6 +19,8 @@
 #include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/step_batch.h"
+#include "common/tensor.h"
+#include "kernels/sampling.h"
 
 namespace tessera {
 
@@ -28,6 +30,11 @@ class Sampler {
 
   // Picks a token id from logits [vocab] (F32, unnormalised).
   int32_t Sample(const float* logits, int64_t vocab);
+
+  // The next draw as a kernel row (kernels/sampling.h): the warper settings
+  // plus one uniform from this sequence's generator (none for greedy), so a
+  // device sampler consumes the same random stream as Sample.
+  kernels::SampleRow NextRow();
 
  private:
   // Uniform double in [0, 1) from the 53 high bits of the generator, so the
@@ -50,6 +57,10 @@ class SequenceSamplers {
   // Samples one token for every sequence of `batch` with want_logits, in
   // batch order. logits [num_wanted, vocab]. Releases finished sequences first.
   std::vector<int32_t> Sample(const StepBatch& batch, const float* logits, int64_t vocab);
+  // Same, with logits [num_wanted, vocab] F32 on the CPU or a CUDA device
+  // (sampled there; only the tokens come back). Errors: those of
+  // kernels::SampleTokens.
+  StatusOr<std::vector<int32_t>> Sample(const StepBatch& batch, const Tensor& logits);
   size_t live() const { return samplers_.size(); }
 
  private:

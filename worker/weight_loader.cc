@@ -1,6 +1,7 @@
 #include "worker/weight_loader.h"
 
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -57,7 +58,10 @@ StatusOr<Tensor*> Slot(StageWeights& w, const std::string& role) {
 
 StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
                                         const ParallelConfig& parallel, const ShardSpec& spec,
-                                        const LoadProgressFn& progress, const HeldWeights* held) {
+                                        const LoadProgressFn& progress,
+                                        kernels::Backend* backend_ptr, const HeldWeights* held) {
+  kernels::Backend& backend = backend_ptr ? *backend_ptr : kernels::CpuBackend();
+  const DType dtype = backend.compute_dtype();
   StageWeights w;
   StageLayout& lay = w.layout;
   lay.first_layer = spec.first_layer();
@@ -75,7 +79,8 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   w.layers.resize(static_cast<size_t>(lay.num_layers()));
 
   int64_t total = 0;
-  for (const TensorShard& t : spec.tensors()) total += t.local_numel() * 4;
+  for (const TensorShard& t : spec.tensors())
+    total += t.local_numel() * static_cast<int64_t>(DTypeSize(dtype));
   int64_t loaded = 0;
   // The tied embedding on a single stage is one buffer with two roles.
   std::map<std::tuple<std::string, int64_t, int64_t>, Tensor> read;
@@ -89,7 +94,9 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
     }
     if (held) {
       auto h = held->find(key);
-      if (h != held->end() && h->second.shape() == t.local_shape) {
+      // Only a slice of this shape, in this backend's dtype and on its device.
+      if (h != held->end() && h->second.shape() == t.local_shape && h->second.dtype() == dtype &&
+          h->second.device() == backend.device()) {
         *slot = h->second;
         read.emplace(key, h->second);
         w.weight_bytes += static_cast<int64_t>(h->second.nbytes());
@@ -108,13 +115,33 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
                              "] but config.json implies [" + want + "]");
     }
-    // Zeros: vocab padding rows stay zero.
-    Tensor dst = Tensor::Zeros(t.local_shape);
+    // Read raw when the checkpoint has the compute dtype, else through fp32.
+    // Only the vocab padding rows past the slice need zeroing.
+    const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
+    Tensor host = Tensor::Empty(t.local_shape, read_dtype);
+    const int64_t filled_rows =
+        t.split_dim == 0 ? t.end - t.begin : (t.local_shape.empty() ? 0 : t.local_shape[0]);
+    if (t.split_dim == 0 && !t.local_shape.empty() && filled_rows < t.local_shape[0]) {
+      const size_t row_bytes = host.nbytes() / static_cast<size_t>(t.local_shape[0]);
+      std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
+                  static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
+    }
     if (t.split_dim < 0) {
-      TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, DType::kF32, dst.raw()));
+      TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
     } else if (t.end > t.begin) {
       TESSERA_RETURN_IF_ERROR(
-          checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, DType::kF32, dst.raw()));
+          checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
+    }
+    if (read_dtype != dtype) {
+      Tensor converted = Tensor::Empty(t.local_shape, dtype);
+      ConvertFromF32(dtype, host.data<float>(), converted.raw(), static_cast<size_t>(host.numel()));
+      host = converted;
+    }
+    Tensor dst = host;
+    if (backend.device() != Device::kCPU) {
+      auto up = backend.Upload(host);
+      if (!up.ok()) return up.status().WithContext("loading tensor '" + t.name + "'");
+      dst = std::move(*up);
     }
     *slot = dst;
     read.emplace(key, dst);

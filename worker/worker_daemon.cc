@@ -14,6 +14,7 @@
 #include "worker/model_loader.h"
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
+#include "worker/rank_device.h"
 #include "worker/step_codec.h"
 #include "worker/topology_discovery.h"
 #include "worker/worker_registration.h"
@@ -62,8 +63,12 @@ Status WorkerDaemon::Run() {
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
   ControlClient client(copts);
   TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
-  // What this worker offers: its device and the host's topology report
+  // What this worker offers: its device (a GPU when the backend is "cuda",
+  // or "auto" and GPU `device` is visible) and the host's topology report
   // (worker/worker_registration.h), and the address its Gloo device uses.
+  TESSERA_ASSIGN_OR_RETURN(RankBackend backend_choice, ParseRankBackend(options_.backend));
+  on_gpu_ = backend_choice == RankBackend::kCuda ||
+            (backend_choice == RankBackend::kAuto && CudaDeviceVisible(options_.device));
   std::optional<TopologyReport> report = options_.topology;
   if (!report) {
     TESSERA_ASSIGN_OR_RETURN(report, DiscoverTopology());
@@ -74,7 +79,7 @@ Status WorkerDaemon::Run() {
   }
   TESSERA_ASSIGN_OR_RETURN(
       control::Register reg,
-      BuildRegistration(*report, {options_.device, options_.cpu, options_.host, data_address}));
+      BuildRegistration(*report, {options_.device, !on_gpu_, options_.host, data_address}));
   registration_ = reg;
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
@@ -159,13 +164,41 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (!pg.ok()) return fail(pg.status());
   auto config = LoadModelConfig(assign.model_path());
   if (!config.ok()) return fail(config.status());
+  auto dtype = ParseRuntimeDType(assign.dtype(), *config);
+  if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
+  // The backend, and the weights it holds, carry over from the last plan
+  // while the rank's backend and compute dtype stay the same; the held
+  // weights also need the same model. Otherwise they are dropped (before the
+  // old backend, so their memory goes back first) and a new backend is made.
+  const bool same_backend = device_ && device_->cuda() == on_gpu_ &&
+                            (!on_gpu_ || device_->backend->compute_dtype() == *dtype);
+  if (!same_backend || held_model_path_ != assign.model_path()) held_.clear();
+  if (!same_backend) {
+    device_.reset();
+    auto rank_device =
+        MakeRankDevice(on_gpu_ ? RankBackend::kCuda : RankBackend::kCpu, options_.device, *dtype);
+    if (!rank_device.ok()) return fail(rank_device.status());
+    device_ = std::move(*rank_device);
+  }
+  kernels::Backend& backend = *device_->backend;
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
   auto parallel = pgo.tp_per_stage.empty()
                       ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
                       : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
+  // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
+  // communicator per plan: the plan's tp group, under its key prefix).
   Communicator* tp_comm = (*pg)->tp();
+  std::unique_ptr<Communicator> nccl_tp;
+  if (device_->cuda() && parallel->TpOfStage((*pg)->stage()) > 1) {
+    auto c = MakeNcclTpCommunicator(**store, pgo.key_prefix, (*pg)->stage(), (*pg)->tp_rank(),
+                                    parallel->TpOfStage((*pg)->stage()),
+                                    options_.collective_timeout_seconds, backend);
+    if (!c.ok()) return fail(c.status());
+    nccl_tp = std::move(*c);
+    tp_comm = nccl_tp.get();
+  }
   Communicator* prev_comm = (*pg)->prev_stage();
   if (metrics_) {
     tp_comm = metrics_->Wrap(tp_comm);
@@ -190,17 +223,21 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         client.Send(std::move(e)).IgnoreError();
       },
-      &held);
+      &backend, &held);
   if (!loaded.ok()) {
     held_ = std::move(held);  // still held: a later plan may reuse it
     return fail(loaded.status());
   }
   held.clear();  // what was not reused is freed here
   held_ = loaded->held;
+  held_model_path_ = assign.model_path();
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
-  KvCache cache(lay.num_layers(), blocks, block_size, lay.kv_heads_local, config->head_dim);
+  auto kv = KvCache::Create(backend, lay.num_layers(), blocks, block_size, lay.kv_heads_local,
+                            config->head_dim);
+  if (!kv.ok()) return fail(kv.status());
+  KvCache& cache = **kv;
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();
@@ -225,10 +262,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
   mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
   client.SetHeartbeat(hb);
-  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}): {:.1f} MB ({:.1f} MB reused) in {:.2f} s",
-                   who, lay.first_layer, lay.end_layer,
-                   static_cast<double>(loaded->weight_bytes) / 1e6,
-                   static_cast<double>(loaded->reused_bytes) / 1e6, loaded->load_seconds);
+  TESSERA_LOG_INFO(
+      "worker", "{} loaded layers [{}, {}) on {} ({}): {:.1f} MB ({:.1f} MB reused) in {:.2f} s",
+      who, lay.first_layer, lay.end_layer, backend.name(), DTypeName(backend.compute_dtype()),
+      static_cast<double>(loaded->weight_bytes) / 1e6,
+      static_cast<double>(loaded->reused_bytes) / 1e6, loaded->load_seconds);
 
   PipelineLinks links;
   links.pp = pgo.pp;

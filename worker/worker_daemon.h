@@ -1,7 +1,10 @@
 // WorkerDaemon: the body of `tessera-worker`. Registers with the coordinator
 // over the control plane, loads the shard an AssignShard names (only its own
 // slices), joins its Gloo groups through the coordinator's rendezvous store,
-// and runs its pipeline stage:
+// and runs its pipeline stage. On a CUDA rank (worker/rank_device.h) the
+// shard lives on GPU `device` in the AssignShard's dtype and the tp group
+// all-reduces over NCCL (its unique id exchanged through the same store);
+// hidden states between stages go through host memory over Gloo.
 //  - stage 0 ranks run the Steps the coordinator sends and pass the hidden
 //    states on (or, with pp == 1, sample);
 //  - later stages serve the pipeline; tp rank 0 of the last stage returns the
@@ -13,8 +16,11 @@
 // receives do not time out), the communicators are dropped, and the next
 // AssignShard builds new ones under its plan's key prefix. Weight slices the
 // worker already holds and still needs (the same layers under the same tp
-// slice) are reused instead of read again (HeldWeights); Loaded reports how
-// many bytes were reused.
+// slice) are reused instead of read again (HeldWeights) while the rank's
+// backend and compute dtype stay the same (the backend, and the device
+// memory it holds, then carries over too; a new RankDevice and new
+// communicators, NCCL included, are made per plan otherwise); Loaded reports
+// how many bytes were reused.
 //
 // Threads: the main thread owns the model, KV cache and communicators (one
 // owner thread per device); the ControlClient's thread owns the ZeroMQ
@@ -37,6 +43,7 @@
 #include "common/proto/control.pb.h"
 #include "common/status.h"
 #include "common/topology.h"
+#include "worker/rank_device.h"
 #include "worker/weight_loader.h"
 #include "worker/worker_metrics.h"
 
@@ -52,7 +59,7 @@ struct WorkerDaemonOptions {
   // Address this worker's Gloo device binds and advertises; "" = the local
   // address that routes to the coordinator (LocalAddressToward).
   std::string gloo_host;
-  bool cpu = true;  // offer a CPU rank (else the GPU `device`)
+  std::string backend = "auto";  // "auto", "cpu" or "cuda" (worker/rank_device.h)
   // This host's topology to report; nullopt = DiscoverTopology().
   std::optional<TopologyReport> topology;
   // Bound of every collective and pipeline transfer; an idle pipeline gets a
@@ -84,8 +91,14 @@ class WorkerDaemon {
                    const control::AssignShard& assign, const std::string& worker_id);
 
   WorkerDaemonOptions options_;
-  HeldWeights held_;                // the weights of the last plan loaded (main thread)
-  control::Register registration_;  // what this worker registers with (main thread)
+  // Main thread only. The rank's backend carries over from plan to plan
+  // while its kind and compute dtype stay the same; held_ are the weights it
+  // holds (declared after device_, so they are released first).
+  bool on_gpu_ = false;               // set by Run(): ranks run on GPU options_.device
+  std::optional<RankDevice> device_;  // the last plan's backend
+  HeldWeights held_;                  // the weights of the last plan loaded
+  std::string held_model_path_;       // the model directory held_ came from
+  control::Register registration_;    // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<control::Envelope> inbox_;     // protected by mu_

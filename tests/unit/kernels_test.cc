@@ -11,9 +11,27 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::kernels {
 namespace {
+
+Tensor I32(std::vector<int32_t> v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+Tensor F32(std::vector<float> v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+StatusOr<AttentionBatch> Batch(std::vector<AttentionSeq> seqs, int64_t tokens,
+                               const KvCacheLayer& cache) {
+  return MakeAttentionBatch(std::move(seqs), tokens, cache.k.dim(1), cache.k.dim(0), CpuBackend());
+}
 
 Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
   Tensor t = Tensor::Empty(std::move(shape));
@@ -67,7 +85,7 @@ TEST(SiluMul, MatchesFormula) {
 
 TEST(Embedding, VocabParallelSlicesSumToFullLookup) {
   Tensor table = Random({10, 4}, 9);
-  std::vector<int32_t> ids = {0, 9, 3, 5};
+  Tensor ids = I32({0, 9, 3, 5});
   Tensor full = Tensor::Empty({4, 4});
   ASSERT_TRUE(EmbeddingLookup(ids, table, 0, full).ok());
   Tensor sum = Tensor::Zeros({4, 4});
@@ -78,7 +96,7 @@ TEST(Embedding, VocabParallelSlicesSumToFullLookup) {
   }
   for (int i = 0; i < 16; ++i) EXPECT_EQ(sum.data<float>()[i], full.data<float>()[i]);
   Tensor one = full.Slice0(0, 1);
-  EXPECT_EQ(EmbeddingLookup({-1}, table, 0, one).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(EmbeddingLookup(I32({-1}), table, 0, one).code(), StatusCode::kOutOfRange);
 }
 
 ModelConfig RopeConfig(RopeType type) {
@@ -122,9 +140,7 @@ TEST(Rope, InvFreqPerScalingType) {
 TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
   Tensor x = Random({2, 1, 4}, 10), orig = Tensor::Empty({2, 1, 4});
   std::copy(x.data<float>(), x.data<float>() + 8, orig.data<float>());
-  std::vector<float> inv = {1.0f, 0.5f};
-  int32_t pos[] = {0, 3};
-  ASSERT_TRUE(ApplyRope(x, 0, 2, pos, inv).ok());
+  ASSERT_TRUE(ApplyRope(x, I32({0, 3}), F32({1.0f, 0.5f})).ok());
   for (int i = 0; i < 4; ++i)
     EXPECT_FLOAT_EQ(x.data<float>()[i], orig.data<float>()[i]);  // position 0
   const float* o = orig.data<float>() + 4;
@@ -168,25 +184,52 @@ TEST(PagedAttention, MatchesDenseCausalGqaAcrossScatteredBlocks) {
   Tensor q = Random({ctx, heads, d}, 13);
   std::vector<int32_t> table = {5, 2, 7};  // scattered, out of order
   // Prefill the first 7 tokens, then 4 more one by one (decode).
-  std::vector<AttentionSeq> prefill = {{0, 7, 0, table}};
-  ASSERT_TRUE(WriteKv(cache, k.Slice0(0, 7), v.Slice0(0, 7), prefill).ok());
+  auto prefill = Batch({{0, 7, 0, table}}, 7, cache);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  ASSERT_TRUE(WriteKv(cache, k.Slice0(0, 7), v.Slice0(0, 7), *prefill).ok());
   Tensor out = Tensor::Empty({7, heads * d});
-  ASSERT_TRUE(PagedAttention(q.Slice0(0, 7), cache, prefill, 1.0f / std::sqrt(8.0f), out).ok());
+  ASSERT_TRUE(PagedAttention(q.Slice0(0, 7), cache, *prefill, 1.0f / std::sqrt(8.0f), out).ok());
   auto ref = DenseAttention(q.Slice0(0, 7), k, v, 0);
   for (int64_t i = 0; i < out.numel(); ++i)
     EXPECT_NEAR(out.data<float>()[i], ref[static_cast<size_t>(i)], 1e-5);
   for (int64_t p = 7; p < ctx; ++p) {
-    std::vector<AttentionSeq> dec = {{0, 1, static_cast<int32_t>(p), table}};
-    ASSERT_TRUE(WriteKv(cache, k.Slice0(p, p + 1), v.Slice0(p, p + 1), dec).ok());
+    auto dec = Batch({{0, 1, static_cast<int32_t>(p), table}}, 1, cache);
+    ASSERT_TRUE(dec.ok());
+    ASSERT_TRUE(WriteKv(cache, k.Slice0(p, p + 1), v.Slice0(p, p + 1), *dec).ok());
     Tensor o1 = Tensor::Empty({1, heads * d});
-    ASSERT_TRUE(PagedAttention(q.Slice0(p, p + 1), cache, dec, 1.0f / std::sqrt(8.0f), o1).ok());
+    ASSERT_TRUE(PagedAttention(q.Slice0(p, p + 1), cache, *dec, 1.0f / std::sqrt(8.0f), o1).ok());
     auto r1 = DenseAttention(q.Slice0(p, p + 1), k, v, p);
     for (int64_t i = 0; i < o1.numel(); ++i)
       EXPECT_NEAR(o1.data<float>()[i], r1[static_cast<size_t>(i)], 1e-5);
   }
   // A position past the block table is an error, not a stray write.
-  std::vector<AttentionSeq> over = {{0, 1, 12, table}};
-  EXPECT_EQ(WriteKv(cache, k.Slice0(0, 1), v.Slice0(0, 1), over).code(), StatusCode::kOutOfRange);
+  auto over = Batch({{0, 1, 12, table}}, 1, cache);
+  EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(over.status().message().find("block index 3"), std::string::npos)
+      << over.status().message();
+  std::vector<int32_t> bad_table = {5, 8};
+  auto bad_block = Batch({{0, 1, 5, bad_table}}, 1, cache);
+  EXPECT_EQ(bad_block.status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(TensorOps, AddGatherAndCopyColumns) {
+  Tensor acc = Random({3, 4}, 20), x = Random({3, 4}, 21), b = Random({4}, 22);
+  Tensor before = Tensor::Empty({3, 4});
+  std::copy(acc.data<float>(), acc.data<float>() + 12, before.data<float>());
+  ASSERT_TRUE(AddInPlace(acc, x, b).ok());
+  for (int i = 0; i < 12; ++i)
+    EXPECT_FLOAT_EQ(acc.data<float>()[i],
+                    before.data<float>()[i] + x.data<float>()[i] + b.data<float>()[i % 4]);
+  Tensor picked = Tensor::Empty({2, 4});
+  ASSERT_TRUE(GatherRows(acc, {2, 0}, picked).ok());
+  EXPECT_EQ(picked.data<float>()[0], acc.data<float>()[8]);
+  EXPECT_EQ(picked.data<float>()[4], acc.data<float>()[0]);
+  EXPECT_EQ(GatherRows(acc, {3, 0}, picked).code(), StatusCode::kOutOfRange);
+  Tensor wide = Tensor::Zeros({3, 6});
+  ASSERT_TRUE(CopyColumns(acc, 1, wide, 3, 3).ok());
+  EXPECT_EQ(wide.data<float>()[6 + 3], acc.data<float>()[4 + 1]);
+  EXPECT_EQ(wide.data<float>()[6 + 2], 0.0f);
+  EXPECT_EQ(CopyColumns(acc, 2, wide, 4, 3).code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace

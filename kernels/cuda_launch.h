@@ -1,0 +1,107 @@
+// Launchers of the CUDA kernels in kernels/*_cuda.cu. They take raw device
+// pointers, sizes and the stream; the Tensor-level functions in
+// kernels/*_cuda.cc check shapes, dtypes and devices first and turn the
+// returned cudaError_t (the launch's configuration error) into a Status.
+// Every floating kernel is instantiated for F32, BF16 and F16 and computes in
+// fp32. C++17 (nvcc builds the .cu files as C++17).
+//
+// Thread-safety: launchers are stateless; ordering is that of the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace tessera::kernels::cuda {
+
+// y = rmsnorm(x) * w, or with `add`: residual += add (rounded to the dtype),
+// y = rmsnorm(residual) * w. x is ignored when add is given.
+// Shapes: rows x hidden.
+cudaError_t LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* add,
+                          const void* w, void* y, int64_t rows, int64_t hidden, float eps,
+                          cudaStream_t stream);
+
+// x [tokens, heads, head_dim] rotated in place (HF rotate_half layout).
+cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const float* inv_freq,
+                       int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream);
+
+// out = silu(gate) * up, `count` elements.
+cudaError_t LaunchSiluMul(DType dtype, const void* gate, const void* up, void* out, int64_t count,
+                          cudaStream_t stream);
+
+// out[t] = table[ids[t] - vocab_begin] or zeros outside [0, rows).
+cudaError_t LaunchEmbedding(DType dtype, const int32_t* ids, int64_t tokens, const void* table,
+                            int64_t rows, int64_t hidden, int64_t vocab_begin, void* out,
+                            cudaStream_t stream);
+
+// acc[r, i] += x[r, i] + bias[i] (x or bias may be null).
+cudaError_t LaunchAddInPlace(DType dtype, void* acc, const void* x, const void* bias, int64_t rows,
+                             int64_t cols, cudaStream_t stream);
+
+// out[i] = src[rows[i]] for rows of `row_bytes` bytes.
+cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int64_t num_rows,
+                             size_t row_bytes, void* out, cudaStream_t stream);
+
+// The packed AttentionBatch layout (kernels/paged_attention.h).
+struct AttentionMetaDev {
+  const int32_t* token_seq = nullptr;  // [T]
+  const int32_t* token_pos = nullptr;  // [T]
+  const int32_t* seq_info = nullptr;   // [S, 4]: token_begin, num_tokens, start_pos, table offset
+  const int32_t* tables = nullptr;     // concatenated block tables
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t max_seq_tokens = 0;
+  int32_t max_context = 0;
+};
+
+struct AttentionShape {
+  int32_t heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+};
+
+// K/V rows of every token into their cache slots.
+cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const AttentionShape& shape,
+                          const void* k, const void* v, void* k_cache, void* v_cache,
+                          cudaStream_t stream);
+
+// Split-K decode attention (one query token per CTA row; any number of
+// tokens per sequence, each attending to its own causal prefix). When
+// num_splits > 1, `partials` holds num_tokens * heads * num_splits *
+// (head_dim + 2) floats. Limits: head_dim <= 256, heads / kv_heads <= 16.
+cudaError_t LaunchDecodeAttention(DType dtype, const AttentionMetaDev& meta,
+                                  const AttentionShape& shape, const void* q, const void* k_cache,
+                                  const void* v_cache, void* out, float scale, int partition,
+                                  int num_splits, float* partials, cudaStream_t stream);
+size_t DecodeAttentionSharedBytes(const AttentionShape& shape, int partition);
+
+// Flash-style causal prefill attention: a CTA takes a tile of query rows
+// (tokens x the GQA group) of one sequence and one kv head, walks the key
+// tiles of its causal range through the paged cache with an online fp32
+// softmax. Limits: head_dim <= 256, heads / kv_heads <= 64.
+cudaError_t LaunchPrefillAttention(DType dtype, const AttentionMetaDev& meta,
+                                   const AttentionShape& shape, const void* q, const void* k_cache,
+                                   const void* v_cache, void* out, float scale,
+                                   cudaStream_t stream);
+
+// Sampling (kernels/sampling.h). Row settings in device memory.
+struct SampleRowDev {
+  double uniform;
+  float temperature;
+  float top_p;
+  int32_t top_k;
+  int32_t greedy;
+};
+// First index of each row's maximum.
+cudaError_t LaunchArgmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+                         cudaStream_t stream);
+// Device scratch bytes LaunchSampleRows needs for `rows` x `vocab`.
+size_t SampleScratchBytes(int64_t rows, int64_t vocab);
+// Sorts every row (descending, stable) and draws the non-greedy rows' tokens
+// into out (greedy rows are left alone).
+cudaError_t LaunchSampleRows(const float* logits, int64_t rows, int64_t vocab,
+                             const SampleRowDev* params, int32_t* out, void* scratch,
+                             size_t scratch_bytes, cudaStream_t stream);
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,77 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/dispatch.h"
+#include "kernels/sampling.h"
+
+namespace tessera::kernels {
+
+int32_t SampleRowCpu(const float* logits, int64_t vocab, const SampleRow& row) {
+  if (row.greedy()) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  // Sort by logit descending; ties keep the lower id first.
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  size_t keep = ids.size();
+  if (row.top_k > 0 && static_cast<size_t>(row.top_k) < keep) {
+    keep = static_cast<size_t>(row.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(keep), ids.end(), by_logit);
+    ids.resize(keep);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  const double inv_t = 1.0 / row.temperature;
+  const double max_logit = logits[ids[0]] * inv_t;
+  std::vector<double> probs(ids.size());
+  double total = 0.0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    probs[i] = std::exp(logits[ids[i]] * inv_t - max_logit);
+    total += probs[i];
+  }
+  for (double& p : probs) p /= total;
+  if (row.top_p < 1.0f) {
+    double mass = 0.0;
+    size_t n = 0;
+    while (n < probs.size()) {
+      mass += probs[n++];
+      if (mass >= row.top_p) break;
+    }
+    probs.resize(n);
+    ids.resize(n);
+    total = std::accumulate(probs.begin(), probs.end(), 0.0);
+    for (double& p : probs) p /= total;
+  }
+  double acc = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    acc += probs[i];
+    if (row.uniform < acc) return ids[i];
+  }
+  return ids.back();
+}
+
+Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
+                    std::vector<int32_t>& tokens) {
+  return TESSERA_DISPATCH(logits.device(), SampleTokens, logits, rows, tokens);
+}
+
+namespace cpu {
+
+Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
+                    std::vector<int32_t>& tokens) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(logits, 2, DType::kF32, "sampling logits"));
+  if (logits.dim(0) != static_cast<int64_t>(rows.size()))
+    return InvalidArgument("sampling: logits " + logits.Describe() + " for " +
+                           std::to_string(rows.size()) + " rows");
+  const int64_t vocab = logits.dim(1);
+  tokens.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    tokens[i] =
+        SampleRowCpu(logits.data<float>() + static_cast<int64_t>(i) * vocab, vocab, rows[i]);
+  return Status::Ok();
+}
+
+}  // namespace cpu
+}  // namespace tessera::kernels

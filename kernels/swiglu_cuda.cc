@@ -1,0 +1,22 @@
+// Tensor-level CUDA SwiGLU: checks, then kernels/swiglu_cuda.cu.
+#include "kernels/cuda_context.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/dispatch.h"
+#include "kernels/swiglu.h"
+
+namespace tessera::kernels::cuda {
+
+Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(gate, 2, Device::kCUDA, "swiglu gate"));
+  if (up.shape() != gate.shape() || out.shape() != gate.shape() || up.dtype() != gate.dtype() ||
+      out.dtype() != gate.dtype() || up.device() != Device::kCUDA || out.device() != Device::kCUDA)
+    return InvalidArgument("swiglu: gate " + gate.Describe() + ", up " + up.Describe() + ", out " +
+                           out.Describe() + " do not agree");
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchSiluMul(gate.dtype(), gate.raw(), up.raw(), out.raw(), gate.numel(), ctx->stream()),
+      "SiluMulKernel");
+  return Status::Ok();
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,53 @@
+// Small data-movement operations of the forward pass that are not layers:
+// residual/bias adds, picking the rows that need logits, and placing one
+// rank's vocab slice of the logits.
+//
+// Every tensor is row-major and contiguous; all operands of one call are on
+// one device. Thread-safety: stateless.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera::kernels {
+
+// acc[t, i] += x[t, i] + bias[i], either term skipped when undefined.
+// Shapes: acc, x [rows, cols]; bias [cols]; one dtype (F32 on the CPU; F32,
+// BF16 or F16 on CUDA, added in fp32 and rounded once).
+// Errors: kInvalidArgument naming the shapes.
+Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
+
+// out[i, :] = src[rows[i], :]. Shapes: src [n, cols], out [rows.size(), cols],
+// same dtype (any). Errors: kInvalidArgument on shapes, kOutOfRange for a
+// row outside [0, n).
+Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
+
+// dst[r, dst_col0 + j] = src[r, src_col0 + j] for j < cols and every row r.
+// Shapes: src [rows, src_cols], dst [rows, dst_cols], same dtype (any).
+// Errors: kOutOfRange when a column range leaves its tensor.
+Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
+                   int64_t cols);
+
+namespace cpu {
+Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
+Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
+Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
+                   int64_t cols);
+}  // namespace cpu
+namespace cuda {
+Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
+Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
+Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
+                   int64_t cols);
+}  // namespace cuda
+
+// Shared argument checks (every device). Errors as above.
+Status CheckAddInPlace(const Tensor& acc, const Tensor& x, const Tensor& bias);
+Status CheckGatherRows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& out);
+Status CheckCopyColumns(const Tensor& src, int64_t src_col0, const Tensor& dst, int64_t dst_col0,
+                        int64_t cols);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,95 @@
+#include <cstring>
+
+#include "kernels/dispatch.h"
+#include "kernels/tensor_ops.h"
+
+namespace tessera::kernels {
+
+Status CheckAddInPlace(const Tensor& acc, const Tensor& x, const Tensor& bias) {
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(acc, 2, acc.device(), "add accumulator"));
+  if (x.defined() &&
+      (x.shape() != acc.shape() || x.dtype() != acc.dtype() || x.device() != acc.device()))
+    return InvalidArgument("add: x " + x.Describe() + " vs accumulator " + acc.Describe());
+  if (bias.defined() && (bias.rank() != 1 || bias.dim(0) != acc.dim(1) ||
+                         bias.dtype() != acc.dtype() || bias.device() != acc.device()))
+    return InvalidArgument("add: bias " + bias.Describe() + " vs accumulator " + acc.Describe());
+  return Status::Ok();
+}
+
+Status CheckGatherRows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& out) {
+  if (!src.defined() || !out.defined() || src.rank() != 2 || out.rank() != 2 ||
+      src.dtype() != out.dtype() || src.device() != out.device() || src.dim(1) != out.dim(1) ||
+      out.dim(0) != static_cast<int64_t>(rows.size()))
+    return InvalidArgument("gather rows: src " + src.Describe() + ", " +
+                           std::to_string(rows.size()) + " rows, out " + out.Describe());
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] < 0 || rows[i] >= src.dim(0))
+      return OutOfRange("gather rows: row " + std::to_string(rows[i]) + " (index " +
+                        std::to_string(i) + ") outside src " + src.Describe());
+  return Status::Ok();
+}
+
+Status CheckCopyColumns(const Tensor& src, int64_t src_col0, const Tensor& dst, int64_t dst_col0,
+                        int64_t cols) {
+  if (!src.defined() || !dst.defined() || src.rank() != 2 || dst.rank() != 2 ||
+      src.dtype() != dst.dtype() || src.device() != dst.device() || src.dim(0) != dst.dim(0))
+    return InvalidArgument("copy columns: src " + src.Describe() + ", dst " + dst.Describe());
+  if (cols < 0 || src_col0 < 0 || dst_col0 < 0 || src_col0 + cols > src.dim(1) ||
+      dst_col0 + cols > dst.dim(1))
+    return OutOfRange("copy columns: " + std::to_string(cols) + " columns from " +
+                      std::to_string(src_col0) + " of " + src.Describe() + " to " +
+                      std::to_string(dst_col0) + " of " + dst.Describe());
+  return Status::Ok();
+}
+
+Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
+  return TESSERA_DISPATCH(acc.device(), AddInPlace, acc, x, bias);
+}
+
+Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out) {
+  return TESSERA_DISPATCH(src.device(), GatherRows, src, rows, out);
+}
+
+Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
+                   int64_t cols) {
+  return TESSERA_DISPATCH(src.device(), CopyColumns, src, src_col0, dst, dst_col0, cols);
+}
+
+namespace cpu {
+
+Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
+  TESSERA_RETURN_IF_ERROR(CheckAddInPlace(acc, x, bias));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(acc, 2, DType::kF32, "add accumulator"));
+  const int64_t rows = acc.dim(0), cols = acc.dim(1);
+  float* a = acc.data<float>();
+  const float* xp = x.defined() ? x.data<float>() : nullptr;
+  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i)
+      a[r * cols + i] += (xp ? xp[r * cols + i] : 0.0f) + (b ? b[i] : 0.0f);
+  return Status::Ok();
+}
+
+Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(CheckGatherRows(src, rows, out));
+  const size_t row_bytes = static_cast<size_t>(src.dim(1)) * DTypeSize(src.dtype());
+  const auto* s = static_cast<const char*>(src.raw());
+  auto* o = static_cast<char*>(out.raw());
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memmove(o + i * row_bytes, s + static_cast<size_t>(rows[i]) * row_bytes, row_bytes);
+  return Status::Ok();
+}
+
+Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
+                   int64_t cols) {
+  TESSERA_RETURN_IF_ERROR(CheckCopyColumns(src, src_col0, dst, dst_col0, cols));
+  const size_t e = DTypeSize(src.dtype());
+  for (int64_t r = 0; r < src.dim(0); ++r)
+    std::memcpy(static_cast<char*>(dst.raw()) + (r * dst.dim(1) + dst_col0) * e,
+                static_cast<const char*>(src.raw()) + (r * src.dim(1) + src_col0) * e,
+                static_cast<size_t>(cols) * e);
+  return Status::Ok();
+}
+
+}  // namespace cpu
+}  // namespace tessera::kernels

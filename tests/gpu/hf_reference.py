@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Random-weight Llama checkpoints and transformers references, made on the GPU machine.
+
+  hf_reference.py make --out DIR [--hidden 4096 --layers 8 --heads 32 --kv-heads 32
+                                  --intermediate 11008 --vocab 32000 --seed 0]
+      Builds LlamaForCausalLM from a config with random weights directly on the GPU
+      (normal, std = initializer_range 0.02; every RMSNorm weight 1 + 0.2 * randn so
+      a loader that leaves norms at 1 fails) and saves it in bfloat16 with
+      save_pretrained (safetensors shards).
+
+  hf_reference.py reference --model DIR --out JSON [--positions 256]
+      Loads DIR with transformers in bfloat16 on cuda:0 and records, for four random
+      prompts (7, 33, 120 and 511 tokens): last-position logits, 16 greedy ids
+      (generate, do_sample=False, no EOS) and the top1 - top2 margin at each step;
+      and for one random sequence of --positions tokens the argmax and margin at
+      every position of one forward pass (teacher forcing). The same model upcast to
+      float32 then gives the fp32 values of the same quantities ("*_fp32"): the noise
+      floor against which both bf16 engines are judged.
+
+Deterministic given the seed (torch.manual_seed; prompts from numpy's default_rng).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def make(args):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.intermediate,
+                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
+                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                      tie_word_embeddings=False, initializer_range=0.02,
+                      bos_token_id=1, eos_token_id=2)
+    t0 = time.time()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_(1.0 + 0.2 * torch.randn_like(p, dtype=torch.float32))
+                else:
+                    p.normal_(0.0, cfg.initializer_range)
+    torch.set_default_dtype(torch.float32)
+    model.config.torch_dtype = torch.bfloat16
+    os.makedirs(args.out, exist_ok=True)
+    model.save_pretrained(args.out, max_shard_size="4GB")
+    nparams = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"made": args.out, "parameters": nparams, "seconds": round(time.time() - t0, 1)}))
+
+
+def reference(args):
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda:0").eval()
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(1234)
+    out = {"model": args.model, "dtype": "bfloat16", "device": torch.cuda.get_device_name(0),
+           "transformers": __import__("transformers").__version__, "torch": torch.__version__,
+           "prompts": []}
+    with torch.no_grad():
+        for n in (7, 33, 120, 511):
+            ids = rng.integers(3, vocab, size=n).tolist()
+            x = torch.tensor([ids], device="cuda:0")
+            last = model(x).logits[0, -1].float().cpu()
+            gen = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=16,
+                                 min_new_tokens=16, eos_token_id=None, pad_token_id=0,
+                                 output_scores=True, return_dict_in_generate=True)
+            greedy = gen.sequences[0, n:].tolist()
+            margins = []
+            for s in gen.scores:
+                top = torch.topk(s[0].float(), 2).values
+                margins.append(float(top[0] - top[1]))
+            out["prompts"].append({"ids": ids, "last_logits": last.tolist(), "greedy": greedy,
+                                   "greedy_margins": margins})
+        ids = rng.integers(3, vocab, size=args.positions).tolist()
+        logits = model(torch.tensor([ids], device="cuda:0")).logits[0].float()
+        top = torch.topk(logits, 2, dim=-1)
+        out["positions"] = {"ids": ids, "top1": top.indices[:, 0].tolist(),
+                            "margins": (top.values[:, 0] - top.values[:, 1]).tolist()}
+        model = model.float()  # bf16 weights upcast exactly
+        for p in out["prompts"]:
+            x = torch.tensor([p["ids"]], device="cuda:0")
+            p["last_logits_fp32"] = model(x).logits[0, -1].float().cpu().tolist()
+        logits = model(torch.tensor([ids], device="cuda:0")).logits[0].float()
+        top = torch.topk(logits, 2, dim=-1)
+        out["positions"]["top1_fp32"] = top.indices[:, 0].tolist()
+        out["positions"]["margins_fp32"] = (top.values[:, 0] - top.values[:, 1]).tolist()
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    print(json.dumps({"reference": args.out, "prompts": len(out["prompts"]), "positions": args.positions}))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("--out", required=True)
+    m.add_argument("--hidden", type=int, default=4096)
+    m.add_argument("--layers", type=int, default=8)
+    m.add_argument("--heads", type=int, default=32)
+    m.add_argument("--kv-heads", type=int, default=32)
+    m.add_argument("--intermediate", type=int, default=11008)
+    m.add_argument("--vocab", type=int, default=32000)
+    m.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("reference")
+    r.add_argument("--model", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--positions", type=int, default=256)
+    args = ap.parse_args(argv)
+    make(args) if args.cmd == "make" else reference(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
