@@ -288,9 +288,6 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
 void CoordinatorDaemon::CollectMetrics() {
   MetricsRegistry& m = metrics_;
   m.Gauge(metric::kReady).WithLabels({}).Set(ready_.load() ? 1 : 0);
-  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
   m.Gauge(metric::kKvCacheCapacityBlocks).WithLabels({}).Set(static_cast<double>(kv_blocks_));
   if (ready_.load()) {  // scheduler_ is set before ready_ turns true, never reset
     m.Gauge(metric::kRunningSequences)
@@ -313,6 +310,10 @@ void CoordinatorDaemon::CollectMetrics() {
   const std::vector<ControlWorkerInfo> workers =
       control_ ? control_->Workers() : std::vector<ControlWorkerInfo>();
   std::lock_guard<std::mutex> lock(mu_);
+  // The plan version gauge is also set by ApplyPlan as a plan changes.
+  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
   for (const ControlWorkerInfo& w : workers) {
     const bool failed = !w.alive || std::find(failed_workers_.begin(), failed_workers_.end(),
                                               w.worker_id) != failed_workers_.end();
@@ -342,6 +343,10 @@ void CoordinatorDaemon::CollectMetrics() {
 void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server) {
   TESSERA_CHECK(metrics_.FromCatalog("coordinator").ok());
   metrics_.Gauge(metric::kBuildInfo).WithLabels({TESSERA_VERSION}).Set(1);
+  // The re-plan counters are scraped as 0 before the first re-plan.
+  for (const char* name :
+       {metric::kReconfigurationsTotal, metric::kFaultsTotal, metric::kRequeuedRequestsTotal})
+    metrics_.Counter(name).WithLabels({});
   request_metrics_ = std::make_unique<RequestMetrics>(metrics_);
   metrics_.AddCollectHook([this] { CollectMetrics(); });
   // Prometheus scrapes the API listener; the metrics hold no secrets.
@@ -369,9 +374,11 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
       res->Send(200, "application/json", R"({"status":"ready"})");
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      json j = {{"status", "not_ready"},
-                {"reason", placement_status_.ok() ? "waiting for workers or degraded"
-                                                  : placement_status_.ToString()}};
+      std::string reason = !placement_status_.ok() ? placement_status_.ToString()
+                           : !degraded_.empty()    ? "degraded: " + degraded_
+                           : serving_              ? "re-planning after a worker failure"
+                                                   : "waiting for workers";
+      json j = {{"status", degraded_.empty() ? "not_ready" : "degraded"}, {"reason", reason}};
       res->Send(503, "application/json", j.dump());
     }
   });
@@ -389,6 +396,18 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   admin.Handle("GET", "/admin/plan",
                guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
+               }));
+  admin.Handle("POST", "/admin/plan",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandlePlanPost(r, std::move(res));
+               }));
+  admin.Handle("POST", "/admin/workers/*/drain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), true);
+               }));
+  admin.Handle("POST", "/admin/workers/*/undrain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), false);
                }));
 }
 

@@ -457,10 +457,12 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
   ControlPeer peer{PrintableIdentity(identity), ""};
   const char* body = EnvelopeBodyName(envelope);
   Status reason;
+  bool unknown = false;  // not registered, or declared lost
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     auto it = by_identity.find(identity);
     if (it == by_identity.end()) {
+      unknown = true;
       reason = FailedPrecondition(std::string(body) +
                                   " from a peer that is not registered (worker_id '" +
                                   envelope.worker_id() + "'); a worker must send Register first");
@@ -468,6 +470,7 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
       Record& rec = records[it->second];
       peer.worker_id = rec.worker_id;
       if (!rec.alive) {
+        unknown = true;
         reason = Unavailable(std::string(body) + " from worker '" + rec.worker_id +
                              "', which was declared lost; it must register again");
       } else if (curve_key != rec.curve_key) {
@@ -487,6 +490,18 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
   // Callbacks run without the registry lock: they may call Send or Workers.
   if (!reason.ok()) {
     Drop(peer, reason, &counters.dropped_unregistered);
+    // A peer this server does not know (it restarted) or declared lost asks
+    // to be heard: tell it to register again.
+    if (unknown) {
+      control::Envelope ack;
+      ack.set_protocol_version(kControlProtocolVersion);
+      ack.set_worker_id(envelope.worker_id());
+      ack.set_seq(next_seq++);
+      ack.mutable_register_ack()->set_accepted(false);
+      ack.mutable_register_ack()->set_reason(kRegisterAgainPrefix + reason.message());
+      StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+      if (bytes.ok()) SendNow({identity, std::move(*bytes), envelope.worker_id(), "register_ack"});
+    }
     return;
   }
   if (!IsWorkerToCoordinator(envelope.body_case())) {

@@ -15,7 +15,10 @@
 //    limit, fields out of range), unknown protocol versions, and any message
 //    but Register from a peer that is not registered (or was declared lost,
 //    or whose worker_id is not the one assigned to it) are logged with the
-//    reason and dropped; the loop keeps serving.
+//    reason and dropped; the loop keeps serving. A peer that is not
+//    registered or was declared lost is also answered with a refusing
+//    RegisterAck whose reason starts with kRegisterAgainPrefix, so a worker
+//    that outlived a coordinator restart (or its own loss) registers again.
 //  - Authentication (when curve_secret_key is set): the ROUTER is a CURVE
 //    server, so every connection is encrypted and authenticated. A ZAP
 //    handler on the owner thread admits only the public keys in

@@ -503,6 +503,9 @@ const std::vector<Field>& Fields() {
       IntField("scheduler", "max_completion_tokens",
                Member<SchedulerSection, int64_t>{&D::scheduler,
                                                  &SchedulerSection::max_completion_tokens}),
+      NumberField("scheduler", "drain_timeout_seconds",
+                  Member<SchedulerSection, double>{&D::scheduler,
+                                                   &SchedulerSection::drain_timeout_seconds}),
 
       StringField("admin", "host",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::host}),
@@ -1067,6 +1070,10 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
         {"scheduler.queue_limit", s.queue_limit},
         {"scheduler.prefill_chunk_tokens", s.prefill_chunk_tokens}}) {
     if (v < 1) return Bad(c, key, fmt::format("must be >= 1, got {}", v));
+  }
+  if (!(s.drain_timeout_seconds >= 0) || !std::isfinite(s.drain_timeout_seconds)) {
+    return Bad(c, "scheduler.drain_timeout_seconds",
+               "must be a finite number >= 0, got " + FormatDouble(s.drain_timeout_seconds));
   }
   if (s.max_context < 0) {
     return Bad(c, "scheduler.max_context",

@@ -206,6 +206,12 @@ struct SchedulerSection {
   // more gets HTTP 400 naming this key, and a chat request without
   // max_tokens generates at most this many. 0 = no bound but max_context.
   int64_t max_completion_tokens = 0;
+  // When the plan changes (POST /admin/plan, a worker drained), seconds the
+  // running sequences get to finish before the rest are re-queued; they
+  // resume on the new plan from prompt + generated tokens. Higher lets more
+  // requests finish undisturbed; lower makes the change take effect sooner.
+  // After a fault nothing waits: the plan is broken.
+  double drain_timeout_seconds = 10.0;
 };
 
 // [admin]: the admin API (/admin/cluster, /admin/plan).

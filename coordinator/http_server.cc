@@ -525,6 +525,42 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // ---- Handling a request ----
+  using RouteMap = std::map<std::string, std::map<std::string, HttpServer::Handler>>;
+
+  // The first route with "*" segments that matches request.path segment by
+  // segment; the segments under the stars go to request.path_params.
+  RouteMap::iterator MatchPattern(HttpRequest& request) {
+    auto split = [](std::string_view p) {
+      std::vector<std::string_view> out;
+      size_t start = 0;
+      while (start <= p.size()) {
+        const size_t slash = p.find('/', start);
+        const size_t end = slash == std::string_view::npos ? p.size() : slash;
+        out.push_back(p.substr(start, end - start));
+        start = end + 1;
+      }
+      return out;
+    };
+    const auto want = split(request.path);
+    for (auto it = core_->routes.begin(); it != core_->routes.end(); ++it) {
+      if (it->first.find('*') == std::string::npos) continue;
+      const auto have = split(it->first);
+      if (have.size() != want.size()) continue;
+      std::vector<std::string> params;
+      bool ok = true;
+      for (size_t i = 0; i < have.size() && ok; ++i) {
+        if (have[i] == "*" && !want[i].empty())
+          params.emplace_back(want[i]);
+        else
+          ok = have[i] == want[i];
+      }
+      if (!ok) continue;
+      request.path_params = std::move(params);
+      return it;
+    }
+    return core_->routes.end();
+  }
+
   void Dispatch() {
     auto msg = parser_->release();
     parser_.reset();
@@ -551,6 +587,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::shared_ptr<Responder> responder(new Responder(shared_from_this(), ex));
     auto route = core_->routes.find(request.path);
+    if (route == core_->routes.end()) route = MatchPattern(request);
     if (route == core_->routes.end()) {
       responder->SendError(404, fmt::format("no route for {} {}", request.method, request.path),
                            std::nullopt, "unknown_url");

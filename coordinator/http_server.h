@@ -85,6 +85,9 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // in order, names as sent
   std::string body;
   std::string remote_address;  // "127.0.0.1:53422"
+  // The path segments matched by the "*" segments of a pattern route, in
+  // order ("/admin/workers/*/drain" on "/admin/workers/w-1/drain": {"w-1"}).
+  std::vector<std::string> path_params;
 
   // The value of the first header named `name` (case-insensitive), if any.
   std::optional<std::string> Header(std::string_view name) const;
@@ -165,7 +168,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Routes `method` ("GET") requests for exactly `path` ("/v1/models", no
-  // query) to `handler`. A known path with another method gets 405 with an
+  // query) to `handler`. A segment "*" in `path` ("/admin/workers/*/drain")
+  // matches any one non-empty segment (see HttpRequest::path_params); exact
+  // paths are tried first. A known path with another method gets 405 with an
   // Allow header; an unknown path 404. Call before Start().
   void Handle(std::string method, std::string path, Handler handler);
 

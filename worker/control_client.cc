@@ -202,6 +202,17 @@ Status ControlClient::Register(control::Register registration,
   return Status::Ok();
 }
 
+Status ControlClient::UpdateRegistration(control::Register registration) {
+  Impl& c = *impl_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (!c.register_envelope) return FailedPrecondition("Register was not called");
+  control::Envelope envelope = *c.register_envelope;
+  *envelope.mutable_register_worker() = std::move(registration);
+  TESSERA_RETURN_IF_ERROR(ValidateEnvelope(envelope));
+  c.register_envelope = std::move(envelope);
+  return Status::Ok();
+}
+
 StatusOr<std::string> ControlClient::WaitRegistered(std::chrono::milliseconds timeout) {
   Impl& c = *impl_;
   std::unique_lock<std::mutex> lock(c.mu);
@@ -488,7 +499,21 @@ void ControlClient::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
     std::lock_guard<std::mutex> lock(mu);
     if (envelope.body_case() == control::Envelope::kRegisterAck) {
       const control::RegisterAck& ack = envelope.register_ack();
-      if (registered) {
+      const bool again = !ack.accepted() && ack.reason().rfind(kRegisterAgainPrefix, 0) == 0;
+      if (again) {
+        deliver = false;
+        if (registered) {
+          // The coordinator does not know us (any more): register again,
+          // asking for the same id.
+          TESSERA_LOG_WARN(kLog, "the coordinator asks worker '{}' to register again ({})",
+                           worker_id, ack.reason());
+          registered = false;
+          register_pending = true;
+          if (register_envelope) register_envelope->set_worker_id(worker_id);
+          next_register = Clock::now();
+          WakeLocked();
+        }  // else: a Register is on its way already
+      } else if (registered) {
         if (ack.accepted() && ack.worker_id() == worker_id) {
           deliver = false;  // the answer to a retried Register; nothing changes
         } else {

@@ -113,6 +113,14 @@ class ControlClient {
   // Sets the content of later heartbeats (state, plan version, memory).
   void SetHeartbeat(control::Heartbeat heartbeat);
 
+  // Replaces the Register sent by later registrations (after Register). A
+  // refusing RegisterAck whose reason starts with kRegisterAgainPrefix (the
+  // coordinator restarted, or declared this worker lost) makes the client
+  // register again by itself, asking for the id it had, with this content.
+  // Errors: kInvalidArgument (fails ValidateEnvelope), kFailedPrecondition
+  // (Register was not called).
+  Status UpdateRegistration(control::Register registration);
+
   // Queues `envelope` for the coordinator, setting protocol_version,
   // worker_id and seq; the caller sets the body.
   // Errors: kFailedPrecondition (not registered, or stopped), those of

@@ -138,7 +138,7 @@ class AutoPlacement : public ::testing::Test {
       if (r.status == 503) {
         const json j = json::parse(r.body, nullptr, false);
         *reason = j.is_object() ? j.value("reason", "") : r.body;
-        if (*reason != "waiting for workers or degraded") return false;
+        if (*reason != "waiting for workers") return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 50);
+  EXPECT_EQ(keys, 51);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -338,6 +338,8 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[scheduler]\nqueue_limit = 0\n", "x.toml:2:15: scheduler.queue_limit: must be >= 1, got 0"},
       {"[scheduler]\nprefill_chunk_tokens = 0\n",
        "x.toml:2:24: scheduler.prefill_chunk_tokens: must be >= 1, got 0"},
+      {"[scheduler]\ndrain_timeout_seconds = -1\n",
+       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1.0"},
       {"[scheduler]\nmax_context = -5\n",
        "x.toml:2:15: scheduler.max_context: must be >= 0 (0 = the model's "
        "max_position_embeddings), got -5"},
@@ -403,7 +405,7 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
       ParseError("[scheduler]\nmax_batch_token = 64\n"),
       "x.toml:2:1: scheduler.max_batch_token: unknown key; did you mean 'max_batch_tokens'?; valid "
       "keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-      "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens");
+      "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds");
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
@@ -573,7 +575,7 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
        "--set scheduler.queue_limt=64: scheduler.queue_limt: unknown key; did you mean "
        "'queue_limit'?; "
        "valid keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-       "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens"},
+       "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds"},
       {"sched.queue_limit", "64",
        "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
        "tables: model, "

@@ -135,10 +135,10 @@ class NetnsDaemons : public ::testing::Test {
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     // CURVE key pairs: the coordinator's and one per worker.
     std::vector<CurveKeyPair> keys;
-    for (const std::string& name : {"coordinator", "worker0", "worker1"}) {
+    for (const char* name : {"coordinator", "worker0", "worker1"}) {
       StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
       ASSERT_TRUE(pair.ok()) << pair.status().ToString();
-      ASSERT_TRUE(WriteCurveKeyPair(*pair, dir_ + "/" + name).ok()) << name;
+      ASSERT_TRUE(WriteCurveKeyPair(*pair, dir_ + "/" + std::string(name)).ok()) << name;
       keys.push_back(*pair);
     }
     // Wildcard listeners: the coordinator's namespace has one interface
