@@ -105,7 +105,7 @@ struct ControlServerStats {
   uint64_t registrations_refused = 0;
   uint64_t workers_lost = 0;
   uint64_t messages_sent = 0;
-  uint64_t send_failures = 0;  // peer gone (EHOSTUNREACH) or its queue full
+  uint64_t send_failures = 0;       // peer gone (EHOSTUNREACH) or its queue full
   uint64_t handshakes_refused = 0;  // CURVE connections with a key not allowed
 };
 

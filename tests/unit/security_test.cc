@@ -38,8 +38,8 @@ namespace http = beast::http;
 namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using nlohmann::json;
-using ::tessera::testing::Spawn;
 using std::chrono::milliseconds;
+using ::tessera::testing::Spawn;
 
 std::string Contents(const std::string& path) { return ::tessera::testing::ReadFileOrDie(path); }
 
