@@ -29,4 +29,8 @@ Subcommand AddPlanCommand(CLI::App& app);
 Subcommand AddUpCommand(CLI::App& app);
 Subcommand AddStatusCommand(CLI::App& app);
 
+// `tessera keygen --out BASE`: a CURVE key pair for the control plane,
+// BASE.key (secret, 0600) and BASE.pub (cli/keygen_command.cc).
+Subcommand AddKeygenCommand(CLI::App& app);
+
 }  // namespace tessera::cli

@@ -330,6 +330,7 @@ int main(int argc, char** argv) {
   tessera::cli::Subcommand plan = tessera::cli::AddPlanCommand(app);
   tessera::cli::Subcommand up = tessera::cli::AddUpCommand(app);
   tessera::cli::Subcommand status = tessera::cli::AddStatusCommand(app);
+  tessera::cli::Subcommand keygen = tessera::cli::AddKeygenCommand(app);
   g_argv.assign(argv, argv + argc);
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) {
@@ -340,5 +341,6 @@ int main(int argc, char** argv) {
   if (plan.app->parsed()) return plan.run();
   if (up.app->parsed()) return up.run();
   if (status.app->parsed()) return status.run();
+  if (keygen.app->parsed()) return keygen.run();
   return 0;
 }

@@ -31,8 +31,7 @@ std::string FormatServingPlan(const std::string& plan_json, bool with_explanatio
       out += "placement: waiting for " + plan["waiting_for_workers"].dump() + " worker(s)\n";
     return out;
   }
-  if (with_explanation && plan.contains("planner"))
-    out += plan["planner"].value("text", "") + "\n";
+  if (with_explanation && plan.contains("planner")) out += plan["planner"].value("text", "") + "\n";
   // tp_per_stage lists every stage's tp; shown when the stages differ (tp 0).
   std::string tp = std::to_string(plan.value("tp", 0));
   if (plan.value("tp", 0) == 0 && plan.contains("tp_per_stage")) tp = plan["tp_per_stage"].dump();

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "common/load_progress.h"
 #include "cli/plan_view.h"
+#include "common/load_progress.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
 #include "coordinator/local_launcher.h"
@@ -145,10 +145,14 @@ Subcommand AddUpCommand(CLI::App& app) {
         break;
       }
       if (r.status == 503) {
-        // A refused placement does not heal by waiting.
+        // A refused placement does not heal by waiting (the coordinator's
+        // other reasons: waiting for workers, re-planning, degraded).
         const json j = json::parse(r.body, nullptr, false);
         const std::string reason = j.is_object() ? j.value("reason", "") : "";
-        if (!reason.empty() && reason != "waiting for workers or degraded") {
+        const bool waiting = reason == "waiting for workers" ||
+                             reason == "re-planning after a worker failure" ||
+                             (j.is_object() && j.value("status", "") == "degraded");
+        if (!reason.empty() && !waiting) {
           std::fprintf(stderr, "tessera up: %s\n", reason.c_str());
           break;
         }

@@ -59,8 +59,12 @@ Status CheckDeviceRef(const std::set<uint32_t>& indices, uint32_t index, const s
   return Status::Ok();
 }
 
+Status ValidateAssignShard(const control::AssignShard& a);
+
 Status ValidateRegister(const control::Register& reg) {
   if (reg.host().empty()) return InvalidArgument("host is empty");
+  if (reg.has_held_shard())
+    TESSERA_RETURN_IF_ERROR_CTX(ValidateAssignShard(reg.held_shard()), "held_shard");
   std::set<uint32_t> indices;
   TESSERA_RETURN_IF_ERROR(ValidateDevices(reg, &indices));
   const control::TopologyReport& topo = reg.topology();

@@ -31,6 +31,12 @@ inline constexpr uint32_t kControlProtocolVersion = 1;
 // is the biggest message (token ids + block tables), far below this.
 inline constexpr size_t kDefaultMaxControlMessageBytes = size_t{64} << 20;
 
+// RegisterAck.reason prefix of the refusal the coordinator sends a peer it
+// does not know (the coordinator restarted, or the worker was declared lost
+// while it kept running): the worker registers again (ControlClient does so
+// by itself) instead of treating it as a final refusal.
+inline constexpr char kRegisterAgainPrefix[] = "register again: ";
+
 // Longest accepted worker id, bytes. Ids use [A-Za-z0-9._:@-] only, so they
 // print safely in logs and URLs.
 inline constexpr size_t kMaxWorkerIdBytes = 128;

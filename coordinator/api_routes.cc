@@ -66,9 +66,13 @@ struct Exchange {
   Usage usage;                            // protected by mu
   bool failed = false;                    // protected by mu
   Gauge* depth = nullptr;                 // tessera_scheduler_queue_depth, while accepted
+  // The daemon's count of open streams, when this exchange holds one of its
+  // slots (server.max_streams); given back when the exchange ends.
+  std::atomic<int>* stream_slot = nullptr;
 
   ~Exchange() {
     if (depth) depth->Add(-1);
+    if (stream_slot) stream_slot->fetch_sub(1);
   }
 };
 
@@ -148,10 +152,18 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       res->SendError(400, text.status().message(), std::string("messages"), std::nullopt);
       return;
     }
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (r.max_tokens && max_completion > 0 && *r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, *r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     GenerationRequest g;
     g.prompt_ids = tokenizer_->Encode(*text, chat_template_->format() == ChatFormat::kChatML);
-    const int64_t room = max_context_ - static_cast<int64_t>(g.prompt_ids.size());
-    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(std::max<int64_t>(room, 0));
+    int64_t room = std::max<int64_t>(max_context_ - static_cast<int64_t>(g.prompt_ids.size()), 0);
+    if (max_completion > 0) room = std::min(room, max_completion);
+    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);
     g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
     g.sampling.logprobs = r.logprobs ? r.top_logprobs : -1;
     g.stop = r.gen.stop;
@@ -170,6 +182,13 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     }
     const CompletionRequest& r = parsed.value();
     requested_model = r.model;
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (max_completion > 0 && r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     for (const Prompt& p : r.prompts) {
       GenerationRequest g;
       g.prompt_ids = p.is_tokens ? p.token_ids : tokenizer_->Encode(p.text, true);
@@ -191,6 +210,15 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     return;
   }
   for (const GenerationRequest& g : gens) {
+    const int64_t prompt_limit = config_.scheduler.max_prompt_tokens;
+    if (prompt_limit > 0 && static_cast<int64_t>(g.prompt_ids.size()) > prompt_limit) {
+      const ApiError e =
+          PromptLimitError(prompt_limit, static_cast<int64_t>(g.prompt_ids.size()),
+                           chat ? "messages" : "prompt", "scheduler.max_prompt_tokens");
+      request_metrics_->Rejected();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
     if (total > max_context_) {
       request_metrics_->Rejected();
@@ -199,6 +227,16 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
+  }
+  if (x->stream) {
+    if (open_streams_.fetch_add(1) >= config_.server.max_streams) {
+      open_streams_.fetch_sub(1);
+      request_metrics_->Rejected();
+      const ApiError e = StreamLimitError(config_.server.max_streams, "server.max_streams");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    x->stream_slot = &open_streams_;
   }
   x->depth = &request_metrics_->queue_depth();
   x->depth->Add(1);
@@ -311,9 +349,6 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
 void CoordinatorDaemon::CollectMetrics() {
   MetricsRegistry& m = metrics_;
   m.Gauge(metric::kReady).WithLabels({}).Set(ready_.load() ? 1 : 0);
-  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
   m.Gauge(metric::kKvCacheCapacityBlocks).WithLabels({}).Set(static_cast<double>(kv_blocks_));
   if (ready_.load()) {  // scheduler_ is set before ready_ turns true, never reset
     m.Gauge(metric::kRunningSequences)
@@ -336,6 +371,10 @@ void CoordinatorDaemon::CollectMetrics() {
   const std::vector<ControlWorkerInfo> workers =
       control_ ? control_->Workers() : std::vector<ControlWorkerInfo>();
   std::lock_guard<std::mutex> lock(mu_);
+  // The plan version gauge is also set by ApplyPlan as a plan changes.
+  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
+  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(parallel_.pp);
   for (const ControlWorkerInfo& w : workers) {
     const bool failed = !w.alive || std::find(failed_workers_.begin(), failed_workers_.end(),
                                               w.worker_id) != failed_workers_.end();
@@ -365,6 +404,10 @@ void CoordinatorDaemon::CollectMetrics() {
 void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server) {
   TESSERA_CHECK(metrics_.FromCatalog("coordinator").ok());
   metrics_.Gauge(metric::kBuildInfo).WithLabels({TESSERA_VERSION}).Set(1);
+  // The re-plan counters are scraped as 0 before the first re-plan.
+  for (const char* name :
+       {metric::kReconfigurationsTotal, metric::kFaultsTotal, metric::kRequeuedRequestsTotal})
+    metrics_.Counter(name).WithLabels({});
   request_metrics_ = std::make_unique<RequestMetrics>(metrics_);
   metrics_.AddCollectHook([this] { CollectMetrics(); });
   // Prometheus scrapes the API listener; the metrics hold no secrets.
@@ -392,9 +435,11 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
       res->Send(200, "application/json", R"({"status":"ready"})");
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      json j = {{"status", "not_ready"},
-                {"reason", placement_status_.ok() ? "waiting for workers or degraded"
-                                                  : placement_status_.ToString()}};
+      std::string reason = !placement_status_.ok() ? placement_status_.ToString()
+                           : !degraded_.empty()    ? "degraded: " + degraded_
+                           : serving_              ? "re-planning after a worker failure"
+                                                   : "waiting for workers";
+      json j = {{"status", degraded_.empty() ? "not_ready" : "degraded"}, {"reason", reason}};
       res->Send(503, "application/json", j.dump());
     }
   });
@@ -412,6 +457,18 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   admin.Handle("GET", "/admin/plan",
                guard([this](const HttpRequest&, std::shared_ptr<Responder> res) {
                  res->Send(200, "application/json", PlanJson());
+               }));
+  admin.Handle("POST", "/admin/plan",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandlePlanPost(r, std::move(res));
+               }));
+  admin.Handle("POST", "/admin/workers/*/drain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), true);
+               }));
+  admin.Handle("POST", "/admin/workers/*/undrain",
+               guard([this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(r, std::move(res), false);
                }));
 }
 

@@ -8,11 +8,13 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/curve_keys.h"
 #include "common/logging.h"
 
 namespace tessera {
@@ -20,6 +22,9 @@ namespace {
 
 constexpr const char* kLog = "control-server";
 constexpr const char* kWakeEndpoint = "inproc://tessera-control-server-wake";
+// Where libzmq sends ZAP requests (RFC 27), one handler per context.
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "tessera-control";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
@@ -61,6 +66,7 @@ struct ControlServer::Impl {
     std::string worker_id;
     std::string identity;  // raw routing id
     control::Register registration;
+    std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
     bool alive = true;
     Clock::time_point last_seen;
     uint64_t messages_received = 0;
@@ -74,7 +80,8 @@ struct ControlServer::Impl {
   struct Counters {
     std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
         dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
-        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0};
+        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
+        handshakes_refused{0};
   };
 
   explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
@@ -83,6 +90,8 @@ struct ControlServer::Impl {
   zmq::context_t context{1};
   std::unique_ptr<zmq::socket_t> router;       // owner thread only, after Start
   std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Start
+  std::unique_ptr<zmq::socket_t> zap;          // ZAP handler (CURVE only), owner thread
+  std::set<std::string> allowed_keys;          // 32-byte binary public keys (CURVE only)
   std::thread thread;
   bool started = false;  // Start succeeded once
   std::atomic<bool> running{false};
@@ -108,8 +117,11 @@ struct ControlServer::Impl {
   void Turn(std::chrono::milliseconds poll_timeout);
   void ReadFrames();
   void HandleFrame(std::vector<zmq::message_t>& parts);
-  void HandleRegister(const std::string& identity, control::Envelope envelope);
-  void HandleMessage(const std::string& identity, const control::Envelope& envelope);
+  void HandleZap();
+  void HandleRegister(const std::string& identity, const std::string& curve_key,
+                      control::Envelope envelope);
+  void HandleMessage(const std::string& identity, const std::string& curve_key,
+                     const control::Envelope& envelope);
   void Refuse(const std::string& identity, const std::string& requested, const std::string& reason);
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
   void DrainQueue();
@@ -136,9 +148,35 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
   if (s.options.heartbeat_miss_limit < 1)
     return InvalidArgument("heartbeat_miss_limit must be >= 1, got " +
                            std::to_string(s.options.heartbeat_miss_limit));
+  const bool curve = !s.options.curve_secret_key.empty();
+  if (curve) {
+    if (!zmq_has("curve"))
+      return Unimplemented("CURVE is configured but this libzmq was built without it");
+    if (!IsZ85Key(s.options.curve_secret_key))
+      return InvalidArgument("the control plane's CURVE secret key is not 40 Z85 characters");
+    if (s.options.curve_allowed_public_keys.empty())
+      return InvalidArgument("CURVE is on but no worker public key is allowed");
+    for (const std::string& key : s.options.curve_allowed_public_keys) {
+      uint8_t raw[32];
+      if (!IsZ85Key(key) || zmq_z85_decode(raw, key.c_str()) == nullptr)
+        return InvalidArgument("allowed worker public key '" + key + "' is not 40 Z85 characters");
+      s.allowed_keys.emplace(reinterpret_cast<const char*>(raw), sizeof raw);
+    }
+  }
   std::string bound;
   try {
+    if (curve) {
+      // The handler must be bound before any connection is authenticated.
+      s.zap = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::rep);
+      s.zap->set(zmq::sockopt::linger, 0);
+      s.zap->bind(kZapEndpoint);
+    }
     s.router = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::router);
+    if (curve) {
+      s.router->set(zmq::sockopt::curve_server, 1);
+      s.router->set(zmq::sockopt::curve_secretkey, s.options.curve_secret_key);
+      s.router->set(zmq::sockopt::zap_domain, kZapDomain);
+    }
     s.router->set(zmq::sockopt::router_mandatory, 1);
     s.router->set(zmq::sockopt::router_handover, 1);
     s.router->set(zmq::sockopt::linger, static_cast<int>(s.options.linger.count()));
@@ -157,13 +195,16 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
     s.router.reset();
     s.wake_reader.reset();
     s.wake_writer.reset();
+    s.zap.reset();
     return IoError("control server cannot bind '" + endpoint + "': " + e.what());
   }
   s.started = true;
   s.running = true;
   s.thread = std::thread([&s] { s.Run(); });
-  TESSERA_LOG_INFO(kLog, "listening on {} (heartbeat {} ms, lost after {} missed)", bound,
-                   s.options.heartbeat_interval.count(), s.options.heartbeat_miss_limit);
+  TESSERA_LOG_INFO(kLog, "listening on {} (heartbeat {} ms, lost after {} missed; {})", bound,
+                   s.options.heartbeat_interval.count(), s.options.heartbeat_miss_limit,
+                   curve ? fmt::format("CURVE, {} allowed worker keys", s.allowed_keys.size())
+                         : std::string("no CURVE: plain TCP"));
   return bound;
 }
 
@@ -217,6 +258,7 @@ std::vector<ControlWorkerInfo> ControlServer::Workers() const {
     info.worker_id = r.worker_id;
     info.identity = PrintableIdentity(r.identity);
     info.registration = r.registration;
+    info.curve_public_key = r.curve_key;
     info.alive = r.alive;
     info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
     info.messages_received = r.messages_received;
@@ -238,6 +280,7 @@ ControlServerStats ControlServer::stats() const {
   st.workers_lost = c.workers_lost;
   st.messages_sent = c.messages_sent;
   st.send_failures = c.send_failures;
+  st.handshakes_refused = c.handshakes_refused;
   return st;
 }
 
@@ -284,13 +327,16 @@ void ControlServer::Impl::Run() {
   }
   router->close();
   wake_reader->close();
+  if (zap) zap->close();
   TESSERA_LOG_INFO(kLog, "stopped");
 }
 
 void ControlServer::Impl::Turn(std::chrono::milliseconds poll_timeout) {
-  zmq_pollitem_t items[2] = {{router->handle(), 0, ZMQ_POLLIN, 0},
-                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 2, poll_timeout);
+  zmq_pollitem_t items[3] = {{router->handle(), 0, ZMQ_POLLIN, 0},
+                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0},
+                             {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, zap ? 3 : 2, poll_timeout);
+  if (zap && (items[2].revents & ZMQ_POLLIN)) HandleZap();
   if (items[1].revents & ZMQ_POLLIN) {
     zmq::message_t ignored;
     while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
@@ -326,9 +372,63 @@ void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
   if (options.on_dropped) options.on_dropped(peer, reason);
 }
 
+// One ZAP request (ZeroMQ RFC 27): version, request id, domain, address,
+// routing id, mechanism, credentials. Admits a CURVE client whose public key
+// is allowed, with its Z85 key as the user id that later frames carry.
+void ControlServer::Impl::HandleZap() {
+  std::vector<zmq::message_t> req;
+  if (!zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+  auto frame = [&req](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
+  const std::string request_id = frame(1);
+  const std::string address = frame(3);
+  const std::string mechanism = frame(5);
+  std::string status = "400";
+  std::string text;
+  std::string user_id;
+  if (req.size() < 6 || frame(0) != "1.0") {
+    text = "malformed ZAP request";
+  } else if (mechanism != "CURVE" || req.size() != 7 || req[6].size() != 32) {
+    text = "the control plane requires CURVE";
+  } else {
+    const std::string key = req[6].to_string();
+    char z85[41] = {};
+    zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    user_id = z85;
+    if (allowed_keys.count(key)) {
+      status = "200";
+      text = "OK";
+    } else {
+      text = "public key not allowed";
+    }
+  }
+  if (status != "200") {
+    ++counters.handshakes_refused;
+    TESSERA_LOG_WARN(kLog,
+                     "refused a control-plane connection from {}: {}{}; an allowed worker's key "
+                     "must be listed in control.worker_public_keys",
+                     address.empty() ? "an unknown address" : address, text,
+                     user_id.empty() ? "" : " (CURVE public key " + user_id + ")");
+    user_id.clear();
+  }
+  std::vector<zmq::message_t> reply;
+  reply.emplace_back("1.0", 3);
+  reply.emplace_back(request_id.data(), request_id.size());
+  reply.emplace_back(status.data(), status.size());
+  reply.emplace_back(text.data(), text.size());
+  reply.emplace_back(user_id.data(), user_id.size());
+  reply.emplace_back();  // no metadata
+  (void)zmq::send_multipart(*zap, reply, zmq::send_flags::dontwait);
+}
+
 void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
   const std::string identity = parts[0].to_string();
   ControlPeer peer{PrintableIdentity(identity), ""};
+  // With CURVE every frame carries the key its connection authenticated.
+  std::string curve_key;
+  if (zap && !parts.empty()) {
+    const char* user = zmq_msg_gets(parts.back().handle(), "User-Id");
+    if (user != nullptr) curve_key = user;
+  }
   if (parts.size() != 2) {
     Drop(peer,
          InvalidArgument("expected 1 payload frame after the routing id, got " +
@@ -346,21 +446,23 @@ void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
   }
   control::Envelope& envelope = *decoded;
   if (envelope.body_case() == control::Envelope::kRegisterWorker) {
-    HandleRegister(identity, std::move(envelope));
+    HandleRegister(identity, curve_key, std::move(envelope));
   } else {
-    HandleMessage(identity, envelope);
+    HandleMessage(identity, curve_key, envelope);
   }
 }
 
-void ControlServer::Impl::HandleMessage(const std::string& identity,
+void ControlServer::Impl::HandleMessage(const std::string& identity, const std::string& curve_key,
                                         const control::Envelope& envelope) {
   ControlPeer peer{PrintableIdentity(identity), ""};
   const char* body = EnvelopeBodyName(envelope);
   Status reason;
+  bool unknown = false;  // not registered, or declared lost
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     auto it = by_identity.find(identity);
     if (it == by_identity.end()) {
+      unknown = true;
       reason = FailedPrecondition(std::string(body) +
                                   " from a peer that is not registered (worker_id '" +
                                   envelope.worker_id() + "'); a worker must send Register first");
@@ -368,8 +470,13 @@ void ControlServer::Impl::HandleMessage(const std::string& identity,
       Record& rec = records[it->second];
       peer.worker_id = rec.worker_id;
       if (!rec.alive) {
+        unknown = true;
         reason = Unavailable(std::string(body) + " from worker '" + rec.worker_id +
                              "', which was declared lost; it must register again");
+      } else if (curve_key != rec.curve_key) {
+        reason = FailedPrecondition(std::string(body) + " for worker '" + rec.worker_id +
+                                    "' arrived under CURVE key '" + curve_key +
+                                    "', not the key it registered with");
       } else if (envelope.worker_id() != rec.worker_id) {
         reason =
             FailedPrecondition(std::string(body) + " carries worker_id '" + envelope.worker_id() +
@@ -383,6 +490,18 @@ void ControlServer::Impl::HandleMessage(const std::string& identity,
   // Callbacks run without the registry lock: they may call Send or Workers.
   if (!reason.ok()) {
     Drop(peer, reason, &counters.dropped_unregistered);
+    // A peer this server does not know (it restarted) or declared lost asks
+    // to be heard: tell it to register again.
+    if (unknown) {
+      control::Envelope ack;
+      ack.set_protocol_version(kControlProtocolVersion);
+      ack.set_worker_id(envelope.worker_id());
+      ack.set_seq(next_seq++);
+      ack.mutable_register_ack()->set_accepted(false);
+      ack.mutable_register_ack()->set_reason(kRegisterAgainPrefix + reason.message());
+      StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+      if (bytes.ok()) SendNow({identity, std::move(*bytes), envelope.worker_id(), "register_ack"});
+    }
     return;
   }
   if (!IsWorkerToCoordinator(envelope.body_case())) {
@@ -414,7 +533,8 @@ void ControlServer::Impl::Refuse(const std::string& identity, const std::string&
   SendNow({identity, std::move(*bytes), requested, "register_ack"});
 }
 
-void ControlServer::Impl::HandleRegister(const std::string& identity, control::Envelope envelope) {
+void ControlServer::Impl::HandleRegister(const std::string& identity, const std::string& curve_key,
+                                         control::Envelope envelope) {
   const std::string requested = envelope.worker_id();
   const Clock::time_point now = Clock::now();
   std::string worker_id;
@@ -425,7 +545,10 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, control::E
     auto mine = by_identity.find(identity);
     if (mine != by_identity.end() && records[mine->second].alive) {
       Record& rec = records[mine->second];
-      if (requested.empty() || requested == rec.worker_id) {
+      if (rec.curve_key != curve_key) {
+        refusal =
+            "this routing id is registered as '" + rec.worker_id + "' under another CURVE key";
+      } else if (requested.empty() || requested == rec.worker_id) {
         // A retried Register: answer again, deliver nothing new.
         retry = true;
         worker_id = rec.worker_id;
@@ -464,6 +587,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, control::E
     rec.worker_id = worker_id;
     rec.identity = identity;
     rec.registration = envelope.register_worker();
+    rec.curve_key = curve_key;
     rec.last_seen = now;
     rec.messages_received = 1;
     records.push_back(std::move(rec));
@@ -492,9 +616,9 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, control::E
   }
   ++counters.registrations_accepted;
   const control::Register& reg = envelope.register_worker();
-  TESSERA_LOG_INFO(kLog, "registered worker '{}' (peer {}, host {}, pid {}, {} device(s))",
+  TESSERA_LOG_INFO(kLog, "registered worker '{}' (peer {}, host {}, pid {}, {} device(s){})",
                    worker_id, PrintableIdentity(identity), reg.host(), reg.pid(),
-                   reg.devices_size());
+                   reg.devices_size(), curve_key.empty() ? "" : ", CURVE key " + curve_key);
   envelope.set_worker_id(worker_id);
   ++counters.messages_delivered;
   if (options.on_message)

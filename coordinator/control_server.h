@@ -15,7 +15,18 @@
 //    limit, fields out of range), unknown protocol versions, and any message
 //    but Register from a peer that is not registered (or was declared lost,
 //    or whose worker_id is not the one assigned to it) are logged with the
-//    reason and dropped; the loop keeps serving.
+//    reason and dropped; the loop keeps serving. A peer that is not
+//    registered or was declared lost is also answered with a refusing
+//    RegisterAck whose reason starts with kRegisterAgainPrefix, so a worker
+//    that outlived a coordinator restart (or its own loss) registers again.
+//  - Authentication (when curve_secret_key is set): the ROUTER is a CURVE
+//    server, so every connection is encrypted and authenticated. A ZAP
+//    handler on the owner thread admits only the public keys in
+//    curve_allowed_public_keys; any other key is refused during the
+//    handshake (the peer never reaches the socket) and logged with its
+//    address and key. A registered worker stays bound to the key it
+//    registered with: a frame from the same routing id under another key is
+//    dropped.
 //  - Liveness: a registered worker from which no valid message arrived for
 //    heartbeat_miss_limit * heartbeat_interval is declared lost once:
 //    `on_worker_lost(worker_id)` is called and later messages from it are
@@ -75,6 +86,12 @@ struct ControlServerOptions {
       accept_register;
   // Each dropped frame with the reason (also logged). For tests and metrics.
   std::function<void(const ControlPeer& peer, const Status& reason)> on_dropped;
+
+  // CURVE (ZeroMQ CurveZMQ): this server's secret key, Z85 (40 characters);
+  // "" = no CURVE: plain TCP, anyone who can reach the endpoint may connect.
+  std::string curve_secret_key;
+  // Public keys (Z85) of the workers allowed to connect when CURVE is on.
+  std::vector<std::string> curve_allowed_public_keys;
 };
 
 // Counters since Start.
@@ -88,7 +105,8 @@ struct ControlServerStats {
   uint64_t registrations_refused = 0;
   uint64_t workers_lost = 0;
   uint64_t messages_sent = 0;
-  uint64_t send_failures = 0;  // peer gone (EHOSTUNREACH) or its queue full
+  uint64_t send_failures = 0;       // peer gone (EHOSTUNREACH) or its queue full
+  uint64_t handshakes_refused = 0;  // CURVE connections with a key not allowed
 };
 
 // One registered worker.
@@ -96,6 +114,7 @@ struct ControlWorkerInfo {
   std::string worker_id;
   std::string identity;
   control::Register registration;  // as it registered
+  std::string curve_public_key;    // the Z85 key it authenticated with ("" without CURVE)
   bool alive = true;               // false once declared lost
   double seconds_since_last_message = 0;
   uint64_t messages_received = 0;  // valid messages, including Register
@@ -115,7 +134,9 @@ class ControlServer {
   // Returns the bound endpoint with the actual port ("tcp://127.0.0.1:41234").
   // Errors: kFailedPrecondition (already started: a server starts once),
   // kInvalidArgument (options out of range: heartbeat_interval not in
-  // 1..UINT32_MAX ms, heartbeat_miss_limit < 1),
+  // 1..UINT32_MAX ms, heartbeat_miss_limit < 1; a CURVE key that is not Z85,
+  // CURVE without any allowed key), kUnimplemented (CURVE asked of a libzmq
+  // without it),
   // kIoError (ZeroMQ refused the endpoint: malformed, port taken; the
   // message names the endpoint).
   StatusOr<std::string> Start(const std::string& endpoint);

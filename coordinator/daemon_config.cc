@@ -15,6 +15,8 @@
 #include <limits>
 #include <sstream>
 
+#include "common/curve_keys.h"
+
 namespace tessera {
 
 namespace {
@@ -353,6 +355,35 @@ Field TpField() {
       }};
 }
 
+template <typename S>
+Field StringListField(const char* table, const char* key, Member<S, std::vector<std::string>> m) {
+  std::string full = std::string(table) + "." + key;
+  return Field{table,
+               key,
+               "an array of strings",
+               false,
+               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+                 if (!n.is_array()) {
+                   return KeyError(loc(n), full, "expected an array of strings, got " + Show(n));
+                 }
+                 std::vector<std::string> values;
+                 const toml::array& arr = *n.as_array();
+                 for (size_t i = 0; i < arr.size(); ++i) {
+                   if (!arr[i].is_string())
+                     return KeyError(loc(arr[i]), fmt::format("{}[{}]", full, i),
+                                     "expected a string, got " + Show(arr[i]));
+                   values.push_back(*arr[i].value<std::string>());
+                 }
+                 m(c) = std::move(values);
+                 return Status::Ok();
+               },
+               [m](const DaemonConfig& c) {
+                 std::vector<std::string> quoted;
+                 for (const std::string& v : m(c)) quoted.push_back(Quote(v));
+                 return fmt::format("[{}]", fmt::join(quoted, ", "));
+               }};
+}
+
 template <typename S, typename E>
 Field EnumField(const char* table, const char* key, Member<S, E> m,
                 const std::vector<Choice<E>>& choices) {
@@ -384,9 +415,9 @@ Field EnumField(const char* table, const char* key, Member<S, E> m,
 
 // Tables in file order; keys in each table in declaration order.
 const std::vector<std::string>& Tables() {
-  static const std::vector<std::string> t = {"model",     "parallel", "server",
-                                             "heartbeat", "kv_cache", "scheduler",
-                                             "admin",     "logging",  "worker"};
+  static const std::vector<std::string> t = {"model",    "parallel",  "server", "heartbeat",
+                                             "kv_cache", "scheduler", "admin",  "control",
+                                             "logging",  "worker"};
   return t;
 }
 
@@ -435,6 +466,10 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int64_t>{&D::server, &ServerSection::max_body_bytes}),
       IntField("server", "max_connections",
                Member<ServerSection, int>{&D::server, &ServerSection::max_connections}),
+      IntField("server", "max_header_count",
+               Member<ServerSection, int>{&D::server, &ServerSection::max_header_count}),
+      IntField("server", "max_streams",
+               Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
 
       NumberField(
           "heartbeat", "interval_seconds",
@@ -462,6 +497,15 @@ const std::vector<Field>& Fields() {
       IntField("scheduler", "prefill_chunk_tokens",
                Member<SchedulerSection, int64_t>{&D::scheduler,
                                                  &SchedulerSection::prefill_chunk_tokens}),
+      IntField(
+          "scheduler", "max_prompt_tokens",
+          Member<SchedulerSection, int64_t>{&D::scheduler, &SchedulerSection::max_prompt_tokens}),
+      IntField("scheduler", "max_completion_tokens",
+               Member<SchedulerSection, int64_t>{&D::scheduler,
+                                                 &SchedulerSection::max_completion_tokens}),
+      NumberField("scheduler", "drain_timeout_seconds",
+                  Member<SchedulerSection, double>{&D::scheduler,
+                                                   &SchedulerSection::drain_timeout_seconds}),
 
       StringField("admin", "host",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::host}),
@@ -470,6 +514,19 @@ const std::vector<Field>& Fields() {
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::token}),
       StringField("admin", "token_file",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::token_file}),
+
+      StringField("control", "coordinator_secret_key_file",
+                  Member<ControlSection, std::string>{
+                      &D::control, &ControlSection::coordinator_secret_key_file}),
+      StringListField("control", "worker_public_keys",
+                      Member<ControlSection, std::vector<std::string>>{
+                          &D::control, &ControlSection::worker_public_keys}),
+      StringField("control", "worker_secret_key_file",
+                  Member<ControlSection, std::string>{&D::control,
+                                                      &ControlSection::worker_secret_key_file}),
+      StringField("control", "coordinator_public_key",
+                  Member<ControlSection, std::string>{&D::control,
+                                                      &ControlSection::coordinator_public_key}),
 
       EnumField("logging", "level",
                 Member<LoggingSection, LogLevel>{&D::logging, &LoggingSection::level},
@@ -673,8 +730,17 @@ std::string Trim(const std::string& s) {
 // Reads the regular file `file` into `*text`; on failure returns why
 // ("cannot read \"f\": No such file or directory"), else "".
 std::string ReadRegularFile(const std::string& file, std::string* text) {
+  // Token, certificate and key files are small; a device or a FIFO (e.g.
+  // "/dev/zero") would never end.
+  constexpr uintmax_t kMaxBytes = 1 << 20;
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) return Quote(file) + " is a directory";
+  const auto status = std::filesystem::status(file, ec);
+  if (!ec && status.type() != std::filesystem::file_type::regular)
+    return Quote(file) + " is not a regular file";
+  const uintmax_t size = std::filesystem::file_size(file, ec);
+  if (!ec && size > kMaxBytes)
+    return Quote(file) + fmt::format(" has {} bytes; the limit is {}", size, kMaxBytes);
   std::ifstream in(file, std::ios::binary);
   if (!in) return "cannot read " + Quote(file) + ": " + std::strerror(errno);
   std::stringstream ss;
@@ -907,6 +973,13 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad(c, "server.max_connections",
                fmt::format("must be >= 1, got {}", srv.max_connections));
   }
+  if (srv.max_header_count < 1) {
+    return Bad(c, "server.max_header_count",
+               fmt::format("must be >= 1, got {}", srv.max_header_count));
+  }
+  if (srv.max_streams < 1) {
+    return Bad(c, "server.max_streams", fmt::format("must be >= 1, got {}", srv.max_streams));
+  }
 
   // [admin]
   const AdminSection& adm = c.admin;
@@ -998,10 +1071,19 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
         {"scheduler.prefill_chunk_tokens", s.prefill_chunk_tokens}}) {
     if (v < 1) return Bad(c, key, fmt::format("must be >= 1, got {}", v));
   }
+  if (!(s.drain_timeout_seconds >= 0) || !std::isfinite(s.drain_timeout_seconds)) {
+    return Bad(c, "scheduler.drain_timeout_seconds",
+               "must be a finite number >= 0, got " + FormatDouble(s.drain_timeout_seconds));
+  }
   if (s.max_context < 0) {
     return Bad(c, "scheduler.max_context",
                fmt::format("must be >= 0 (0 = the model's max_position_embeddings), got {}",
                            s.max_context));
+  }
+  for (auto [key, v] :
+       {std::pair<const char*, int64_t>{"scheduler.max_prompt_tokens", s.max_prompt_tokens},
+        {"scheduler.max_completion_tokens", s.max_completion_tokens}}) {
+    if (v < 0) return Bad(c, key, fmt::format("must be >= 0 (0 = max_context alone), got {}", v));
   }
   for (auto [key, v] : {std::pair<const char*, int64_t>{"scheduler.max_sequences", s.max_sequences},
                         {"scheduler.prefill_chunk_tokens", s.prefill_chunk_tokens}}) {
@@ -1021,6 +1103,47 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   int coord_port = 0;
   why = ParseTcpEndpoint(w.coordinator, false, &coord_host, &coord_port);
   if (!why.empty()) return Bad(c, "worker.coordinator", why);
+
+  // [control]
+  const ControlSection& ctl = c.control;
+  for (size_t i = 0; i < ctl.worker_public_keys.size(); ++i) {
+    if (!IsZ85Key(ctl.worker_public_keys[i]))
+      return Bad(c, "control.worker_public_keys",
+                 fmt::format("entry {} must be a 40-character Z85 CURVE public key (tessera "
+                             "keygen), got {}",
+                             i, Quote(ctl.worker_public_keys[i])));
+  }
+  if (!ctl.coordinator_public_key.empty() && !IsZ85Key(ctl.coordinator_public_key))
+    return Bad(c, "control.coordinator_public_key",
+               "must be a 40-character Z85 CURVE public key (tessera keygen), got " +
+                   Quote(ctl.coordinator_public_key));
+  if (ctl.coordinator_secret_key_file.empty() != ctl.worker_public_keys.empty()) {
+    if (ctl.worker_public_keys.empty())
+      return Bad(c, "control.coordinator_secret_key_file",
+                 "is set but control.worker_public_keys is empty: no worker could connect");
+    return Bad(c, "control.worker_public_keys",
+               "is set but control.coordinator_secret_key_file is not; CURVE needs the "
+               "coordinator's secret key");
+  }
+  if (ctl.worker_secret_key_file.empty() != ctl.coordinator_public_key.empty()) {
+    const char* set = ctl.worker_secret_key_file.empty() ? "control.coordinator_public_key"
+                                                         : "control.worker_secret_key_file";
+    const char* missing = ctl.worker_secret_key_file.empty() ? "control.worker_secret_key_file"
+                                                             : "control.coordinator_public_key";
+    return Bad(c, set, std::string("is set but ") + missing + " is not; CURVE needs both");
+  }
+  if (!IsLoopback(control_host) && ctl.coordinator_secret_key_file.empty())
+    return Bad(c, "server.control_endpoint",
+               Quote(srv.control_endpoint) +
+                   " exposes the control plane beyond loopback without CURVE; set "
+                   "control.coordinator_secret_key_file and control.worker_public_keys "
+                   "(tessera keygen), or bind it to a loopback address");
+  if (!IsLoopback(coord_host) && ctl.worker_secret_key_file.empty())
+    return Bad(c, "worker.coordinator",
+               Quote(w.coordinator) +
+                   " is beyond loopback: the control plane needs CURVE; set "
+                   "control.worker_secret_key_file and control.coordinator_public_key "
+                   "(tessera keygen)");
   if (w.device < 0) return Bad(c, "worker.device", fmt::format("must be >= 0, got {}", w.device));
   if (!w.host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.host", w.host));
   if (!w.gloo_host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.gloo_host", w.gloo_host));

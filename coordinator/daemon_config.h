@@ -141,6 +141,13 @@ struct ServerSection {
   // Connections served at once; further connections are refused until one
   // closes. Each streaming request holds one connection for its whole life.
   int max_connections = 512;
+  // Header fields accepted in one request, >= 1; more get 431. Bounds the
+  // work and memory of parsing a hostile request's header.
+  int max_header_count = 100;
+  // Streaming responses (stream: true) open at once, >= 1; a request for
+  // another gets 429 naming this key. Bounds the connections and threads'
+  // time long-lived streams may hold, leaving room for other clients.
+  int max_streams = 256;
 };
 
 // [heartbeat]: failure detection between coordinator and workers.
@@ -191,6 +198,20 @@ struct SchedulerSection {
   // chunks keep decode latency steady while long prompts are prefilled; larger
   // chunks finish prefill in fewer iterations. Must be <= max_batch_tokens.
   int64_t prefill_chunk_tokens = 512;
+  // Largest prompt accepted, tokens (per prompt, after tokenization and the
+  // chat template); longer prompts get HTTP 400 naming this key. 0 = no
+  // bound but max_context.
+  int64_t max_prompt_tokens = 0;
+  // Largest max_tokens a request may ask for, tokens; a request asking for
+  // more gets HTTP 400 naming this key, and a chat request without
+  // max_tokens generates at most this many. 0 = no bound but max_context.
+  int64_t max_completion_tokens = 0;
+  // When the plan changes (POST /admin/plan, a worker drained), seconds the
+  // running sequences get to finish before the rest are re-queued; they
+  // resume on the new plan from prompt + generated tokens. Higher lets more
+  // requests finish undisturbed; lower makes the change take effect sooner.
+  // After a fault nothing waits: the plan is broken.
+  double drain_timeout_seconds = 10.0;
 };
 
 // [admin]: the admin API (/admin/cluster, /admin/plan).
@@ -209,6 +230,27 @@ struct AdminSection {
   // The token the admin API checks: `token`, or the contents of `token_file`;
   // "" = no token. Filled by the loader, not a TOML key.
   std::string effective_token;
+};
+
+// [control]: authentication and encryption of the control plane (ZeroMQ
+// CURVE). Keys are made by `tessera keygen` (common/curve_keys.h). A control
+// plane reachable beyond loopback must use CURVE: server.control_endpoint on
+// a non-loopback address needs coordinator_secret_key_file, and
+// worker.coordinator on a non-loopback address needs worker_secret_key_file.
+struct ControlSection {
+  // Coordinator: file holding its CURVE secret key; "" = no CURVE. Read when
+  // the coordinator starts (mode 0600 required).
+  std::string coordinator_secret_key_file;
+  // Coordinator: Z85 public keys of the workers allowed to connect; any other
+  // key is refused at the handshake and logged. Required with
+  // coordinator_secret_key_file.
+  std::vector<std::string> worker_public_keys;
+  // Worker: file holding this worker's CURVE secret key; "" = no CURVE. Read
+  // when the worker starts.
+  std::string worker_secret_key_file;
+  // Worker: the coordinator's Z85 public key. Required with
+  // worker_secret_key_file.
+  std::string coordinator_public_key;
 };
 
 enum class LogFormat {
@@ -269,6 +311,7 @@ struct DaemonConfig {
   KvCacheSection kv_cache;
   SchedulerSection scheduler;
   AdminSection admin;
+  ControlSection control;
   LoggingSection logging;
   WorkerSection worker;
 
@@ -322,16 +365,23 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
-//    max_body_bytes or max_connections < or = 0;
+//    max_body_bytes, max_connections, max_header_count or max_streams < or
+//    = 0;
 //  - heartbeat interval or timeout not a finite number > 0, or
 //    timeout_seconds <= interval_seconds;
 //  - kv_cache.memory_fraction outside (0, 1]; block_size < 1; max_blocks < 0;
 //  - scheduler: max_batch_tokens, max_sequences, queue_limit or
-//    prefill_chunk_tokens < 1; max_context < 0; max_sequences or
-//    prefill_chunk_tokens > max_batch_tokens;
+//    prefill_chunk_tokens < 1; max_context, max_prompt_tokens or
+//    max_completion_tokens < 0; max_sequences or prefill_chunk_tokens >
+//    max_batch_tokens;
 //  - admin: both token and token_file; a token with characters outside the
 //    bearer-token set (RFC 6750 b64token); no token while the admin API
 //    listens on a non-loopback address;
+//  - control: a public key that is not 40 Z85 characters;
+//    coordinator_secret_key_file without worker_public_keys or the reverse;
+//    worker_secret_key_file without coordinator_public_key or the reverse;
+//    server.control_endpoint (worker.coordinator) on a non-loopback address
+//    without coordinator_secret_key_file (worker_secret_key_file);
 //  - worker.device < 0.
 Status ValidateDaemonConfig(const DaemonConfig& config);
 

@@ -1,9 +1,13 @@
 #include "coordinator/http_server.h"
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
@@ -20,6 +24,7 @@ namespace tessera {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -191,6 +196,7 @@ struct Core {
   }
 
   const HttpServerOptions options;
+  std::optional<ssl::context> tls;  // set by Start when options.tls_cert_file is given
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> work;
   std::map<std::string, std::map<std::string, HttpServer::Handler>> routes;  // path -> method
@@ -240,13 +246,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // still gives back its connection slot.
   ~Session() { Close(); }
 
-  // Entry points, called once on the strand after construction.
-  void Start() { BeginRequest(); }
+  // Entry points, called once on the strand after construction. Over TLS
+  // the handshake comes first (under the read timeout), so that even a
+  // refusal reaches the client encrypted.
+  void Start() {
+    if (!core_->tls) return BeginRequest();
+    Handshake([self = shared_from_this()] { self->BeginRequest(); });
+  }
   void Reject() {
-    FailRequest(503,
-                fmt::format("the server has {} open connections, its limit; retry later",
-                            core_->options.max_connections),
-                "server_overloaded");
+    if (!core_->tls) return RejectNow();
+    Handshake([self = shared_from_this()] { self->RejectNow(); });
   }
 
   // ---- Called by Responder from any thread ----
@@ -319,6 +328,54 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class AfterDrain { kNothing, kNextRequest, kClose };
   enum class DeadlineKind { kRead, kWrite, kLinger };
 
+  void RejectNow() {
+    FailRequest(503,
+                fmt::format("the server has {} open connections, its limit; retry later",
+                            core_->options.max_connections),
+                "server_overloaded");
+  }
+
+  // ---- TLS ----
+  // Calls fn(stream) with the connection's byte stream: the TLS stream over
+  // the socket, or the socket itself.
+  template <class Fn>
+  void WithStream(Fn&& fn) {
+    if (tls_) {
+      fn(*tls_);
+    } else {
+      fn(socket_);
+    }
+  }
+
+  template <class Next>
+  void Handshake(Next next) {
+    tls_.emplace(socket_, *core_->tls);
+    ArmDeadline(core_->options.read_timeout_seconds, DeadlineKind::kRead);
+    tls_->async_handshake(ssl::stream_base::server,
+                          [self = shared_from_this(), next](beast::error_code ec) {
+                            if (self->closed_) return;
+                            self->CancelDeadline();
+                            if (!ec) return next();
+                            self->OnHandshakeError(ec);
+                          });
+  }
+
+  void OnHandshakeError(beast::error_code ec) {
+    if (&ec.category() == &net::error::get_ssl_category() &&
+        ERR_GET_LIB(static_cast<unsigned long>(ec.value())) == ERR_LIB_SSL &&
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
+      // Plain HTTP sent to the HTTPS port: say so in plain HTTP, then close.
+      tls_.reset();
+      return FailRequest(400,
+                         "this port serves HTTPS; the request was sent as plain HTTP (use "
+                         "https://)",
+                         "https_required");
+    }
+    // Not TLS at all, an untrusted certificate on the client's side, a
+    // timeout: nothing can be answered; close.
+    Close();
+  }
+
   // ---- Deadlines ----
   void ArmDeadline(double seconds, DeadlineKind kind) {
     const uint64_t gen = ++deadline_gen_;
@@ -373,9 +430,8 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(
         static_cast<uint32_t>(std::min<size_t>(core_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(core_->options.max_body_bytes);
-    http::async_read_header(
-        socket_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); };
+    WithStream([&](auto& stream) { http::async_read_header(stream, buffer_, *parser_, done); });
   }
 
   void OnHeader(beast::error_code ec) {
@@ -400,21 +456,20 @@ class Session : public std::enable_shared_from_this<Session> {
     if (expect != req.end() && IEquals(View(expect->value()), "100-continue") &&
         req.version() >= 11) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      net::async_write(socket_, net::buffer(kContinue),
-                       [self = shared_from_this()](beast::error_code ec, size_t) {
-                         if (self->closed_) return;
-                         if (ec) return self->Close();
-                         self->ReadBody();
-                       });
+      auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (self->closed_) return;
+        if (ec) return self->Close();
+        self->ReadBody();
+      };
+      WithStream([&](auto& stream) { net::async_write(stream, net::buffer(kContinue), done); });
       return;
     }
     ReadBody();
   }
 
   void ReadBody() {
-    http::async_read(
-        socket_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); };
+    WithStream([&](auto& stream) { http::async_read(stream, buffer_, *parser_, done); });
   }
 
   void OnBody(beast::error_code ec) {
@@ -470,6 +525,42 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // ---- Handling a request ----
+  using RouteMap = std::map<std::string, std::map<std::string, HttpServer::Handler>>;
+
+  // The first route with "*" segments that matches request.path segment by
+  // segment; the segments under the stars go to request.path_params.
+  RouteMap::iterator MatchPattern(HttpRequest& request) {
+    auto split = [](std::string_view p) {
+      std::vector<std::string_view> out;
+      size_t start = 0;
+      while (start <= p.size()) {
+        const size_t slash = p.find('/', start);
+        const size_t end = slash == std::string_view::npos ? p.size() : slash;
+        out.push_back(p.substr(start, end - start));
+        start = end + 1;
+      }
+      return out;
+    };
+    const auto want = split(request.path);
+    for (auto it = core_->routes.begin(); it != core_->routes.end(); ++it) {
+      if (it->first.find('*') == std::string::npos) continue;
+      const auto have = split(it->first);
+      if (have.size() != want.size()) continue;
+      std::vector<std::string> params;
+      bool ok = true;
+      for (size_t i = 0; i < have.size() && ok; ++i) {
+        if (have[i] == "*" && !want[i].empty())
+          params.emplace_back(want[i]);
+        else
+          ok = have[i] == want[i];
+      }
+      if (!ok) continue;
+      request.path_params = std::move(params);
+      return it;
+    }
+    return core_->routes.end();
+  }
+
   void Dispatch() {
     auto msg = parser_->release();
     parser_.reset();
@@ -496,6 +587,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::shared_ptr<Responder> responder(new Responder(shared_from_this(), ex));
     auto route = core_->routes.find(request.path);
+    if (route == core_->routes.end()) route = MatchPattern(request);
     if (route == core_->routes.end()) {
       responder->SendError(404, fmt::format("no route for {} {}", request.method, request.path),
                            std::nullopt, "unknown_url");
@@ -534,9 +626,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return;  // enough buffered; stop watching until the next request is read
     }
     watching_ = true;
-    socket_.async_read_some(
-        buffer_.prepare(kWatchReadBytes),
-        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->OnWatch(ec, n);
+    };
+    WithStream(
+        [&](auto& stream) { stream.async_read_some(buffer_.prepare(kWatchReadBytes), done); });
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -605,9 +699,8 @@ class Session : public std::enable_shared_from_this<Session> {
     out_events_ = 0;
     writing_ = true;
     ArmDeadline(core_->options.write_timeout_seconds, DeadlineKind::kWrite);
-    net::async_write(
-        socket_, net::buffer(write_buf_),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); };
+    WithStream([&](auto& stream) { net::async_write(stream, net::buffer(write_buf_), done); });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -631,7 +724,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Half-closes and drains the client's remaining bytes briefly, so that it
-  // reads our last response rather than a connection reset.
+  // reads our last response rather than a connection reset. Over TLS the
+  // half-close is the TCP one (no close_notify: a read is usually pending,
+  // and responses are framed by Content-Length or chunks, so a client
+  // cannot mistake a truncated one for a complete one).
   void Linger() {
     phase_ = Phase::kClosing;
     current_.reset();
@@ -645,6 +741,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::shared_ptr<Core> core_;
   const net::any_io_executor executor_;
   tcp::socket socket_;
+  std::optional<ssl::stream<tcp::socket&>> tls_;  // over socket_, when the server speaks TLS
   net::steady_timer deadline_;
   const uint64_t id_;
   const bool counted_;  // counts against max_connections (false: being refused)
@@ -674,6 +771,46 @@ class Session : public std::enable_shared_from_this<Session> {
 namespace {
 
 void Accept(const std::shared_ptr<Core>& core);
+
+// The reason OpenSSL gives for the last failure ("no start line", "key
+// values mismatch"), or `fallback`.
+std::string OpenSslReason(const std::string& fallback) {
+  const unsigned long err = ERR_peek_last_error();
+  ERR_clear_error();
+  if (err == 0) return fallback;
+  char text[256];
+  ERR_error_string_n(err, text, sizeof text);
+  return text;
+}
+
+// Builds core.tls from the certificate chain and key files: TLS 1.2 or
+// later. Errors (kInvalidArgument) name the file and OpenSSL's reason.
+Status LoadTlsContext(Core& core) {
+  const HttpServerOptions& o = core.options;
+  ssl::context ctx(ssl::context::tls_server);
+  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                  ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                  ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(ctx.native_handle(), o.tls_cert_file.c_str()) != 1)
+    return InvalidArgument(fmt::format("TLS certificate chain '{}' cannot be used: {}",
+                                       o.tls_cert_file, OpenSslReason("unreadable")));
+  if (SSL_CTX_use_PrivateKey_file(ctx.native_handle(), o.tls_key_file.c_str(), SSL_FILETYPE_PEM) !=
+      1) {
+    const bool mismatch = ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH;
+    return InvalidArgument(fmt::format(
+        "TLS private key '{}' {}: {}", o.tls_key_file,
+        mismatch ? "does not match the certificate '" + o.tls_cert_file + "'" : "cannot be used",
+        OpenSslReason("unreadable")));
+  }
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+    return InvalidArgument(
+        fmt::format("TLS private key '{}' does not match the certificate '{}': {}", o.tls_key_file,
+                    o.tls_cert_file, OpenSslReason("key values mismatch")));
+  core.tls.emplace(std::move(ctx));
+  return Status::Ok();
+}
 
 void OnAccept(const std::shared_ptr<Core>& core, beast::error_code ec, tcp::socket socket) {
   if (!core->acceptor || !core->acceptor->is_open()) return;
@@ -873,6 +1010,10 @@ Status HttpServer::Start() {
   if (o.max_header_bytes < 64 || o.max_header_count < 1 || o.max_queued_events < 1)
     return InvalidArgument(
         "http max_header_bytes must be >= 64, max_header_count and max_queued_events >= 1");
+
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty())
+    return InvalidArgument("http: TLS needs both a certificate chain and a private key file");
+  if (!o.tls_cert_file.empty()) TESSERA_RETURN_IF_ERROR(http_internal::LoadTlsContext(*core_));
 
   beast::error_code ec;
   tcp::resolver resolver(core_->ioc);

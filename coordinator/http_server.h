@@ -1,5 +1,6 @@
 // HttpServer: the coordinator's HTTP/1.1 front door (OpenAI-compatible API,
-// health and admin endpoints), built on Boost.Beast over Boost.Asio.
+// health and admin endpoints), built on Boost.Beast over Boost.Asio, plain or
+// over TLS (Asio's OpenSSL stream; see HttpServerOptions::tls_cert_file).
 //
 // One io_context is run by a small thread pool; every connection owns a
 // strand, so the handlers of one connection never run concurrently while
@@ -66,6 +67,12 @@ struct HttpServerOptions {
   size_t max_body_bytes = 4 * 1024 * 1024;  // request body (413 beyond)
   int max_connections = 256;                // open connections (503 beyond)
   size_t max_queued_events = 4096;          // SSE events queued per stream, not yet written
+  // HTTPS (TLS 1.2 or later, OpenSSL): PEM certificate chain (leaf first) and
+  // private key files, loaded by Start. Both empty = plain HTTP. A plain HTTP
+  // request to an HTTPS listener gets a plain-text 400 and the connection
+  // closes; other handshake failures just close it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // One parsed request, as the handler sees it. Owned by the server for the
@@ -78,6 +85,9 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // in order, names as sent
   std::string body;
   std::string remote_address;  // "127.0.0.1:53422"
+  // The path segments matched by the "*" segments of a pattern route, in
+  // order ("/admin/workers/*/drain" on "/admin/workers/w-1/drain": {"w-1"}).
+  std::vector<std::string> path_params;
 
   // The value of the first header named `name` (case-insensitive), if any.
   std::optional<std::string> Header(std::string_view name) const;
@@ -158,14 +168,18 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Routes `method` ("GET") requests for exactly `path` ("/v1/models", no
-  // query) to `handler`. A known path with another method gets 405 with an
+  // query) to `handler`. A segment "*" in `path` ("/admin/workers/*/drain")
+  // matches any one non-empty segment (see HttpRequest::path_params); exact
+  // paths are tried first. A known path with another method gets 405 with an
   // Allow header; an unknown path 404. Call before Start().
   void Handle(std::string method, std::string path, Handler handler);
 
-  // Binds, listens and starts the io threads.
+  // Loads the TLS files (when given), binds, listens and starts the io
+  // threads.
   // Errors: kInvalidArgument (an option out of range, bind_address does not
-  // resolve), kIoError (bind/listen failed, e.g. the port is taken),
-  // kFailedPrecondition (already started).
+  // resolve, a TLS file that cannot be read or parsed or a key that does not
+  // match the certificate: the message names the file), kIoError (bind/listen failed, e.g. the port
+  // is taken), kFailedPrecondition (already started).
   Status Start();
 
   // Stops accepting, closes every connection (open streams see their client

@@ -531,6 +531,39 @@ ApiError QueueFullError(int64_t queue_limit) {
   return e;
 }
 
+ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::string& param,
+                          const std::string& limit_key) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = fmt::format("{} tokens in the {}; this server accepts at most {} prompt tokens ({})",
+                          prompt_tokens, param, limit, limit_key);
+  e.param = param;
+  e.code = "prompt_too_long";
+  return e;
+}
+
+ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::string& limit_key) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = fmt::format("max_tokens is {}; this server generates at most {} tokens ({})",
+                          max_tokens, limit, limit_key);
+  e.param = "max_tokens";
+  e.code = "max_tokens_too_large";
+  return e;
+}
+
+ApiError StreamLimitError(int64_t limit, const std::string& limit_key) {
+  ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.message = fmt::format(
+      "The server has {} streaming responses open, its limit ({}); retry later or use "
+      "stream: false",
+      limit, limit_key);
+  e.code = "too_many_streams";
+  return e;
+}
+
 // ---- Requests ----
 
 SamplingParams GenerationFields::ToSamplingParams(uint64_t default_seed) const {

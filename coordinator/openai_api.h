@@ -79,6 +79,16 @@ ApiError ContextLengthError(int64_t max_context, int64_t prompt_tokens, int64_t 
                             const std::string& param);
 // 429, type "rate_limit_error", code "queue_full", naming the queue limit.
 ApiError QueueFullError(int64_t queue_limit);
+// 400, code "prompt_too_long", param `param` ("prompt" or "messages"): the
+// prompt's tokens over `limit` tokens, naming the config key `limit_key`.
+ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::string& param,
+                          const std::string& limit_key);
+// 400, code "max_tokens_too_large", param "max_tokens": the request's
+// max_tokens over `limit` tokens, naming the config key `limit_key`.
+ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::string& limit_key);
+// 429, type "rate_limit_error", code "too_many_streams": `limit` streams are
+// open, naming the config key `limit_key`.
+ApiError StreamLimitError(int64_t limit, const std::string& limit_key);
 
 // One prompt of a completion request: text to tokenize, or token ids.
 struct Prompt {

@@ -28,7 +28,8 @@ class RequestMetrics {
   // when the HTTP request arrived.
   RequestCallbacks Instrument(RequestCallbacks callbacks,
                               std::chrono::steady_clock::time_point arrival);
-  // A request refused at admission (queue full, context too long).
+  // A request refused at admission (queue full, context too long, prompt or
+  // stream limit).
   void Rejected();
   // HTTP generation requests accepted and not yet answered.
   Gauge& queue_depth() { return queue_depth_; }

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -13,7 +14,9 @@
 #include <thread>
 #include <utility>
 #include <zmq.hpp>
+#include <zmq_addon.hpp>
 
+#include "common/curve_keys.h"
 #include "common/logging.h"
 
 namespace tessera {
@@ -21,6 +24,8 @@ namespace {
 
 constexpr const char* kLog = "control-client";
 constexpr const char* kWakeEndpoint = "inproc://tessera-control-client-wake";
+// Handshake events of the DEALER (zmq_socket_monitor), CURVE only.
+constexpr const char* kMonitorEndpoint = "inproc://tessera-control-client-monitor";
 constexpr int kMaxFramesPerTurn = 256;
 
 using Clock = std::chrono::steady_clock;
@@ -66,6 +71,8 @@ struct ControlClient::Impl {
   zmq::context_t context{1};
   std::unique_ptr<zmq::socket_t> dealer;       // owner thread only, after Connect
   std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Connect
+  std::unique_ptr<zmq::socket_t> monitor;      // handshake events (CURVE only), owner thread
+  std::string curve_public_key;                // this worker's Z85 public key (CURVE only)
   std::thread thread;
   bool connected_once = false;
   std::atomic<bool> stop_requested{false};
@@ -85,6 +92,10 @@ struct ControlClient::Impl {
   bool registered = false;
   std::string worker_id;
   std::string refusal;  // reason of a refusing ack
+  // Reason the coordinator refused this worker's CURVE key. Sticky: the
+  // handshake may fail before Register is called (while the worker still
+  // discovers its topology), and a later Register must not forget it.
+  std::string auth_refusal;
   std::chrono::milliseconds heartbeat_interval{0};
   Clock::time_point next_heartbeat;
   control::Heartbeat heartbeat;
@@ -92,6 +103,7 @@ struct ControlClient::Impl {
   void Run();
   void Turn();
   void ReadFrames();
+  void ReadMonitor();
   void HandleFrame(std::vector<zmq::message_t>& parts);
   void Drop(const Status& reason);
   void RunTimers();
@@ -110,9 +122,32 @@ Status ControlClient::Connect(const std::string& endpoint) {
   Impl& c = *impl_;
   if (c.connected_once)
     return FailedPrecondition("control client already connected (it connects once)");
+  const bool curve = !c.options.curve_secret_key.empty();
+  if (curve != !c.options.curve_server_key.empty())
+    return InvalidArgument(
+        "CURVE needs both this worker's secret key and the coordinator's public key");
+  if (curve) {
+    if (!IsZ85Key(c.options.curve_server_key))
+      return InvalidArgument("the coordinator's CURVE public key is not 40 Z85 characters");
+    StatusOr<std::string> pub = CurvePublicKey(c.options.curve_secret_key);
+    if (!pub.ok()) return pub.status().WithContext("this worker's CURVE secret key");
+    c.curve_public_key = *pub;
+  }
   try {
     c.dealer = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::dealer);
     c.dealer->set(zmq::sockopt::routing_id, c.routing_id);
+    if (curve) {
+      c.dealer->set(zmq::sockopt::curve_serverkey, c.options.curve_server_key);
+      c.dealer->set(zmq::sockopt::curve_publickey, c.curve_public_key);
+      c.dealer->set(zmq::sockopt::curve_secretkey, c.options.curve_secret_key);
+      if (zmq_socket_monitor(c.dealer->handle(), kMonitorEndpoint,
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+        throw zmq::error_t();
+      c.monitor = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::pair);
+      c.monitor->set(zmq::sockopt::linger, 0);
+      c.monitor->connect(kMonitorEndpoint);
+    }
     c.dealer->set(zmq::sockopt::linger, static_cast<int>(c.options.linger.count()));
     c.dealer->set(zmq::sockopt::reconnect_ivl,
                   static_cast<int>(c.options.reconnect_interval.count()));
@@ -131,6 +166,7 @@ Status ControlClient::Connect(const std::string& endpoint) {
     std::lock_guard<std::mutex> lock(c.mu);
     c.wake_writer = std::move(writer);
   } catch (const zmq::error_t& e) {
+    c.monitor.reset();
     c.dealer.reset();
     c.wake_reader.reset();
     return IoError("control client cannot connect to '" + endpoint + "': " + e.what());
@@ -141,7 +177,8 @@ Status ControlClient::Connect(const std::string& endpoint) {
     c.closed = false;
   }
   c.thread = std::thread([&c] { c.Run(); });
-  TESSERA_LOG_INFO(kLog, "connecting to {} as peer {}", endpoint, c.routing_id);
+  TESSERA_LOG_INFO(kLog, "connecting to {} as peer {}{}", endpoint, c.routing_id,
+                   curve ? " with CURVE key " + c.curve_public_key : std::string());
   return Status::Ok();
 }
 
@@ -158,10 +195,21 @@ Status ControlClient::Register(control::Register registration,
   if (c.registered)
     return FailedPrecondition("control client is already registered as '" + c.worker_id + "'");
   c.register_envelope = std::move(envelope);
-  c.register_pending = true;
+  c.register_pending = c.auth_refusal.empty();  // a refused key cannot register
   c.refusal.clear();
   c.next_register = Clock::now();
   c.WakeLocked();
+  return Status::Ok();
+}
+
+Status ControlClient::UpdateRegistration(control::Register registration) {
+  Impl& c = *impl_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (!c.register_envelope) return FailedPrecondition("Register was not called");
+  control::Envelope envelope = *c.register_envelope;
+  *envelope.mutable_register_worker() = std::move(registration);
+  TESSERA_RETURN_IF_ERROR(ValidateEnvelope(envelope));
+  c.register_envelope = std::move(envelope);
   return Status::Ok();
 }
 
@@ -169,9 +217,12 @@ StatusOr<std::string> ControlClient::WaitRegistered(std::chrono::milliseconds ti
   Impl& c = *impl_;
   std::unique_lock<std::mutex> lock(c.mu);
   if (!c.register_envelope) return FailedPrecondition("Register was not called");
-  const bool done = c.registration_cv.wait_for(lock, timeout,
-                                               [&c] { return c.registered || !c.refusal.empty(); });
+  const bool done = c.registration_cv.wait_for(lock, timeout, [&c] {
+    return c.registered || !c.refusal.empty() || !c.auth_refusal.empty();
+  });
   if (c.registered) return c.worker_id;
+  if (!c.auth_refusal.empty())
+    return FailedPrecondition("coordinator refused the registration: " + c.auth_refusal);
   if (!c.refusal.empty())
     return FailedPrecondition("coordinator refused the registration: " + c.refusal);
   (void)done;
@@ -280,6 +331,10 @@ void ControlClient::Impl::Run() {
   } catch (const std::exception& e) {
     TESSERA_LOG_ERROR(kLog, "final send: {}", e.what());
   }
+  if (monitor) {
+    zmq_socket_monitor(dealer->handle(), nullptr, 0);
+    monitor->close();
+  }
   dealer->close();
   wake_reader->close();
   TESSERA_LOG_INFO(kLog, "stopped");
@@ -298,9 +353,11 @@ void ControlClient::Impl::Turn() {
     if (registered) timeout = std::min(timeout, until(next_heartbeat));
     timeout = std::max(timeout, milliseconds(0));
   }
-  zmq_pollitem_t items[2] = {{dealer->handle(), 0, ZMQ_POLLIN, 0},
-                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 2, timeout);
+  zmq_pollitem_t items[3] = {{dealer->handle(), 0, ZMQ_POLLIN, 0},
+                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0},
+                             {monitor ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, monitor ? 3 : 2, timeout);
+  if (monitor && (items[2].revents & ZMQ_POLLIN)) ReadMonitor();
   if (items[1].revents & ZMQ_POLLIN) {
     zmq::message_t ignored;
     while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
@@ -381,6 +438,42 @@ void ControlClient::Impl::ReadFrames() {
   }
 }
 
+// A failed CURVE handshake: the coordinator refused this worker's key (ZAP
+// status in the event value) or the keys do not fit together. Registration
+// ends with the reason; ZeroMQ would otherwise retry the handshake forever.
+void ControlClient::Impl::ReadMonitor() {
+  std::vector<zmq::message_t> event;
+  while (zmq::recv_multipart(*monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+    if (event.size() >= 1 && event[0].size() >= 6) {
+      uint16_t id = 0;
+      uint32_t value = 0;
+      std::memcpy(&id, event[0].data(), sizeof id);
+      std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+      if (id != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        // Possibly transient (a coordinator restarting mid-handshake): ZeroMQ
+        // retries; a wrong coordinator key shows up here on every retry.
+        TESSERA_LOG_WARN(kLog,
+                         "the CURVE handshake with the coordinator failed (event {}, code {}); "
+                         "is control.coordinator_public_key the coordinator's key?",
+                         id, value);
+        event.clear();
+        continue;
+      }
+      const std::string why = "the coordinator refused this worker's CURVE public key " +
+                              curve_public_key + " (ZAP status " + std::to_string(value) +
+                              "); list it in the coordinator's control.worker_public_keys";
+      TESSERA_LOG_ERROR(kLog, "{}", why);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!registered && auth_refusal.empty()) {
+        register_pending = false;
+        auth_refusal = why;
+        registration_cv.notify_all();
+      }
+    }
+    event.clear();
+  }
+}
+
 void ControlClient::Impl::Drop(const Status& reason) {
   ++counters.dropped;
   TESSERA_LOG_WARN(kLog, "dropped message from the coordinator: {}", reason.ToString());
@@ -406,7 +499,21 @@ void ControlClient::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
     std::lock_guard<std::mutex> lock(mu);
     if (envelope.body_case() == control::Envelope::kRegisterAck) {
       const control::RegisterAck& ack = envelope.register_ack();
-      if (registered) {
+      const bool again = !ack.accepted() && ack.reason().rfind(kRegisterAgainPrefix, 0) == 0;
+      if (again) {
+        deliver = false;
+        if (registered) {
+          // The coordinator does not know us (any more): register again,
+          // asking for the same id.
+          TESSERA_LOG_WARN(kLog, "the coordinator asks worker '{}' to register again ({})",
+                           worker_id, ack.reason());
+          registered = false;
+          register_pending = true;
+          if (register_envelope) register_envelope->set_worker_id(worker_id);
+          next_register = Clock::now();
+          WakeLocked();
+        }  // else: a Register is on its way already
+      } else if (registered) {
         if (ack.accepted() && ack.worker_id() == worker_id) {
           deliver = false;  // the answer to a retried Register; nothing changes
         } else {

@@ -19,6 +19,11 @@
 //    (ROUTER_HANDOVER) sees the same peer after a reconnect and the
 //    registration survives it. Messages sent while disconnected wait in
 //    ZeroMQ's queue (up to its high-water mark).
+//  - CURVE (when curve_secret_key is set): the DEALER is a CURVE client of
+//    the coordinator's key, so the connection is encrypted and the
+//    coordinator's ZAP handler checks this worker's public key. When the
+//    coordinator refuses the key, the handshake fails: registration ends
+//    with that reason (WaitRegistered) instead of retrying forever.
 //  - Gatekeeping: incoming frames are decoded with DecodeEnvelope; malformed
 //    ones, unknown versions and messages addressed to another worker_id are
 //    logged with the reason and dropped.
@@ -57,6 +62,12 @@ struct ControlClientOptions {
   std::function<void(const control::Envelope& envelope)> on_message;
   // Each dropped frame with the reason (also logged). Optional.
   std::function<void(const Status& reason)> on_dropped;
+
+  // CURVE: this worker's secret key and the coordinator's public key, both
+  // Z85 (40 characters); both "" = no CURVE (plain TCP). The public half of
+  // the worker's key is derived from the secret.
+  std::string curve_secret_key;
+  std::string curve_server_key;
 };
 
 struct ControlClientStats {
@@ -81,6 +92,7 @@ class ControlClient {
   // starts the owner thread. The coordinator need not be up yet: ZeroMQ
   // connects when it appears.
   // Errors: kFailedPrecondition (already connected: a client connects once),
+  // kInvalidArgument (one CURVE key without the other, or not Z85),
   // kIoError (ZeroMQ refused the endpoint; the message names it).
   Status Connect(const std::string& endpoint);
 
@@ -93,12 +105,21 @@ class ControlClient {
 
   // Waits until a RegisterAck arrives or `timeout` passes. Returns the
   // assigned worker id.
-  // Errors: kFailedPrecondition (refused: the coordinator's reason; or
-  // Register was not called), kDeadlineExceeded (no ack in time).
+  // Errors: kFailedPrecondition (refused: the coordinator's reason, or its
+  // refusal of this worker's CURVE key; or Register was not called),
+  // kDeadlineExceeded (no ack in time).
   StatusOr<std::string> WaitRegistered(std::chrono::milliseconds timeout);
 
   // Sets the content of later heartbeats (state, plan version, memory).
   void SetHeartbeat(control::Heartbeat heartbeat);
+
+  // Replaces the Register sent by later registrations (after Register). A
+  // refusing RegisterAck whose reason starts with kRegisterAgainPrefix (the
+  // coordinator restarted, or declared this worker lost) makes the client
+  // register again by itself, asking for the id it had, with this content.
+  // Errors: kInvalidArgument (fails ValidateEnvelope), kFailedPrecondition
+  // (Register was not called).
+  Status UpdateRegistration(control::Register registration);
 
   // Queues `envelope` for the coordinator, setting protocol_version,
   // worker_id and seq; the caller sets the body.

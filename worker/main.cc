@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/curve_keys.h"
 #include "common/logging.h"
 #include "common/metrics_registry.h"
 #include "coordinator/daemon_config.h"
@@ -98,6 +99,16 @@ int main(int argc, char** argv) {
 #ifdef TESSERA_WITH_CUDA
     o.nvml_metrics |= cfg.worker.backend == tessera::WorkerBackend::kAuto;
 #endif
+  }
+  if (!cfg.control.worker_secret_key_file.empty()) {
+    auto keys = tessera::LoadCurveSecretKeyFile(cfg.control.worker_secret_key_file);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "tessera-worker: control.worker_secret_key_file: %s\n",
+                   keys.status().ToString().c_str());
+      return 2;
+    }
+    o.curve_secret_key = keys->secret_key;
+    o.curve_server_key = cfg.control.coordinator_public_key;
   }
   tessera::WorkerDaemon daemon(o);
   // Declared after the daemon so it stops first (its handler reads the

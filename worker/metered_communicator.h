@@ -49,8 +49,7 @@ class MeteredCommunicator : public Communicator {
   // once it is on the stream, so its time is the launch, not the transfer).
   Device device() const override { return inner_->device(); }
   Status AllReduceSumTyped(void* data, size_t count, DType dtype) override;
-  Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype,
-                        void* recv) override;
+  Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv) override;
   Status WatchEnqueued(const std::string& what) override { return inner_->WatchEnqueued(what); }
 
  private:

@@ -163,6 +163,10 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
       if (!last) TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeShutdown()));
       return sender ? sender->Flush() : Status::Ok();
     }
+    if (msg.kind == StepMessageKind::kKeepalive) {
+      if (!last) TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeKeepalive()));
+      continue;
+    }
     const StepBatch& batch = msg.batch;
     TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
     s = RecvFrame(*links.prev, 0, frame, hidden.nbytes());

@@ -115,6 +115,7 @@ StatusOr<std::vector<SampledToken>> RunFirstStage(LlamaModel& model, KvCache& ca
 Status SendShutdownDownstream(AsyncSender* sender);
 
 // The loop of a rank on stage > 0: returns OK on shutdown, or the first error.
+// Keepalive messages (EncodeKeepalive) are passed on and otherwise ignored.
 // The last stage returns tokens over links.ret, or to `tokens_out` when set.
 Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
                   const LogitsSink& sink = {}, const TokenSink& tokens_out = {});

@@ -141,6 +141,8 @@ size_t Scheduler::waiting() const {
 
 size_t Scheduler::running() const { return running_count_.load(); }
 
+size_t Scheduler::in_flight() const { return in_flight_.size(); }
+
 void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   if (s.done) return;
   s.done = true;
@@ -210,7 +212,8 @@ void Scheduler::Admit() {
     for (auto& s : running_)
       if (!s->in_flight && cancelled_.erase(s->id)) cancelled_running.push_back(s.get());
     // Admit while the blocks for the prompt are free and the running set has room.
-    while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_sequences) {
+    while (admitting_ && !waiting_.empty() &&
+           static_cast<int64_t>(running_.size()) < options_.max_sequences) {
       Seq& s = *waiting_.front();
       const int64_t need =
           BlockAllocator::BlocksFor(static_cast<int64_t>(s.tokens.size()), block_size_);
@@ -278,9 +281,47 @@ void Scheduler::FailInFlight(const Status& error) {
   for (InFlight& f : in_flight_)
     for (Seq* s : f.members) {
       s->in_flight = false;
-      Finish(*s, FinishReason::kError, error);
+      if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, error);
     }
   in_flight_.clear();
+  if (options_.requeue_on_executor_error) RequeueRunning();
+}
+
+int Scheduler::RequeueRunning() {
+  TESSERA_CHECK(in_flight_.empty());
+  int moved = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Seq& s = **it;
+      if (s.done) continue;
+      allocator_->Free(s.blocks);
+      s.cached = 0;
+      s.waiting = true;
+      ++s.result.preemptions;
+      ++stats_.preemptions;
+      ++stats_.requeued;
+      ++moved;
+      waiting_.push_front(std::move(*it));
+    }
+    running_.clear();
+  }
+  running_count_.store(0);
+  return moved;
+}
+
+void Scheduler::SetExecutor(StepExecutor* executor) {
+  TESSERA_CHECK(in_flight_.empty());
+  executor_ = executor;
+  finished_ids_.clear();  // the new plan's workers hold no state of earlier sequences
+}
+
+Status Scheduler::CollectInFlight() {
+  while (!in_flight_.empty()) {
+    auto r = CollectOne();
+    if (!r.ok()) return r.status();
+  }
+  return Status::Ok();
 }
 
 StatusOr<bool> Scheduler::RunOnce() {
@@ -333,7 +374,7 @@ StatusOr<bool> Scheduler::RunOnce() {
     if (!st.ok()) {
       for (Seq* s : f.members) {
         s->in_flight = false;
-        Finish(*s, FinishReason::kError, st);
+        if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
       }
       FailInFlight(st);
       return st;
@@ -349,6 +390,10 @@ StatusOr<bool> Scheduler::RunOnce() {
     running_count_.store(running_.size());
     return false;
   }
+  return CollectOne();
+}
+
+StatusOr<bool> Scheduler::CollectOne() {
   auto tokens = executor_->Collect();
   if (!tokens.ok()) {
     FailInFlight(tokens.status());
@@ -371,6 +416,10 @@ StatusOr<bool> Scheduler::RunOnce() {
     if (row >= tokens->size()) {
       Status err = Internal("executor returned " + std::to_string(tokens->size()) + " tokens for " +
                             std::to_string(f.members.size()) + " sequences");
+      for (Seq* m : f.members) {
+        m->in_flight = false;
+        if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
+      }
       FailInFlight(err);
       return err;
     }

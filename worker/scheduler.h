@@ -15,12 +15,23 @@
 // prompt plus the tokens it already generated (so its output continues
 // without gaps or duplicates).
 //
+// Re-planning (the coordinator swaps the plan under a live scheduler): with
+// set_admitting(false) no waiting request is admitted, so the running set
+// drains; CollectInFlight collects the micro-batches still in flight without
+// submitting more; RequeueRunning returns every unfinished running sequence
+// to the front of the queue (in order, KV blocks freed), to be recomputed from
+// prompt + generated tokens on the next executor (SetExecutor). With
+// requeue_on_executor_error an executor failure re-queues the sequences the
+// same way instead of failing them, so a re-plan can finish them.
+//
 // Admission control: Enqueue refuses with kResourceExhausted when queue_limit
 // requests are waiting, and with kInvalidArgument when prompt + max_tokens
 // exceeds max_context (the message names both).
 //
-// Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce is
-// called by one owner thread. Callbacks run on the owner thread.
+// Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce and
+// the other owner-thread methods are called by one owner thread (or another
+// thread while the owner is known to be parked, as the coordinator does while
+// a re-plan pauses it). Callbacks run on the owner thread.
 #pragma once
 
 #include <atomic>
@@ -88,6 +99,9 @@ struct SchedulerOptions {
   int64_t queue_limit = 1024;          // waiting requests at most (beyond: kResourceExhausted)
   int64_t max_context = 4096;          // prompt + max_tokens at most
   int64_t prefill_chunk_tokens = 512;  // prompt tokens of one sequence per step
+  // On an executor error, re-queue the running sequences (recompute from
+  // prompt + generated tokens later) instead of finishing them with kError.
+  bool requeue_on_executor_error = false;
 };
 
 struct SchedulerStats {
@@ -97,6 +111,7 @@ struct SchedulerStats {
   double decode_seconds = 0.0;  // wall time of micro-batches with decode tokens
   int max_in_flight = 0;        // most micro-batches in flight at once
   int64_t preemptions = 0;
+  int64_t requeued = 0;  // sequences re-queued by RequeueRunning (re-plans, executor errors)
 };
 
 class Scheduler {
@@ -118,9 +133,26 @@ class Scheduler {
 
   // Owner thread: one iteration (submit into free slots, collect one
   // micro-batch). Returns false when there was nothing to do. Errors from
-  // the executor fail every request in flight (on_finish with kError) and
-  // are returned.
+  // the executor fail every request in flight (on_finish with kError), or
+  // with requeue_on_executor_error re-queue every running sequence, and are
+  // returned.
   StatusOr<bool> RunOnce();
+
+  // Owner thread. While false, waiting requests stay queued (cancellations
+  // are still honoured) and only running sequences make progress.
+  void set_admitting(bool admitting) { admitting_ = admitting; }
+  bool admitting() const { return admitting_; }
+  // Owner thread: collects every micro-batch in flight without submitting
+  // new ones, applying the sampled tokens. Errors: as RunOnce.
+  Status CollectInFlight();
+  // Owner thread, nothing in flight: moves every unfinished running sequence
+  // back to the front of the queue in its running order, freeing its KV
+  // blocks; it resumes by recomputing prompt + generated tokens, so its
+  // output continues without gaps or duplicates. Returns how many moved.
+  int RequeueRunning();
+  // Owner thread, nothing in flight: runs later micro-batches on `executor`.
+  void SetExecutor(StepExecutor* executor);
+  size_t in_flight() const;  // owner thread: micro-batches in flight
 
   size_t waiting() const;  // thread-safe
   size_t running() const;  // thread-safe
@@ -138,6 +170,7 @@ class Scheduler {
   void Emit(Seq& s, const SampledToken* sampled);
   void ApplyToken(Seq& s, const SampledToken& sampled);
   void FailInFlight(const Status& error);
+  StatusOr<bool> CollectOne();
 
   ModelConfig config_;
   StepExecutor* executor_;
@@ -159,6 +192,7 @@ class Scheduler {
   std::vector<int64_t> finished_ids_;
   SchedulerStats stats_;
   double last_done_ = 0.0;
+  bool admitting_ = true;
 };
 
 }  // namespace tessera

@@ -55,6 +55,10 @@ struct StageWeights {
   Tensor final_norm;                 // [hidden], last stage only
   Tensor lm_head;  // [vocab_local, hidden], last stage only (tied: a slice of embed_tokens)
   int64_t weight_bytes = 0;  // bytes of every tensor above, counted once
+  // Of weight_bytes: bytes (and tensors) reused from tensors the rank already
+  // held (a re-plan that keeps its layers), not read from the checkpoint.
+  int64_t reused_bytes = 0;
+  int reused_tensors = 0;
 };
 
 }  // namespace tessera

@@ -92,6 +92,12 @@ std::vector<uint8_t> EncodeShutdown() {
   return std::move(w.out);
 }
 
+std::vector<uint8_t> EncodeKeepalive() {
+  Writer w;
+  PutHeader(w, StepMessageKind::kKeepalive);
+  return std::move(w.out);
+}
+
 StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
   Reader r(bytes);
   uint8_t m[3], version = 0, kind = 0;
@@ -105,6 +111,10 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
   DecodedStep out;
   if (kind == static_cast<uint8_t>(StepMessageKind::kShutdown)) {
     out.kind = StepMessageKind::kShutdown;
+    return out;
+  }
+  if (kind == static_cast<uint8_t>(StepMessageKind::kKeepalive)) {
+    out.kind = StepMessageKind::kKeepalive;
     return out;
   }
   if (kind != static_cast<uint8_t>(StepMessageKind::kStep))

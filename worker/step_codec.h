@@ -2,7 +2,7 @@
 // Communicator's point-to-point Send/Recv).
 //
 // Layout (little-endian): magic "TSB", version u8 (kStepCodecVersion), kind
-// u8 (step or shutdown), then the batch fields. A decoder rejects a version it
+// u8 (step, shutdown or keepalive), then the batch fields. A decoder rejects a version it
 // does not know; fields are only ever appended in later versions.
 //
 // Thread-safety: pure functions.
@@ -19,10 +19,13 @@ namespace tessera {
 // 2: SamplingParams::logprobs (i32) after the seed.
 inline constexpr uint8_t kStepCodecVersion = 2;
 
-enum class StepMessageKind : uint8_t { kStep = 1, kShutdown = 2 };
+// kKeepalive: sent down an idle pipeline so a later stage's bounded receive
+// does not time out while no request runs; it carries nothing.
+enum class StepMessageKind : uint8_t { kStep = 1, kShutdown = 2, kKeepalive = 3 };
 
 std::vector<uint8_t> EncodeStep(const StepBatch& batch);
 std::vector<uint8_t> EncodeShutdown();
+std::vector<uint8_t> EncodeKeepalive();
 
 struct DecodedStep {
   StepMessageKind kind = StepMessageKind::kStep;

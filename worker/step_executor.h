@@ -3,9 +3,9 @@
 // ranks.
 //
 // The engine submits micro-batches and collects their sampled tokens (with
-// log-probabilities where a sequence asked for them) in submission order. A pipeline keeps up to
-// max_in_flight() micro-batches moving at once (one per stage), so stages overlap; a local executor
-// runs each step inside Submit.
+// log-probabilities where a sequence asked for them) in submission order. A
+// pipeline keeps up to max_in_flight() micro-batches moving at once (one per
+// stage), so stages overlap; a local executor runs each step inside Submit.
 //
 // Thread-safety: driven by one thread.
 #pragma once

@@ -59,7 +59,7 @@ StatusOr<Tensor*> Slot(StageWeights& w, const std::string& role) {
 StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
                                         const ParallelConfig& parallel, const ShardSpec& spec,
                                         const LoadProgressFn& progress,
-                                        kernels::Backend* backend_ptr) {
+                                        kernels::Backend* backend_ptr, const HeldWeights* held) {
   kernels::Backend& backend = backend_ptr ? *backend_ptr : kernels::CpuBackend();
   const DType dtype = backend.compute_dtype();
   StageWeights w;
@@ -91,6 +91,21 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
     if (it != read.end()) {
       *slot = it->second;
       continue;
+    }
+    if (held) {
+      auto h = held->find(key);
+      // Only a slice of this shape, in this backend's dtype and on its device.
+      if (h != held->end() && h->second.shape() == t.local_shape && h->second.dtype() == dtype &&
+          h->second.device() == backend.device()) {
+        *slot = h->second;
+        read.emplace(key, h->second);
+        w.weight_bytes += static_cast<int64_t>(h->second.nbytes());
+        w.reused_bytes += static_cast<int64_t>(h->second.nbytes());
+        ++w.reused_tensors;
+        loaded += static_cast<int64_t>(h->second.nbytes());
+        if (progress) progress(loaded, total);
+        continue;
+      }
     }
     TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
     if (info.shape != t.full_shape) {
@@ -135,6 +150,17 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
     if (progress) progress(loaded, total);
   }
   return w;
+}
+
+StatusOr<HeldWeights> HoldWeights(const StageWeights& weights, const ShardSpec& spec) {
+  HeldWeights out;
+  // Slot only reads the layout and hands out addresses; nothing is modified.
+  StageWeights& w = const_cast<StageWeights&>(weights);
+  for (const TensorShard& t : spec.tensors()) {
+    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t.role));
+    if (slot->defined()) out.emplace(std::make_tuple(t.name, t.begin, t.end), *slot);
+  }
+  return out;
 }
 
 }  // namespace tessera

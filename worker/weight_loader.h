@@ -16,6 +16,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "common/checkpoint.h"
 #include "common/model_config.h"
@@ -29,6 +32,18 @@ namespace tessera {
 // Called after each tensor: (bytes loaded so far, total bytes of the shard).
 using LoadProgressFn = std::function<void(int64_t loaded_bytes, int64_t total_bytes)>;
 
+// Tensors a rank already holds, keyed by (checkpoint tensor name, begin,
+// end) of the range read along the split dimension (0, 0 for a replicated
+// tensor). A shard of a later load with the same key, the same local shape,
+// and the backend's device and compute dtype is the same slice (the same
+// layer under the same tp slice, where the backend keeps it), so it is taken
+// from here instead of being read again (Tensors share their storage). The
+// tensors live wherever the backend that loaded them put them (host memory
+// for the CPU, device memory for CUDA): reuse them only with that backend.
+using HeldWeights = std::map<std::tuple<std::string, int64_t, int64_t>, Tensor>;
+
+// `held` (optional): tensors to reuse, see HeldWeights; StageWeights'
+// reused_bytes / reused_tensors count what was taken from it.
 // Errors: kNotFound naming the tensor and the checkpoint directory when a
 // tensor the shard needs is missing; kInvalidArgument when a tensor's shape
 // disagrees with config.json (naming both); I/O errors from the checkpoint;
@@ -37,6 +52,12 @@ using LoadProgressFn = std::function<void(int64_t loaded_bytes, int64_t total_by
 StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
                                         const ParallelConfig& parallel, const ShardSpec& spec,
                                         const LoadProgressFn& progress = {},
-                                        kernels::Backend* backend = nullptr);
+                                        kernels::Backend* backend = nullptr,
+                                        const HeldWeights* held = nullptr);
+
+// Every tensor of `weights` (loaded for `spec`), keyed as HeldWeights, for
+// the `held` argument of a later load. Errors: kInternal when a shard of
+// `spec` has no place in StageWeights (a spec / weights mismatch).
+StatusOr<HeldWeights> HoldWeights(const StageWeights& weights, const ShardSpec& spec);
 
 }  // namespace tessera

@@ -15,6 +15,7 @@
 #include "worker/pipeline_executor.h"
 #include "worker/process_group.h"
 #include "worker/rank_device.h"
+#include "worker/step_codec.h"
 #include "worker/topology_discovery.h"
 #include "worker/worker_registration.h"
 
@@ -41,11 +42,17 @@ StatusOr<control::Envelope> WorkerDaemon::Next(double timeout_seconds) {
   return e;
 }
 
+void WorkerDaemon::PushFront(control::Envelope envelope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_.push_front(std::move(envelope));
+}
+
 namespace {
 
-control::Envelope ErrorEnvelope(const Status& s) {
+control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version) {
   control::Envelope e;
   *e.mutable_error() = StatusToError(s);
+  e.mutable_error()->set_plan_version(plan_version);
   return e;
 }
 
@@ -54,14 +61,16 @@ control::Envelope ErrorEnvelope(const Status& s) {
 Status WorkerDaemon::Run() {
   ControlClientOptions copts;
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
+  copts.curve_secret_key = options_.curve_secret_key;
+  copts.curve_server_key = options_.curve_server_key;
   ControlClient client(copts);
   TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
   // What this worker offers: its device (a GPU when the backend is "cuda",
   // or "auto" and GPU `device` is visible) and the host's topology report
   // (worker/worker_registration.h), and the address its Gloo device uses.
   TESSERA_ASSIGN_OR_RETURN(RankBackend backend_choice, ParseRankBackend(options_.backend));
-  const bool on_gpu = backend_choice == RankBackend::kCuda ||
-                      (backend_choice == RankBackend::kAuto && CudaDeviceVisible(options_.device));
+  on_gpu_ = backend_choice == RankBackend::kCuda ||
+            (backend_choice == RankBackend::kAuto && CudaDeviceVisible(options_.device));
   std::optional<TopologyReport> report = options_.topology;
   if (!report) {
     TESSERA_ASSIGN_OR_RETURN(report, DiscoverTopology());
@@ -72,7 +81,8 @@ Status WorkerDaemon::Run() {
   }
   TESSERA_ASSIGN_OR_RETURN(
       control::Register reg,
-      BuildRegistration(*report, {options_.device, !on_gpu, options_.host, data_address}));
+      BuildRegistration(*report, {options_.device, !on_gpu_, options_.host, data_address}));
+  registration_ = reg;
   TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
                            client.WaitRegistered(std::chrono::milliseconds(
@@ -96,23 +106,36 @@ Status WorkerDaemon::Run() {
   control::Heartbeat hb;
   hb.set_state(control::WORKER_STATE_IDLE);
   client.SetHeartbeat(hb);
+  kernels::SetBlasThreads(1);
 
-  // Wait for the assignment (heartbeats keep us alive meanwhile).
-  control::AssignShard assign;
+  // Serve plan after plan until a Shutdown (heartbeats keep us alive while idle).
   while (true) {
-    TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
-    if (e.has_shutdown()) return Status::Ok();
-    if (e.has_assign_shard()) {
-      assign = e.assign_shard();
-      break;
+    auto next = Next(3600.0);
+    if (!next.ok()) continue;  // idle: nothing to do
+    const control::Envelope& e = *next;
+    if (e.has_shutdown()) {
+      TESSERA_LOG_INFO("worker", "worker {}: shutdown ({})", id, e.shutdown().reason());
+      return Status::Ok();
     }
+    if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
+    Status s = ServePlan(client, hb, e.assign_shard(), id);
+    hb.clear_memory();
+    hb.set_state(control::WORKER_STATE_IDLE);
+    client.SetHeartbeat(hb);
+    if (!s.ok())
+      TESSERA_LOG_ERROR("worker", "{}; waiting for the coordinator to re-plan", s.ToString());
   }
-  const std::string who = "worker " + id + " (rank " + std::to_string(assign.world_rank()) +
-                          ", stage " + std::to_string(assign.stage()) + ", tp_rank " +
+}
+
+Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
+                               const control::AssignShard& assign, const std::string& id) {
+  const std::string who = "worker " + id + " (plan " + std::to_string(assign.plan_version()) +
+                          ", rank " + std::to_string(assign.world_rank()) + ", stage " +
+                          std::to_string(assign.stage()) + ", tp_rank " +
                           std::to_string(assign.tp_rank()) + ")";
   auto fail = [&](const Status& s) {
     Status full = s.WithContext(who);
-    client.Send(ErrorEnvelope(full)).IgnoreError();
+    client.Send(ErrorEnvelope(full, assign.plan_version())).IgnoreError();
     hb.set_state(control::WORKER_STATE_FAILED);
     client.SetHeartbeat(hb);
     return full;
@@ -126,7 +149,6 @@ Status WorkerDaemon::Run() {
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);
   if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
-  kernels::SetBlasThreads(1);
   auto store =
       TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
                         options_.collective_timeout_seconds);
@@ -138,7 +160,7 @@ Status WorkerDaemon::Run() {
   pgo.world_rank = static_cast<int>(assign.world_rank());
   pgo.timeout_seconds = options_.collective_timeout_seconds;
   pgo.connect_timeout_seconds = std::max(60.0, options_.collective_timeout_seconds);
-  pgo.hostname = data_address;
+  pgo.hostname = registration_.data_address();  // what Run() registered
   pgo.key_prefix = assign.gloo().key_prefix();
   auto pg = ProcessGroup::Create(**store, pgo);
   if (!pg.ok()) return fail(pg.status());
@@ -146,20 +168,32 @@ Status WorkerDaemon::Run() {
   if (!config.ok()) return fail(config.status());
   auto dtype = ParseRuntimeDType(assign.dtype(), *config);
   if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
-  auto rank_device =
-      MakeRankDevice(on_gpu ? RankBackend::kCuda : RankBackend::kCpu, options_.device, *dtype);
-  if (!rank_device.ok()) return fail(rank_device.status());
-  kernels::Backend& backend = *rank_device->backend;
+  // The backend, and the weights it holds, carry over from the last plan
+  // while the rank's backend and compute dtype stay the same; the held
+  // weights also need the same model. Otherwise they are dropped (before the
+  // old backend, so their memory goes back first) and a new backend is made.
+  const bool same_backend = device_ && device_->cuda() == on_gpu_ &&
+                            (!on_gpu_ || device_->backend->compute_dtype() == *dtype);
+  if (!same_backend || held_model_path_ != assign.model_path()) held_.clear();
+  if (!same_backend) {
+    device_.reset();
+    auto rank_device =
+        MakeRankDevice(on_gpu_ ? RankBackend::kCuda : RankBackend::kCpu, options_.device, *dtype);
+    if (!rank_device.ok()) return fail(rank_device.status());
+    device_ = std::move(*rank_device);
+  }
+  kernels::Backend& backend = *device_->backend;
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
   auto parallel = pgo.tp_per_stage.empty()
                       ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
                       : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
-  // A CUDA rank's tp group all-reduces device buffers over NCCL.
+  // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
+  // communicator per plan: the plan's tp group, under its key prefix).
   Communicator* tp_comm = (*pg)->tp();
   std::unique_ptr<Communicator> nccl_tp;
-  if (rank_device->cuda() && parallel->TpOfStage((*pg)->stage()) > 1) {
+  if (device_->cuda() && parallel->TpOfStage((*pg)->stage()) > 1) {
     auto c = MakeNcclTpCommunicator(**store, pgo.key_prefix, (*pg)->stage(), (*pg)->tp_rank(),
                                     parallel->TpOfStage((*pg)->stage()),
                                     options_.collective_timeout_seconds, backend);
@@ -173,6 +207,9 @@ Status WorkerDaemon::Run() {
     prev_comm = metrics_->WrapPrevLink(prev_comm);
   }
   const auto t0 = std::chrono::steady_clock::now();
+  // The previous plan's tensors: slices this rank still needs are reused.
+  HeldWeights held = std::move(held_);
+  held_.clear();
   LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
   auto loaded = LoadModel(
       assign.model_path(), *parallel, pgo.world_rank, tp_comm,
@@ -188,8 +225,14 @@ Status WorkerDaemon::Run() {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         client.Send(std::move(e)).IgnoreError();
       },
-      &backend);
-  if (!loaded.ok()) return fail(loaded.status());
+      &backend, &held);
+  if (!loaded.ok()) {
+    held_ = std::move(held);  // still held: a later plan may reuse it
+    return fail(loaded.status());
+  }
+  held.clear();  // what was not reused is freed here
+  held_ = loaded->held;
+  held_model_path_ = assign.model_path();
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
@@ -205,19 +248,27 @@ Status WorkerDaemon::Run() {
     l->set_kv_capacity_blocks(static_cast<uint64_t>(blocks));
     l->set_load_seconds(loaded->load_seconds);
     l->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
+    l->set_reused_bytes(static_cast<uint64_t>(loaded->reused_bytes));
+    l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
   if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
+  // Should the coordinator restart, this worker re-registers with the shard
+  // it holds, and the new coordinator can adopt the plan.
+  *registration_.mutable_held_shard() = assign;
+  client.UpdateRegistration(registration_).IgnoreError();
   hb.set_state(control::WORKER_STATE_READY);
+  hb.clear_memory();
   control::DeviceMemory* mem = hb.add_memory();
   mem->set_device_index(static_cast<uint32_t>(options_.device));
   mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
   mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
   client.SetHeartbeat(hb);
-  TESSERA_LOG_INFO("worker", "{} loaded layers [{}, {}) on {} ({}): {:.1f} MB in {:.2f} s", who,
-                   lay.first_layer, lay.end_layer, backend.name(),
-                   DTypeName(backend.compute_dtype()),
-                   static_cast<double>(loaded->weight_bytes) / 1e6, loaded->load_seconds);
+  TESSERA_LOG_INFO(
+      "worker", "{} loaded layers [{}, {}) on {} ({}): {:.1f} MB ({:.1f} MB reused) in {:.2f} s",
+      who, lay.first_layer, lay.end_layer, backend.name(), DTypeName(backend.compute_dtype()),
+      static_cast<double>(loaded->weight_bytes) / 1e6,
+      static_cast<double>(loaded->reused_bytes) / 1e6, loaded->load_seconds);
 
   PipelineLinks links;
   links.pp = pgo.pp;
@@ -258,6 +309,7 @@ Status WorkerDaemon::Run() {
   };
   const bool last = links.stage == links.pp - 1;
   if (links.stage > 0) {
+    // Returns OK when stage 0 passes the end of the plan down the pipeline.
     Status s =
         ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
     return s.ok() ? s : fail(s);
@@ -266,12 +318,26 @@ Status WorkerDaemon::Run() {
   if (links.pp > 1)
     sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
   SequenceSamplers samplers;
+  const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
   while (true) {
     if (metrics_) metrics_->clock().Idle();
-    TESSERA_ASSIGN_OR_RETURN(control::Envelope e, Next(3600.0));
-    if (e.has_shutdown() || e.has_drain()) {
+    auto next = Next(keepalive_seconds);
+    if (!next.ok()) {
+      // Idle: keep the later stages' receives from timing out.
+      if (sender) {
+        Status s = sender->Enqueue(EncodeKeepalive());
+        if (!s.ok()) return fail(s.WithContext("keepalive to stage 1"));
+      }
+      continue;
+    }
+    control::Envelope& e = *next;
+    if (e.has_shutdown() || e.has_drain() || e.has_assign_shard()) {
+      const bool drain = e.has_drain();
+      if (!drain) PushFront(std::move(e));  // the outer loop acts on it
       Status s = SendShutdownDownstream(sender.get());
-      return s.ok() ? s : fail(s);
+      if (!s.ok()) return fail(s.WithContext("ending the plan down the pipeline"));
+      TESSERA_LOG_INFO("worker", "{}: plan ended{}", who, drain ? " (drain)" : "");
+      return Status::Ok();
     }
     if (!e.has_step()) continue;
     if (e.step().plan_version() != assign.plan_version()) {

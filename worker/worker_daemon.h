@@ -10,12 +10,27 @@
 //  - later stages serve the pipeline; tp rank 0 of the last stage returns the
 //    sampled tokens to the coordinator as StepResults.
 //
+// Plans change while the worker runs (live reconfiguration, re-plans after a
+// fault): a Drain ends the current plan (stage 0 passes the end down the
+// pipeline; an idle pipeline gets keepalives so later stages' bounded
+// receives do not time out), the communicators are dropped, and the next
+// AssignShard builds new ones under its plan's key prefix. Weight slices the
+// worker already holds and still needs (the same layers under the same tp
+// slice) are reused instead of read again (HeldWeights) while the rank's
+// backend and compute dtype stay the same (the backend, and the device
+// memory it holds, then carries over too; a new RankDevice and new
+// communicators, NCCL included, are made per plan otherwise); Loaded reports
+// how many bytes were reused.
+//
 // Threads: the main thread owns the model, KV cache and communicators (one
 // owner thread per device); the ControlClient's thread owns the ZeroMQ
 // socket and hands messages over through a bounded queue.
 //
-// Errors: a failed load or step is reported to the coordinator as an Error
-// naming this worker's rank, then Run returns it (the process exits non-zero).
+// Errors: a failed load or step (a lost peer, a collective timeout) is
+// reported to the coordinator as an Error naming this worker's rank and the
+// plan version; the worker then drops the plan's communicators and waits for
+// the next AssignShard (the coordinator re-plans). Run returns only on
+// Shutdown or when the control plane itself fails.
 #pragma once
 
 #include <condition_variable>
@@ -27,10 +42,14 @@
 #include "common/metrics_registry.h"
 #include "common/proto/control.pb.h"
 #include "common/status.h"
-#include "worker/worker_metrics.h"
 #include "common/topology.h"
+#include "worker/rank_device.h"
+#include "worker/weight_loader.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera {
+
+class ControlClient;
 
 struct WorkerDaemonOptions {
   std::string coordinator;  // "tcp://HOST:PORT"
@@ -43,6 +62,8 @@ struct WorkerDaemonOptions {
   std::string backend = "auto";  // "auto", "cpu" or "cuda" (worker/rank_device.h)
   // This host's topology to report; nullopt = DiscoverTopology().
   std::optional<TopologyReport> topology;
+  // Bound of every collective and pipeline transfer; an idle pipeline gets a
+  // keepalive every third of it.
   double collective_timeout_seconds = 30.0;
   double register_timeout_seconds = 60.0;
   // Where this worker's metrics go (worker/worker_metrics.h); null = none.
@@ -51,22 +72,40 @@ struct WorkerDaemonOptions {
   // Read device memory, utilisation and UUID from NVML (a CUDA worker);
   // falls back to process memory when NVML is not there.
   bool nvml_metrics = false;
+  // CURVE on the control plane: this worker's Z85 secret key and the
+  // coordinator's Z85 public key; both "" = plain TCP (see ControlClientOptions).
+  std::string curve_secret_key;
+  std::string curve_server_key;
 };
 
 class WorkerDaemon {
  public:
   explicit WorkerDaemon(WorkerDaemonOptions options);
-  // Runs until a Shutdown arrives (OK) or something fails.
+  // Runs until a Shutdown arrives (OK) or the control plane fails.
   Status Run();
 
  private:
   void OnMessage(const control::Envelope& envelope);
   StatusOr<control::Envelope> Next(double timeout_seconds);
+  void PushFront(control::Envelope envelope);
+  // Loads `assign` and serves it until a Drain, Shutdown or newer
+  // AssignShard ends it (the latter two are put back in the inbox): OK, or
+  // the first failure (already reported to the coordinator).
+  Status ServePlan(ControlClient& client, control::Heartbeat& hb,
+                   const control::AssignShard& assign, const std::string& worker_id);
 
   WorkerDaemonOptions options_;
+  // Main thread only. The rank's backend carries over from plan to plan
+  // while its kind and compute dtype stay the same; held_ are the weights it
+  // holds (declared after device_, so they are released first).
+  bool on_gpu_ = false;               // set by Run(): ranks run on GPU options_.device
+  std::optional<RankDevice> device_;  // the last plan's backend
+  HeldWeights held_;                  // the weights of the last plan loaded
+  std::string held_model_path_;       // the model directory held_ came from
+  control::Register registration_;    // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<control::Envelope> inbox_;  // protected by mu_
+  std::deque<control::Envelope> inbox_;     // protected by mu_
   std::unique_ptr<WorkerMetrics> metrics_;  // when options_.metrics is set
 };
 

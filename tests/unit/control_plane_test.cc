@@ -1004,6 +1004,48 @@ TEST(ControlPlane, SilentWorkerIsReportedLostWithinTheTimeout) {
   EXPECT_TRUE(WaitUntil([&] { return clog_c.Count(Envelope::kDrain) == 1; }, milliseconds(2000)));
 }
 
+// A coordinator restart: the worker's client keeps its socket, the new
+// server answers its heartbeats with "register again", and the client
+// registers again by itself with the same id and its updated registration
+// (the shard it holds).
+TEST(ControlPlane, ClientRegistersAgainWithARestartedServer) {
+  ServerLog first_log;
+  auto first = std::make_unique<ControlServer>(ServerOptions(&first_log, milliseconds(50)));
+  StatusOr<std::string> endpoint = first->Start("tcp://127.0.0.1:*");
+  ASSERT_TRUE(endpoint.ok());
+  ClientLog clog;
+  ControlClient client(ClientOptions(&clog));
+  ASSERT_TRUE(client.Connect(*endpoint).ok());
+  ASSERT_TRUE(client.Register(ValidRegisterBody()).ok());
+  StatusOr<std::string> id = client.WaitRegistered(milliseconds(3000));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  control::Register held = ValidRegisterBody();
+  *held.mutable_held_shard() = ValidAssignShard().assign_shard();
+  ASSERT_TRUE(client.UpdateRegistration(held).ok());
+  first->Stop();
+  first.reset();
+
+  ServerLog second_log;
+  ControlServer second(ServerOptions(&second_log, milliseconds(50)));
+  StatusOr<std::string> again = second.Start(*endpoint);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return second_log.Count(Envelope::kRegisterWorker) == 1; },
+                        milliseconds(5000)));
+  const std::optional<Envelope> reg = second_log.Last(Envelope::kRegisterWorker);
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->worker_id(), *id);
+  EXPECT_TRUE(reg->register_worker().has_held_shard());
+  EXPECT_EQ(reg->register_worker().held_shard().plan_version(),
+            ValidAssignShard().assign_shard().plan_version());
+  // Registered again: heartbeats are heard, and the worker can be addressed.
+  ASSERT_TRUE(
+      WaitUntil([&] { return second_log.Count(Envelope::kHeartbeat) >= 2; }, milliseconds(3000)));
+  Envelope drain;
+  drain.mutable_drain()->set_reason("test");
+  EXPECT_TRUE(second.Send(*id, drain).ok());
+  EXPECT_TRUE(WaitUntil([&] { return clog.Count(Envelope::kDrain) == 1; }, milliseconds(2000)));
+}
+
 TEST(ControlPlane, BadMessagesAreDroppedAndTheServerKeepsServing) {
   ServerLog slog;
   ControlServerOptions o = ServerOptions(&slog, milliseconds(1000));

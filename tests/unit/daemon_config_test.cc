@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 42);
+  EXPECT_EQ(keys, 51);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -338,6 +338,8 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[scheduler]\nqueue_limit = 0\n", "x.toml:2:15: scheduler.queue_limit: must be >= 1, got 0"},
       {"[scheduler]\nprefill_chunk_tokens = 0\n",
        "x.toml:2:24: scheduler.prefill_chunk_tokens: must be >= 1, got 0"},
+      {"[scheduler]\ndrain_timeout_seconds = -1\n",
+       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1.0"},
       {"[scheduler]\nmax_context = -5\n",
        "x.toml:2:15: scheduler.max_context: must be >= 0 (0 = the model's "
        "max_position_embeddings), got -5"},
@@ -361,7 +363,8 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"no spaces\""},
       {"[parallel]\nworkers = -1\n", "x.toml:2:11: parallel.workers: must be >= 0, got -1"},
       {"[parallel]\ntp = 2\npp = 2\nworkers = 3\n",
-       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, got 3"},
+       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, "
+       "got 3"},
       {"[parallel]\nobjective = \"speed\"\n",
        "x.toml:2:13: parallel.objective: must be one of \"latency\", \"throughput\", got "
        "\"speed\""},
@@ -402,7 +405,7 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
       ParseError("[scheduler]\nmax_batch_token = 64\n"),
       "x.toml:2:1: scheduler.max_batch_token: unknown key; did you mean 'max_batch_tokens'?; valid "
       "keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-      "prefill_chunk_tokens");
+      "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds");
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
@@ -417,7 +420,7 @@ TEST(DaemonConfigParse, UnknownTable) {
   EXPECT_EQ(
       ParseError("[schedular]\n"),
       "x.toml:1:2: unknown table 'schedular'; did you mean 'scheduler'?; valid tables: model, "
-      "parallel, server, heartbeat, kv_cache, scheduler, admin, logging, worker");
+      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker");
   EXPECT_THAT(ParseError("port = 8000\n"),
               AllOf(StartsWith("x.toml:1:1: unknown table 'port'"),
                     HasSubstr("'port' is a key of [server], [admin]")));
@@ -572,11 +575,11 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
        "--set scheduler.queue_limt=64: scheduler.queue_limt: unknown key; did you mean "
        "'queue_limit'?; "
        "valid keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-       "prefill_chunk_tokens"},
+       "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds"},
       {"sched.queue_limit", "64",
        "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
        "tables: model, "
-       "parallel, server, heartbeat, kv_cache, scheduler, admin, logging, worker"},
+       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker"},
       {"logging.level", "loud",
        "--set logging.level=loud: logging.level: must be one of \"trace\", \"debug\", \"info\", "
        "\"warn\", "

@@ -312,6 +312,32 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405) {
   EXPECT_EQ(r->headers["allow"], "GET, POST");
 }
 
+TEST_F(HttpServerTest, PatternRoutesMatchOneSegmentPerStar) {
+  AddRoute("POST", "/admin/workers/*/drain",
+           [](const HttpRequest& req, std::shared_ptr<Responder> r) {
+             r->SendJson(200, json{{"params", req.path_params}}.dump());
+           });
+  StartServer();
+  Client c(server_->port());
+  ASSERT_TRUE(c.Send(Post("/admin/workers/worker-3/drain", "")));
+  auto r = c.ReadResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["params"], json::array({"worker-3"}));
+  // An empty or extra segment does not match; a wrong method gets 405.
+  for (const char* path :
+       {"/admin/workers//drain", "/admin/workers/a/b/drain", "/admin/workers/a/undrain"}) {
+    ASSERT_TRUE(c.Send(Post(path, "")));
+    r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    ExpectErrorBody(*r, 404);
+  }
+  ASSERT_TRUE(c.Send(Get("/admin/workers/a/drain")));
+  r = c.ReadResponse();
+  ASSERT_TRUE(r.has_value());
+  ExpectErrorBody(*r, 405);
+}
+
 TEST_F(HttpServerTest, PostBodyAndChunkedRequestBody) {
   StartServer();
   Client c(server_->port());

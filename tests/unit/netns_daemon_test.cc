@@ -5,7 +5,9 @@
 // the workers all cross the veths; the test's HTTP client does too. Workers
 // find their Gloo address themselves (worker.gloo_host = "": the address
 // that routes to the coordinator) and use the coordinator's wildcard-bound
-// store through the address they reach it at.
+// store through the address they reach it at. The control plane crosses
+// the network, so it runs with CURVE keys (made here, as `tessera keygen`
+// makes them): the coordinator allows exactly the two workers' public keys.
 //
 // Needs root and iproute2 (scripts/setup installs it); without them the test
 // fails and says so. The namespaces are removed in TearDown, and stale ones
@@ -28,6 +30,7 @@
 #include <set>
 #include <thread>
 
+#include "common/curve_keys.h"
 #include "common/tokenizer.h"
 #include "coordinator/http_client.h"
 #include "model_harness.h"
@@ -39,22 +42,6 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kPrefix = "tsrnet";  // namespace names: tsrnet<pid>-<role>
-
-struct ShResult {
-  int status = -1;
-  std::string out;
-};
-
-ShResult Sh(const std::string& cmd) {
-  ShResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) r.out += buf;
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 // Runs `fn` on a thread that has entered network namespace `ns`: the
 // sockets it opens live there.
@@ -106,14 +93,14 @@ void SweepStale() {
     const std::string rest = name.substr(std::strlen(kPrefix));
     const pid_t pid = static_cast<pid_t>(std::atoi(rest.c_str()));
     if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)) continue;  // still running
-    Sh("ip netns del " + name);
+    ::tessera::testing::RunCommand("ip netns del " + name);
   }
 }
 
 class NetnsDaemons : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(Sh("ip -V").status, 0)
+    ASSERT_EQ(::tessera::testing::RunCommand("ip -V").rc, 0)
         << "this test needs iproute2's `ip` (Debian package iproute2, installed by "
            "scripts/setup) to create network namespaces";
     ASSERT_EQ(geteuid(), 0u) << "this test creates network namespaces and needs root";
@@ -146,6 +133,14 @@ class NetnsDaemons : public ::testing::Test {
 
     dir_ = ::tessera::testing::MakeTempDir("tessera-netns");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    // CURVE key pairs: the coordinator's and one per worker.
+    std::vector<CurveKeyPair> keys;
+    for (const char* name : {"coordinator", "worker0", "worker1"}) {
+      StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
+      ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+      ASSERT_TRUE(WriteCurveKeyPair(*pair, dir_ + "/" + std::string(name)).ok()) << name;
+      keys.push_back(*pair);
+    }
     // Wildcard listeners: the coordinator's namespace has one interface
     // besides lo; ports are fixed since the namespace is ours alone.
     std::ofstream(dir_ + "/c.toml")
@@ -155,7 +150,15 @@ class NetnsDaemons : public ::testing::Test {
         << "[admin]\nport = 0\ntoken = \"netns-token\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 3.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n";
+        << "[scheduler]\nmax_context = 128\n"
+        << "[control]\ncoordinator_secret_key_file = \"" << dir_ << "/coordinator.key\"\n"
+        << "worker_public_keys = [\"" << keys[1].public_key << "\", \"" << keys[2].public_key
+        << "\"]\n";
+    for (int w = 0; w < 2; ++w)
+      std::ofstream(dir_ + "/w" + std::to_string(w) + ".toml")
+          << "[worker]\ncoordinator = \"tcp://10.213.0.1:5555\"\n"
+          << "[control]\nworker_secret_key_file = \"" << dir_ << "/worker" << w << ".key\"\n"
+          << "coordinator_public_key = \"" << keys[0].public_key << "\"\n";
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(SpawnIn(coord_, {bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
                             dir_ + "/coordinator.log"));
@@ -163,8 +166,9 @@ class NetnsDaemons : public ::testing::Test {
     for (const std::string& ns : {worker_a_, worker_b_}) {
       pids_.push_back(
           SpawnIn(ns,
-                  {bin + "/tessera-worker", "--coordinator", "tcp://10.213.0.1:5555", "--device",
-                   "0", "--timeout", "10", "--set", "worker.host=host-" + std::to_string(d)},
+                  {bin + "/tessera-worker", "--config", dir_ + "/w" + std::to_string(d) + ".toml",
+                   "--coordinator", "tcp://10.213.0.1:5555", "--device", "0", "--timeout", "10",
+                   "--set", "worker.host=host-" + std::to_string(d)},
                   dir_ + "/worker" + std::to_string(d) + ".log"));
       ++d;
     }
@@ -193,14 +197,14 @@ class NetnsDaemons : public ::testing::Test {
       waitpid(p, nullptr, 0);
     }
     for (const std::string& ns : namespaces_) {
-      const ShResult r = Sh("ip netns del " + ns);
-      EXPECT_EQ(r.status, 0) << "ip netns del " << ns << ": " << r.out;
+      const auto r = ::tessera::testing::RunCommand("ip netns del " + ns);
+      EXPECT_EQ(r.rc, 0) << "ip netns del " << ns << ": " << r.output;
     }
   }
 
   void Run(const std::string& cmd) {
-    const ShResult r = Sh(cmd);
-    ASSERT_EQ(r.status, 0) << cmd << ":\n" << r.out;
+    const auto r = ::tessera::testing::RunCommand(cmd);
+    ASSERT_EQ(r.rc, 0) << cmd << ":\n" << r.output;
   }
 
   // An HTTP call to the coordinator's address (10.213.0.1:8000); call it

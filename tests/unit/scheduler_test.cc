@@ -205,5 +205,110 @@ TEST(Scheduler, AdmissionControlAndCancellation) {
   EXPECT_EQ(rig.allocator->num_free(), 64);
 }
 
+// Wraps an executor and fails every Collect after the first `ok_collects`,
+// like a pipeline that lost a worker.
+class BreakingExecutor : public StepExecutor {
+ public:
+  BreakingExecutor(StepExecutor* inner, int ok_collects) : inner_(inner), left_(ok_collects) {}
+  Status Submit(const StepBatch& batch) override { return inner_->Submit(batch); }
+  StatusOr<std::vector<SampledToken>> Collect() override {
+    auto r = inner_->Collect();
+    if (left_-- > 0) return r;
+    return Unavailable("worker w-3 failed: missed heartbeats");
+  }
+  int max_in_flight() const override { return inner_->max_in_flight(); }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+
+ private:
+  StepExecutor* inner_;
+  int left_;
+};
+
+std::vector<std::vector<int32_t>> Reference(int max_tokens) {
+  Rig big = MakeRig(256, 4, SchedulerOptions{});
+  std::map<int64_t, GenerationResult> done;
+  std::vector<std::unique_ptr<int64_t>> ids;
+  for (const auto& p : Prompts()) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    *ids.back() = *big.scheduler->Enqueue(Req(p, max_tokens), Collect(done, ids.back().get()));
+  }
+  Drain(*big.scheduler, done);
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < ids.size(); ++i) want.push_back(done[static_cast<int64_t>(i)].tokens);
+  return want;
+}
+
+// A re-plan: stop admitting, re-queue the running sequences mid-generation,
+// move to a fresh executor (empty KV cache), resume. Every output equals the
+// undisturbed run and every streamed token arrives exactly once.
+TEST(Scheduler, RequeueOntoANewExecutorKeepsOutputsIdentical) {
+  const auto want = Reference(20);
+  Rig rig = MakeRig(256, 4, SchedulerOptions{});
+  Rig next = MakeRig(256, 4, SchedulerOptions{});
+  std::map<int64_t, GenerationResult> done;
+  std::map<int64_t, std::vector<int32_t>> streamed;
+  std::vector<std::unique_ptr<int64_t>> ids;
+  for (const auto& p : Prompts()) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    RequestCallbacks cb = Collect(done, ids.back().get());
+    int64_t* slot = ids.back().get();
+    cb.on_token = [&streamed, slot](const std::string&, int32_t t, const SampledToken*) {
+      if (t >= 0) streamed[*slot].push_back(t);
+    };
+    *ids.back() = *rig.scheduler->Enqueue(Req(p, 20), std::move(cb));
+  }
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(rig.scheduler->RunOnce().ok());
+  rig.scheduler->set_admitting(false);
+  ASSERT_TRUE(rig.scheduler->RunOnce().ok());
+  ASSERT_TRUE(rig.scheduler->CollectInFlight().ok());
+  EXPECT_EQ(rig.scheduler->in_flight(), 0u);
+  const int moved = rig.scheduler->RequeueRunning();
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(rig.scheduler->running(), 0u);
+  EXPECT_EQ(rig.allocator->num_free(), 256);
+  EXPECT_EQ(rig.scheduler->stats().requeued, moved);
+  rig.scheduler->SetExecutor(next.executor.get());
+  rig.scheduler->set_admitting(true);
+  Drain(*rig.scheduler, done);
+  ASSERT_EQ(done.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(done[static_cast<int64_t>(i)].tokens, want[i]) << "request " << i;
+    EXPECT_EQ(streamed[static_cast<int64_t>(i)], want[i]) << "request " << i;
+    EXPECT_EQ(done[static_cast<int64_t>(i)].finish_reason, FinishReason::kLength);
+  }
+}
+
+// requeue_on_executor_error: a failed step re-queues instead of failing the
+// requests; after the executor is replaced they finish identically.
+TEST(Scheduler, ExecutorErrorRequeuesWhenAsked) {
+  const auto want = Reference(16);
+  SchedulerOptions o;
+  o.requeue_on_executor_error = true;
+  Rig rig = MakeRig(256, 4, o);
+  Rig next = MakeRig(256, 4, SchedulerOptions{});
+  BreakingExecutor breaking(rig.executor.get(), 5);
+  rig.scheduler->SetExecutor(&breaking);
+  std::map<int64_t, GenerationResult> done;
+  std::vector<std::unique_ptr<int64_t>> ids;
+  for (const auto& p : Prompts()) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    *ids.back() = *rig.scheduler->Enqueue(Req(p, 16), Collect(done, ids.back().get()));
+  }
+  Status failed;
+  for (int i = 0; i < 50 && failed.ok(); ++i) {
+    auto r = rig.scheduler->RunOnce();
+    if (!r.ok()) failed = r.status();
+  }
+  EXPECT_EQ(failed.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(done.empty());  // nothing failed back to the client
+  EXPECT_EQ(rig.scheduler->running(), 0u);
+  EXPECT_EQ(rig.scheduler->waiting(), Prompts().size());
+  rig.scheduler->SetExecutor(next.executor.get());
+  Drain(*rig.scheduler, done);
+  ASSERT_EQ(done.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(done[static_cast<int64_t>(i)].tokens, want[i]) << "request " << i;
+}
+
 }  // namespace
 }  // namespace tessera

@@ -45,6 +45,7 @@ TEST(StepCodec, RoundTrips) {
   EXPECT_EQ(b.seqs[1].prompt_len, 18);
   EXPECT_EQ(b.Positions(), (std::vector<int32_t>{0, 1, 2, 20}));
   EXPECT_EQ(DecodeStep(EncodeShutdown())->kind, StepMessageKind::kShutdown);
+  EXPECT_EQ(DecodeStep(EncodeKeepalive())->kind, StepMessageKind::kKeepalive);
 }
 
 TEST(StepCodec, RejectsMalformedMessagesNamingTheProblem) {
