@@ -1,7 +1,8 @@
 // tessera: the command-line front end.
 //   tessera generate --model DIR --prompt TEXT [sampling options]
 // streams the model's answer to stdout and reports load time, prefill and
-// decode speed on stderr.
+// decode speed on stderr (and, with --logprobs N, each generated token's
+// log-probability and its N best alternatives).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -45,7 +46,50 @@ struct GenerateArgs {
   std::string store;           // host:port of the launcher's rendezvous store
   std::string device = "cpu";  // "cpu" or "cuda[:N]" (single process only)
   std::string dtype = "auto";  // CUDA compute dtype: auto, bf16, f16 or f32
+  int logprobs = -1;           // -1 = off; else alternatives per token (SamplingParams::logprobs)
 };
+
+// id:"text" of one token, its text decoded alone with \\, \" and control
+// bytes escaped (\n, \t, \xNN).
+std::string Quoted(const tessera::Tokenizer& tok, int32_t id) {
+  std::string out = std::to_string(id) + ":\"";
+  for (unsigned char c : tok.Decode(&id, 1, false)) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// One stderr line per generated token: its text, log-probability and the
+// alternatives (raw distribution, kernels/sampling.h).
+void PrintLogprobs(const tessera::GenerationResult& r, const tessera::Tokenizer& tok) {
+  bool any = false;
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    const tessera::SampledToken& t = r.logprobs[i];
+    if (!t.has_logprobs) continue;
+    any = true;
+    std::string line = "tessera: token " + std::to_string(i) + " " + Quoted(tok, t.token_id) +
+                       " logprob " + std::to_string(t.logprob);
+    for (size_t k = 0; k < t.top.size(); ++k)
+      line += (k ? ", " : " | top ") + Quoted(tok, t.top[k].token_id) + " " +
+              std::to_string(t.top[k].logprob);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  if (!any && !r.logprobs.empty())
+    std::fprintf(stderr, "tessera: --logprobs: not returned over a pipeline (pp > 1)\n");
+}
 
 std::vector<std::string> g_argv;  // this process's arguments, for spawning ranks
 tessera::LocalLauncher* g_launcher = nullptr;
@@ -135,6 +179,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   req.sampling.top_p = a.top_p;
   req.sampling.top_k = a.top_k;
   req.sampling.seed = a.seed;
+  req.sampling.logprobs = a.logprobs;
   req.stop = a.stop;
   if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   const int64_t ctx = static_cast<int64_t>(req.prompt_ids.size()) + a.max_tokens;
@@ -218,6 +263,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   }
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  PrintLogprobs(result, **tok);
   std::fprintf(
       stderr,
       "tessera: tp=%s pp=%d | load %.2f s (%.1f MB weights on rank 0) | prefill %lld tokens, %.1f "
@@ -256,6 +302,10 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", g.top_k, "0 = off")->check(CLI::NonNegativeNumber);
   gen->add_option("--seed", g.seed, "sampling seed");
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
+  gen->add_option("--logprobs", g.logprobs,
+                  "print each token's log-probability and this many alternatives (0..20) on "
+                  "stderr")
+      ->check(CLI::Range(0, 20));
   gen->add_flag("--raw", g.raw, "send the prompt as is, without the chat template");
   gen->add_option("--chat-template", g.chat_template,
                   "chatml, llama3 or llama2 (default: detected)");

@@ -1,5 +1,6 @@
 #include "common/control_codec.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <set>
@@ -218,9 +219,12 @@ Status ValidateSampling(const control::SamplingParams& s) {
   p.top_p = s.top_p();
   p.seed = s.seed();
   TESSERA_RETURN_IF_ERROR(p.Validate());
-  if (s.num_top_logprobs() > kMaxTopLogprobs)
+  if (s.num_top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs))
     return InvalidArgument("num_top_logprobs " + Num(s.num_top_logprobs()) + " exceeds " +
-                           Num(kMaxTopLogprobs));
+                           SNum(kMaxTopLogprobs));
+  if (s.num_top_logprobs() > 0 && !s.logprobs())
+    return InvalidArgument("num_top_logprobs " + Num(s.num_top_logprobs()) +
+                           " is set but logprobs is false");
   return Status::Ok();
 }
 
@@ -290,9 +294,11 @@ Status ValidateStepResult(const control::StepResult& r) {
         Idx("tokens", static_cast<size_t>(i)) + " (seq_id " + SNum(t.seq_id()) + ")";
     if (t.token_id() < 0) return InvalidArgument(at + ": token_id " + SNum(t.token_id()) + " < 0");
     TESSERA_RETURN_IF_ERROR(CheckLogprob(t.logprob(), at));
-    if (static_cast<uint64_t>(t.top_logprobs_size()) > kMaxTopLogprobs)
+    if (!t.has_logprobs() && (t.logprob() != 0.0f || t.top_logprobs_size() > 0))
+      return InvalidArgument(at + ": logprob or top_logprobs set without has_logprobs");
+    if (t.top_logprobs_size() > kMaxTopLogprobs)
       return InvalidArgument(at + ": " + SNum(t.top_logprobs_size()) + " top_logprobs exceed " +
-                             Num(kMaxTopLogprobs));
+                             SNum(kMaxTopLogprobs));
     for (int j = 0; j < t.top_logprobs_size(); ++j) {
       const std::string tat = at + ".top_logprobs[" + SNum(j) + "]";
       if (t.top_logprobs(j).token_id() < 0)
@@ -443,6 +449,8 @@ void StepBatchToProto(const StepBatch& batch, control::StepBatch* out) {
     p->set_top_k(s.sampling.top_k);
     p->set_top_p(s.sampling.top_p);
     p->set_seed(s.sampling.seed);
+    p->set_logprobs(s.sampling.logprobs >= 0);
+    p->set_num_top_logprobs(static_cast<uint32_t>(std::max(s.sampling.logprobs, 0)));
   }
   out->mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),
                                        batch.finished_seq_ids.end());
@@ -465,6 +473,8 @@ StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message) {
     s.sampling.top_k = m.sampling().top_k();
     s.sampling.top_p = m.sampling().top_p();
     s.sampling.seed = m.sampling().seed();
+    s.sampling.logprobs =
+        m.sampling().logprobs() ? static_cast<int32_t>(m.sampling().num_top_logprobs()) : -1;
     batch.seqs.push_back(std::move(s));
   }
   batch.finished_seq_ids.assign(message.finished_seq_ids().begin(),

@@ -41,9 +41,6 @@ inline constexpr char kRegisterAgainPrefix[] = "register again: ";
 // print safely in logs and URLs.
 inline constexpr size_t kMaxWorkerIdBytes = 128;
 
-// Most top log-probabilities per sampled token (OpenAI's top_logprobs limit).
-inline constexpr uint32_t kMaxTopLogprobs = 20;
-
 // Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES in nccl.h), bytes.
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 
@@ -83,10 +80,12 @@ bool IsValidWorkerId(std::string_view id);
 //      sequence: num_tokens < 1, start_pos < 0, a repeated seq_id, an empty
 //      block table or a block id < 0, sampling out of range (temperature,
 //      top_k, top_p as SamplingParams::Validate; num_top_logprobs >
-//      kMaxTopLogprobs); the sum of num_tokens != token_ids size;
+//      kMaxTopLogprobs, or > 0 without logprobs); the sum of num_tokens !=
+//      token_ids size;
 //    - step_result: plan_version 0; an error together with tokens; an error
 //      that fails the error rules; a token id < 0; a logprob that is NaN or
-//      > 0; more than kMaxTopLogprobs top logprobs;
+//      > 0; more than kMaxTopLogprobs top logprobs; a non-zero logprob or
+//      top logprobs without has_logprobs;
 //    - error: unspecified/unknown code; empty message.
 Status ValidateEnvelope(const control::Envelope& envelope);
 
@@ -104,9 +103,9 @@ StatusOr<std::string> EncodeEnvelope(const control::Envelope& envelope,
 StatusOr<control::Envelope> DecodeEnvelope(std::string_view bytes,
                                            size_t max_bytes = kDefaultMaxControlMessageBytes);
 
-// StepBatch <-> control::StepBatch. tessera::SamplingParams has no
-// top-logprobs count yet: StepBatchToProto writes num_top_logprobs 0 and
-// StepBatchFromProto ignores it (read it from the message).
+// StepBatch <-> control::StepBatch. SamplingParams::logprobs -1 maps to
+// logprobs false and num_top_logprobs 0; n >= 0 to logprobs true and
+// num_top_logprobs n.
 void StepBatchToProto(const StepBatch& batch, control::StepBatch* out);
 // Errors: kInvalidArgument as the step rules of ValidateEnvelope, naming
 // "batch.seqs[i]" or "batch.token_ids[i]".

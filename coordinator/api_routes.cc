@@ -16,6 +16,37 @@ using nlohmann::json;
 
 namespace {
 
+// A streamed choice: whether its first chunk went out, the logprobs of
+// tokens whose text has not been sent yet, and the text_offset of the next
+// token (bytes of the choice's earlier token texts).
+struct ChoiceStream {
+  bool first = true;
+  std::vector<TokenLogprob> pending;
+  int64_t offset = 0;
+};
+
+// The API's view of one sampled token: the texts of it and of its
+// alternatives are single-token decodes, special tokens included (a token
+// holding part of a UTF-8 character reads as U+FFFD).
+TokenLogprob ApiLogprob(const SampledToken& t, const Tokenizer& tokenizer) {
+  TokenLogprob out;
+  out.token = tokenizer.Decode(&t.token_id, 1, false);
+  out.logprob = t.logprob;
+  for (const TopLogprob& top : t.top)
+    out.top.emplace_back(tokenizer.Decode(&top.token_id, 1, false), top.logprob);
+  return out;
+}
+
+// The logprobs of a finished choice, when the request asked for them.
+std::optional<std::vector<TokenLogprob>> ResultLogprobs(const GenerationResult& r, bool asked,
+                                                        const Tokenizer& tokenizer) {
+  if (!asked) return std::nullopt;
+  std::vector<TokenLogprob> out;
+  for (const SampledToken& t : r.logprobs)
+    if (t.has_logprobs) out.push_back(ApiLogprob(t, tokenizer));
+  return out;
+}
+
 // The state one HTTP request shares with the scheduler callbacks of its
 // prompts (run on the scheduler thread).
 struct Exchange {
@@ -26,8 +57,11 @@ struct Exchange {
   std::string id;
   int64_t created = 0;
   std::string model;
+  bool logprobs = false;                 // the request asked for log-probabilities
+  const Tokenizer* tokenizer = nullptr;  // for token texts
   std::mutex mu;
   std::vector<GenerationResult> results;  // protected by mu
+  std::vector<ChoiceStream> streams;      // protected by mu; one per choice when streaming
   int remaining = 0;                      // protected by mu
   Usage usage;                            // protected by mu
   bool failed = false;                    // protected by mu
@@ -60,6 +94,7 @@ void SendFinal(Exchange& x) {
       c.index = static_cast<int>(i);
       c.content = x.results[i].text;
       c.finish_reason = x.results[i].finish_reason;
+      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
       choices.push_back(c);
     }
     x.res->SendJson(200, ChatCompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
@@ -70,6 +105,7 @@ void SendFinal(Exchange& x) {
       c.index = static_cast<int>(i);
       c.text = x.results[i].text;
       c.finish_reason = x.results[i].finish_reason;
+      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
       choices.push_back(c);
     }
     x.res->SendJson(200, CompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
@@ -91,6 +127,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   x->chat = chat;
   x->created = UnixSeconds();
   x->model = model_name_;
+  x->tokenizer = tokenizer_.get();
   std::vector<GenerationRequest> gens;
   std::string requested_model;
   if (chat) {
@@ -128,11 +165,13 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     if (max_completion > 0) room = std::min(room, max_completion);
     g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);
     g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+    g.sampling.logprobs = r.logprobs ? r.top_logprobs : -1;
     g.stop = r.gen.stop;
     g.ignore_eos = r.gen.ignore_eos;
     gens.push_back(std::move(g));
     x->stream = r.gen.stream;
     x->include_usage = r.gen.include_usage;
+    x->logprobs = r.logprobs;
     x->id = NewResponseId("chatcmpl");
   } else {
     auto parsed = ParseCompletionRequest(req.body);
@@ -155,12 +194,14 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       g.prompt_ids = p.is_tokens ? p.token_ids : tokenizer_->Encode(p.text, true);
       g.max_tokens = r.max_tokens;
       g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+      g.sampling.logprobs = r.logprobs.value_or(-1);
       g.stop = r.gen.stop;
       g.ignore_eos = r.gen.ignore_eos;
       gens.push_back(std::move(g));
     }
     x->stream = r.gen.stream;
     x->include_usage = r.gen.include_usage;
+    x->logprobs = r.logprobs.has_value();
     x->id = NewResponseId("cmpl");
   }
   if (!requested_model.empty() && requested_model != model_name_) {
@@ -200,6 +241,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   x->depth = &request_metrics_->queue_depth();
   x->depth->Add(1);
   x->results.resize(gens.size());
+  x->streams.resize(gens.size());
   x->remaining = static_cast<int>(gens.size());
   // Admission happens before the response starts, so a full queue is a real
   // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
@@ -210,23 +252,34 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     RequestCallbacks cb;
     const int index = static_cast<int>(i);
     if (x->stream) {
-      cb.on_token = [x, index, first = std::make_shared<bool>(true)](const std::string& text,
-                                                                     int32_t) {
-        if (text.empty()) return;
+      // A chunk goes out with new text and carries the logprobs of every
+      // token since the previous chunk (text held back for a partial
+      // character or a stop-string prefix delays its tokens' logprobs).
+      cb.on_token = [x, index](const std::string& text, int32_t, const SampledToken* lp) {
         std::lock_guard<std::mutex> lock(x->mu);
         if (x->failed) return;
+        ChoiceStream& st = x->streams[static_cast<size_t>(index)];
+        if (lp && lp->has_logprobs) st.pending.push_back(ApiLogprob(*lp, *x->tokenizer));
+        if (text.empty()) return;
+        std::optional<std::vector<TokenLogprob>> logprobs;
+        if (x->logprobs) logprobs = std::move(st.pending);
+        st.pending.clear();
         if (x->chat) {
-          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, *first,
-                                                    text, std::nullopt, std::nullopt,
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, st.first,
+                                                    text, std::nullopt, logprobs,
                                                     x->include_usage));
         } else {
           CompletionChoice c;
           c.index = index;
           c.text = text;
+          c.logprobs = logprobs;
+          c.logprobs_offset = st.offset;
           x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
                                                 x->include_usage));
         }
-        *first = false;
+        if (logprobs)
+          for (const TokenLogprob& t : *logprobs) st.offset += static_cast<int64_t>(t.token.size());
+        st.first = false;
       };
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
@@ -249,14 +302,22 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
           }
         }
       } else if (x->stream) {
+        // Tokens whose text never went out (EOS, a stop string's last
+        // token) have their logprobs in the finish chunk.
+        ChoiceStream& st = x->streams[static_cast<size_t>(index)];
+        std::optional<std::vector<TokenLogprob>> logprobs;
+        if (x->logprobs && !st.pending.empty()) logprobs = std::move(st.pending);
+        st.pending.clear();
         if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false,
-                                                    std::nullopt, r.finish_reason, std::nullopt,
+                                                    std::nullopt, r.finish_reason, logprobs,
                                                     x->include_usage));
         } else {
           CompletionChoice c;
           c.index = index;
           c.finish_reason = r.finish_reason;
+          c.logprobs = logprobs;
+          c.logprobs_offset = st.offset;
           x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
                                                 x->include_usage));
         }

@@ -416,12 +416,11 @@ json FinishJson(const std::optional<FinishReason>& r) {
 
 // Legacy completions logprobs: tokens, token_logprobs, top_logprobs (one
 // {text: logprob} map per token) and text_offset (byte offset of each token
-// in the choice text).
-json CompletionLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) {
+// in the choice text: the sum of the earlier token texts, from `offset`).
+json CompletionLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp, int64_t offset) {
   if (!lp) return nullptr;
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
-  size_t offset = 0;
   for (const TokenLogprob& t : *lp) {
     tokens.push_back(t.token);
     token_logprobs.push_back(t.logprob);
@@ -432,7 +431,7 @@ json CompletionLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) 
     }
     top.push_back(std::move(alternatives));
     offsets.push_back(offset);
-    offset += t.token.size();
+    offset += static_cast<int64_t>(t.token.size());
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
@@ -684,7 +683,7 @@ std::string CompletionResponseJson(const std::string& id, int64_t created, const
   for (const CompletionChoice& c : choices) {
     out_choices.push_back({{"index", c.index},
                            {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs)},
+                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
                            {"finish_reason", FinishJson(c.finish_reason)}});
   }
   return Dump({{"id", id},
@@ -702,7 +701,7 @@ std::string CompletionChunkJson(const std::string& id, int64_t created, const st
   for (const CompletionChoice& c : choices) {
     out_choices.push_back({{"index", c.index},
                            {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs)},
+                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
                            {"finish_reason", FinishJson(c.finish_reason)}});
   }
   json out = {{"id", id},

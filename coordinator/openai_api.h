@@ -145,8 +145,9 @@ struct Usage {
   int64_t completion_tokens = 0;  // total_tokens is their sum
 };
 
-// One generated token with its log-probability (natural log) and the top
-// alternatives, best first.
+// One generated token with its log-probability (natural log, of the raw
+// distribution log_softmax(logits) before temperature/top-k/top-p; see
+// kernels/sampling.h) and the top alternatives, best first.
 struct TokenLogprob {
   std::string token;  // the token's text
   float logprob = 0.0f;
@@ -158,6 +159,9 @@ struct CompletionChoice {
   std::string text;
   std::optional<FinishReason> finish_reason;          // null while streaming
   std::optional<std::vector<TokenLogprob>> logprobs;  // when the request asked for logprobs
+  // text_offset of logprobs[0]: 0 for a whole choice; in a stream, the bytes
+  // of the token texts of the choice's earlier chunks.
+  int64_t logprobs_offset = 0;
 };
 
 struct ChatChoice {

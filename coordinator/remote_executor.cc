@@ -40,13 +40,18 @@ Status RemoteExecutor::Submit(const StepBatch& batch) {
     }
   }
   pending_.push_back(id);
+  std::vector<int32_t>& asked = asked_[id];
+  for (const SeqStep& s : batch.seqs)
+    if (s.want_logits) asked.push_back(s.sampling.logprobs);
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> RemoteExecutor::Collect() {
+StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
   if (pending_.empty()) return FailedPrecondition("collect: no step in flight");
   const uint64_t id = pending_.front();
   pending_.pop_front();
+  const std::vector<int32_t> asked = std::move(asked_[id]);
+  asked_.erase(id);
   std::unique_lock<std::mutex> lock(mu_);
   const bool ready = cv_.wait_for(lock, std::chrono::duration<double>(step_timeout_seconds_),
                                   [&] { return results_.count(id) > 0 || !failure_.ok(); });
@@ -55,8 +60,40 @@ StatusOr<std::vector<int32_t>> RemoteExecutor::Collect() {
     return DeadlineExceeded("micro-batch " + std::to_string(id) +
                             ": no result from the last stage within " +
                             std::to_string(step_timeout_seconds_) + " s");
-  std::vector<int32_t> tokens = std::move(results_[id]);
+  const control::StepResult result = std::move(results_[id]);
   results_.erase(id);
+  lock.unlock();
+  const std::string what = "micro-batch " + std::to_string(id) + " result";
+  if (result.tokens_size() != static_cast<int>(asked.size()))
+    return Internal(what + " has " + std::to_string(result.tokens_size()) + " tokens for " +
+                    std::to_string(asked.size()) + " sampled sequences");
+  std::vector<SampledToken> tokens(asked.size());
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const control::SampledToken& t = result.tokens(static_cast<int>(i));
+    SampledToken& out = tokens[i];
+    out.token_id = t.token_id();
+    if (t.token_id() >= vocab_size_)
+      return Internal(what + ": token " + std::to_string(t.token_id()) + " of seq_id " +
+                      std::to_string(t.seq_id()) + " is outside the vocab of " +
+                      std::to_string(vocab_size_));
+    if (t.has_logprobs() != (asked[i] >= 0) ||
+        (asked[i] >= 0 && t.top_logprobs_size() != std::min<int64_t>(asked[i], vocab_size_)))
+      return Internal(what + ": seq_id " + std::to_string(t.seq_id()) + " asked for " +
+                      (asked[i] < 0 ? std::string("no log-probabilities")
+                                    : std::to_string(asked[i]) + " top log-probabilities") +
+                      " but got " +
+                      (t.has_logprobs() ? std::to_string(t.top_logprobs_size()) + " top"
+                                        : std::string("none")));
+    if (!t.has_logprobs()) continue;
+    out.has_logprobs = true;
+    out.logprob = t.logprob();
+    for (const control::TokenLogprob& top : t.top_logprobs()) {
+      if (top.token_id() >= vocab_size_)
+        return Internal(what + ": top token " + std::to_string(top.token_id()) +
+                        " is outside the vocab of " + std::to_string(vocab_size_));
+      out.top.push_back({top.token_id(), top.logprob()});
+    }
+  }
   return tokens;
 }
 
@@ -66,9 +103,7 @@ void RemoteExecutor::OnStepResult(const std::string& worker_id, const control::S
   if (result.has_error() && result.error().code() != control::ERROR_CODE_UNSPECIFIED) {
     failure_ = ErrorToStatus(result.error()).WithContext("worker " + worker_id);
   } else {
-    std::vector<int32_t> tokens;
-    for (const auto& t : result.tokens()) tokens.push_back(t.token_id());
-    results_[result.micro_batch_id()] = std::move(tokens);
+    results_[result.micro_batch_id()] = result;
   }
   cv_.notify_all();
 }

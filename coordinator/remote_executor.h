@@ -1,7 +1,8 @@
 // RemoteExecutor: the coordinator's StepExecutor. Submit sends a Step (the
 // micro-batch) to every stage-0 worker over the control plane; Collect waits
 // for the StepResult that tp rank 0 of the last stage returns, in submission
-// order (the pipeline is FIFO).
+// order (the pipeline is FIFO), and checks that it answers every
+// want_logits sequence, with log-probabilities exactly where asked.
 //
 // Thread-safety: Submit/Collect from the scheduler's owner thread;
 // OnStepResult and OnWorkerFailed from the control server's thread.
@@ -29,7 +30,7 @@ class RemoteExecutor : public StepExecutor {
                  double step_timeout_seconds);
 
   Status Submit(const StepBatch& batch) override;
-  StatusOr<std::vector<int32_t>> Collect() override;
+  StatusOr<std::vector<SampledToken>> Collect() override;
   int max_in_flight() const override { return pp_; }
   int64_t vocab_size() const override { return vocab_size_; }
 
@@ -51,8 +52,10 @@ class RemoteExecutor : public StepExecutor {
   std::deque<uint64_t> pending_;  // owner thread: submitted ids, oldest first
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, std::vector<int32_t>> results_;  // protected by mu_
-  Status failure_;                                    // protected by mu_
+  // Per submitted id: SamplingParams::logprobs of each want_logits row.
+  std::map<uint64_t, std::vector<int32_t>> asked_;   // owner thread
+  std::map<uint64_t, control::StepResult> results_;  // protected by mu_
+  Status failure_;                                   // protected by mu_
 };
 
 }  // namespace tessera

@@ -48,7 +48,8 @@ RequestCallbacks RequestMetrics::Instrument(RequestCallbacks cb, Clock::time_poi
     }
     if (inner) inner();
   };
-  out.on_token = [this, t, inner = std::move(cb.on_token)](const std::string& text, int32_t token) {
+  out.on_token = [this, t, inner = std::move(cb.on_token)](const std::string& text, int32_t token,
+                                                           const SampledToken* logprobs) {
     if (token >= 0) {  // -1: text flushed at the finish, no new token
       const auto now = Clock::now();
       if (!t->last_token) {
@@ -58,7 +59,7 @@ RequestCallbacks RequestMetrics::Instrument(RequestCallbacks cb, Clock::time_poi
       }
       t->last_token = now;
     }
-    if (inner) inner(text, token);
+    if (inner) inner(text, token, logprobs);
   };
   out.on_finish = [this, t, inner = std::move(cb.on_finish)](const GenerationResult& r) {
     e2e_.Observe(Seconds(t->arrival, Clock::now()));

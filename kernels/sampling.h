@@ -13,12 +13,24 @@
 // the sequence's seeded generator), so the CPU and CUDA paths draw the same
 // token from the same logits, up to summation order near a boundary.
 //
+// Log-probabilities (TokenLogprobs) are those of the model's raw
+// distribution over the full vocab, as OpenAI and vLLM report them:
+// logprob_i = l_i - log(sum_j exp(l_j)) (log_softmax of the logits, computed
+// in double as l_i - l_max - log(sum_j exp(l_j - l_max))), before
+// temperature, top-k and top-p, so they do not depend on the sampling
+// settings and the drawn token may lie outside the top alternatives.
+// Rounding can make the most likely token's value a hair above 0; it is
+// clamped to 0. On CUDA the rows that ask for them are copied to the host
+// (vocab * 4 bytes each) and computed there: only sequences that request
+// log-probabilities pay for the copy.
+//
 // Thread-safety: stateless.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "common/sampled_token.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -41,13 +53,40 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
 // One row on the host: logits [vocab].
 int32_t SampleRowCpu(const float* logits, int64_t vocab, const SampleRow& row);
 
+// A row that wants log-probabilities: logits row `row`, the token drawn
+// from it, and how many top alternatives (>= 0; more than vocab returns vocab).
+struct LogprobRow {
+  int64_t row = 0;
+  int32_t token = 0;
+  int32_t top = 0;
+};
+
+// For each rows[i]: out[i] = {token_id = token, has_logprobs, logprob =
+// log_softmax(logits[row])[token], top = the min(top, vocab) largest
+// log-probabilities, best first (equal logits: lower id first)}. logits
+// [n, vocab] F32 on the CPU or CUDA; out is host memory.
+// Errors: kInvalidArgument on shapes, a row outside [0, n), a token outside
+// [0, vocab) or top < 0.
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out);
+
+// One row on the host: logits [vocab]; `top` as in TokenLogprobs.
+SampledToken LogprobsRowCpu(const float* logits, int64_t vocab, int32_t token, int32_t top);
+
 namespace cpu {
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
-}
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out);
+}  // namespace cpu
 namespace cuda {
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
-}
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out);
+}  // namespace cuda
+
+// Checks `rows` against logits [n, vocab]. Errors: as TokenLogprobs.
+Status CheckLogprobRows(const Tensor& logits, const std::vector<LogprobRow>& rows);
 
 }  // namespace tessera::kernels

@@ -57,6 +57,49 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
   return TESSERA_DISPATCH(logits.device(), SampleTokens, logits, rows, tokens);
 }
 
+SampledToken LogprobsRowCpu(const float* logits, int64_t vocab, int32_t token, int32_t top) {
+  SampledToken out;
+  out.token_id = token;
+  out.has_logprobs = true;
+  const double max_logit = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  auto logprob = [&](int32_t id) {
+    return static_cast<float>(std::min(0.0, static_cast<double>(logits[id]) - log_z));
+  };
+  out.logprob = logprob(token);
+  const size_t k = static_cast<size_t>(std::min<int64_t>(std::max(top, 0), vocab));
+  if (k == 0) return out;
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  out.top.reserve(k);
+  for (size_t i = 0; i < k; ++i) out.top.push_back({ids[i], logprob(ids[i])});
+  return out;
+}
+
+Status CheckLogprobRows(const Tensor& logits, const std::vector<LogprobRow>& rows) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(logits, 2, DType::kF32, "logprobs logits"));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LogprobRow& r = rows[i];
+    if (r.row < 0 || r.row >= logits.dim(0) || r.token < 0 || r.token >= logits.dim(1) || r.top < 0)
+      return InvalidArgument("logprobs: row " + std::to_string(i) + " (logits row " +
+                             std::to_string(r.row) + ", token " + std::to_string(r.token) +
+                             ", top " + std::to_string(r.top) + ") is outside logits " +
+                             logits.Describe());
+  }
+  return Status::Ok();
+}
+
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out) {
+  return TESSERA_DISPATCH(logits.device(), TokenLogprobs, logits, rows, out);
+}
+
 namespace cpu {
 
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
@@ -70,6 +113,17 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
   for (size_t i = 0; i < rows.size(); ++i)
     tokens[i] =
         SampleRowCpu(logits.data<float>() + static_cast<int64_t>(i) * vocab, vocab, rows[i]);
+  return Status::Ok();
+}
+
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out) {
+  TESSERA_RETURN_IF_ERROR(CheckLogprobRows(logits, rows));
+  const int64_t vocab = logits.dim(1);
+  out.clear();
+  out.reserve(rows.size());
+  for (const LogprobRow& r : rows)
+    out.push_back(LogprobsRowCpu(logits.data<float>() + r.row * vocab, vocab, r.token, r.top));
   return Status::Ok();
 }
 

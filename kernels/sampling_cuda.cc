@@ -51,4 +51,29 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
   return Status::Ok();
 }
 
+// The rows that ask for log-probabilities come to the host (one vocab-sized
+// copy each) and are computed there by LogprobsRowCpu, so both backends
+// return the same values for the same logits.
+Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
+                     std::vector<SampledToken>& out) {
+  TESSERA_RETURN_IF_ERROR(CheckLogprobRows(logits, rows));
+  if (logits.device() != Device::kCUDA)
+    return InvalidArgument("logprobs: logits " + logits.Describe() + " are not on a CUDA device");
+  out.clear();
+  if (rows.empty()) return Status::Ok();
+  const int64_t vocab = logits.dim(1);
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  std::vector<float> host(rows.size() * static_cast<size_t>(vocab));
+  for (size_t i = 0; i < rows.size(); ++i)
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        host.data() + i * static_cast<size_t>(vocab), logits.data<float>() + rows[i].row * vocab,
+        sizeof(float) * static_cast<size_t>(vocab), cudaMemcpyDeviceToHost, ctx->stream()));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
+  out.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    out.push_back(LogprobsRowCpu(host.data() + i * static_cast<size_t>(vocab), vocab, rows[i].token,
+                                 rows[i].top));
+  return Status::Ok();
+}
+
 }  // namespace tessera::kernels::cuda

@@ -32,6 +32,26 @@ def main() -> int:
     done = client.completions.create(model=model, prompt=[5, 17, 42], max_tokens=4, temperature=0)
     assert done.choices[0].finish_reason == "length", done
 
+    # Log-probabilities, chat shape: one entry per generated token, <= 0,
+    # alternatives best first, the greedy token first among them.
+    lp = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=2)
+    content = lp.choices[0].logprobs.content
+    assert len(content) == lp.usage.completion_tokens, (content, lp.usage)
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 2, t
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob, t
+        assert t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob, t
+        assert t.bytes == list(t.token.encode()), t
+    # Legacy completions shape.
+    legacy = client.completions.create(model=model, prompt=[5, 17, 42], max_tokens=4,
+                                       temperature=0, logprobs=2)
+    lpc = legacy.choices[0].logprobs
+    assert len(lpc.tokens) == len(lpc.token_logprobs) == len(lpc.top_logprobs) == 4, lpc
+    assert all(v <= 0 for v in lpc.token_logprobs), lpc
+    assert lpc.text_offset[0] == 0, lpc
+
     try:
         client.completions.create(model=model, prompt="x", temperature=5)
         raise AssertionError("temperature=5 was accepted")

@@ -28,7 +28,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(
   size_t finished = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     RequestCallbacks cb;
-    cb.on_token = [&, i](const std::string& text, int32_t) {
+    cb.on_token = [&, i](const std::string& text, int32_t, const SampledToken*) {
       if (on_text && !text.empty()) on_text(i, text);
     };
     cb.on_finish = [&, i](const GenerationResult& r) {

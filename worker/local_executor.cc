@@ -19,14 +19,14 @@ Status LocalExecutor::Submit(const StepBatch& batch) {
   TESSERA_ASSIGN_OR_RETURN(Tensor logits,
                            model_->backend().Allocate({wanted, vocab_size()}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(RunLogits(batch, logits));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, samplers_.Sample(batch, logits));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<SampledToken> tokens, samplers_.Sample(batch, logits));
   done_.push_back(std::move(tokens));
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> LocalExecutor::Collect() {
+StatusOr<std::vector<SampledToken>> LocalExecutor::Collect() {
   if (done_.empty()) return FailedPrecondition("collect: no step in flight");
-  std::vector<int32_t> tokens = std::move(done_.front());
+  std::vector<SampledToken> tokens = std::move(done_.front());
   done_.pop_front();
   return tokens;
 }

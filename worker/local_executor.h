@@ -21,7 +21,7 @@ class LocalExecutor : public StepExecutor {
   LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache);
 
   Status Submit(const StepBatch& batch) override;
-  StatusOr<std::vector<int32_t>> Collect() override;
+  StatusOr<std::vector<SampledToken>> Collect() override;
   int max_in_flight() const override { return 1; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
 
@@ -35,7 +35,7 @@ class LocalExecutor : public StepExecutor {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> cache_;
   SequenceSamplers samplers_;
-  std::deque<std::vector<int32_t>> done_;
+  std::deque<std::vector<SampledToken>> done_;
 };
 
 }  // namespace tessera

@@ -30,22 +30,25 @@ std::string RankName(const PipelineLinks& l) {
 
 }  // namespace
 
-StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
-                                                 const Tensor& hidden, const PipelineLinks& links,
-                                                 SequenceSamplers& samplers,
-                                                 const LogitsSink& sink) {
+StatusOr<std::vector<SampledToken>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
+                                                      const Tensor& hidden,
+                                                      const PipelineLinks& links,
+                                                      SequenceSamplers& samplers,
+                                                      const LogitsSink& sink) {
   const int64_t wanted = CountWanted(batch);
   const int64_t vocab = model.config().vocab_size;
   TESSERA_ASSIGN_OR_RETURN(Tensor logits, model.backend().Allocate({wanted, vocab}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(model.Logits(batch, hidden, logits));
-  std::vector<int32_t> tokens(static_cast<size_t>(wanted), 0);
+  std::vector<SampledToken> sampled(static_cast<size_t>(wanted));
   if (links.tp_rank == 0) {
     if (sink) {
       TESSERA_ASSIGN_OR_RETURN(Tensor host, model.backend().ToHost(logits));
       sink(batch, host);
     }
-    TESSERA_ASSIGN_OR_RETURN(tokens, samplers.Sample(batch, logits));
+    TESSERA_ASSIGN_OR_RETURN(sampled, samplers.Sample(batch, logits));
   }
+  std::vector<int32_t> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled[i].token_id;
   if (links.tp && links.tp->size() > 1 && wanted > 0) {
     const std::string where = "token broadcast on " + RankName(links);
     if (links.tp->device() == Device::kCPU) {
@@ -60,8 +63,9 @@ StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBa
       if (s.ok()) s = model.backend().Copy(host, *dev);
       if (!s.ok()) return s.WithContext(where);
     }
+    for (size_t i = 0; i < sampled.size(); ++i) sampled[i].token_id = tokens[i];
   }
-  return tokens;
+  return sampled;
 }
 
 PipelineExecutor::PipelineExecutor(LlamaModel* model, KvCache* cache, PipelineLinks links,
@@ -79,7 +83,7 @@ PipelineExecutor::~PipelineExecutor() = default;
 
 Status PipelineExecutor::Submit(const StepBatch& batch) {
   TESSERA_ASSIGN_OR_RETURN(
-      std::vector<int32_t> tokens,
+      std::vector<SampledToken> tokens,
       RunFirstStage(*model_, *cache_, links_, batch, sender_.get(), samplers_, sink_));
   if (links_.pp == 1) {
     ready_.push_back(std::move(tokens));  // every tp rank of stage 0 keeps the broadcast tokens
@@ -89,10 +93,10 @@ Status PipelineExecutor::Submit(const StepBatch& batch) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
+StatusOr<std::vector<SampledToken>> PipelineExecutor::Collect() {
   if (links_.pp == 1) {
     if (ready_.empty()) return FailedPrecondition("collect: no step in flight");
-    std::vector<int32_t> t = std::move(ready_.front());
+    std::vector<SampledToken> t = std::move(ready_.front());
     ready_.pop_front();
     return t;
   }
@@ -105,17 +109,20 @@ StatusOr<std::vector<int32_t>> PipelineExecutor::Collect() {
   if (frame.size() != static_cast<size_t>(wanted) * sizeof(int32_t))
     return Internal("last stage returned " + std::to_string(frame.size() / 4) +
                     " tokens, expected " + std::to_string(wanted));
-  std::vector<int32_t> tokens(static_cast<size_t>(wanted));
-  if (wanted) std::memcpy(tokens.data(), frame.data(), frame.size());
+  std::vector<int32_t> ids(static_cast<size_t>(wanted));
+  if (wanted) std::memcpy(ids.data(), frame.data(), frame.size());
+  std::vector<SampledToken> tokens(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) tokens[i].token_id = ids[i];
   return tokens;
 }
 
 Status PipelineExecutor::Shutdown() { return SendShutdownDownstream(sender_.get()); }
 
-StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
-                                             const PipelineLinks& links, const StepBatch& batch,
-                                             AsyncSender* sender, SequenceSamplers& samplers,
-                                             const LogitsSink& sink) {
+StatusOr<std::vector<SampledToken>> RunFirstStage(LlamaModel& model, KvCache& cache,
+                                                  const PipelineLinks& links,
+                                                  const StepBatch& batch, AsyncSender* sender,
+                                                  SequenceSamplers& samplers,
+                                                  const LogitsSink& sink) {
   TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, Tensor(), cache, hidden), RankName(links));
   if (links.pp == 1) return SampleOnLastStage(model, batch, hidden, links, samplers, sink);
@@ -123,7 +130,7 @@ StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
   TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
   TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, TensorBytes(model.backend(), hidden));
   TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(bytes)));
-  return std::vector<int32_t>();
+  return std::vector<SampledToken>();
 }
 
 Status SendShutdownDownstream(AsyncSender* sender) {
@@ -173,14 +180,15 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     TESSERA_RETURN_IF_ERROR(model.backend().Copy(hidden, received));
     TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, hidden, cache, hidden), RankName(links));
     if (last) {
-      TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+      TESSERA_ASSIGN_OR_RETURN(std::vector<SampledToken> tokens,
                                SampleOnLastStage(model, batch, hidden, links, samplers, sink));
       if (tokens_out) {
         if (links.tp_rank == 0) TESSERA_RETURN_IF_ERROR(tokens_out(batch, tokens));
         continue;
       }
       std::vector<uint8_t> out(tokens.size() * sizeof(int32_t));
-      if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
+      for (size_t i = 0; i < tokens.size(); ++i)
+        std::memcpy(out.data() + i * sizeof(int32_t), &tokens[i].token_id, sizeof(int32_t));
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(std::move(out)));
     } else {
       TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));

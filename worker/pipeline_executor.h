@@ -56,13 +56,16 @@ struct PipelineLinks {
 // rank 0, before sampling (used by equivalence tests and debugging).
 using LogitsSink = std::function<void(const StepBatch& batch, const Tensor& logits)>;
 
-// The last stage's work on one batch: logits, sampling on tp rank 0,
-// broadcast in the tp group. Returns the tokens (one per want_logits
-// sequence) on every rank of the stage.
-StatusOr<std::vector<int32_t>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
-                                                 const Tensor& hidden, const PipelineLinks& links,
-                                                 SequenceSamplers& samplers,
-                                                 const LogitsSink& sink);
+// The last stage's work on one batch: full-vocab logits (the vocab-parallel
+// lm_head's shards all-gathered), sampling on tp rank 0, broadcast of the
+// token ids in the tp group. Returns the tokens (one per want_logits
+// sequence) on every rank of the stage; log-probabilities (where asked)
+// only on tp rank 0, the rank that reports results.
+StatusOr<std::vector<SampledToken>> SampleOnLastStage(LlamaModel& model, const StepBatch& batch,
+                                                      const Tensor& hidden,
+                                                      const PipelineLinks& links,
+                                                      SequenceSamplers& samplers,
+                                                      const LogitsSink& sink);
 
 class PipelineExecutor : public StepExecutor {
  public:
@@ -71,7 +74,8 @@ class PipelineExecutor : public StepExecutor {
   ~PipelineExecutor() override;
 
   Status Submit(const StepBatch& batch) override;
-  StatusOr<std::vector<int32_t>> Collect() override;
+  // With pp > 1 the return link carries token ids only: no log-probabilities.
+  StatusOr<std::vector<SampledToken>> Collect() override;
   int max_in_flight() const override { return links_.pp; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
 
@@ -85,24 +89,26 @@ class PipelineExecutor : public StepExecutor {
   PipelineLinks links_;
   LogitsSink sink_;
   std::unique_ptr<AsyncSender> sender_;
-  SequenceSamplers samplers_;               // used when pp == 1
-  std::deque<std::vector<int32_t>> ready_;  // tokens of finished steps when pp == 1
-  std::deque<int64_t> wanted_;              // want_logits count per in-flight batch
+  SequenceSamplers samplers_;                    // used when pp == 1
+  std::deque<std::vector<SampledToken>> ready_;  // tokens of finished steps when pp == 1
+  std::deque<int64_t> wanted_;                   // want_logits count per in-flight batch
 };
 
 // Where the last stage's sampled tokens go when they do not return to a
 // stage-0 driver over the return link (a worker daemon sends them to the
 // coordinator). Called on tp rank 0 of the last stage only.
-using TokenSink = std::function<Status(const StepBatch& batch, const std::vector<int32_t>& tokens)>;
+using TokenSink =
+    std::function<Status(const StepBatch& batch, const std::vector<SampledToken>& tokens)>;
 
 // Stage 0's work on one micro-batch: run the layers, then pass (batch,
 // hidden) on to stage 1 through `sender` (the AsyncSender on links.next), or
 // with pp == 1 sample and return the tokens (on every tp rank: they are
 // broadcast). Returns an empty vector when pp > 1.
-StatusOr<std::vector<int32_t>> RunFirstStage(LlamaModel& model, KvCache& cache,
-                                             const PipelineLinks& links, const StepBatch& batch,
-                                             AsyncSender* sender, SequenceSamplers& samplers,
-                                             const LogitsSink& sink = {});
+StatusOr<std::vector<SampledToken>> RunFirstStage(LlamaModel& model, KvCache& cache,
+                                                  const PipelineLinks& links,
+                                                  const StepBatch& batch, AsyncSender* sender,
+                                                  SequenceSamplers& samplers,
+                                                  const LogitsSink& sink = {});
 
 // Sends the shutdown message down the pipeline and waits until it has left.
 // `sender` may be null (pp == 1).

@@ -7,6 +7,12 @@
 // A seeded Sampler draws the same tokens for the same logits on every run and
 // on every rank, so tp/pp layouts agree.
 //
+// Log-probabilities: a sequence whose SamplingParams::logprobs is >= 0 also
+// gets log_softmax(logits) of its drawn token and its top alternatives,
+// from the raw distribution before temperature/top-k/top-p (definition in
+// kernels/sampling.h). They are computed from the full-vocab logits the
+// token is drawn from (after the vocab-parallel lm_head's all-gather).
+//
 // Thread-safety: a Sampler holds RNG state; one per sequence, one thread.
 #pragma once
 
@@ -16,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sampled_token.h"
 #include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/step_batch.h"
@@ -55,12 +62,13 @@ namespace tessera {
 class SequenceSamplers {
  public:
   // Samples one token for every sequence of `batch` with want_logits, in
-  // batch order. logits [num_wanted, vocab]. Releases finished sequences first.
-  std::vector<int32_t> Sample(const StepBatch& batch, const float* logits, int64_t vocab);
-  // Same, with logits [num_wanted, vocab] F32 on the CPU or a CUDA device
-  // (sampled there; only the tokens come back). Errors: those of
-  // kernels::SampleTokens.
-  StatusOr<std::vector<int32_t>> Sample(const StepBatch& batch, const Tensor& logits);
+  // batch order, from logits [num_wanted, vocab] F32 on the CPU or a CUDA
+  // device (sampled there; the tokens come back, and the logits rows of
+  // sequences that ask for log-probabilities). Releases finished sequences
+  // first. Each entry has_logprobs exactly when its sequence's
+  // sampling.logprobs >= 0. Errors: those of kernels::SampleTokens and
+  // kernels::TokenLogprobs.
+  StatusOr<std::vector<SampledToken>> Sample(const StepBatch& batch, const Tensor& logits);
   size_t live() const { return samplers_.size(); }
 
  private:

@@ -153,25 +153,31 @@ void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   }
   allocator_->Free(s.blocks);
   finished_ids_.push_back(s.id);
-  Emit(s, -1);
+  Emit(s, nullptr);
   if (s.callbacks.on_finish) s.callbacks.on_finish(s.result);
 }
 
-void Scheduler::Emit(Seq& s, int32_t token) {
+void Scheduler::Emit(Seq& s, const SampledToken* sampled) {
+  const int32_t token = sampled ? sampled->token_id : -1;
+  const SampledToken* logprobs = sampled && s.req.sampling.logprobs >= 0 ? sampled : nullptr;
   const size_t hold = s.done ? 0 : StopHoldback(s.result.text, s.req.stop);
   const size_t ready = s.result.text.size() - hold;
   if (ready > s.emitted || token >= 0) {
     std::string delta = ready > s.emitted ? s.result.text.substr(s.emitted, ready - s.emitted) : "";
     s.emitted = std::max(s.emitted, ready);
-    if (s.callbacks.on_token && (token >= 0 || !delta.empty())) s.callbacks.on_token(delta, token);
+    if (s.callbacks.on_token && (token >= 0 || !delta.empty()))
+      s.callbacks.on_token(delta, token, logprobs);
   }
 }
 
-void Scheduler::ApplyToken(Seq& s, int32_t token) {
+void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
+  const int32_t token = sampled.token_id;
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
+  if (s.req.sampling.logprobs >= 0) s.result.logprobs.push_back(sampled);
+  const SampledToken* t = &sampled;
   if (!s.req.ignore_eos && eos_.count(token)) {
-    Emit(s, token);
+    Emit(s, t);
     Finish(s, FinishReason::kEos);
     return;
   }
@@ -180,11 +186,11 @@ void Scheduler::ApplyToken(Seq& s, int32_t token) {
   for (const std::string& stop : s.req.stop) cut = std::min(cut, s.result.text.find(stop));
   if (cut != std::string::npos) {
     s.result.text.resize(cut);
-    Emit(s, token);
+    Emit(s, t);
     Finish(s, FinishReason::kStop);
     return;
   }
-  Emit(s, token);
+  Emit(s, t);
   if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens)
     Finish(s, FinishReason::kLength);
 }
@@ -417,7 +423,7 @@ StatusOr<bool> Scheduler::CollectOne() {
       FailInFlight(err);
       return err;
     }
-    const int32_t token = (*tokens)[row++];
+    const SampledToken& token = (*tokens)[row++];
     if (s.done) continue;  // cancelled while in flight
     bool cancelled;
     {

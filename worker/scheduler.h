@@ -66,7 +66,11 @@ const char* FinishReasonName(FinishReason reason);  // "length", "eos", "stop", 
 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the stop-string token included)
-  std::string text;             // decoded text, cut before a stop string
+  // When the request's sampling.logprobs >= 0: one entry per entry of
+  // `tokens` (EOS and the stop-string token included), has_logprobs unless
+  // the executor cannot return them (PipelineExecutor with pp > 1).
+  std::vector<SampledToken> logprobs;
+  std::string text;  // decoded text, cut before a stop string
   FinishReason finish_reason = FinishReason::kLength;
   Status error;  // set when finish_reason == kError
   int64_t prompt_tokens = 0;
@@ -75,8 +79,14 @@ struct GenerationResult {
 
 // Per-request callbacks, run on the scheduler's owner thread.
 struct RequestCallbacks {
-  // New final text (never half a UTF-8 character, never part of a stop string).
-  std::function<void(const std::string& text, int32_t token)> on_token;
+  // New final text (never half a UTF-8 character, never part of a stop
+  // string) and the token just generated (-1 for text flushed at the finish,
+  // with no new token). `logprobs` is that token's SampledToken when the
+  // request's sampling.logprobs >= 0, else null; text held back (a partial
+  // character or stop-string prefix) arrives in a later call than its
+  // token's logprobs.
+  std::function<void(const std::string& text, int32_t token, const SampledToken* logprobs)>
+      on_token;
   std::function<void(const GenerationResult& result)> on_finish;
   // The scheduler admitted the request (gave it KV blocks); called again
   // after each preemption's re-admission. Optional.
@@ -157,8 +167,8 @@ class Scheduler {
   bool EnsureBlocks(Seq& s, int64_t tokens);
   void Preempt(Seq& s);
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
-  void Emit(Seq& s, int32_t token);
-  void ApplyToken(Seq& s, int32_t token);
+  void Emit(Seq& s, const SampledToken* sampled);
+  void ApplyToken(Seq& s, const SampledToken& sampled);
   void FailInFlight(const Status& error);
   StatusOr<bool> CollectOne();
 

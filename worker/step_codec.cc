@@ -81,6 +81,7 @@ std::vector<uint8_t> EncodeStep(const StepBatch& batch) {
     w.Put(s.sampling.top_k);
     w.Put(s.sampling.top_p);
     w.Put(s.sampling.seed);
+    w.Put(s.sampling.logprobs);
   }
   return std::move(w.out);
 }
@@ -138,8 +139,13 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.top_k, "top_k"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.top_p, "top_p"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.seed, "seed"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.logprobs, "logprobs"));
     if (s.num_tokens < 0 || s.start_pos < 0)
       return InvalidArgument("step message: negative token count or position");
+    if (s.sampling.logprobs < -1 || s.sampling.logprobs > kMaxTopLogprobs)
+      return InvalidArgument("step message: seq_id " + std::to_string(s.seq_id) + " logprobs " +
+                             std::to_string(s.sampling.logprobs) + " outside -1.." +
+                             std::to_string(kMaxTopLogprobs));
     covered += s.num_tokens;
   }
   if (covered != out.batch.total_tokens())

@@ -16,7 +16,8 @@
 
 namespace tessera {
 
-inline constexpr uint8_t kStepCodecVersion = 1;
+// 2: SamplingParams::logprobs (i32) after the seed.
+inline constexpr uint8_t kStepCodecVersion = 2;
 
 // kKeepalive: sent down an idle pipeline so a later stage's bounded receive
 // does not time out while no request runs; it carries nothing.

@@ -2,16 +2,17 @@
 // runs a forward step: one process holding the whole model, or a pipeline of
 // ranks.
 //
-// The engine submits micro-batches and collects their sampled tokens in
-// submission order. A pipeline keeps up to max_in_flight() micro-batches
-// moving at once (one per stage), so stages overlap; a local executor runs
-// each step inside Submit.
+// The engine submits micro-batches and collects their sampled tokens (with
+// log-probabilities where a sequence asked for them) in submission order. A
+// pipeline keeps up to max_in_flight() micro-batches moving at once (one per
+// stage), so stages overlap; a local executor runs each step inside Submit.
 //
 // Thread-safety: driven by one thread.
 #pragma once
 
 #include <vector>
 
+#include "common/sampled_token.h"
 #include "common/status.h"
 #include "common/step_batch.h"
 
@@ -24,9 +25,11 @@ class StepExecutor {
   // here) or a transport failure naming the rank.
   virtual Status Submit(const StepBatch& batch) = 0;
   // Tokens sampled for the oldest submitted batch: one per sequence with
-  // want_logits, in batch order. Errors: kFailedPrecondition with nothing
-  // in flight; step and transport failures.
-  virtual StatusOr<std::vector<int32_t>> Collect() = 0;
+  // want_logits, in batch order; has_logprobs where the sequence's
+  // sampling.logprobs >= 0 (a PipelineExecutor with pp > 1 returns token
+  // ids only). Errors: kFailedPrecondition with nothing in flight; step
+  // and transport failures.
+  virtual StatusOr<std::vector<SampledToken>> Collect() = 0;
   // Micro-batches the engine should keep in flight (pp for a pipeline).
   virtual int max_in_flight() const = 0;
   virtual int64_t vocab_size() const = 0;

@@ -283,7 +283,8 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
   uint64_t next_result = 0;
-  auto send_result = [&](const StepBatch& batch, const std::vector<int32_t>& tokens) -> Status {
+  auto send_result = [&](const StepBatch& batch,
+                         const std::vector<SampledToken>& tokens) -> Status {
     control::Envelope e;
     control::StepResult* r = e.mutable_step_result();
     r->set_plan_version(assign.plan_version());
@@ -291,9 +292,18 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     size_t k = 0;
     for (const SeqStep& s : batch.seqs) {
       if (!s.want_logits) continue;
+      const SampledToken& sampled = tokens[k++];
       control::SampledToken* t = r->add_tokens();
       t->set_seq_id(s.seq_id);
-      t->set_token_id(tokens[k++]);
+      t->set_token_id(sampled.token_id);
+      if (!sampled.has_logprobs) continue;
+      t->set_has_logprobs(true);
+      t->set_logprob(sampled.logprob);
+      for (const TopLogprob& top : sampled.top) {
+        control::TokenLogprob* e = t->add_top_logprobs();
+        e->set_token_id(top.token_id);
+        e->set_logprob(top.logprob);
+      }
     }
     return client.Send(std::move(e));
   };

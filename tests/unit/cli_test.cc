@@ -37,6 +37,44 @@ CliRun Tessera(const std::string& args) {
   return r;
 }
 
+// --logprobs 2: one stderr line per generated token, greedy token first
+// among its alternatives; the text on stdout is unchanged.
+TEST(Cli, LogprobsPrintOneLinePerToken) {
+  const std::string common = "generate --model " +
+                             ::tessera::testing::FixturePath("models/llama_gqa_f32") +
+                             " --prompt 'the quick brown fox' --raw --max-tokens 3";
+  CliRun plain = Tessera(common);
+  CliRun lp = Tessera(common + " --logprobs 2");
+  ASSERT_EQ(lp.exit_code, 0) << lp.err;
+  EXPECT_EQ(lp.out, plain.out);
+  int lines = 0;
+  for (size_t at = lp.err.find("tessera: token "); at != std::string::npos;
+       at = lp.err.find("tessera: token ", at + 1)) {
+    const std::string line = lp.err.substr(at, lp.err.find('\n', at) - at);
+    SCOPED_TRACE(line);
+    // tessera: token N ID:"TEXT" logprob V | top ID:"TEXT" V, ...
+    const std::string head = "tessera: token " + std::to_string(lines) + " ";
+    ASSERT_EQ(line.rfind(head, 0), 0u);
+    const size_t q = line.find("\" logprob ");
+    ASSERT_NE(q, std::string::npos);
+    const std::string token = line.substr(head.size(), q + 1 - head.size());  // ID:"TEXT"
+    EXPECT_NE(token.find(":\""), std::string::npos);
+    const double value = std::stod(line.substr(q + 10));
+    EXPECT_LE(value, 0.0);
+    // Greedy: the token is the first alternative, with the same value.
+    const size_t top = line.find(" | top ");
+    ASSERT_NE(top, std::string::npos);
+    EXPECT_EQ(line.substr(top + 7, token.size() + 1), token + " ");
+    EXPECT_EQ(std::stod(line.substr(top + 7 + token.size() + 1)), value);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3) << lp.err;
+  EXPECT_EQ(plain.err.find("tessera: token "), std::string::npos) << plain.err;
+  CliRun bad = Tessera(common + " --logprobs 21");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--logprobs"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, TpPpLaunchPrintsTheSameTextAsOneProcess) {
   const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
   const std::string common =

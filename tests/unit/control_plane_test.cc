@@ -156,6 +156,7 @@ StepBatch ValidBatch() {
   a.sampling.top_k = 40;
   a.sampling.top_p = 0.9f;
   a.sampling.seed = 1234;
+  a.sampling.logprobs = 5;
   SeqStep d;
   d.seq_id = 8;
   d.start_pos = 16;
@@ -173,7 +174,6 @@ Envelope ValidStep() {
   s->set_plan_version(3);
   s->set_micro_batch_id(9);
   StepBatchToProto(ValidBatch(), s->mutable_batch());
-  s->mutable_batch()->mutable_seqs(0)->mutable_sampling()->set_num_top_logprobs(5);
   return e;
 }
 
@@ -185,6 +185,7 @@ Envelope ValidStepResult() {
   control::SampledToken* t = r->add_tokens();
   t->set_seq_id(7);
   t->set_token_id(5);
+  t->set_has_logprobs(true);
   t->set_logprob(-0.5f);
   control::TokenLogprob* top = t->add_top_logprobs();
   top->set_token_id(5);
@@ -556,6 +557,9 @@ std::vector<InvalidCase> InvalidCases() {
       {"too many logprobs", ValidStep,
        [=](Envelope& e) { seq(e, 0)->mutable_sampling()->set_num_top_logprobs(21); }, kIA,
        "num_top_logprobs 21 exceeds 20"},
+      {"top logprobs without logprobs", ValidStep,
+       [=](Envelope& e) { seq(e, 0)->mutable_sampling()->set_logprobs(false); }, kIA,
+       "batch.seqs[0] (seq_id 7): sampling: num_top_logprobs 5 is set but logprobs is false"},
       {"token count mismatch", ValidStep,
        [](Envelope& e) { e.mutable_step()->mutable_batch()->add_token_ids(5); }, kIA,
        "batch.seqs num_tokens sum to 4 but batch.token_ids has 5 tokens"},
@@ -595,6 +599,12 @@ std::vector<InvalidCase> InvalidCases() {
       {"positive top logprob", ValidStepResult,
        [=](Envelope& e) { res(e)->mutable_tokens(0)->mutable_top_logprobs(0)->set_logprob(1); },
        kIA, "top_logprobs[0]: logprob 1.000000"},
+      {"logprobs without has_logprobs", ValidStepResult,
+       [=](Envelope& e) { res(e)->mutable_tokens(0)->set_has_logprobs(false); }, kIA,
+       "tokens[0] (seq_id 7): logprob or top_logprobs set without has_logprobs"},
+      {"logprob without has_logprobs", ValidStepResult,
+       [=](Envelope& e) { res(e)->mutable_tokens(1)->set_logprob(-2); }, kIA,
+       "tokens[1] (seq_id 8): logprob or top_logprobs set without has_logprobs"},
       // Error.
       {"error code 0", ValidError,
        [](Envelope& e) { e.mutable_error()->set_code(control::ERROR_CODE_UNSPECIFIED); }, kIA,
@@ -645,7 +655,12 @@ TEST(ControlCodec, StepBatchConversionRoundTrips) {
     EXPECT_EQ(back->seqs[i].sampling.top_k, b.seqs[i].sampling.top_k);
     EXPECT_EQ(back->seqs[i].sampling.top_p, b.seqs[i].sampling.top_p);
     EXPECT_EQ(back->seqs[i].sampling.seed, b.seqs[i].sampling.seed);
+    EXPECT_EQ(back->seqs[i].sampling.logprobs, b.seqs[i].sampling.logprobs);
   }
+  EXPECT_TRUE(m.seqs(0).sampling().logprobs());
+  EXPECT_EQ(m.seqs(0).sampling().num_top_logprobs(), 5u);
+  EXPECT_FALSE(m.seqs(1).sampling().logprobs());  // -1: not requested
+  EXPECT_EQ(back->seqs[1].sampling.logprobs, -1);
   EXPECT_EQ(back->Positions(), b.Positions());
   m.mutable_seqs(0)->set_num_tokens(2);
   StatusOr<StepBatch> bad = StepBatchFromProto(m);

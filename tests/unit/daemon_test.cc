@@ -1,19 +1,24 @@
 // The daemons end to end: tessera-coordinator and four tessera-worker
 // processes (tp=2 x pp=2) on loopback, real ZeroMQ, Gloo and HTTP; and three
-// workers with a different tp per stage (tp = [2, 1], pp = 2).
+// workers with a different tp per stage (tp = [2, 1], pp = 2). The engine
+// references come from tests/model_harness.h (one process, tp = pp = 1).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/chat_template.h"
 #include "common/tokenizer.h"
 #include "coordinator/http_client.h"
+#include "model_harness.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -299,6 +304,220 @@ TEST_F(Daemons, StopStringsCutTheOutput) {
   }
   EXPECT_EQ(text, content.substr(0, content.find(stop))) << "stop \"" << stop << "\"";
   EXPECT_EQ(finish, "stop");
+}
+
+// The single-process engine's view of a greedy generation: the tokens and,
+// per generated position, log_softmax (in double) of the full-vocab logits.
+struct EngineLogprobs {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<double>> logprobs;  // [tokens][vocab]
+};
+
+EngineLogprobs EngineReference(::tessera::testing::LocalModel& local,
+                               const std::vector<int32_t>& prompt, int n) {
+  EngineLogprobs out;
+  auto gen = local.Greedy({prompt}, n);
+  EXPECT_TRUE(gen.ok()) << gen.status().ToString();
+  if (!gen.ok()) return out;
+  out.tokens = (*gen)[0];
+  std::vector<int32_t> seq = prompt;
+  for (int32_t t : out.tokens) {
+    auto logits = local.LastLogits(seq);
+    EXPECT_TRUE(logits.ok()) << logits.status().ToString();
+    if (!logits.ok()) return out;
+    const double m = *std::max_element(logits->begin(), logits->end());
+    double sum = 0.0;
+    for (float l : *logits) sum += std::exp(l - m);
+    std::vector<double> lp;
+    for (float l : *logits) lp.push_back(l - m - std::log(sum));
+    out.logprobs.push_back(std::move(lp));
+    seq.push_back(t);
+  }
+  return out;
+}
+
+// The daemons' logprobs against the engine's log-softmax of the same prompt.
+constexpr double kLogprobTol = 2e-3;
+
+// Whether some token of `vocab` whose single-token text is `text` has the
+// engine logprob `value`.
+bool SomeTokenMatches(const Tokenizer& tok, const std::vector<double>& lp, const std::string& text,
+                      double value) {
+  for (size_t id = 0; id < lp.size(); ++id) {
+    const int32_t i = static_cast<int32_t>(id);
+    if (std::abs(lp[id] - value) < kLogprobTol && tok.Decode(&i, 1, false) == text) return true;
+  }
+  return false;
+}
+
+// The k largest values of `lp`, descending.
+std::vector<double> TopValues(std::vector<double> lp, size_t k) {
+  std::sort(lp.rbegin(), lp.rend());
+  lp.resize(std::min(k, lp.size()));
+  return lp;
+}
+
+// Chat content entries {token, logprob, bytes, top_logprobs} against the
+// engine: the sampled token's text and value, top_logprobs best first with
+// the engine's values, the greedy token first.
+void ExpectChatContent(const json& content, const EngineLogprobs& ref, const Tokenizer& tok,
+                       size_t top) {
+  ASSERT_TRUE(content.is_array()) << content;
+  ASSERT_EQ(content.size(), ref.tokens.size()) << content;
+  for (size_t i = 0; i < content.size(); ++i) {
+    SCOPED_TRACE("chat token " + std::to_string(i));
+    const json& c = content[i];
+    const int32_t id = ref.tokens[i];
+    const std::string text = tok.Decode(&id, 1, false);
+    EXPECT_EQ(c["token"].get<std::string>(), text);
+    EXPECT_EQ(c["bytes"].size(), text.size());
+    const double v = c["logprob"].get<double>();
+    EXPECT_LE(v, 0.0);
+    EXPECT_NEAR(v, ref.logprobs[i][static_cast<size_t>(id)], kLogprobTol);
+    const json& alts = c["top_logprobs"];
+    ASSERT_EQ(alts.size(), top) << c;
+    const std::vector<double> want = TopValues(ref.logprobs[i], top);
+    for (size_t j = 0; j < alts.size(); ++j) {
+      const double a = alts[j]["logprob"].get<double>();
+      EXPECT_LE(a, 0.0);
+      if (j > 0) {
+        EXPECT_GE(alts[j - 1]["logprob"].get<double>(), a);
+      }
+      EXPECT_NEAR(a, want[j], kLogprobTol) << "top " << j;
+      EXPECT_TRUE(SomeTokenMatches(tok, ref.logprobs[i], alts[j]["token"].get<std::string>(), a))
+          << alts[j];
+    }
+    // Greedy: the sampled token is the top-1 entry.
+    EXPECT_EQ(alts[0]["token"], c["token"]);
+    EXPECT_EQ(alts[0]["logprob"].get<double>(), v);
+  }
+}
+
+// logprobs on /v1/completions (legacy shape) and /v1/chat/completions
+// (content shape), streamed and not, through the tp=2 x pp=2 daemons (the
+// vocab-parallel lm_head's logits all-gathered on the last stage): the
+// values equal the single-process engine's log-softmax of the same prompt.
+TEST_F(Daemons, LogprobsMatchTheSingleProcessEngine) {
+  const json reference = json::parse(::tessera::testing::ReadFileOrDie(model_ + "/reference.json"));
+  auto tok_or = Tokenizer::Load(model_);
+  ASSERT_TRUE(tok_or.ok());
+  const Tokenizer& tok = **tok_or;
+  auto local = ::tessera::testing::LocalModel::Load(model_);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  const int n = 5;
+
+  // Completions: logprobs 5 (top alternatives as {text: logprob} maps).
+  const auto prompt = reference["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  const EngineLogprobs ref = EngineReference(**local, prompt, n);
+  ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(n));
+  json req = {{"model", "llama_gqa_f32"}, {"prompt", prompt},   {"max_tokens", n},
+              {"temperature", 0},         {"ignore_eos", true}, {"logprobs", 5}};
+  auto r = HttpCall(port_, "POST", "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json lp = json::parse(r.body)["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << r.body;
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    ASSERT_EQ(lp[key].size(), static_cast<size_t>(n)) << key << ": " << lp;
+  int64_t offset = 0;
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE("completion token " + std::to_string(i));
+    const int32_t id = ref.tokens[static_cast<size_t>(i)];
+    const std::string text = tok.Decode(&id, 1, false);
+    EXPECT_EQ(lp["tokens"][i].get<std::string>(), text);
+    const double v = lp["token_logprobs"][i].get<double>();
+    EXPECT_LE(v, 0.0);
+    EXPECT_NEAR(v, ref.logprobs[static_cast<size_t>(i)][static_cast<size_t>(id)], kLogprobTol);
+    EXPECT_EQ(lp["text_offset"][i].get<int64_t>(), offset);
+    offset += static_cast<int64_t>(text.size());
+    const json& alts = lp["top_logprobs"][i];
+    ASSERT_TRUE(alts.is_object() && !alts.empty() && alts.size() <= 5u) << alts;
+    double best = -1e30;
+    for (const auto& [key, value] : alts.items()) {
+      EXPECT_LE(value.get<double>(), 0.0);
+      EXPECT_TRUE(
+          SomeTokenMatches(tok, ref.logprobs[static_cast<size_t>(i)], key, value.get<double>()))
+          << key << ": " << value;
+      best = std::max(best, value.get<double>());
+    }
+    // Greedy: the sampled token is the best alternative, with its own value.
+    EXPECT_EQ(best, v);
+    ASSERT_TRUE(alts.contains(text)) << alts;
+    EXPECT_EQ(alts[text].get<double>(), v);
+  }
+
+  // Streamed, the chunks' logprobs add up to the same lists.
+  req["stream"] = true;
+  auto st = HttpCall(port_, "POST", "/v1/completions", req.dump());
+  ASSERT_EQ(st.status, 200) << st.body;
+  ASSERT_FALSE(st.events.empty());
+  EXPECT_EQ(st.events.back(), "[DONE]");
+  json tokens = json::array(), values = json::array(), offsets = json::array();
+  for (size_t e = 0; e + 1 < st.events.size(); ++e) {
+    const json chunk = json::parse(st.events[e]);
+    const json& l = chunk["choices"][0]["logprobs"];
+    if (l.is_null()) continue;
+    for (size_t k = 0; k < l["tokens"].size(); ++k) {
+      tokens.push_back(l["tokens"][k]);
+      values.push_back(l["token_logprobs"][k]);
+      offsets.push_back(l["text_offset"][k]);
+    }
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
+  ASSERT_EQ(values.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    EXPECT_NEAR(values[i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-6);
+
+  // Chat: logprobs true, top_logprobs 3, on the chatml-rendered prompt.
+  auto tmpl = ChatTemplate::FromName("chatml");
+  ASSERT_TRUE(tmpl.ok());
+  const std::vector<ChatMessage> messages = {{"user", "the cat"}};
+  auto rendered = tmpl->Render(messages);
+  ASSERT_TRUE(rendered.ok());
+  const EngineLogprobs chat_ref = EngineReference(**local, tok.Encode(*rendered, true), n);
+  ASSERT_EQ(chat_ref.tokens.size(), static_cast<size_t>(n));
+  json chat = {
+      {"model", "llama_gqa_f32"}, {"messages", {{{"role", "user"}, {"content", "the cat"}}}},
+      {"max_tokens", n},          {"temperature", 0},
+      {"ignore_eos", true},       {"logprobs", true},
+      {"top_logprobs", 3}};
+  auto c = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json content = json::parse(c.body)["choices"][0]["logprobs"]["content"];
+  {
+    SCOPED_TRACE("chat");
+    ExpectChatContent(content, chat_ref, tok, 3);
+  }
+  chat["stream"] = true;
+  auto cs = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  ASSERT_FALSE(cs.events.empty());
+  EXPECT_EQ(cs.events.back(), "[DONE]");
+  json streamed = json::array();
+  for (size_t e = 0; e + 1 < cs.events.size(); ++e) {
+    const json chunk = json::parse(cs.events[e]);
+    const json& l = chunk["choices"][0]["logprobs"];
+    if (l.is_null()) continue;
+    for (const json& entry : l["content"]) streamed.push_back(entry);
+  }
+  {
+    SCOPED_TRACE("chat stream");
+    ExpectChatContent(streamed, chat_ref, tok, 3);
+  }
+
+  // Without the fields, no logprobs; logprobs true alone: no alternatives.
+  chat.erase("stream");
+  chat.erase("top_logprobs");
+  chat["logprobs"] = false;
+  auto none = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(none.status, 200) << none.body;
+  EXPECT_TRUE(json::parse(none.body)["choices"][0]["logprobs"].is_null()) << none.body;
+  chat["logprobs"] = true;
+  auto bare = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(bare.status, 200) << bare.body;
+  const json bare_content = json::parse(bare.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(bare_content.size(), static_cast<size_t>(n)) << bare.body;
+  for (const json& entry : bare_content) EXPECT_TRUE(entry["top_logprobs"].empty()) << entry;
 }
 
 // A deployment with a tiny admission queue and no chat template.

@@ -408,6 +408,13 @@ TEST(OpenAIApiResponses, CompletionShapes) {
   EXPECT_FALSE(j.contains("usage"));
   j = json::parse(CompletionChunkJson("cmpl-2", 1, "smol", {chunk}, std::nullopt, true));
   EXPECT_TRUE(j["usage"].is_null());
+  // A later stream chunk's text_offset continues from the earlier chunks' tokens.
+  CompletionChoice later = chunk;
+  later.logprobs = std::vector<TokenLogprob>{{"lo", -0.1f, {}}, {"!", -0.2f, {}}};
+  later.logprobs_offset = 3;
+  j = json::parse(CompletionChunkJson("cmpl-2", 1, "smol", {later}, std::nullopt, false));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], json({3, 5}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"], json({json::object(), json::object()}));
   chunk.finish_reason = FinishReason::kStop;
   j = json::parse(CompletionChunkJson("cmpl-2", 1, "smol", {chunk}, Usage{3, 4}, true));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");

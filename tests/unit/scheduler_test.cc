@@ -98,6 +98,65 @@ TEST(Scheduler, PreemptionUnderKvPressureKeepsOutputsIdentical) {
   EXPECT_EQ(small.allocator->num_free(), 16);  // every block came back
 }
 
+// Log-probabilities ride along with their tokens, through preemption and
+// recomputation: one entry per generated token for the requests that ask,
+// handed to on_token with its token; none for the others.
+TEST(Scheduler, LogprobsFollowTheirTokensThroughPreemption) {
+  // 16 blocks of 4 tokens for 6 sequences of up to 29 tokens: preemptions.
+  Rig small = MakeRig(16, 4, SchedulerOptions{});
+  std::map<int64_t, GenerationResult> done;
+  std::map<int64_t, std::vector<SampledToken>> streamed;
+  std::map<int64_t, int> null_logprobs;
+  std::vector<std::unique_ptr<int64_t>> ids;
+  const auto prompts = Prompts();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    GenerationRequest g = Req(prompts[i], 20);
+    g.sampling.logprobs = i % 2 == 0 ? 3 : -1;  // even requests ask, with 3 alternatives
+    RequestCallbacks cb = Collect(done, ids.back().get());
+    int64_t* slot = ids.back().get();
+    cb.on_token = [&, slot](const std::string&, int32_t token, const SampledToken* lp) {
+      if (token < 0) return;
+      if (lp) {
+        EXPECT_EQ(lp->token_id, token);
+        streamed[*slot].push_back(*lp);
+      } else {
+        ++null_logprobs[*slot];
+      }
+    };
+    *ids.back() = *small.scheduler->Enqueue(g, std::move(cb));
+  }
+  Drain(*small.scheduler, done);
+  EXPECT_GT(small.scheduler->stats().preemptions, 0);
+  ASSERT_EQ(done.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const int64_t id = static_cast<int64_t>(i);
+    const GenerationResult& r = done[id];
+    ASSERT_EQ(r.tokens.size(), 20u);
+    if (i % 2 == 1) {
+      EXPECT_TRUE(r.logprobs.empty());
+      EXPECT_EQ(streamed.count(id), 0u);
+      EXPECT_EQ(null_logprobs[id], 20);
+      continue;
+    }
+    ASSERT_EQ(r.logprobs.size(), r.tokens.size());
+    ASSERT_EQ(streamed[id].size(), r.tokens.size());
+    for (size_t k = 0; k < r.tokens.size(); ++k) {
+      const SampledToken& t = r.logprobs[k];
+      EXPECT_EQ(t.token_id, r.tokens[k]);
+      ASSERT_TRUE(t.has_logprobs);
+      EXPECT_LE(t.logprob, 0.0f);
+      ASSERT_EQ(t.top.size(), 3u);
+      EXPECT_EQ(t.top[0].token_id, t.token_id);  // greedy
+      EXPECT_EQ(t.top[0].logprob, t.logprob);
+      EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+      EXPECT_GE(t.top[1].logprob, t.top[2].logprob);
+      EXPECT_EQ(streamed[id][k].logprob, t.logprob);
+    }
+  }
+}
+
 TEST(Scheduler, RequestsJoinWhileOthersRun) {
   Rig rig = MakeRig(64, 4, SchedulerOptions{});
   std::map<int64_t, GenerationResult> done;
@@ -152,7 +211,7 @@ class BreakingExecutor : public StepExecutor {
  public:
   BreakingExecutor(StepExecutor* inner, int ok_collects) : inner_(inner), left_(ok_collects) {}
   Status Submit(const StepBatch& batch) override { return inner_->Submit(batch); }
-  StatusOr<std::vector<int32_t>> Collect() override {
+  StatusOr<std::vector<SampledToken>> Collect() override {
     auto r = inner_->Collect();
     if (left_-- > 0) return r;
     return Unavailable("worker w-3 failed: missed heartbeats");
@@ -193,7 +252,7 @@ TEST(Scheduler, RequeueOntoANewExecutorKeepsOutputsIdentical) {
     ids.push_back(std::make_unique<int64_t>(-1));
     RequestCallbacks cb = Collect(done, ids.back().get());
     int64_t* slot = ids.back().get();
-    cb.on_token = [&streamed, slot](const std::string&, int32_t t) {
+    cb.on_token = [&streamed, slot](const std::string&, int32_t t, const SampledToken*) {
       if (t >= 0) streamed[*slot].push_back(t);
     };
     *ids.back() = *rig.scheduler->Enqueue(Req(p, 20), std::move(cb));

@@ -16,7 +16,7 @@ StepBatch Sample() {
   a.prompt_len = 3;
   a.block_table = {4, 9};
   a.want_logits = true;
-  a.sampling = SamplingParams{0.7f, 5, 0.9f, 42};
+  a.sampling = SamplingParams{0.7f, 5, 0.9f, 42, 3};
   SeqStep c;
   c.seq_id = 12;
   c.start_pos = 20;
@@ -37,6 +37,8 @@ TEST(StepCodec, RoundTrips) {
   ASSERT_EQ(b.seqs.size(), 2u);
   EXPECT_EQ(b.seqs[0].block_table, (std::vector<int32_t>{4, 9}));
   EXPECT_EQ(b.seqs[0].sampling.seed, 42u);
+  EXPECT_EQ(b.seqs[0].sampling.logprobs, 3);
+  EXPECT_EQ(b.seqs[1].sampling.logprobs, -1);
   EXPECT_FLOAT_EQ(b.seqs[0].sampling.top_p, 0.9f);
   EXPECT_TRUE(b.seqs[0].want_logits);
   EXPECT_EQ(b.seqs[1].start_pos, 20);

@@ -1,0 +1,31 @@
+// SampledToken: what the sampling rank returns for one sequence of a step:
+// the token drawn and, when the sequence asked for them
+// (SamplingParams::logprobs >= 0), log-probabilities of the model's raw
+// distribution (kernels/sampling.h defines them).
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera {
+
+// One candidate token and its log-probability (natural log, <= 0).
+struct TopLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  bool operator==(const TopLogprob&) const = default;
+};
+
+struct SampledToken {
+  int32_t token_id = 0;
+  // logprob and top are set (the sequence asked for log-probabilities).
+  bool has_logprobs = false;
+  float logprob = 0.0f;  // log p(token_id), <= 0
+  // min(SamplingParams::logprobs, vocab) most likely tokens, best first;
+  // equal logits: lower token id first.
+  std::vector<TopLogprob> top;
+};
+
+}  // namespace tessera
