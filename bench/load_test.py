@@ -2,7 +2,10 @@
 """Open-loop load test of a Tessera cluster (issue #8, section 4).
 
 1. Capacity: a closed loop of `--concurrency` streaming clients for
-   `--capacity-seconds` measures the completed requests per second.
+   `--capacity-seconds` measures the completed requests per second. By
+   default as many clients as the scheduler runs sequences at once
+   (`scheduler.max_sequences` of the config), so the batch is full and the
+   figure is the cluster's throughput, not that of a few clients.
 2. Overload: Poisson arrivals at `--overload` x that capacity for
    `--duration` seconds, each a streamed /v1/chat/completions request.
    Every request ends in exactly one bucket: completed (finish_reason and
@@ -258,7 +261,9 @@ def main():
                                                         "tessera"), help="the tessera binary")
     ap.add_argument("--served-model", default="", help='"model" field (default: /v1/models)')
     ap.add_argument("--pids", default="", help="comma-separated pids to sample with --url")
-    ap.add_argument("--concurrency", type=int, default=8, help="closed-loop clients")
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="closed-loop clients (default: the config's scheduler.max_sequences; "
+                         "32 with --url)")
     ap.add_argument("--capacity-seconds", type=float, default=30)
     ap.add_argument("--duration", type=float, default=300, help="overload seconds")
     ap.add_argument("--overload", type=float, default=1.5, help="arrival rate / capacity")
@@ -280,16 +285,20 @@ def main():
                      free_port(), args.queue_limit, args.max_sequences, args.max_context)
         url = f"http://127.0.0.1:{port}"
     if args.launch:
+        import tomllib
+        with open(args.launch, "rb") as f:
+            config = tomllib.load(f)
         if not url:
-            import tomllib
-            with open(args.launch, "rb") as f:
-                server = tomllib.load(f).get("server", {})
-            url = f"http://127.0.0.1:{server.get('port', 8000)}"
+            url = f"http://127.0.0.1:{config.get('server', {}).get('port', 8000)}"
+        if args.concurrency <= 0:  # the scheduler's default max_sequences is 128
+            args.concurrency = int(config.get("scheduler", {}).get("max_sequences", 128))
         log = open(os.path.join(tmp or tempfile.gettempdir(), "tessera-up.log"), "w")
         proc = subprocess.Popen([args.tessera, "up", "--config", args.launch], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     if not url:
         ap.error("give --url, --launch or --model")
+    if args.concurrency <= 0:
+        args.concurrency = 32
     try:
         wait_ready(url, proc, 180)
         pids = [int(p) for p in args.pids.split(",") if p]

@@ -1128,6 +1128,40 @@ TEST(Daemons, PlanChangesAndWorkerLossOnGpus) {
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text, want16) << "tp=2";
 
+  // Logprobs from the CUDA workers (the last stage copies the logits rows of
+  // the sequences that ask to the host): the log-softmax of the engine's
+  // logits on the same GPU, the greedy token the best alternative.
+  {
+    const int n = 8;
+    json req = {{"model", "m"},     {"prompt", prompt},   {"max_tokens", n},
+                {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 3}};
+    auto r = HttpCall(c.port, "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json lp = json::parse(r.body)["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["token_logprobs"].size(), static_cast<size_t>(n)) << r.body;
+    std::vector<int32_t> seq = prompt;
+    double max_diff = 0;
+    for (int i = 0; i < n; ++i) {
+      auto logits = (*local)->LastLogits(seq);
+      ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+      const int32_t id = (*want_tokens)[0][static_cast<size_t>(i)];
+      const double m = *std::max_element(logits->begin(), logits->end());
+      double sum = 0;
+      for (float l : *logits) sum += std::exp(l - m);
+      const double want = (*logits)[static_cast<size_t>(id)] - m - std::log(sum);
+      const double got = lp["token_logprobs"][i].get<double>();
+      max_diff = std::max(max_diff, std::fabs(got - want));
+      EXPECT_NEAR(got, want, 2e-3) << "token " << i;
+      double best = -1e30;
+      for (const auto& [key, value] : lp["top_logprobs"][i].items())
+        best = std::max(best, value.get<double>());
+      EXPECT_EQ(best, got) << "token " << i << ": " << lp["top_logprobs"][i];
+      seq.push_back(id);
+    }
+    std::printf("  logprobs from CUDA workers at tp=2: %d tokens, max |diff| vs the engine %.2e\n",
+                n, max_diff);
+  }
+
   // tp=2 -> tp=1 x pp=2 -> tp=2, each answered with the change report.
   for (const json& layout : {json{{"tp", 1}, {"pp", 2}}, json{{"tp", 2}, {"pp", 1}}}) {
     auto r = HttpCall(c.port, "POST", "/admin/plan", layout.dump());
