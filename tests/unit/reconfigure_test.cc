@@ -10,7 +10,6 @@
 // lost, no token missing or repeated. The timings (time to detect, to
 // re-plan and reload, requests re-queued) are printed.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -33,6 +32,7 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using ::tessera::testing::Spawn;
 
 constexpr const char* kToken = "s3cret";
 constexpr int kRequests = 6;
@@ -40,21 +40,6 @@ constexpr int kMaxTokens = 100;  // prompt 3 + 100 <= max_context 128
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
 }
 
 json Request(int i, bool stream) {
