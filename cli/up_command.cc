@@ -182,26 +182,33 @@ Subcommand AddUpCommand(CLI::App& app) {
                     {"max_tokens", a->max_tokens},
                     {"temperature", 0},
                     {"stream", true}};
-        HttpReply r =
-            HttpCall(port, "POST", "/v1/chat/completions", req.dump(), "", cfg->server.host);
+        // Print each delta as its event arrives.
+        bool done = false;
+        auto on_event = [&](const std::string& e) {
+          if (done || e == "[DONE]") {
+            done = true;
+            return;
+          }
+          const json chunk = json::parse(e, nullptr, false);
+          if (chunk.is_discarded()) return;
+          if (chunk.contains("error")) {
+            std::fprintf(stderr, "\ntessera up: %s\n", chunk["error"].value("message", "").c_str());
+            rc = 1;
+            return;
+          }
+          if (!chunk.contains("choices") || chunk["choices"].empty()) return;
+          const json& delta = chunk["choices"][0]["delta"];
+          if (delta.contains("content") && delta["content"].is_string()) {
+            std::fputs(delta["content"].get<std::string>().c_str(), stdout);
+            std::fflush(stdout);
+          }
+        };
+        HttpReply r = HttpCall(port, "POST", "/v1/chat/completions", req.dump(), "",
+                               cfg->server.host, on_event);
         if (r.status != 200 && !g_up_stop) {
           std::fprintf(stderr, "tessera up: chat request failed (%d): %s\n", r.status,
                        r.body.c_str());
           rc = 1;
-        }
-        for (const std::string& e : r.events) {
-          if (e == "[DONE]") break;
-          const json chunk = json::parse(e, nullptr, false);
-          if (chunk.is_discarded()) continue;
-          if (chunk.contains("error")) {
-            std::fprintf(stderr, "\ntessera up: %s\n", chunk["error"].value("message", "").c_str());
-            rc = 1;
-            continue;
-          }
-          if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
-          const json& delta = chunk["choices"][0]["delta"];
-          if (delta.contains("content") && delta["content"].is_string())
-            std::fputs(delta["content"].get<std::string>().c_str(), stdout);
         }
         std::fputc('\n', stdout);
         std::fflush(stdout);

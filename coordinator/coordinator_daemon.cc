@@ -776,6 +776,9 @@ void CoordinatorDaemon::RunJob(PlanJob job) {
   metrics_.Counter(metric::kReconfigurationsTotal).WithLabels({}).Inc();
   if (job.fault) metrics_.Counter(metric::kFaultsTotal).WithLabels({}).Inc();
   TESSERA_LOG_INFO("coordinator", "re-plan: {}", job.reason);
+  // A fault breaks the running plan: /readyz answers 503 (re-planning) from
+  // here until the new plan serves, whoever reported the fault.
+  if (job.fault) ready_.store(false);
   // Drain: no admission; in-flight sequences get the deadline (none after a
   // fault: the plan is broken), the rest are re-queued.
   PauseScheduler(job.fault ? 0.0 : config_.scheduler.drain_timeout_seconds);
@@ -1113,8 +1116,23 @@ void CoordinatorDaemon::HandlePlanPost(const HttpRequest& req, std::shared_ptr<R
         proposal.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
     return;
   }
-  const auto dry = req.query.find("dry_run");
-  const bool dry_run = dry != req.query.end() && (dry->second == "true" || dry->second == "1");
+  // The query is checked as strictly as the body: a misspelt dry run must
+  // not apply the plan.
+  bool dry_run = false;
+  for (const auto& [key, value] : req.query) {
+    if (key != "dry_run") {
+      res->SendError(400, "unknown query parameter '" + key + "' (POST /admin/plan takes dry_run)",
+                     key, "invalid_plan");
+      return;
+    }
+    if (value.empty() || value == "true" || value == "1") {
+      dry_run = true;
+    } else if (value != "false" && value != "0") {
+      res->SendError(400, "dry_run: expected true, false, 1 or 0, got '" + value + "'",
+                     std::string("dry_run"), "invalid_plan");
+      return;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (dry_run) {
     std::vector<std::string> from;

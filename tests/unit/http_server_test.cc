@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator/http_client.h"
+
 namespace tessera {
 namespace {
 
@@ -653,6 +655,41 @@ TEST_F(HttpServerTest, SlowClientTimesOut) {
   }
   EXPECT_TRUE(WaitFor([&] { return server_->open_connections() == 0; }));
   ExpectStillServing();
+}
+
+// HttpCall hands each SSE event to on_event as it arrives: the server sends
+// the second event only after the client's callback has seen the first.
+TEST_F(HttpServerTest, HttpCallHandsOutEventsAsTheyArrive) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool client_saw_first = false;
+  AddRoute("POST", "/stream", [&](const HttpRequest&, std::shared_ptr<Responder> r) {
+    threads_.emplace_back([&, r] {
+      EXPECT_TRUE(r->StartStream());
+      EXPECT_TRUE(r->SendEvent("{\"n\":1}"));
+      bool seen;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        seen = cv.wait_for(lock, std::chrono::seconds(5), [&] { return client_saw_first; });
+      }
+      EXPECT_TRUE(seen) << "the client's on_event did not get the first event before the end";
+      EXPECT_TRUE(r->SendEvent("{\"n\":2}"));
+      EXPECT_TRUE(r->SendEvent("[DONE]"));
+      EXPECT_TRUE(r->Finish());
+    });
+  });
+  StartServer();
+  std::vector<std::string> seen;
+  HttpReply reply =
+      HttpCall(server_->port(), "POST", "/stream", "x", "", "127.0.0.1", [&](const std::string& e) {
+        seen.push_back(e);
+        std::lock_guard<std::mutex> lock(mu);
+        client_saw_first = true;
+        cv.notify_all();
+      });
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(seen, (std::vector<std::string>{"{\"n\":1}", "{\"n\":2}", "[DONE]"}));
+  EXPECT_EQ(reply.events, seen);
 }
 
 TEST_F(HttpServerTest, SseStreamArrivesIncrementallyAndConnectionIsReused) {

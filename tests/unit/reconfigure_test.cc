@@ -418,6 +418,15 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
     EXPECT_EQ(r.status, b.status) << b.body.dump() << ": " << r.body;
     EXPECT_NE(r.body.find(b.says), std::string::npos) << b.body.dump() << ": " << r.body;
   }
+  // A misspelt dry run is refused, never applied; a bare ?dry_run is one.
+  for (const char* target : {"/admin/plan?dry_run=yes", "/admin/plan?dryrun=true"}) {
+    auto r = Post(target, {{"tp", 1}, {"pp", 2}});
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    EXPECT_NE(r.body.find("dry"), std::string::npos) << target << ": " << r.body;
+  }
+  auto bare = Post("/admin/plan?dry_run", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(bare.status, 200) << bare.body;
+  EXPECT_TRUE(json::parse(bare.body)["dry_run"].get<bool>());
   EXPECT_EQ(HttpCall(port_, "POST", "/admin/plan", R"({"tp":1,"pp":2})").status, 401);
   json plan = Get("/admin/plan");
   EXPECT_EQ(plan["plan_version"], 1);
