@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,10 +59,13 @@ class Reader {
     *out = v->get<int64_t>();
     return Status::Ok();
   }
-  // As Int, and the value must be > 0.
+  // As Int, and the value must be in [1, 2^31 - 1]: sizes, counts and
+  // positions, whose products (tensor shapes, byte counts) must fit int64.
   Status PositiveInt(const std::string& key, bool required, int64_t* out) const {
     TESSERA_RETURN_IF_ERROR(Int(key, required, out));
     if (Has(key) && *out <= 0) return Error(key, "must be positive, got " + std::to_string(*out));
+    if (Has(key) && *out > INT32_MAX)
+      return Error(key, "must be at most 2147483647, got " + std::to_string(*out));
     return Status::Ok();
   }
   Status Double(const std::string& key, bool required, double* out) const {
@@ -306,6 +310,23 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
                          std::to_string(c.hidden_size) + ") and no head_dim is given");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  // The weights the shape implies (embedding and lm_head, then per layer the
+  // q/k/v/o projections and the gate/up/down MLP), bounded so every byte
+  // count derived from them fits int64: 2^48 parameters, far above any model.
+  {
+    const long double h = c.hidden_size, d = c.head_dim, q = c.num_attention_heads * d,
+                      kv = static_cast<long double>(c.num_key_value_heads) * d;
+    const long double params =
+        2.0L * c.vocab_size * h +
+        c.num_hidden_layers * (h * (q + 2 * kv) + q * h + 3.0L * h * c.intermediate_size);
+    if (params > 281474976710656.0L) {
+      return r.Error("hidden_size",
+                     "the shape (hidden_size, intermediate_size, vocab_size, "
+                     "num_hidden_layers, heads) implies " +
+                         std::to_string(static_cast<double>(params)) +
+                         " parameters, more than 2^48");
+    }
   }
   TESSERA_RETURN_IF_ERROR(r.PositiveDouble("rms_norm_eps", false, &c.rms_norm_eps));
   TESSERA_RETURN_IF_ERROR(

@@ -60,6 +60,26 @@ json Patched(const char* base, const json& patch) {
   return j;
 }
 
+// Sizes whose products would overflow the byte counts derived from them are
+// refused when the config is read (a fuzzer found vocab_size ~5e18 reaching
+// ShardSpec::WeightBytes).
+TEST(ModelConfig, SizesThatOverflowAreRefusedNamingTheKey) {
+  auto huge = Parse(Patched(kQwen2, {{"vocab_size", 5100000000101111112LL}}));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("vocab_size"), std::string::npos)
+      << huge.status().ToString();
+  EXPECT_NE(huge.status().message().find("at most 2147483647"), std::string::npos)
+      << huge.status().ToString();
+  auto big = Parse(Patched(kQwen2, {{"hidden_size", 1 << 30},
+                                    {"intermediate_size", 1 << 30},
+                                    {"num_attention_heads", 1},
+                                    {"num_key_value_heads", 1}}));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("more than 2^48"), std::string::npos)
+      << big.status().ToString();
+  EXPECT_TRUE(Parse(json::parse(kQwen2)).ok());
+}
+
 TEST(ModelConfig, Llama31) {
   auto c = ParseModelConfig(kLlama31, "llama/config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
