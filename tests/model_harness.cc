@@ -1,5 +1,8 @@
 #include "model_harness.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace tessera::testing {
 
 StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, int64_t num_blocks,
@@ -53,6 +56,16 @@ StatusOr<std::vector<std::vector<int32_t>>> LocalModel::Greedy(
   std::vector<std::vector<int32_t>> out;
   for (const auto& r : results) out.push_back(r.tokens);
   return out;
+}
+
+double RelMaxDiff(const std::vector<float>& got, const nlohmann::json& ref) {
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double r = ref[i].get<double>();
+    max_ref = std::max(max_ref, std::abs(r));
+    max_diff = std::max(max_diff, std::abs(got[i] - r));
+  }
+  return max_diff / std::max(1.0, max_ref);
 }
 
 }  // namespace tessera::testing

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,9 @@ class LocalModel {
   std::unique_ptr<BlockAllocator> allocator_;
   int64_t block_size_ = 16;
 };
+
+// max_i |got[i] - ref[i]| / max(1, max_i |ref[i]|): logits against a
+// reference (a JSON array of numbers, e.g. transformers' last_logits).
+double RelMaxDiff(const std::vector<float>& got, const nlohmann::json& ref);
 
 }  // namespace tessera::testing

@@ -418,15 +418,7 @@ TEST(Sampling, DeviceDrawsTheCpuTokens) {
 
 constexpr double kNearTie = 1e-3;
 
-double RelMaxDiff(const std::vector<float>& got, const json& ref) {
-  double max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double r = ref[i].get<double>();
-    max_ref = std::max(max_ref, std::abs(r));
-    max_diff = std::max(max_diff, std::abs(got[i] - r));
-  }
-  return max_diff / std::max(1.0, max_ref);
-}
+using ::tessera::testing::RelMaxDiff;
 
 std::vector<std::string> FixtureNames() {
   std::vector<std::string> names;

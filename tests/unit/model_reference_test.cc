@@ -45,15 +45,7 @@ std::vector<std::string> FixtureNames() {
   return names;
 }
 
-double RelMaxDiff(const std::vector<float>& got, const json& ref) {
-  double max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double r = ref[i].get<double>();
-    max_ref = std::max(max_ref, std::abs(r));
-    max_diff = std::max(max_diff, std::abs(got[i] - r));
-  }
-  return max_diff / std::max(1.0, max_ref);
-}
+using ::tessera::testing::RelMaxDiff;
 
 // Compares greedy tokens up to the first step whose reference margin is a
 // near-tie; returns the number of positions compared.

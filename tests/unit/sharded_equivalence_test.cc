@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tcp_store.h"
+#include "model_harness.h"
 #include "multi_process.h"
 #include "test_util.h"
 #include "worker/rank_runner.h"
@@ -137,14 +138,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
   return out;
 }
 
-double RelMaxDiff(const std::vector<float>& got, const json& ref) {
-  double max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    max_ref = std::max(max_ref, std::abs(ref[i].get<double>()));
-    max_diff = std::max(max_diff, std::abs(got[i] - ref[i].get<double>()));
-  }
-  return max_diff / std::max(1.0, max_ref);
-}
+using ::tessera::testing::RelMaxDiff;
 
 struct Case {
   std::string fixture;
