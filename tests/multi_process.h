@@ -7,9 +7,11 @@
 // parent collects every child's message, exit status and wall time, and
 // SIGKILLs any child still running at the deadline.
 //
-// Thread-safety: call from the test's main thread. The parent may have other
-// threads (e.g. a TcpStoreServer); children must not touch objects those
-// threads own.
+// Thread-safety: call from the test's main thread, while it is the only
+// thread of the test process: a child forked while another thread holds an
+// allocator lock hangs on it (the sanitizers' allocators in clang 14 are not
+// fork-safe). Run a store server with StoreProcess (store_process.h), not
+// in a thread of the test.
 #pragma once
 
 #include <fmt/format.h>

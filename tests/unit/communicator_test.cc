@@ -15,6 +15,7 @@
 #include "common/file_store.h"
 #include "common/tcp_store.h"
 #include "multi_process.h"
+#include "store_process.h"
 #include "test_util.h"
 #include "worker/gloo_communicator.h"
 
@@ -47,7 +48,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> Join(int port, const std::string& gr
 class CommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    auto server = testing::StoreProcess::Start();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
     group_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
@@ -58,7 +59,7 @@ class CommunicatorTest : public ::testing::Test {
     for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << testing::Describe(o);
   }
 
-  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<testing::StoreProcess> server_;  // a process: RunRanks forks
   std::string group_;
 };
 

@@ -573,8 +573,9 @@ TEST_F(SmallQueueDaemons, OverloadGets429AndAdmittedRequestsComplete) {
   EXPECT_GE(ok, 1);
   EXPECT_EQ(ok + rejected, kRequests);
   // Still serving once the burst is over.
-  auto after = HttpCall(port_, "POST", "/v1/completions",
-                        R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":4})");
+  auto after =
+      HttpCall(port_, "POST", "/v1/completions",
+               R"({"model":"llama_gqa_f32","prompt":[1,2,3],"max_tokens":4,"ignore_eos":true})");
   EXPECT_EQ(after.status, 200) << after.body;
   EXPECT_EQ(json::parse(after.body)["usage"]["completion_tokens"].get<int>(), 4);
 }

@@ -11,6 +11,7 @@
 #include "common/stage_handoff.h"
 #include "common/tcp_store.h"
 #include "multi_process.h"
+#include "store_process.h"
 
 namespace tessera {
 namespace {
@@ -24,8 +25,10 @@ TEST(ParallelRank, WorldRankRoundTrips) {
   }
 }
 
-std::unique_ptr<TcpStoreServer> StartServer() {
-  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+// The store runs in a process of its own so that RunRanks forks a
+// single-threaded test process (see store_process.h).
+std::unique_ptr<testing::StoreProcess> StartServer() {
+  auto server = testing::StoreProcess::Start();
   EXPECT_TRUE(server.ok()) << server.status().ToString();
   return std::move(server).value();
 }

@@ -17,6 +17,7 @@
 #include "common/tcp_store.h"
 #include "model_harness.h"
 #include "multi_process.h"
+#include "store_process.h"
 #include "test_util.h"
 #include "worker/rank_runner.h"
 
@@ -68,7 +69,7 @@ struct RunOutput {
 RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
                     const std::vector<GenerationRequest>& requests, double timeout = 20.0,
                     std::function<void(int rank, int step)> on_last_stage_step = {}) {
-  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  auto server = ::tessera::testing::StoreProcess::Start();  // RunRanks forks
   TESSERA_CHECK(server.ok());
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-sharded");
   const int world = layout.World();

@@ -19,6 +19,7 @@
 #include "common/tokenizer.h"
 #include "model_harness.h"
 #include "multi_process.h"
+#include "store_process.h"
 #include "test_util.h"
 #include "worker/rank_runner.h"
 
@@ -96,8 +97,8 @@ TEST_F(SmolLM2, ChatPromptTokensLogitsAndGreedyMatchTransformers) {
 // tp=3 x pp=2 and tp=1 x pp=3 as real processes over Gloo.
 void RunSharded(const std::string& dir, const json& ref, int tp, int pp, std::vector<int> layers,
                 std::vector<std::vector<int32_t>>* tokens) {
-  auto server = TcpStoreServer::Start("127.0.0.1", 0);
-  ASSERT_TRUE(server.ok());
+  auto server = ::tessera::testing::StoreProcess::Start();  // RunRanks forks
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
   const int port = (*server)->port();
   const std::string out_dir = ::tessera::testing::MakeTempDir("tessera-smollm2");
   std::vector<GenerationRequest> reqs;

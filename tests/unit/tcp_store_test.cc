@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "multi_process.h"
+#include "store_process.h"
 
 namespace tessera {
 namespace {
@@ -241,8 +242,9 @@ TEST(TcpStore, ServerProcessKilledWhileAClientWaits) {
 // Several processes rendezvous through one server: each publishes its key,
 // then reads everyone's, and counts itself in.
 TEST(TcpStore, ManyProcessesRendezvous) {
-  auto server = StartServer();
-  const int port = server->port();
+  auto server = testing::StoreProcess::Start();  // RunRanks forks this process
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
   constexpr int kRanks = 4;
   auto outcomes = testing::RunRanks(kRanks, [port](int rank) -> std::string {
     auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
@@ -257,8 +259,9 @@ TEST(TcpStore, ManyProcessesRendezvous) {
     return "";
   });
   for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << testing::Describe(o);
-  auto store = ConnectTo(*server);
-  EXPECT_EQ(*store->Get("arrived", 0), std::to_string(kRanks));
+  auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(*(*store)->Get("arrived", 0), std::to_string(kRanks));
 }
 
 }  // namespace
