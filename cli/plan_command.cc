@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/admin_reply.h"
 #include "cli/commands.h"
 #include "cli/plan_view.h"
 #include "coordinator/cluster_model.h"
@@ -65,10 +66,7 @@ int RunClusterPlan(const PlanArgs& a) {
   int port = 0;
   if (Status s = ParseHttpUrl(a.cluster_url, &host, &port); !s.ok()) return Fail(s);
   HttpReply r = HttpCall(port, "GET", "/admin/plan", "", a.token, host);
-  if (r.status != 200) {
-    return Fail(Unavailable("http://" + host + ":" + std::to_string(port) + "/admin/plan: " +
-                            (r.status == 0 ? r.body : std::to_string(r.status) + " " + r.body)));
-  }
+  if (r.status != 200) return Fail(AdminCallError(host, port, "/admin/plan", r, !a.token.empty()));
   const std::string out = FormatServingPlan(r.body, true);
   std::fwrite(out.data(), 1, out.size(), stdout);
   // Exit 1 when the coordinator has no plan (refused or still waiting).

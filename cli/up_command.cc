@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/admin_reply.h"
 #include "cli/commands.h"
 #include "cli/plan_view.h"
 #include "common/load_progress.h"
@@ -252,10 +253,9 @@ Subcommand AddStatusCommand(CLI::App& app) {
   s.run = [a]() -> int {
     HttpReply cluster = HttpCall(a->port, "GET", "/admin/cluster", "", a->token, a->host);
     if (cluster.status != 200) {
-      std::fprintf(
-          stderr, "tessera status: http://%s:%d/admin/cluster: %s\n", a->host.c_str(), a->port,
-          cluster.status == 0 ? cluster.body.c_str()
-                              : (std::to_string(cluster.status) + " " + cluster.body).c_str());
+      const Status s =
+          AdminCallError(a->host, a->port, "/admin/cluster", cluster, !a->token.empty());
+      std::fprintf(stderr, "tessera status: %s\n", s.ToString().c_str());
       return 1;
     }
     const json c = json::parse(cluster.body, nullptr, false);

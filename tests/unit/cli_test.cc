@@ -219,11 +219,13 @@ TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-auto");
   const int port = ::tessera::testing::FreeTcpPort();
   const int control = ::tessera::testing::FreeTcpPort();
+  const int admin = ::tessera::testing::FreeTcpPort();
   {
     std::ofstream cfg(dir + "/up.toml");
     cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
         << "\"\n[parallel]\nmode = \"auto\"\nworkers = 2\n[server]\nport = " << port
-        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = " << admin
+        << "\ntoken = \"up-t0ken\"\n"
         << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   }
   // `tessera up` in a process group of its own, as a shell starts a
@@ -273,6 +275,25 @@ TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
   EXPECT_NE(out.find("Why:"), std::string::npos) << out;
   EXPECT_NE(out.find("placement: tp="), std::string::npos) << out;
   EXPECT_NE(out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos) << out;
+  // `tessera status` and `plan --cluster` against a separate admin listener
+  // with a token: each failure says what to do about it.
+  const std::string admin_port = std::to_string(admin);
+  CliRun on_api = Tessera("status --port " + std::to_string(port));
+  EXPECT_EQ(on_api.exit_code, 1);
+  EXPECT_NE(on_api.err.find("does not serve the admin API"), std::string::npos) << on_api.err;
+  CliRun no_token = Tessera("status --port " + admin_port);
+  EXPECT_EQ(no_token.exit_code, 1);
+  EXPECT_NE(no_token.err.find("401"), std::string::npos) << no_token.err;
+  EXPECT_NE(no_token.err.find("pass --token"), std::string::npos) << no_token.err;
+  CliRun wrong = Tessera("plan --cluster 127.0.0.1:" + admin_port + " --token nope");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("refused this --token"), std::string::npos) << wrong.err;
+  CliRun nobody = Tessera("status --port " + std::to_string(::tessera::testing::FreeTcpPort()));
+  EXPECT_EQ(nobody.exit_code, 1);
+  EXPECT_NE(nobody.err.find("is the coordinator running"), std::string::npos) << nobody.err;
+  CliRun status = Tessera("status --port " + admin_port + " --token up-t0ken");
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("ready: yes"), std::string::npos) << status.out;
   EXPECT_EQ(ctrl_c(pid), 0) << ::tessera::testing::ReadFileOrDie(dir + "/out");
   EXPECT_FALSE(leftovers());
   // Ctrl-C while the deployment is still starting: a clean stop as well.
