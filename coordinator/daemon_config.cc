@@ -720,6 +720,21 @@ void InferParallelMode(DaemonConfig& c) {
   }
 }
 
+// worker.coordinator, when not set, follows a loopback or wildcard
+// server.control_endpoint, so one file with a moved control port still
+// connects the workers of that machine (a wildcard becomes 127.0.0.1). A
+// control endpoint on another address is left alone: workers elsewhere name
+// their route to it themselves, with CURVE keys.
+void InferWorkerCoordinator(DaemonConfig& c) {
+  if (IsSet(c, "worker.coordinator") || !IsSet(c, "server.control_endpoint")) return;
+  std::string host;
+  int port = 0;
+  if (!ParseTcpEndpoint(c.server.control_endpoint, true, &host, &port).empty()) return;
+  if (IsWildcard(host)) host = "127.0.0.1";
+  if (!IsLoopback(host)) return;
+  c.worker.coordinator = fmt::format("tcp://{}:{}", host, port);
+}
+
 std::string Trim(const std::string& s) {
   const char* ws = " \t\r\n\f\v";
   size_t b = s.find_first_not_of(ws);
@@ -885,6 +900,7 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
     }
   }
   InferParallelMode(c);
+  InferWorkerCoordinator(c);
   TESSERA_RETURN_IF_ERROR(Finish(c));
   return c;
 }
@@ -1175,6 +1191,7 @@ Status ApplyOverrides(DaemonConfig& config, const std::vector<std::string>& assi
     TESSERA_RETURN_IF_ERROR(SetOne(c, Trim(a.substr(0, eq)), a.substr(eq + 1)));
   }
   InferParallelMode(c);
+  InferWorkerCoordinator(c);
   TESSERA_RETURN_IF_ERROR(Finish(c));
   config = std::move(c);
   return Status::Ok();

@@ -276,6 +276,8 @@ enum class WorkerBackend {
 // deployment, with `device` given per process on the command line.
 struct WorkerSection {
   // The coordinator's control endpoint to connect to, "tcp://HOST:PORT".
+  // When not set and server.control_endpoint is set on a loopback or
+  // wildcard host, that endpoint (a wildcard becomes 127.0.0.1).
   std::string coordinator = "tcp://127.0.0.1:5555";
   // Device index on this host (GPU ordinal for cuda; on cpu, a slot number
   // that tells co-located CPU workers apart). >= 0.

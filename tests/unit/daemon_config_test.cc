@@ -231,6 +231,42 @@ TEST(DaemonConfigDefaults, ParallelModeIsInferred) {
   EXPECT_EQ(c->parallel.pp, 2);
 }
 
+// worker.coordinator follows a loopback or wildcard server.control_endpoint
+// unless it is set; a wildcard bind host means this machine.
+TEST(DaemonConfigDefaults, WorkerCoordinatorFollowsTheControlEndpoint) {
+  StatusOr<DaemonConfig> c =
+      ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://127.0.0.2:6000\"\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.2:6000");
+  // --set of the control endpoint moves the workers' endpoint too.
+  ASSERT_TRUE(ApplyOverrides(*c, {"server.control_endpoint=tcp://127.0.0.1:6002"}).ok());
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:6002");
+  // A wildcard bind (which needs CURVE on the coordinator's side).
+  const std::string curve =
+      "[control]\ncoordinator_secret_key_file = \"c.key\"\n"
+      "worker_public_keys = [\"0123456789abcdefghijABCDEFGHIJ0123456789\"]\n";
+  c = ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://*:6001\"\n" + curve, "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:6001");
+  // Another address is left to the workers' own config.
+  c = ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://10.1.2.3:6001\"\n" + curve, "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+  // An explicit worker.coordinator wins.
+  c = ParseDaemonConfig(
+      "[server]\ncontrol_endpoint = \"tcp://127.0.0.1:6001\"\n[worker]\ncoordinator = "
+      "\"tcp://localhost:6001\"\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://localhost:6001");
+  ASSERT_TRUE(ApplyOverrides(*c, {"server.control_endpoint=tcp://127.0.0.1:6003"}).ok());
+  EXPECT_EQ(c->worker.coordinator, "tcp://localhost:6001");
+  // Neither set: the default.
+  c = ParseDaemonConfig("# nothing\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+}
+
 // Dotted keys and inline tables are TOML too.
 TEST(DaemonConfigDefaults, DottedKeysAndInlineTables) {
   StatusOr<DaemonConfig> c = ParseDaemonConfig(
