@@ -72,6 +72,7 @@ std::string LoadProgressLine(const std::string& plan_json, double seconds) {
 Subcommand AddUpCommand(CLI::App& app) {
   struct Args {
     std::string config;
+    std::vector<std::string> sets;  // --set table.key=value, for every daemon
     std::string prompt;
     int max_tokens = 256;
     double ready_timeout = 600;
@@ -82,6 +83,9 @@ Subcommand AddUpCommand(CLI::App& app) {
   s.app->add_option("--config", a->config, "TOML config (e.g. configs/local-cpu.toml)")
       ->required()
       ->check(CLI::ExistingFile);
+  s.app->add_option("--set", a->sets,
+                    "override a config key, table.key=value (repeatable; passed on to the "
+                    "coordinator and every worker)");
   s.app->add_option("--prompt", a->prompt,
                     "send one chat request, stream the answer, then shut down");
   s.app->add_option("--max-tokens", a->max_tokens, "tokens to generate for --prompt")
@@ -97,6 +101,17 @@ Subcommand AddUpCommand(CLI::App& app) {
       std::fprintf(stderr, "tessera up: %s\n", cfg.status().ToString().c_str());
       return 2;
     }
+    if (Status st = ApplyOverrides(*cfg, a->sets); !st.ok()) {
+      std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+      return 2;
+    }
+    auto with_sets = [&](std::vector<std::string> argv) {
+      for (const std::string& kv : a->sets) {
+        argv.push_back("--set");
+        argv.push_back(kv);
+      }
+      return argv;
+    };
     const bool explicit_mode = cfg->parallel.mode == ParallelMode::kExplicit;
     // Explicit: tp * pp workers; auto: parallel.workers (default 1), placed
     // by the coordinator's planner.
@@ -106,14 +121,15 @@ Subcommand AddUpCommand(CLI::App& app) {
     std::vector<ChildSpec> children;
     // Own process groups: a Ctrl-C reaches only this process, which stops
     // the coordinator first; it shuts its workers down.
-    children.push_back(
-        {"coordinator", {dir + "/tessera-coordinator", "--config", a->config}, false, true});
+    children.push_back({"coordinator",
+                        with_sets({dir + "/tessera-coordinator", "--config", a->config}), false,
+                        true});
     for (int d = 0; d < workers; ++d)
-      children.push_back({"worker " + std::to_string(d),
-                          {dir + "/tessera-worker", "--config", a->config, "--device",
-                           std::to_string(d), "--coordinator", cfg->server.control_endpoint},
-                          false,
-                          true});
+      children.push_back(
+          {"worker " + std::to_string(d),
+           with_sets({dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
+                      "--coordinator", cfg->server.control_endpoint}),
+           false, true});
     LocalLauncher launcher;
     if (Status st = launcher.Start(children); !st.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());

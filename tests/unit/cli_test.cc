@@ -173,12 +173,19 @@ TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
         << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
         << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   }
-  CliRun r =
-      Tessera("up --config " + dir + "/up.toml --prompt hello --max-tokens 6 --ready-timeout 120");
+  // --set reaches `tessera up` and every daemon: the API moves to another port.
+  const int moved = ::tessera::testing::FreeTcpPort();
+  CliRun r = Tessera("up --config " + dir + "/up.toml --set server.port=" + std::to_string(moved) +
+                     " --prompt hello --max-tokens 6 --ready-timeout 120");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("placement: tp=2 pp=2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos)
+  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(moved)), std::string::npos)
       << r.out;
+  EXPECT_EQ(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << r.out;
+  CliRun bad_set = Tessera("up --config " + dir + "/up.toml --set scheduler.max_sequencez=4");
+  EXPECT_EQ(bad_set.exit_code, 2);
+  EXPECT_NE(bad_set.err.find("scheduler.max_sequencez"), std::string::npos) << bad_set.err;
   // Every child process is gone afterwards.
   EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
   CliRun bad =
