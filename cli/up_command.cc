@@ -6,9 +6,11 @@
 //
 // `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
 // the queue, through the admin API.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -65,6 +67,33 @@ std::string LoadProgressLine(const std::string& plan_json, double seconds) {
   if (total == 0) return "";
   return "loading: " + FormatLoadProgress(done, total, seconds) + " (" + std::to_string(loaded) +
          "/" + std::to_string(ranks) + " ranks loaded)";
+}
+
+// Fails when nothing could listen on host:port because something already
+// does (another deployment on this host, most often): the error names the
+// config key. A wildcard host ("*", "0.0.0.0", "::") tries every interface.
+Status CheckPortFree(const std::string& key, std::string host, int port) {
+  namespace asio = boost::asio;
+  if (host == "*") host = "0.0.0.0";
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  asio::io_context io;
+  boost::system::error_code ec;
+  asio::ip::tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || endpoints.empty()) return Status::Ok();  // the daemon reports bad hosts itself
+  asio::ip::tcp::acceptor acceptor(io);
+  const asio::ip::tcp::endpoint ep = endpoints.begin()->endpoint();
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (ec == asio::error::address_in_use) {
+    return FailedPrecondition(fmt::format(
+        "{}: {}:{} is already in use (another deployment on this host? stop it, or pass "
+        "--set {}=<another port>)",
+        key, host, port, key));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -130,6 +159,24 @@ Subcommand AddUpCommand(CLI::App& app) {
            with_sets({dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
                       "--coordinator", cfg->server.control_endpoint}),
            false, true});
+    // Nothing starts while another process holds one of this deployment's
+    // ports: its workers would register with that process's coordinator.
+    std::vector<std::pair<std::string, std::pair<std::string, int>>> listeners = {
+        {"server.port", {cfg->server.host, cfg->server.port}}};
+    if (cfg->admin.port != 0)
+      listeners.push_back({"admin.port", {cfg->admin.host, cfg->admin.port}});
+    {
+      const std::string& ep = cfg->server.control_endpoint;  // tcp://HOST:PORT, validated
+      const size_t colon = ep.rfind(':');
+      listeners.push_back(
+          {"server.control_endpoint", {ep.substr(6, colon - 6), std::stoi(ep.substr(colon + 1))}});
+    }
+    for (const auto& [key, where] : listeners) {
+      if (Status st = CheckPortFree(key, where.first, where.second); !st.ok()) {
+        std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+        return 1;
+      }
+    }
     LocalLauncher launcher;
     if (Status st = launcher.Start(children); !st.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
@@ -145,6 +192,12 @@ Subcommand AddUpCommand(CLI::App& app) {
     auto last_progress = start;
     std::string last_line;
     while (!g_up_stop && std::chrono::steady_clock::now() < deadline) {
+      // Our own processes first: a /readyz answer means nothing once they died.
+      if (Status alive = launcher.CheckRunning(); !alive.ok()) {
+        std::fprintf(stderr, "tessera up: %s before the deployment was ready\n",
+                     alive.message().c_str());
+        break;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now - last_progress >= std::chrono::seconds(1)) {
         last_progress = now;
@@ -173,11 +226,6 @@ Subcommand AddUpCommand(CLI::App& app) {
           std::fprintf(stderr, "tessera up: %s\n", reason.c_str());
           break;
         }
-      }
-      if (Status alive = launcher.CheckRunning(); !alive.ok()) {
-        std::fprintf(stderr, "tessera up: %s before the deployment was ready\n",
-                     alive.message().c_str());
-        break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

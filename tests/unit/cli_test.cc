@@ -2,7 +2,9 @@
 // tp x pp launch of real rank processes (same text), and the usage errors.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,6 +193,42 @@ TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
   CliRun bad =
       Tessera("up --config " + ::tessera::testing::FixturePath("models/llama_gqa_f32/config.json"));
   EXPECT_NE(bad.exit_code, 0);
+}
+
+// A port of the deployment held by another process (another deployment,
+// most often): `tessera up` starts nothing and names the config key, rather
+// than letting its workers register with someone else's coordinator.
+TEST(Cli, UpRefusesPortsAnotherProcessHolds) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-busy");
+  const int port = ::tessera::testing::FreeTcpPort();
+  const int control = ::tessera::testing::FreeTcpPort();
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = " << port
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n";
+  }
+  for (const auto& [held, key] :
+       {std::pair<int, std::string>{port, "server.port"}, {control, "server.control_endpoint"}}) {
+    // Listen on it as a server would.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(held));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << held;
+    ASSERT_EQ(listen(fd, 4), 0);
+    CliRun r = Tessera("up --config " + dir + "/up.toml --prompt hi --ready-timeout 30");
+    close(fd);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(key + ": 127.0.0.1:" + std::to_string(held) + " is already in use"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "") << "nothing may be served: " << r.out;
+  }
 }
 
 // A coordinator that exits during start-up (here: a scheduler.max_context the
