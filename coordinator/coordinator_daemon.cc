@@ -30,8 +30,14 @@ int CoordinatorDaemon::admin_port() const { return admin_ ? admin_->port() : api
 
 Status CoordinatorDaemon::Start() {
   const std::string& dir = config_.model.path;
-  TESSERA_ASSIGN_OR_RETURN(model_, LoadModelConfig(dir));
-  TESSERA_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
+  // Errors found here name the config key (and its file:line:col) to fix.
+  const std::string model_key = ConfigKeyContext(config_, "model.path");
+  auto model = LoadModelConfig(dir);
+  if (!model.ok()) return model.status().WithContext(model_key);
+  model_ = std::move(model).value();
+  auto tokenizer = Tokenizer::Load(dir);
+  if (!tokenizer.ok()) return tokenizer.status().WithContext(model_key);
+  tokenizer_ = std::move(tokenizer).value();
   if (config_.model.chat_template) {
     TESSERA_ASSIGN_OR_RETURN(chat_template_,
                              ChatTemplate::FromName(ChatFormatName(*config_.model.chat_template)));
@@ -41,12 +47,19 @@ Status CoordinatorDaemon::Start() {
   }
   if (config_.parallel.mode == ParallelMode::kExplicit) {
     // The layout's rules against the model, before any worker is waited for.
-    TESSERA_ASSIGN_OR_RETURN(
-        parallel_, config_.parallel.tp_per_stage.empty()
-                       ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                              config_.parallel.layers_per_stage)
-                       : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
-                                                      config_.parallel.layers_per_stage));
+    std::string layout_key = "parallel.tp";
+    for (const char* k : {"parallel.layers_per_stage", "parallel.pp", "parallel.tp"})
+      if (config_.sources.count(k)) layout_key = k;
+    auto parallel = config_.parallel.tp_per_stage.empty()
+                        ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
+                                               config_.parallel.layers_per_stage)
+                        : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
+                                                       config_.parallel.layers_per_stage);
+    if (!parallel.ok()) {
+      return parallel.status().WithContext(ConfigKeyContext(config_, layout_key) + " (model.path " +
+                                           dir + ")");
+    }
+    parallel_ = std::move(parallel).value();
     expected_workers_ = parallel_.world_size();
     wanted_ = parallel_;
   } else {
@@ -56,7 +69,8 @@ Status CoordinatorDaemon::Start() {
   max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
                                                    : model_.max_position_embeddings;
   if (max_context_ > model_.max_position_embeddings)
-    return InvalidArgument("scheduler.max_context " + std::to_string(max_context_) +
+    return InvalidArgument(ConfigKeyContext(config_, "scheduler.max_context") + ": " +
+                           std::to_string(max_context_) +
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(model_.max_position_embeddings));
   model_name_ = ServedModelName(config_.model);

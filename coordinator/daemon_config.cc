@@ -842,6 +842,10 @@ Status SetOne(DaemonConfig& c, const std::string& dotted_key, const std::string&
 
 // ---------------------------------------------------------------------------
 
+std::string ConfigKeyContext(const DaemonConfig& config, const std::string& key) {
+  return Where(config, key) + ": " + key;
+}
+
 std::string ServedModelName(const ModelSection& model) {
   if (!model.name.empty()) return model.name;
   std::filesystem::path p(model.path);

@@ -326,6 +326,12 @@ struct DaemonConfig {
   std::map<std::string, std::string> sources;
 };
 
+// "<where>: <key>" for errors found after the config loaded (a model.path
+// without a model, a layout the model cannot take): where is the key's
+// "<file>:<line>:<col>" or "--set key=value", else the file, e.g.
+// "configs/local-cpu.toml:8:8: model.path". Use with Status::WithContext.
+std::string ConfigKeyContext(const DaemonConfig& config, const std::string& key);
+
 // The served model id: model.name, or the last component of model.path
 // ("models/default" -> "default").
 std::string ServedModelName(const ModelSection& model);

@@ -251,9 +251,30 @@ TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(seconds, 30.0) << r.err;
-  EXPECT_NE(r.err.find("max_context"), std::string::npos) << r.err;
+  // The error names the key and where it was set.
+  EXPECT_NE(r.err.find(dir + "/up.toml:12:15: scheduler.max_context: 100000 exceeds"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("coordinator exited with status"), std::string::npos) << r.err;
   EXPECT_NE(std::system(("pgrep -f '[t]essera-worker.*" + dir + "' >/dev/null").c_str()), 0);
+
+  // A model.path without a model, and a layout the model cannot take.
+  for (const auto& [line, expect] :
+       {std::pair<std::string, std::string>{"[model]\npath = \"" + dir + "/nomodel\"\n",
+                                            "up.toml:3:8: model.path: " + dir + "/nomodel"},
+        {"[model]\npath = \"" + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
+             "\"\n[parallel]\ntp = 3\n",
+         "up.toml:5:6: parallel.tp (model.path "}}) {
+    {
+      std::ofstream cfg(dir + "/up.toml");
+      cfg << "# a deployment\n"
+          << line << "[server]\nport = " << port
+          << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n";
+    }
+    CliRun bad = Tessera("up --config " + dir + "/up.toml --ready-timeout 60");
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.err.find(expect), std::string::npos) << bad.err;
+  }
 }
 
 // Auto placement through `tessera up`: the planner's explanation and the
