@@ -511,12 +511,23 @@ ApiError ContextLengthError(int64_t max_context, int64_t prompt_tokens, int64_t 
                             const std::string& param) {
   ApiError e;
   e.http_status = 400;
+  e.code = "context_length_exceeded";
+  if (max_tokens >= max_context && prompt_tokens < max_context) {
+    // The completion alone cannot fit, whatever the prompt: blame max_tokens.
+    e.message = fmt::format(
+        "This model's maximum context length is {} tokens. However, you requested {} tokens ({} "
+        "in the {}, {} in the completion). max_tokens alone reaches the context length; please "
+        "set max_tokens to at most {}.",
+        max_context, prompt_tokens + max_tokens, prompt_tokens, param, max_tokens,
+        max_context - prompt_tokens);
+    e.param = "max_tokens";
+    return e;
+  }
   e.message = fmt::format(
       "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
       "the {}, {} in the completion). Please reduce the length of the {} or completion.",
       max_context, prompt_tokens + max_tokens, prompt_tokens, param, max_tokens, param);
   e.param = param;
-  e.code = "context_length_exceeded";
   return e;
 }
 

@@ -74,7 +74,9 @@ ApiError ApiErrorFromStatus(const Status& status);
 ApiError UnknownModelError(const std::string& requested, const std::string& served);
 // 400, code "context_length_exceeded", param `param` ("prompt" or
 // "messages"), naming the maximum context and the requested prompt and
-// completion token counts (all in tokens).
+// completion token counts (all in tokens); param "max_tokens" instead when
+// max_tokens alone reaches max_context while the prompt fits, with the
+// largest max_tokens that would fit.
 ApiError ContextLengthError(int64_t max_context, int64_t prompt_tokens, int64_t max_tokens,
                             const std::string& param);
 // 429, type "rate_limit_error", code "queue_full", naming the queue limit.

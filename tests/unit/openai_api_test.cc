@@ -355,6 +355,15 @@ TEST(OpenAIApiErrors, HelpersAndStatusMapping) {
   EXPECT_NE(e.message.find("requested 2100 tokens (2000 in the messages, 100 in the completion)"),
             std::string::npos);
 
+  // max_tokens alone does not fit: it is the field to fix.
+  e = ContextLengthError(2048, 1, 3000, "prompt");
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.code, "context_length_exceeded");
+  EXPECT_NE(e.message.find("set max_tokens to at most 2047"), std::string::npos) << e.message;
+  // Both too long: the prompt comes first.
+  e = ContextLengthError(2048, 3000, 3000, "prompt");
+  EXPECT_EQ(e.param, "prompt");
+
   e = QueueFullError(64);
   EXPECT_EQ(e.http_status, 429);
   json j = json::parse(e.ToJson());
