@@ -254,29 +254,36 @@ std::string ValidUtf8(const std::string& s) {
   return json::parse(quoted).get<std::string>();
 }
 
+}  // namespace
+
+std::string DescribeJsonParseError(std::string_view body, const json::parse_error& e) {
+  // e.byte counts the characters read, 1-based; the error is at the last.
+  const size_t at = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, body.size());
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < at; ++i) {
+    if (body[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  std::string reason = e.what();
+  const size_t p = reason.find("parse error");
+  const size_t colon = p == std::string::npos ? std::string::npos : reason.find(": ", p);
+  if (colon != std::string::npos) reason = reason.substr(colon + 2);
+  reason = ValidUtf8(reason);  // nlohmann quotes the offending bytes
+  return fmt::format("line {}, column {}: {}", line, column, reason);
+}
+
+namespace {
+
 // Parses JSON text that must be an object.
 MaybeError ParseObject(std::string_view body, json* out) {
   try {
     *out = json::parse(body.begin(), body.end());
   } catch (const json::parse_error& e) {
-    // e.byte counts the characters read, 1-based; the error is at the last.
-    const size_t at = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, body.size());
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < at; ++i) {
-      if (body[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    std::string reason = e.what();
-    const size_t p = reason.find("parse error");
-    const size_t colon = p == std::string::npos ? std::string::npos : reason.find(": ", p);
-    if (colon != std::string::npos) reason = reason.substr(colon + 2);
-    reason = ValidUtf8(reason);  // nlohmann quotes the offending bytes
-    return BadRequest(fmt::format("the request body is not valid JSON: line {}, column {}: {}",
-                                  line, column, reason),
+    return BadRequest("the request body is not valid JSON: " + DescribeJsonParseError(body, e),
                       std::nullopt);
   }
   if (!out->is_object()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/shard_spec.h"
+#include "coordinator/openai_api.h"
 
 namespace tessera {
 
@@ -12,8 +13,8 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::exception& e) {
-    return InvalidArgument(std::string("request body: not JSON: ") + e.what());
+  } catch (const json::parse_error& e) {
+    return InvalidArgument("request body: not valid JSON: " + DescribeJsonParseError(body, e));
   }
   if (!j.is_object()) return InvalidArgument("request body: must be a JSON object");
   static const std::vector<std::string> kKnown = {"tp", "pp", "layers_per_stage", "auto",
@@ -64,7 +65,7 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
       if (!j["objective"].is_string())
         return InvalidArgument("objective: must be \"latency\" or \"throughput\"");
       auto o = ParseObjective(j["objective"].get<std::string>());
-      if (!o.ok()) return InvalidArgument("objective: " + o.status().message());
+      if (!o.ok()) return o.status();  // names the value and the choices
       r.objective = *o;
     }
     return r;

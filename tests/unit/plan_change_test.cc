@@ -61,13 +61,14 @@ TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
   };
   for (const Bad& b :
        std::vector<Bad>{{"[1,2]", "request body"},
-                        {"{nope", "request body"},
+                        {"{nope", "request body: not valid JSON: line 1, column 3: "},
+                        {"{\n  \"tp\": 2,,\n}", "line 2, column 11"},
                         {R"({"tp":2,"pp":2,"sp":1})", "'sp'"},
                         {R"({"tp":0,"pp":2})", "tp:"},
                         {R"({"tp":2,"pp":"two"})", "pp:"},
                         {R"({"tp":1,"pp":2,"layers_per_stage":[1,"x"]})", "layers_per_stage[1]"},
                         {R"({"auto":true,"tp":2})", "auto:"},
-                        {R"({"auto":true,"objective":"cost"})", "objective:"},
+                        {R"({"auto":true,"objective":"cost"})", "objective 'cost' is not one of"},
                         {R"({"tp":2})", "tp, pp"},
                         {R"({"tp":[]})", "tp:"},
                         {R"({"tp":[2,0]})", "tp[1]"},
@@ -78,6 +79,9 @@ TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b.body;
     EXPECT_NE(r.status().message().find(b.field), std::string::npos)
         << b.body << ": " << r.status().message();
+    // Never the JSON library's exception text.
+    EXPECT_EQ(r.status().message().find("json.exception"), std::string::npos)
+        << r.status().message();
   }
 }
 
