@@ -543,12 +543,22 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     a.tp_rank = r.tp_rank;
     TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
     a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    {
+      // The KV pool keeps its kv_blocks_ across re-plans; this rank's part of it.
+      StageShape shape;
+      shape.tp = parallel.TpOfStage(a.stage);
+      shape.layers = parallel.EndLayer(a.stage) - parallel.FirstLayer(a.stage);
+      std::lock_guard<std::mutex> lock(mu_);
+      a.predicted_kv_bytes = static_cast<int64_t>(
+          static_cast<double>(kv_blocks_ * config_.kv_cache.block_size) *
+          KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
+    }
     // The planner's predictions for this rank, when it placed the plan.
     if (predicted)
       for (const Assignment& p : *predicted)
         if (p.world_rank == a.world_rank && p.worker_id == a.worker_id) {
           a.predicted_weight_bytes = p.predicted_weight_bytes;
-          a.predicted_kv_bytes = p.predicted_kv_bytes;
+          if (p.predicted_kv_bytes > 0) a.predicted_kv_bytes = p.predicted_kv_bytes;
         }
     plan.push_back(a);
   }

@@ -453,6 +453,12 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   EXPECT_EQ(plan["tp"], 1);
   EXPECT_EQ(plan["pp"], 2);
   EXPECT_EQ(plan["ranks"].size(), 2u);
+  // The prediction for the new layout's KV share is made too, and is what
+  // each rank allocated.
+  for (const json& rank : plan["ranks"]) {
+    EXPECT_GT(rank["predicted_kv_bytes"].get<int64_t>(), 0) << rank.dump();
+    EXPECT_EQ(rank["predicted_kv_bytes"], rank["kv_bytes"]) << rank.dump();
+  }
   // The same layout again: every slice is reused, nothing read.
   auto same = Post("/admin/plan", {{"tp", 1}, {"pp", 2}});
   ASSERT_EQ(same.status, 200) << same.body;
