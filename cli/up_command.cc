@@ -72,7 +72,9 @@ std::string LoadProgressLine(const std::string& plan_json, double seconds) {
 // Fails when nothing could listen on host:port because something already
 // does (another deployment on this host, most often): the error names the
 // config key. A wildcard host ("*", "0.0.0.0", "::") tries every interface.
-Status CheckPortFree(const std::string& key, std::string host, int port) {
+// `example` is the value to suggest for `key` in the error's --set hint.
+Status CheckPortFree(const std::string& key, const std::string& example, std::string host,
+                     int port) {
   namespace asio = boost::asio;
   if (host == "*") host = "0.0.0.0";
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
@@ -90,8 +92,8 @@ Status CheckPortFree(const std::string& key, std::string host, int port) {
   if (ec == asio::error::address_in_use) {
     return FailedPrecondition(fmt::format(
         "{}: {}:{} is already in use (another deployment on this host? stop it, or pass "
-        "--set {}=<another port>)",
-        key, host, port, key));
+        "--set {}={})",
+        key, host, port, key, example));
   }
   return Status::Ok();
 }
@@ -161,18 +163,23 @@ Subcommand AddUpCommand(CLI::App& app) {
            false, true});
     // Nothing starts while another process holds one of this deployment's
     // ports: its workers would register with that process's coordinator.
-    std::vector<std::pair<std::string, std::pair<std::string, int>>> listeners = {
-        {"server.port", {cfg->server.host, cfg->server.port}}};
+    struct Listener {
+      std::string key, example, host;
+      int port;
+    };
+    std::vector<Listener> listeners = {
+        {"server.port", "<another port>", cfg->server.host, cfg->server.port}};
     if (cfg->admin.port != 0)
-      listeners.push_back({"admin.port", {cfg->admin.host, cfg->admin.port}});
+      listeners.push_back({"admin.port", "<another port>", cfg->admin.host, cfg->admin.port});
     {
       const std::string& ep = cfg->server.control_endpoint;  // tcp://HOST:PORT, validated
       const size_t colon = ep.rfind(':');
-      listeners.push_back(
-          {"server.control_endpoint", {ep.substr(6, colon - 6), std::stoi(ep.substr(colon + 1))}});
+      const std::string host = ep.substr(6, colon - 6);
+      listeners.push_back({"server.control_endpoint", "tcp://" + host + ":<another port>", host,
+                           std::stoi(ep.substr(colon + 1))});
     }
-    for (const auto& [key, where] : listeners) {
-      if (Status st = CheckPortFree(key, where.first, where.second); !st.ok()) {
+    for (const Listener& l : listeners) {
+      if (Status st = CheckPortFree(l.key, l.example, l.host, l.port); !st.ok()) {
         std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
         return 1;
       }

@@ -227,6 +227,12 @@ TEST(Cli, UpRefusesPortsAnotherProcessHolds) {
     EXPECT_NE(r.err.find(key + ": 127.0.0.1:" + std::to_string(held) + " is already in use"),
               std::string::npos)
         << r.err;
+    // The hint is a value the key takes.
+    EXPECT_NE(r.err.find(key == "server.port"
+                             ? "--set server.port=<another port>"
+                             : "--set server.control_endpoint=tcp://127.0.0.1:<another port>"),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(r.out, "") << "nothing may be served: " << r.out;
   }
 }
