@@ -389,7 +389,6 @@ Status CoordinatorDaemon::Plan(const std::vector<ControlWorkerInfo>& workers) {
     return ResourceExhausted("the KV cache holds " + std::to_string(blocks) + " blocks of " +
                              std::to_string(block) + " tokens, less than one sequence of " +
                              "scheduler.max_context " + std::to_string(max_context_));
-  const ModelSizes sizes = ModelSizes::From(model_, DType::kF32, DType::kF32);
   std::vector<Assignment> plan;
   for (int s = 0; s < rep.pp(); ++s) {
     const PlannedStage& st = rep.stages[s];
@@ -409,11 +408,7 @@ Status CoordinatorDaemon::Plan(const std::vector<ControlWorkerInfo>& workers) {
       a.predicted_weight_bytes = st.weight_bytes;
       TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, par, a.world_rank));
       a.shard_weight_bytes = spec.WeightBytes(DType::kF32);
-      StageShape shape;
-      shape.tp = par.tp;
-      shape.layers = st.layers();
-      a.predicted_kv_bytes = static_cast<int64_t>(static_cast<double>(blocks * block) *
-                                                  KvBytesPerTokenPerGpu(sizes, shape));
+      a.predicted_kv_bytes = PredictedKvBytes(par, s, blocks);
       plan.push_back(a);
     }
   }
@@ -521,6 +516,16 @@ void CoordinatorDaemon::PlaceAndServe() {
   PlanLoop();
 }
 
+int64_t CoordinatorDaemon::PredictedKvBytes(const ParallelConfig& parallel, int stage,
+                                            int64_t blocks) const {
+  StageShape shape;
+  shape.tp = parallel.TpOfStage(stage);
+  shape.layers = parallel.EndLayer(stage) - parallel.FirstLayer(stage);
+  return static_cast<int64_t>(
+      static_cast<double>(blocks * config_.kv_cache.block_size) *
+      KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
+}
+
 Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
                                     const std::vector<RankPlacement>& ranks,
                                     const std::string& reason, json& report,
@@ -529,6 +534,11 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Assignment> plan;
   const std::vector<ControlWorkerInfo> infos = control_->Workers();
+  int64_t kv_blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kv_blocks = kv_blocks_;
+  }
   for (const RankPlacement& r : ranks) {
     Assignment a;
     a.worker_id = r.worker_id;
@@ -543,16 +553,8 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     a.tp_rank = r.tp_rank;
     TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
     a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
-    {
-      // The KV pool keeps its kv_blocks_ across re-plans; this rank's part of it.
-      StageShape shape;
-      shape.tp = parallel.TpOfStage(a.stage);
-      shape.layers = parallel.EndLayer(a.stage) - parallel.FirstLayer(a.stage);
-      std::lock_guard<std::mutex> lock(mu_);
-      a.predicted_kv_bytes = static_cast<int64_t>(
-          static_cast<double>(kv_blocks_ * config_.kv_cache.block_size) *
-          KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
-    }
+    // The KV pool keeps its kv_blocks_ across re-plans; this rank's part of it.
+    a.predicted_kv_bytes = PredictedKvBytes(parallel, a.stage, kv_blocks);
     // The planner's predictions for this rank, when it placed the plan.
     if (predicted)
       for (const Assignment& p : *predicted)

@@ -136,6 +136,9 @@ class CoordinatorDaemon {
   // comment); the scheduler must be paused (or not yet created). Fills
   // `report` with the timings. Errors: a worker lost or failing while
   // loading, the load deadline.
+  // Bytes of a KV pool of `blocks` blocks on one rank of `stage` in
+  // `parallel` (F32 cache: the CPU backend's; the cost model's formula).
+  int64_t PredictedKvBytes(const ParallelConfig& parallel, int stage, int64_t blocks) const;
   // `planned`: the planner's result when it chose this plan (shown by GET
   // /admin/plan), else nullopt; `predicted`: its per-rank predictions.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
