@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_parse.h"
+
 namespace tessera {
 
 namespace {
@@ -21,11 +23,7 @@ constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3";
 constexpr const char* kSupportedDTypes = "float32, float16, bfloat16";
 
 // A short rendering of a JSON value for error messages.
-std::string Show(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+std::string Show(const json& j) { return ShowJsonValue(j, 60); }
 
 // Typed access to one JSON object, reporting errors as
 // "<path>: key '<prefix><key>': ...". A key whose value is null counts as

@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/json_parse.h"
+
 namespace tessera {
 
 using json = nlohmann::json;
@@ -269,12 +271,12 @@ std::string TopologyReportToJson(const TopologyReport& r, int indent) {
 }
 
 StatusOr<TopologyReport> TopologyReportFromJson(const std::string& text, const std::string& what) {
+  // A report arrives in a worker's Register message: bounded like any
+  // untrusted document (the nesting, numbers beyond the double range).
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument(what + ": malformed JSON at byte " + std::to_string(e.byte));
-  }
+  JsonParseError error;
+  if (!ParseJsonBounded(text, kMaxRequestJsonDepth, &j, &error))
+    return InvalidArgument(what + ": malformed JSON: " + error.message);
   TopologyReport r;
   TESSERA_RETURN_IF_ERROR(Get(j, "hostname", what, &r.hostname));
   TESSERA_RETURN_IF_ERROR(Get(j, "source", what, &r.source));

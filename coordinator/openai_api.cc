@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/json_parse.h"
 #include "coordinator/http_server.h"
 
 namespace tessera {
@@ -57,12 +58,8 @@ const char* TypeName(const json& j) {
   }
 }
 
-// The value as JSON text, shortened for messages.
-std::string Show(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s;
-}
+// The value as JSON text, shortened for messages (never a dump of the whole value).
+std::string Show(const json& j) { return ShowJsonValue(j, 40); }
 
 // "must be <expected>, got <type> <value>".
 ApiError WrongType(const std::string& name, const char* expected, const json& j) {
@@ -248,43 +245,19 @@ MaybeError GetGeneration(const json& obj, GenerationFields* gen) {
 
 // `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Dump() does for
 // values. Used for object keys (two invalid keys must not collide only after
-// the replacement) and for parser messages that quote the offending bytes.
+// the replacement).
 std::string ValidUtf8(const std::string& s) {
   const std::string quoted = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
   return json::parse(quoted).get<std::string>();
 }
 
-}  // namespace
-
-std::string DescribeJsonParseError(std::string_view body, const json::parse_error& e) {
-  // e.byte counts the characters read, 1-based; the error is at the last.
-  const size_t at = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, body.size());
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i < at; ++i) {
-    if (body[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  std::string reason = e.what();
-  const size_t p = reason.find("parse error");
-  const size_t colon = p == std::string::npos ? std::string::npos : reason.find(": ", p);
-  if (colon != std::string::npos) reason = reason.substr(colon + 2);
-  reason = ValidUtf8(reason);  // nlohmann quotes the offending bytes
-  return fmt::format("line {}, column {}: {}", line, column, reason);
-}
-
-namespace {
-
-// Parses JSON text that must be an object.
+// Parses JSON text that must be an object, nesting at most kMaxRequestJsonDepth
+// levels; a number outside the double range names its field.
 MaybeError ParseObject(std::string_view body, json* out) {
-  try {
-    *out = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    return BadRequest("the request body is not valid JSON: " + DescribeJsonParseError(body, e),
-                      std::nullopt);
+  JsonParseError error;
+  if (!ParseJsonBounded(body, kMaxRequestJsonDepth, out, &error)) {
+    return BadRequest("the request body is not valid JSON: " + error.message,
+                      error.field.empty() ? std::nullopt : std::optional<std::string>(error.field));
   }
   if (!out->is_object()) {
     return BadRequest(fmt::format("the request body must be a JSON object, got {}", TypeName(*out)),

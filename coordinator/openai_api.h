@@ -67,12 +67,6 @@ class [[nodiscard]] ApiResult {
   std::optional<T> value_;
 };
 
-// "line L, column C: <reason>" for a JSON parse error in `body` (the line and
-// column of the byte the parser stopped at, 1-based; the reason without the
-// library's exception prefix, invalid UTF-8 replaced). Used for every JSON
-// request body, the admin API's included.
-std::string DescribeJsonParseError(std::string_view body, const nlohmann::json::parse_error& e);
-
 // Maps a Status from the serving path to an HTTP error: kInvalidArgument and
 // kOutOfRange 400, kNotFound 404, kResourceExhausted 429, kUnavailable 503,
 // kDeadlineExceeded 504, anything else 500 ("server_error").

@@ -2,20 +2,24 @@
 
 #include <algorithm>
 
+#include "common/json_parse.h"
 #include "common/shard_spec.h"
-#include "coordinator/openai_api.h"
 
 namespace tessera {
 
 using nlohmann::json;
 
+namespace {
+// The largest tp or pp a plan request may name (a bound on the input, far
+// above any real layout; the planner then checks what the model allows).
+constexpr int64_t kMaxLayoutDegree = 1 << 20;
+}  // namespace
+
 StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
   json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument("request body: not valid JSON: " + DescribeJsonParseError(body, e));
-  }
+  JsonParseError error;
+  if (!ParseJsonBounded(body, kMaxRequestJsonDepth, &j, &error))
+    return InvalidArgument("request body: not valid JSON: " + error.message);
   if (!j.is_object()) return InvalidArgument("request body: must be a JSON object");
   static const std::vector<std::string> kKnown = {"tp", "pp", "layers_per_stage", "auto",
                                                   "objective"};
@@ -32,17 +36,19 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     const json& v = j["tp"];
     if (v.empty()) return InvalidArgument("tp: a list needs one entry per stage, got []");
     for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 || v[i].get<int64_t>() > 1 << 20)
-        return InvalidArgument("tp[" + std::to_string(i) + "]: must be an integer >= 1, got " +
-                               v[i].dump());
+      if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 ||
+          v[i].get<int64_t>() > kMaxLayoutDegree)
+        return InvalidArgument("tp[" + std::to_string(i) + "]: must be an integer from 1 to " +
+                               std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v[i]));
       r.tp_per_stage.push_back(v[i].get<int>());
     }
   }
   auto positive = [&](const char* key, int& out) -> Status {
     if (!j.contains(key)) return Status::Ok();
     const json& v = j[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1 << 20)
-      return InvalidArgument(std::string(key) + ": must be an integer >= 1, got " + v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLayoutDegree)
+      return InvalidArgument(std::string(key) + ": must be an integer from 1 to " +
+                             std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v));
     out = v.get<int>();
     return Status::Ok();
   };
@@ -54,7 +60,7 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_number_integer())
         return InvalidArgument("layers_per_stage[" + std::to_string(i) +
-                               "]: must be an integer, got " + v[i].dump());
+                               "]: must be an integer, got " + ShowJsonValue(v[i]));
       r.layers_per_stage.push_back(v[i].get<int>());
     }
   }
