@@ -209,7 +209,20 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
     res->Send(e.http_status, "application/json", e.ToJson());
     return;
   }
+  if (static_cast<int64_t>(gens.size()) > config_.scheduler.queue_limit) {
+    request_metrics_->Rejected();
+    const ApiError e = TooManyPromptsError(
+        config_.scheduler.queue_limit, static_cast<int64_t>(gens.size()), "scheduler.queue_limit");
+    res->Send(e.http_status, "application/json", e.ToJson());
+    return;
+  }
   for (const GenerationRequest& g : gens) {
+    if (g.prompt_ids.empty()) {
+      request_metrics_->Rejected();
+      const ApiError e = EmptyPromptError(chat ? "messages" : "prompt");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     const int64_t prompt_limit = config_.scheduler.max_prompt_tokens;
     if (prompt_limit > 0 && static_cast<int64_t>(g.prompt_ids.size()) > prompt_limit) {
       const ApiError e =
@@ -247,7 +260,7 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
   // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
   // emits before the stream has started (or after the request was refused).
   std::unique_lock<std::mutex> admit(x->mu);
-  std::vector<int64_t> ids;
+  std::vector<RequestCallbacks> callbacks;
   for (size_t i = 0; i < gens.size(); ++i) {
     RequestCallbacks cb;
     const int index = static_cast<int>(i);
@@ -324,19 +337,21 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       }
       if (--x->remaining == 0) SendFinal(*x);
     };
-    auto id = scheduler_->Enqueue(gens[i], request_metrics_->Instrument(std::move(cb), arrival));
-    if (!id.ok()) {
-      request_metrics_->Rejected();
-      for (int64_t done : ids) scheduler_->Cancel(done);
-      const ApiError e = id.status().code() == StatusCode::kResourceExhausted
-                             ? QueueFullError(config_.scheduler.queue_limit)
-                             : ApiErrorFromStatus(id.status());
-      res->Send(e.http_status, "application/json", e.ToJson());
-      x->failed = true;
-      return;
-    }
-    ids.push_back(*id);
+    callbacks.push_back(request_metrics_->Instrument(std::move(cb), arrival));
   }
+  // All prompts of the request join the queue, or none does: a refused
+  // request takes no queue slot, even briefly, and nothing is cancelled.
+  auto enqueued = scheduler_->EnqueueAll(std::move(gens), std::move(callbacks));
+  if (!enqueued.ok()) {
+    request_metrics_->Rejected();
+    const ApiError e = enqueued.status().code() == StatusCode::kResourceExhausted
+                           ? QueueFullError(config_.scheduler.queue_limit)
+                           : ApiErrorFromStatus(enqueued.status());
+    res->Send(e.http_status, "application/json", e.ToJson());
+    x->failed = true;
+    return;
+  }
+  const std::vector<int64_t> ids = std::move(*enqueued);
   if (x->stream) res->StartStream(200);
   admit.unlock();
   Scheduler* sched = scheduler_.get();

@@ -61,6 +61,13 @@ const char* TypeName(const json& j) {
 // The value as JSON text, shortened for messages (never a dump of the whole value).
 std::string Show(const json& j) { return ShowJsonValue(j, 40); }
 
+// An empty prompt array: param "prompt", code "empty_prompt" (as EmptyPromptError).
+ApiError EmptyPromptArrayError(std::string message) {
+  ApiError e = BadRequest(std::move(message), "prompt");
+  e.code = "empty_prompt";
+  return e;
+}
+
 // "must be <expected>, got <type> <value>".
 ApiError WrongType(const std::string& name, const char* expected, const json& j) {
   return BadRequest(fmt::format("{} must be {}, got {} {}", name, expected, TypeName(j), Show(j)),
@@ -267,7 +274,7 @@ MaybeError ParseObject(std::string_view body, json* out) {
 }
 
 MaybeError ToTokenIds(const json& arr, const std::string& name, std::vector<int32_t>* out) {
-  if (arr.empty()) return BadRequest(name + " must not be an empty array", "prompt");
+  if (arr.empty()) return EmptyPromptArrayError(name + " must not be an empty array");
   out->reserve(arr.size());
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& t = arr[i];
@@ -300,7 +307,7 @@ MaybeError GetPrompts(const json& obj, std::vector<Prompt>* out) {
     return std::nullopt;
   }
   if (!j->is_array()) return WrongType("prompt", kShapes, *j);
-  if (j->empty()) return BadRequest("prompt must not be an empty array", "prompt");
+  if (j->empty()) return EmptyPromptArrayError("prompt must not be an empty array");
   const json& first = (*j)[0];
   if (first.is_number()) {
     Prompt p;
@@ -552,6 +559,26 @@ ApiError StreamLimitError(int64_t limit, const std::string& limit_key) {
       "stream: false",
       limit, limit_key);
   e.code = "too_many_streams";
+  return e;
+}
+
+ApiError TooManyPromptsError(int64_t limit, int64_t prompts, const std::string& limit_key) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = fmt::format(
+      "the request holds {} prompts; this server queues at most {} requests ({}), so it can never "
+      "be admitted: send fewer prompts per request",
+      prompts, limit, limit_key);
+  e.param = "prompt";
+  e.code = "too_many_prompts";
+  return e;
+}
+
+ApiError EmptyPromptError(const std::string& param) {
+  ApiError e = BadRequest(
+      fmt::format("the {} is empty: give at least one token of text to continue from", param),
+      param);
+  e.code = "empty_prompt";
   return e;
 }
 

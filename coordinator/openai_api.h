@@ -92,6 +92,14 @@ ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::strin
 // 429, type "rate_limit_error", code "too_many_streams": `limit` streams are
 // open, naming the config key `limit_key`.
 ApiError StreamLimitError(int64_t limit, const std::string& limit_key);
+// 400, param "prompt", code "too_many_prompts": a request with more prompts
+// than the queue holds (`limit_key` = scheduler.queue_limit) can never be
+// admitted, so it is refused as a bad request, not as a retryable 429.
+ApiError TooManyPromptsError(int64_t limit, int64_t prompts, const std::string& limit_key);
+// 400, code "empty_prompt", param `param` ("prompt" or "messages"): the
+// prompt is empty once tokenized (an empty string), so there is nothing to
+// continue from.
+ApiError EmptyPromptError(const std::string& param);
 
 // One prompt of a completion request: text to tokenize, or token ids.
 struct Prompt {

@@ -1,6 +1,6 @@
 // Daemons: a test fixture that starts tessera-coordinator and four
 // tessera-worker processes (tp=2 x pp=2 by default) on loopback with the
-// fixture model llama_gqa_f32, waits for /readyz, and stops them all in
+// fixture model llama_gqa_f32 (ModelName()), waits for /readyz, and stops them all in
 // TearDown. Variants override the virtual *Toml() and Workers() methods.
 // Shared by the daemon tests and the security suite.
 #pragma once
@@ -29,6 +29,8 @@ class Daemons : public ::testing::Test {
   // The [parallel] keys and the worker count of the deployment.
   virtual std::string ParallelToml() const { return "tp = 2\npp = 2\n"; }
   virtual int Workers() const { return 4; }
+  // The fixture model (tests/fixtures/models/<name>) the daemons serve.
+  virtual std::string ModelName() const { return "llama_gqa_f32"; }
   // The [scheduler] table and the chat template override; variants of the
   // fixture change them.
   virtual std::string SchedulerToml() const {
@@ -38,7 +40,7 @@ class Daemons : public ::testing::Test {
 
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
-    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    model_ = ::tessera::testing::FixturePath("models/" + ModelName());
     port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")

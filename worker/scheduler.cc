@@ -1,5 +1,7 @@
 #include "worker/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -111,22 +113,50 @@ Status Scheduler::Validate(const GenerationRequest& r) const {
 }
 
 StatusOr<int64_t> Scheduler::Enqueue(GenerationRequest request, RequestCallbacks callbacks) {
-  TESSERA_RETURN_IF_ERROR(Validate(request));
-  auto s = std::make_unique<Seq>();
-  s->req = std::move(request);
-  s->callbacks = std::move(callbacks);
-  s->tokens = s->req.prompt_ids;
-  s->prompt_len = static_cast<int32_t>(s->tokens.size());
-  s->result.prompt_tokens = s->prompt_len;
-  if (tokenizer_) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+  std::vector<GenerationRequest> requests;
+  requests.push_back(std::move(request));
+  std::vector<RequestCallbacks> cbs;
+  cbs.push_back(std::move(callbacks));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                           EnqueueAll(std::move(requests), std::move(cbs)));
+  return ids[0];
+}
+
+StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationRequest> requests,
+                                                     std::vector<RequestCallbacks> callbacks) {
+  TESSERA_CHECK(requests.size() == callbacks.size());
+  std::vector<std::unique_ptr<Seq>> seqs;
+  seqs.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(Validate(requests[i]));
+    auto s = std::make_unique<Seq>();
+    s->req = std::move(requests[i]);
+    s->callbacks = std::move(callbacks[i]);
+    s->tokens = s->req.prompt_ids;
+    s->prompt_len = static_cast<int32_t>(s->tokens.size());
+    s->result.prompt_tokens = s->prompt_len;
+    if (tokenizer_) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+    seqs.push_back(std::move(s));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int64_t>(waiting_.size()) >= options_.queue_limit)
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  if (static_cast<int64_t>(waiting_.size()) + n > options_.queue_limit) {
+    if (n > 1)
+      return ResourceExhausted(fmt::format(
+          "the request queue has room for {} of {} requests ({} waiting, limit {}); retry later",
+          std::max<int64_t>(options_.queue_limit - static_cast<int64_t>(waiting_.size()), 0), n,
+          waiting_.size(), options_.queue_limit));
     return ResourceExhausted("the request queue is full (" + std::to_string(options_.queue_limit) +
                              " waiting); retry later");
-  s->id = next_id_++;
-  const int64_t id = s->id;
-  waiting_.push_back(std::move(s));
-  return id;
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(seqs.size());
+  for (auto& s : seqs) {
+    s->id = next_id_++;
+    ids.push_back(s->id);
+    waiting_.push_back(std::move(s));
+  }
+  return ids;
 }
 
 void Scheduler::Cancel(int64_t id) {

@@ -128,6 +128,15 @@ class Scheduler {
   // strings without a tokenizer, context too long); kResourceExhausted when
   // the queue is full.
   StatusOr<int64_t> Enqueue(GenerationRequest request, RequestCallbacks callbacks);
+  // Thread-safe. Admits every request or none (one API request with several
+  // prompts): all are validated, then all join the queue under one lock when
+  // it has room for all of them. On an error nothing was queued and no
+  // callback runs. Returns the ids in order. Errors as Enqueue; `requests`
+  // and `callbacks` have the same size.
+  StatusOr<std::vector<int64_t>> EnqueueAll(std::vector<GenerationRequest> requests,
+                                            std::vector<RequestCallbacks> callbacks);
+  // The most requests the queue holds (SchedulerOptions::queue_limit).
+  int64_t queue_limit() const { return options_.queue_limit; }
   // Thread-safe. The request finishes with kCancelled at the next iteration.
   void Cancel(int64_t id);
 

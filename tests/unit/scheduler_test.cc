@@ -205,6 +205,53 @@ TEST(Scheduler, AdmissionControlAndCancellation) {
   EXPECT_EQ(rig.allocator->num_free(), 64);
 }
 
+// EnqueueAll admits every request or none: with one place left in the queue,
+// two requests are refused together, nothing joins the queue, and no callback
+// runs (a refused API request must not take slots or count as cancelled).
+TEST(Scheduler, EnqueueAllAdmitsEveryRequestOrNone) {
+  SchedulerOptions o;
+  o.queue_limit = 3;
+  o.max_context = 32;
+  Rig rig = MakeRig(64, 4, o);
+  std::map<int64_t, GenerationResult> done;
+  int64_t x = -1, y = -1;
+  x = *rig.scheduler->Enqueue(Req({1, 2, 3}, 4), Collect(done, &x));
+  int finished = 0;
+  auto counting = [&finished] {
+    RequestCallbacks cb;
+    cb.on_finish = [&finished](const GenerationResult&) { ++finished; };
+    return cb;
+  };
+  std::vector<GenerationRequest> three = {Req({4}, 2), Req({5}, 2), Req({6}, 2)};
+  std::vector<RequestCallbacks> cbs;
+  for (int i = 0; i < 3; ++i) cbs.push_back(counting());
+  auto refused = rig.scheduler->EnqueueAll(three, std::move(cbs));
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("room for 2 of 3"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(rig.scheduler->waiting(), 1u);
+  // One invalid request refuses the whole set, naming it.
+  std::vector<RequestCallbacks> cbs2;
+  for (int i = 0; i < 2; ++i) cbs2.push_back(counting());
+  auto invalid = rig.scheduler->EnqueueAll({Req({7}, 2), Req({1, 999999}, 2)}, std::move(cbs2));
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig.scheduler->waiting(), 1u);
+  // Two fit: both are admitted, in order.
+  std::vector<RequestCallbacks> cbs3;
+  for (int i = 0; i < 2; ++i) cbs3.push_back(counting());
+  auto both = rig.scheduler->EnqueueAll({Req({8}, 2), Req({9}, 2)}, std::move(cbs3));
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  ASSERT_EQ(both->size(), 2u);
+  EXPECT_EQ((*both)[1], (*both)[0] + 1);
+  y = (*both)[0];
+  EXPECT_EQ(rig.scheduler->waiting(), 3u);
+  Drain(*rig.scheduler, done);
+  EXPECT_EQ(finished, 2);  // only the admitted pair; the refused ones never ran
+  EXPECT_EQ(done[x].finish_reason, FinishReason::kLength);
+  EXPECT_GE(y, 0);
+  EXPECT_EQ(rig.allocator->num_free(), 64);
+}
+
 // Wraps an executor and fails every Collect after the first `ok_collects`,
 // like a pipeline that lost a worker.
 class BreakingExecutor : public StepExecutor {
