@@ -214,4 +214,13 @@ std::string ParallelConfig::ToString() const {
                      TpString(), pp, world_size(), fmt::join(layers_per_stage, ", "));
 }
 
+LayoutParam LayoutParamOfError(const Status& error) {
+  const std::string& m = error.message();
+  auto starts = [&m](const char* prefix) { return m.rfind(prefix, 0) == 0; };
+  if (starts("pp")) return LayoutParam::kPp;
+  if (starts("layers_per_stage")) return LayoutParam::kLayersPerStage;
+  if (starts("model config")) return LayoutParam::kModel;
+  return LayoutParam::kTp;  // "tp...", "tp_per_stage=...", "stage s: tp=..."
+}
+
 }  // namespace tessera

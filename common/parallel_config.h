@@ -82,6 +82,9 @@ struct ParallelConfig {
   //  - layers_per_stage does not have pp entries, an entry is < 1 (every stage
   //    needs at least one layer), or the entries do not sum to
   //    num_hidden_layers.
+  //  Every message begins with the parameter at fault ("tp=", "stage s: tp=",
+  //  "tp_per_stage=", "pp=", "layers_per_stage=") or with "model config:";
+  //  LayoutParamOfError reads it back.
   Status Validate(const ModelConfig& model) const;
 
   // True when every stage has the same tp (tp_per_stage is empty).
@@ -119,5 +122,17 @@ struct ParallelConfig {
   // The tp part alone: "2", or "[4, 2]" for a per-stage layout.
   std::string TpString() const;
 };
+
+// The layout parameter an error of Make, MakePerStage or Validate is about,
+// so a caller can name the config key or flag to fix (parallel.pp rather than
+// parallel.tp for "pp=3 exceeds num_hidden_layers=2").
+enum class LayoutParam {
+  kTp,              // tp, a per-stage tp list, or one stage's tp
+  kPp,              // pp
+  kLayersPerStage,  // layers_per_stage
+  kModel,           // the model's own sizes (config.json)
+};
+// Precondition: `error` came from Make, MakePerStage or Validate.
+LayoutParam LayoutParamOfError(const Status& error);
 
 }  // namespace tessera

@@ -47,15 +47,27 @@ Status CoordinatorDaemon::Start() {
   }
   if (config_.parallel.mode == ParallelMode::kExplicit) {
     // The layout's rules against the model, before any worker is waited for.
-    std::string layout_key = "parallel.tp";
-    for (const char* k : {"parallel.layers_per_stage", "parallel.pp", "parallel.tp"})
-      if (config_.sources.count(k)) layout_key = k;
     auto parallel = config_.parallel.tp_per_stage.empty()
                         ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
                                                config_.parallel.layers_per_stage)
                         : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
                                                        config_.parallel.layers_per_stage);
     if (!parallel.ok()) {
+      // Name the key the message is about (pp=3 over 2 layers: parallel.pp).
+      const char* layout_key = "parallel.tp";
+      switch (LayoutParamOfError(parallel.status())) {
+        case LayoutParam::kPp:
+          layout_key = "parallel.pp";
+          break;
+        case LayoutParam::kLayersPerStage:
+          layout_key = "parallel.layers_per_stage";
+          break;
+        case LayoutParam::kModel:
+          layout_key = "model.path";
+          break;
+        case LayoutParam::kTp:
+          break;
+      }
       return parallel.status().WithContext(ConfigKeyContext(config_, layout_key) + " (model.path " +
                                            dir + ")");
     }

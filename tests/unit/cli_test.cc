@@ -270,7 +270,11 @@ TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
                                             "up.toml:3:8: model.path: " + dir + "/nomodel"},
         {"[model]\npath = \"" + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
              "\"\n[parallel]\ntp = 3\n",
-         "up.toml:5:6: parallel.tp (model.path "}}) {
+         "up.toml:5:6: parallel.tp (model.path "},
+        // pp over the model's 2 layers names parallel.pp, not parallel.tp.
+        {"[model]\npath = \"" + ::tessera::testing::FixturePath("models/llama_gqa_f32") +
+             "\"\n[parallel]\ntp = 1\npp = 3\n",
+         "up.toml:6:6: parallel.pp (model.path "}}) {
     {
       std::ofstream cfg(dir + "/up.toml");
       cfg << "# a deployment\n"
@@ -281,6 +285,12 @@ TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
     EXPECT_NE(bad.exit_code, 0);
     EXPECT_NE(bad.err.find(expect), std::string::npos) << bad.err;
   }
+  // The same layout given with --set names the flag.
+  CliRun flagged =
+      Tessera("up --config " + dir + "/up.toml --ready-timeout 60 --set parallel.pp=3");
+  EXPECT_NE(flagged.exit_code, 0);
+  EXPECT_NE(flagged.err.find("--set parallel.pp=3: parallel.pp (model.path "), std::string::npos)
+      << flagged.err;
 }
 
 // Auto placement through `tessera up`: the planner's explanation and the

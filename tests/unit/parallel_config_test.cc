@@ -331,5 +331,24 @@ TEST(ParallelConfig, ToString) {
             "ParallelConfig{tp=2, pp=3, world_size=6, layers_per_stage=[11, 11, 10]}");
 }
 
+// Every layout error names the parameter at fault, so the coordinator can
+// name the config key: pp over the layers is parallel.pp, not parallel.tp.
+TEST(ParallelConfig, LayoutParamOfErrorNamesTheParameterAtFault) {
+  auto param = [](const StatusOr<ParallelConfig>& r) {
+    EXPECT_FALSE(r.ok());
+    return LayoutParamOfError(r.status());
+  };
+  EXPECT_EQ(param(ParallelConfig::Make(Small(2, 4, 4), 1, 3)), LayoutParam::kPp);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(2, 4, 4), 1, 0)), LayoutParam::kPp);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(2, 4, 4), 3, 1)), LayoutParam::kTp);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(2, 4, 4), 0, 1)), LayoutParam::kTp);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(8, 4, 4), 1, 2, {4, 3})),
+            LayoutParam::kLayersPerStage);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(8, 4, 4), 1, 2, {8})), LayoutParam::kLayersPerStage);
+  EXPECT_EQ(param(ParallelConfig::MakePerStage(Llama3_8B(), {8, 3})), LayoutParam::kTp);
+  EXPECT_EQ(param(ParallelConfig::MakePerStage(Small(2, 4, 4), {1, 2, 4})), LayoutParam::kPp);
+  EXPECT_EQ(param(ParallelConfig::Make(Small(2, 6, 4), 1, 1)), LayoutParam::kModel);
+}
+
 }  // namespace
 }  // namespace tessera
