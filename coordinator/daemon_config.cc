@@ -1,6 +1,7 @@
 #include "coordinator/daemon_config.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "common/curve_keys.h"
+#include "coordinator/host_address.h"
 
 namespace tessera {
 
@@ -605,9 +607,8 @@ std::string UnknownKeyMessage(const std::string& table, const std::string& key) 
 // ---------------------------------------------------------------------------
 // Validation helpers.
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
-}
+// Parsed, and names resolved: coordinator/host_address.h.
+bool IsLoopback(const std::string& host) { return IsLoopbackHost(host); }
 
 bool IsWildcard(const std::string& host) {
   return host == "*" || host == "0.0.0.0" || host == "::" || host == "[::]";
@@ -780,6 +781,15 @@ Status ResolveFiles(DaemonConfig& c) {
       return Bad(c, "admin.token_file",
                  Quote(file) +
                      " does not hold a bearer token (letters, digits, - . _ ~ + / and trailing =)");
+    }
+    // Like a CURVE secret key file: a secret others on the host may read is
+    // no secret.
+    struct stat st;
+    if (stat(file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+      return Bad(c, "admin.token_file",
+                 Quote(file) + fmt::format(" is accessible by group or others (mode {:04o}); "
+                                           "chmod 600 it (owner read/write only)",
+                                           st.st_mode & 07777));
     }
     c.admin.effective_token = token;
   }

@@ -225,7 +225,9 @@ struct AdminSection {
   // which is allowed only while it listens on a loopback address.
   std::string token;
   // File whose contents (surrounding whitespace removed) are the token; read
-  // when the config is loaded. Keeps the secret out of the config file.
+  // when the config is loaded. Keeps the secret out of the config file. It
+  // must not be accessible by group or others (mode 0600), like a CURVE
+  // secret key file.
   std::string token_file;
   // The token the admin API checks: `token`, or the contents of `token_file`;
   // "" = no token. Filled by the loader, not a TOML key.

@@ -30,6 +30,12 @@ std::string WriteFile(const std::string& dir, const std::string& name, const std
   return path;
 }
 
+// Mode 0600: what a token file must have.
+void OwnerOnly(const std::string& path) {
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
 // The error message of parsing `text` as "x.toml"; "" when it parsed.
 std::string ParseError(const std::string& text) {
   StatusOr<DaemonConfig> c = ParseDaemonConfig(text, "x.toml");
@@ -531,6 +537,7 @@ TEST(DaemonConfigLoad, ErrorsNameTheLoadedFile) {
 TEST(DaemonConfigLoad, TokenFileIsRead) {
   std::string dir = testing::MakeTempDir("daemon-config");
   std::string token = WriteFile(dir, "token", "  abc-DEF_123==\n");
+  OwnerOnly(token);
   StatusOr<DaemonConfig> c = ParseDaemonConfig(
       "[server]\nhost = \"0.0.0.0\"\n[admin]\nport = 0\ntoken_file = \"" + token + "\"\n",
       "x.toml");
@@ -549,6 +556,36 @@ TEST(DaemonConfigLoad, TokenFileIsRead) {
   std::string spaced = WriteFile(dir, "spaced", "two words\n");
   EXPECT_THAT(ParseError("[admin]\ntoken_file = \"" + spaced + "\"\n"),
               HasSubstr("does not hold a bearer token"));
+}
+
+TEST(DaemonConfigLoad, TokenFileReadableByOthersIsRefused) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string token = WriteFile(dir, "token", "abc\n");
+  for (auto [mode, text] : {std::pair{0644, "0644"},
+                            {0640, "0640"},
+                            {0604, "0604"},
+                            {0660, "0660"},
+                            {0700 | 0020, "0720"}}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + token + "\"\n"),
+              "x.toml:2:14: admin.token_file: \"" + token +
+                  "\" is accessible by group or others (mode " + text +
+                  "); chmod 600 it (owner read/write only)");
+  }
+  for (int mode : {0600, 0400}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    StatusOr<DaemonConfig> c =
+        ParseDaemonConfig("[admin]\ntoken_file = \"" + token + "\"\n", "x.toml");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->admin.effective_token, "abc");
+  }
+  // An override is checked the same way.
+  std::filesystem::permissions(token, static_cast<std::filesystem::perms>(0644));
+  DaemonConfig c;
+  Status s = ApplyOverrides(c, {"admin.token_file=" + token});
+  EXPECT_EQ(s.message(), "--set admin.token_file=" + token + ": admin.token_file: \"" + token +
+                             "\" is accessible by group or others (mode 0644); chmod 600 it "
+                             "(owner read/write only)");
 }
 
 TEST(DaemonConfigLoad, TlsFilesMustBeReadable) {
@@ -677,6 +714,7 @@ TEST(DaemonConfigOverride, ParallelMode) {
 TEST(DaemonConfigOverride, TokenFileIsReadOnOverride) {
   std::string dir = testing::MakeTempDir("daemon-config");
   std::string token = WriteFile(dir, "token", "tok\n");
+  OwnerOnly(token);
   DaemonConfig c;
   ASSERT_TRUE(ApplyOverrides(c, {"admin.token_file=" + token, "admin.host=0.0.0.0"}).ok());
   EXPECT_EQ(c.admin.effective_token, "tok");

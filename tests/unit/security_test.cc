@@ -509,6 +509,7 @@ class SecureDaemons : public ::testing::Test {
     ASSERT_TRUE(WriteCurveKeyPair(worker_, dir_ + "/worker").ok());
     ASSERT_TRUE(WriteCurveKeyPair(rogue_, dir_ + "/rogue").ok());
     std::ofstream(dir_ + "/admin.token") << "adm1n-t0ken\n";
+    ASSERT_EQ(chmod((dir_ + "/admin.token").c_str(), 0600), 0);  // a secret: owner only
     port_ = ::tessera::testing::FreeTcpPort();
     admin_port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
