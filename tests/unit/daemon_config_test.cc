@@ -130,7 +130,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 51);
+  EXPECT_EQ(keys, 52);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -318,8 +318,15 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[parallel]\nmode = \"auto\"\ntp = [2, 1]\n",
        "x.toml:3:6: parallel.tp: is set but parallel.mode = \"auto\" (at x.toml:2:8); remove it, "
        "or set parallel.mode = \"explicit\""},
-      {"[server]\nport = 0\n", "x.toml:2:8: server.port: must be in 1..65535, got 0"},
-      {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 1..65535, got 70000"},
+      {"[server]\nport = -1\n", "x.toml:2:8: server.port: must be in 0..65535, got -1"},
+      {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 0..65535, got 70000"},
+      {"[server]\ncontrol_endpoint = \"tcp://127.0.0.1:70000\"\n",
+       "x.toml:2:20: server.control_endpoint: port must be in 0..65535, got 70000"},
+      {"[admin]\npick_port = 1\n",
+       "x.toml:2:13: admin.pick_port: expected true or false, got integer 1"},
+      {"[admin]\nport = 9001\npick_port = true\n",
+       "x.toml:3:13: admin.pick_port: admin.pick_port = true picks the admin listener's port and "
+       "admin.port is set too; give one"},
       {"[server]\nhost = \"my host\"\n",
        "x.toml:2:8: server.host: must be a host name or IP address, got \"my host\""},
       {"[server]\ncontrol_endpoint = \"127.0.0.1:5555\"\n",
@@ -556,6 +563,34 @@ TEST(DaemonConfigLoad, TokenFileIsRead) {
   std::string spaced = WriteFile(dir, "spaced", "two words\n");
   EXPECT_THAT(ParseError("[admin]\ntoken_file = \"" + spaced + "\"\n"),
               HasSubstr("does not hold a bearer token"));
+}
+
+// Port 0 on every listener: the kernel picks the ports when the coordinator
+// binds (tessera-coordinator --ports-file reports them), so two listeners at
+// port 0 are not one listener, and no worker.coordinator is inferred.
+TEST(DaemonConfigLoad, PortZeroListenersArePickedAtBind) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\npick_port = true\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.port, 0);
+  EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:0");
+  EXPECT_TRUE(c->admin.pick_port);
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");  // the default, not port 0
+  EXPECT_THAT(FormatDaemonConfig(*c, true), HasSubstr("pick_port = true\n"));
+  // The admin API on a picked API port (admin.port = 0) and a wildcard
+  // control endpoint at port 0.
+  c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://*:0\"\n[admin]\nport = 0\n"
+      "[control]\ncoordinator_secret_key_file = \"c.key\"\nworker_public_keys = "
+      "[\"0123456789abcdefghijABCDEFGHIJ0123456789\"]\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->admin.pick_port);
+  DaemonConfig d;
+  ASSERT_TRUE(ApplyOverrides(d, {"server.port=0", "admin.pick_port=true"}).ok());
+  EXPECT_TRUE(d.admin.pick_port);
+  EXPECT_EQ(d.server.port, 0);
 }
 
 TEST(DaemonConfigLoad, TokenFileReadableByOthersIsRefused) {

@@ -1,20 +1,28 @@
 // HTTP framing and header holes (coordinator/http_request_checks.h), over raw
-// loopback sockets against an HttpServer in this process. Each refused
+// loopback sockets: against an HttpServer in this process, and against a real
+// tessera-coordinator (started with port 0 and --ports-file). Each refused
 // request must get its status, then the connection must close without a
 // second response: the bytes a proxy would have forwarded as this request's
 // body never run as a request of their own. A normal request still works
 // afterwards.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coordinator/http_request_checks.h"
 #include "coordinator/http_server.h"
 #include "raw_http_client.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -264,6 +272,105 @@ TEST(CheckRequestHeader, NamesTheFieldAtFault) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->message,
             "the request has both Transfer-Encoding and Content-Length; send one of them");
+}
+
+// ---- Against a real coordinator ----
+
+class SecurityHttpDaemon : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-security-http"));
+    const std::string& dir = *dir_;
+    std::ofstream(dir + "/c.toml")
+        << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 1\npp = 1\n"
+        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n";
+    pid_ = ::tessera::testing::Spawn(
+        {::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir + "/c.toml",
+         "--ports-file", dir + "/ports.json"},
+        dir + "/coordinator.log");
+    ports_ = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pid_);
+  }
+  static void TearDownTestSuite() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 50 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ports_) << "no ports file: "
+                        << ::tessera::testing::ReadFileOrDie(*dir_ + "/coordinator.log");
+  }
+
+  // One request on a fresh connection; its response.
+  static std::optional<RawResponse> Call(const std::string& bytes) {
+    RawHttpClient c(ports_->api);
+    if (!c.Send(bytes)) return std::nullopt;
+    return c.ReadResponse();
+  }
+
+  static constexpr const char* kToken = "sec-http-token";
+  static inline std::string* dir_ = nullptr;
+  static inline pid_t pid_ = -1;
+  static inline std::optional<::tessera::testing::CoordinatorPorts> ports_;
+};
+
+TEST_F(SecurityHttpDaemon, TheCoordinatorReportsThePortsItBound) {
+  // Port 0 everywhere: the kernel's picks, one listener each (the admin API
+  // shares the API listener with admin.port = 0).
+  EXPECT_EQ(ports_->admin, ports_->api);
+  EXPECT_NE(ports_->control, ports_->api);
+  EXPECT_NE(ports_->store, ports_->api);
+  EXPECT_NE(ports_->store, ports_->control);
+  const std::string log = ::tessera::testing::ReadFileOrDie(*dir_ + "/coordinator.log");
+  EXPECT_NE(log.find("listening: api 127.0.0.1:" + std::to_string(ports_->api)), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("control tcp://127.0.0.1:" + std::to_string(ports_->control)),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("store " + std::to_string(ports_->store)), std::string::npos) << log;
+  // Workers could reach the control port: something listens there.
+  RawHttpClient control(ports_->control);
+  EXPECT_TRUE(control.connected());
+}
+
+TEST_F(SecurityHttpDaemon, SmuggledRequestsNeverRunAndTheCoordinatorGoesOn) {
+  const std::string smuggled = SmuggledRequest("/v1/models");
+  // The control: on its own, the smuggled request is answered.
+  auto alone = Call(smuggled);
+  ASSERT_TRUE(alone.has_value());
+  ASSERT_EQ(alone->status, 200) << alone->body;
+  EXPECT_NE(alone->body.find("llama_gqa_f32"), std::string::npos) << alone->body;
+
+  for (const Case& c : RefusedRequests(smuggled)) {
+    // The daemon has no /echo: the refusal comes before routing, from the
+    // header alone.
+    ExpectRefusedAndClosed(ports_->api, c.bytes, c.status, c.code, c.what);
+  }
+  // Two Authorization fields on an admin route: refused before the token
+  // check, whichever comes first.
+  const std::string right = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  const std::string wrong = "Authorization: Bearer not-the-token\r\n";
+  ExpectRefusedAndClosed(ports_->api,
+                         Request("GET /admin/cluster HTTP/1.1", "Host: t\r\n" + right + wrong), 400,
+                         "bad_request", "right token first");
+  ExpectRefusedAndClosed(ports_->api,
+                         Request("GET /admin/cluster HTTP/1.1", "Host: t\r\n" + wrong + right), 400,
+                         "bad_request", "wrong token first");
+
+  // Still serving: the API, and the admin API with one token.
+  auto models = Call(smuggled);
+  ASSERT_TRUE(models.has_value());
+  EXPECT_EQ(models->status, 200);
+  auto cluster = Call(Request("GET /admin/cluster HTTP/1.1", "Host: t\r\n" + right));
+  ASSERT_TRUE(cluster.has_value());
+  EXPECT_EQ(cluster->status, 200) << cluster->body;
+  auto refused = Call(Request("GET /admin/cluster HTTP/1.1", "Host: t\r\n" + wrong));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(waitpid(pid_, nullptr, WNOHANG), 0) << "the coordinator exited";
 }
 
 }  // namespace
