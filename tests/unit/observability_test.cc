@@ -70,26 +70,32 @@ class Observability : public ::testing::Test {
     const auto t0 = Clock::now();
     dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-observability"));
     const std::string& dir = *dir_;
-    api_port_ = ::tessera::testing::FreeTcpPort();
-    const int control = ::tessera::testing::FreeTcpPort();
     for (int i = 0; i < kWorkers; ++i) worker_ports_.push_back(::tessera::testing::FreeTcpPort());
     prom_port_ = ::tessera::testing::FreeTcpPort();
     const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     std::ofstream(dir + "/c.toml")
         << "[model]\npath = \"" << model << "\"\n[parallel]\ntp = 2\npp = 2\n"
-        << "[server]\nport = " << api_port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-        << "\"\n[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
+        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n";
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"},
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml",
+                           "--ports-file", dir + "/ports.json"},
                           dir + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pids_[0]);
+    if (!ports) {
+      setup_error_ = new std::string("no ports file: " +
+                                     ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log"));
+      return;
+    }
+    api_port_ = ports->api;
     for (int i = 0; i < kWorkers; ++i)
-      pids_.push_back(
-          Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                 "tcp://127.0.0.1:" + std::to_string(control), "--device", std::to_string(i),
-                 "--metrics-port", std::to_string(worker_ports_[i]), "--log-format", "text"},
-                dir + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(Spawn(
+          {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+           ::tessera::testing::LoopbackEndpoint(ports->control), "--device", std::to_string(i),
+           "--metrics-port", std::to_string(worker_ports_[i]), "--log-format", "text"},
+          dir + "/worker" + std::to_string(i) + ".log"));
     bool ready = false;
     while (Clock::now() - t0 < std::chrono::seconds(40)) {
       if (HttpCall(api_port_, "GET", "/readyz").status == 200) {
