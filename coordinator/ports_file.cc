@@ -29,11 +29,15 @@ StatusOr<int> EndpointPort(const std::string& endpoint) {
 }
 
 Status WritePortsFile(const std::string& path, const ListenerPorts& ports) {
+  return WritePortsJson(path, ListenerPortsJson(ports));
+}
+
+Status WritePortsJson(const std::string& path, const std::string& json_text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return IoError("--ports-file: cannot write " + tmp + ": " + std::strerror(errno));
-    out << ListenerPortsJson(ports) << "\n";
+    out << json_text << "\n";
     out.flush();
     if (!out) return IoError("--ports-file: cannot write " + tmp + ": " + std::strerror(errno));
   }

@@ -37,4 +37,8 @@ StatusOr<int> EndpointPort(const std::string& endpoint);
 // rename). Errors: kIoError naming the file and the reason.
 Status WritePortsFile(const std::string& path, const ListenerPorts& ports);
 
+// The same for any JSON text (tessera-worker --ports-file writes
+// {"metrics": N}: its metrics port, 0 when metrics are off).
+Status WritePortsJson(const std::string& path, const std::string& json_text);
+
 }  // namespace tessera

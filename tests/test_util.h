@@ -18,8 +18,9 @@ std::string BinaryDir();
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then
 // released). Two calls in one process never return the same port. Another
 // process may take it before it is used: only for programs that cannot bind
-// port 0 and report what they got (tessera up, Prometheus, worker metrics);
-// a coordinator takes port 0 and --ports-file (WaitForPortsFile).
+// port 0 and report what they got (tessera up); a coordinator takes port 0
+// and --ports-file (WaitForPortsFile), a worker --metrics-pick-port and
+// --ports-file (WaitForReportedPort).
 int FreeTcpPort();
 // The ports a tessera-coordinator started with --ports-file reported
 // (coordinator/ports_file.h).
@@ -31,6 +32,12 @@ struct CoordinatorPorts {
 // the file does not hold the four ports.
 std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t pid,
                                                  double timeout_seconds = 120.0);
+// The port under `key` in the JSON object a process `pid` writes (by
+// rename) to `path`: tessera-worker --ports-file's "metrics". Waits up to
+// `timeout_seconds`; nullopt when the process exits first, the time runs
+// out, or the value is not a port (0 included).
+std::optional<int> WaitForReportedPort(const std::string& path, const std::string& key, pid_t pid,
+                                       double timeout_seconds = 120.0);
 // "tcp://127.0.0.1:<port>": the endpoint workers connect to.
 std::string LoopbackEndpoint(int port);
 // Starts `args` (args[0]: the executable, a path or a name looked up in
