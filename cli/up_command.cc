@@ -178,6 +178,22 @@ Subcommand AddUpCommand(CLI::App& app) {
       listeners.push_back({"server.control_endpoint", "tcp://" + host + ":<another port>", host,
                            std::stoi(ep.substr(colon + 1))});
     }
+    if (cfg->admin.pick_port) listeners.push_back({"admin.pick_port", "", cfg->admin.host, 0});
+    for (const Listener& l : listeners) {
+      // tessera up tells its workers the control port and polls the API
+      // port, so it needs them fixed (tessera-coordinator --ports-file is
+      // the way to run with picked ports).
+      if (l.port == 0) {
+        const bool picked = l.key == "admin.pick_port";
+        std::fprintf(stderr,
+                     "tessera up: %s: %s picks a port when the coordinator starts; tessera up "
+                     "needs fixed ports: %s\n",
+                     l.key.c_str(), picked ? "true" : "port 0",
+                     picked ? "drop admin.pick_port and give admin.port a port"
+                            : "give it a port in 1..65535");
+        return 2;
+      }
+    }
     for (const Listener& l : listeners) {
       if (Status st = CheckPortFree(l.key, l.example, l.host, l.port); !st.ok()) {
         std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());

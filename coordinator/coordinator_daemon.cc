@@ -28,6 +28,16 @@ CoordinatorDaemon::~CoordinatorDaemon() { Stop(); }
 int CoordinatorDaemon::api_port() const { return api_ ? api_->port() : 0; }
 int CoordinatorDaemon::admin_port() const { return admin_ ? admin_->port() : api_port(); }
 
+ListenerPorts CoordinatorDaemon::ports() const {
+  ListenerPorts p;
+  p.api = api_port();
+  p.admin = admin_port();
+  auto control = EndpointPort(control_endpoint_);
+  p.control = control.ok() ? *control : 0;
+  p.store = store_ ? store_->port() : 0;
+  return p;
+}
+
 Status CoordinatorDaemon::Start() {
   const std::string& dir = config_.model.path;
   // Errors found here name the config key (and its file:line:col) to fix.
@@ -128,15 +138,19 @@ Status CoordinatorDaemon::Start() {
   ho.tls_cert_file = config_.server.tls_cert;  // the admin listener (ao = ho) too
   ho.tls_key_file = config_.server.tls_key;
   api_ = std::make_unique<HttpServer>(ho);
-  if (config_.admin.port != 0) {
+  if (config_.admin.port != 0 || config_.admin.pick_port) {
     HttpServerOptions ao = ho;
     ao.bind_address = config_.admin.host;
-    ao.port = config_.admin.port;
+    ao.port = config_.admin.pick_port ? 0 : config_.admin.port;
     admin_ = std::make_unique<HttpServer>(ao);
   }
   RegisterRoutes(*api_, admin_.get());
   TESSERA_RETURN_IF_ERROR(api_->Start());
   if (admin_) TESSERA_RETURN_IF_ERROR(admin_->Start());
+  TESSERA_LOG_INFO("coordinator", "listening: api {}:{}, admin {}:{}, control {}, store {}",
+                   config_.server.host, api_port(),
+                   admin_ ? config_.admin.host : config_.server.host, admin_port(),
+                   control_endpoint_, store_->port());
   TESSERA_LOG_INFO(
       "coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
       model_name_, config_.server.host, api_port(), control_endpoint_, expected_workers_,

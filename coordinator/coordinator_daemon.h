@@ -65,6 +65,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/plan_change.h"
 #include "coordinator/planner.h"
+#include "coordinator/ports_file.h"
 #include "coordinator/remote_executor.h"
 #include "coordinator/request_metrics.h"
 #include "worker/scheduler.h"
@@ -81,8 +82,12 @@ class CoordinatorDaemon {
   Status Start();
   void Stop();
 
+  // The ports bound (after Start): with port 0 in the config, the ones the
+  // kernel picked. admin_port() is api_port() when the admin API is served
+  // on the API listener.
   int api_port() const;
   int admin_port() const;
+  ListenerPorts ports() const;
   std::string control_endpoint() const { return control_endpoint_; }
   bool ready() const { return ready_.load(); }
   // Waits until serving or failed; returns the placement failure if any.

@@ -1,6 +1,7 @@
 #include "coordinator/daemon_config.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "common/curve_keys.h"
+#include "coordinator/host_address.h"
 
 namespace tessera {
 
@@ -290,6 +292,22 @@ Field NumberField(const char* table, const char* key, Member<S, double> m) {
 }
 
 template <typename S>
+Field BoolField(const char* table, const char* key, Member<S, bool> m) {
+  std::string full = std::string(table) + "." + key;
+  return Field{table,
+               key,
+               "a boolean",
+               false,
+               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+                 if (!n.is_boolean())
+                   return KeyError(loc(n), full, "expected true or false, got " + Show(n));
+                 m(c) = *n.value<bool>();
+                 return Status::Ok();
+               },
+               [m](const DaemonConfig& c) { return std::string(m(c) ? "true" : "false"); }};
+}
+
+template <typename S>
 Field IntListField(const char* table, const char* key, Member<S, std::vector<int>> m) {
   std::string full = std::string(table) + "." + key;
   return Field{
@@ -510,6 +528,8 @@ const std::vector<Field>& Fields() {
       StringField("admin", "host",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::host}),
       IntField("admin", "port", Member<AdminSection, int>{&D::admin, &AdminSection::port}),
+      BoolField("admin", "pick_port",
+                Member<AdminSection, bool>{&D::admin, &AdminSection::pick_port}),
       StringField("admin", "token",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::token}),
       StringField("admin", "token_file",
@@ -605,9 +625,8 @@ std::string UnknownKeyMessage(const std::string& table, const std::string& key) 
 // ---------------------------------------------------------------------------
 // Validation helpers.
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
-}
+// Parsed, and names resolved: coordinator/host_address.h.
+bool IsLoopback(const std::string& host) { return IsLoopbackHost(host); }
 
 bool IsWildcard(const std::string& host) {
   return host == "*" || host == "0.0.0.0" || host == "::" || host == "[::]";
@@ -630,7 +649,9 @@ bool IsHost(const std::string& host) {
   return true;
 }
 
-// Parses "tcp://HOST:PORT". Returns "" on success, else what is wrong.
+// Parses "tcp://HOST:PORT". `allow_wildcard`: an endpoint to bind, whose
+// HOST may be a wildcard and whose PORT may be 0 (the kernel picks one).
+// Returns "" on success, else what is wrong.
 std::string ParseTcpEndpoint(const std::string& endpoint, bool allow_wildcard, std::string* host,
                              int* port) {
   constexpr std::string_view kScheme = "tcp://";
@@ -647,7 +668,9 @@ std::string ParseTcpEndpoint(const std::string& endpoint, bool allow_wildcard, s
     return shape + " with a numeric PORT, got " + Quote(endpoint);
   }
   *port = std::stoi(port_text);
-  if (*port < 1 || *port > 65535) return fmt::format("port must be in 1..65535, got {}", *port);
+  const int lowest = allow_wildcard ? 0 : 1;
+  if (*port < lowest || *port > 65535)
+    return fmt::format("port must be in {}..65535, got {}", lowest, *port);
   if (*host == "*") {
     return allow_wildcard ? ""
                           : "must name a host to connect to, got the wildcard " + Quote(endpoint);
@@ -707,8 +730,10 @@ Status CheckPort(const DaemonConfig& c, const std::string& key, int port, bool z
   return Bad(c, key, fmt::format("must be in {}..65535, got {}", zero_ok ? 0 : 1, port));
 }
 
+// Port 0 is a port the kernel picks at bind time: never one already taken.
 bool SameListener(const std::string& host_a, int port_a, const std::string& host_b, int port_b) {
-  return port_a == port_b && (host_a == host_b || IsWildcard(host_a) || IsWildcard(host_b));
+  return port_a != 0 && port_a == port_b &&
+         (host_a == host_b || IsWildcard(host_a) || IsWildcard(host_b));
 }
 
 // In "auto" mode with no mode named, setting tp, pp or layers_per_stage
@@ -730,6 +755,7 @@ void InferWorkerCoordinator(DaemonConfig& c) {
   std::string host;
   int port = 0;
   if (!ParseTcpEndpoint(c.server.control_endpoint, true, &host, &port).empty()) return;
+  if (port == 0) return;  // picked when the coordinator binds: workers are told it
   if (IsWildcard(host)) host = "127.0.0.1";
   if (!IsLoopback(host)) return;
   c.worker.coordinator = fmt::format("tcp://{}:{}", host, port);
@@ -780,6 +806,15 @@ Status ResolveFiles(DaemonConfig& c) {
       return Bad(c, "admin.token_file",
                  Quote(file) +
                      " does not hold a bearer token (letters, digits, - . _ ~ + / and trailing =)");
+    }
+    // Like a CURVE secret key file: a secret others on the host may read is
+    // no secret.
+    struct stat st;
+    if (stat(file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+      return Bad(c, "admin.token_file",
+                 Quote(file) + fmt::format(" is accessible by group or others (mode {:04o}); "
+                                           "chmod 600 it (owner read/write only)",
+                                           st.st_mode & 07777));
     }
     c.admin.effective_token = token;
   }
@@ -972,7 +1007,7 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   // [server]
   const ServerSection& srv = c.server;
   TESSERA_RETURN_IF_ERROR(CheckHost(c, "server.host", srv.host));
-  TESSERA_RETURN_IF_ERROR(CheckPort(c, "server.port", srv.port, false));
+  TESSERA_RETURN_IF_ERROR(CheckPort(c, "server.port", srv.port, true));
   std::string control_host;
   int control_port = 0;
   std::string why = ParseTcpEndpoint(srv.control_endpoint, true, &control_host, &control_port);
@@ -1004,9 +1039,16 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   // [admin]
   const AdminSection& adm = c.admin;
   TESSERA_RETURN_IF_ERROR(CheckPort(c, "admin.port", adm.port, true));
-  if (adm.port != 0) {
+  if (adm.pick_port && IsSet(c, "admin.port")) {
+    return Bad(c, Blame(c, "admin.pick_port", "admin.port"),
+               "admin.pick_port = true picks the admin listener's port and admin.port is set too; "
+               "give one");
+  }
+  // A separate admin listener: admin.port, or a picked port.
+  const bool separate_admin = adm.pick_port || adm.port != 0;
+  if (separate_admin) {
     TESSERA_RETURN_IF_ERROR(CheckHost(c, "admin.host", adm.host));
-    if (SameListener(adm.host, adm.port, srv.host, srv.port)) {
+    if (!adm.pick_port && SameListener(adm.host, adm.port, srv.host, srv.port)) {
       return Bad(
           c, Blame(c, "admin.port", "server.port"),
           fmt::format("the admin listener ({}:{}) and the API listener ({}:{}) are on one port; "
@@ -1020,7 +1062,8 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                fmt::format("{} is on the API listener's port ({}:{})", Quote(srv.control_endpoint),
                            srv.host, srv.port));
   }
-  if (adm.port != 0 && SameListener(control_host, control_port, adm.host, adm.port)) {
+  if (separate_admin && !adm.pick_port &&
+      SameListener(control_host, control_port, adm.host, adm.port)) {
     return Bad(c, "server.control_endpoint",
                fmt::format("{} is on the admin listener's port ({}:{})",
                            Quote(srv.control_endpoint), adm.host, adm.port));
@@ -1035,13 +1078,13 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                    fmt::format("{} characters including invalid ones", adm.token.size()));
   }
   if (adm.token.empty() && adm.token_file.empty()) {
-    const std::string& admin_host = adm.port != 0 ? adm.host : srv.host;
+    const std::string& admin_host = separate_admin ? adm.host : srv.host;
     if (!IsLoopback(admin_host)) {
-      const std::string key = adm.port != 0 ? "admin.host" : "server.host";
+      const std::string key = separate_admin ? "admin.host" : "server.host";
       return Bad(
           c, key,
           Quote(admin_host) + " exposes the admin API beyond loopback" +
-              (adm.port == 0 ? " (admin.port = 0 serves it on the API listener)" : "") +
+              (!separate_admin ? " (admin.port = 0 serves it on the API listener)" : "") +
               " without a token; set admin.token or admin.token_file, or give the admin API a "
               "loopback address");
     }

@@ -119,12 +119,17 @@ struct ServerSection {
   // Address the OpenAI-compatible HTTP API binds. "127.0.0.1" serves this host
   // only; "0.0.0.0" (or "::") serves every interface.
   std::string host = "127.0.0.1";
-  // TCP port of the HTTP API, 1..65535.
+  // TCP port of the HTTP API, 0..65535; 0 = a port the kernel picks when the
+  // coordinator starts (reported by tessera-coordinator --ports-file and the
+  // startup log line), so nothing else can take it first; clients must then
+  // be told the port.
   int port = 8000;
   // ZeroMQ endpoint the coordinator's ROUTER socket binds for the control
-  // plane, "tcp://HOST:PORT" (HOST may be "*" for every interface). Workers
-  // connect to it (worker.coordinator); it must be reachable from every host
-  // that runs a worker.
+  // plane, "tcp://HOST:PORT" (HOST may be "*" for every interface; PORT 0 =
+  // one the kernel picks, reported like server.port = 0, and then not
+  // inferred for worker.coordinator). Workers connect to it
+  // (worker.coordinator); it must be reachable from every host that runs a
+  // worker.
   std::string control_endpoint = "tcp://127.0.0.1:5555";
   // PEM certificate chain and private key for HTTPS on the API (and on a
   // separate admin listener). Both or neither; "" = plain HTTP.
@@ -220,12 +225,20 @@ struct AdminSection {
   // endpoints on the API listener (server.host:server.port) instead.
   std::string host = "127.0.0.1";
   int port = 8001;
+  // true: the separate admin listener binds a port the kernel picks, as
+  // server.port = 0 does for the API (tessera-coordinator --ports-file and
+  // the startup log report it); admin.port must then be left unset. For
+  // tests and several coordinators on one host; a fixed port is easier to
+  // reach and to firewall.
+  bool pick_port = false;
   // Bearer token the admin endpoints require ("Authorization: Bearer TOKEN").
   // At most one of token and token_file. With neither, the admin API is open,
   // which is allowed only while it listens on a loopback address.
   std::string token;
   // File whose contents (surrounding whitespace removed) are the token; read
-  // when the config is loaded. Keeps the secret out of the config file.
+  // when the config is loaded. Keeps the secret out of the config file. It
+  // must not be accessible by group or others (mode 0600), like a CURVE
+  // secret key file.
   std::string token_file;
   // The token the admin API checks: `token`, or the contents of `token_file`;
   // "" = no token. Filled by the loader, not a TOML key.
@@ -368,8 +381,10 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    layers_per_stage non-empty with a size other than pp or an entry < 1;
 //    workers < 0, or other than 0 and tp * pp in explicit mode;
 //  - server/admin/worker hosts empty or not a host name or IP address; ports
-//    outside 1..65535 (admin.port and worker.metrics_port may be 0); the API,
-//    admin and control-plane listeners on one port of one address;
+//    outside 1..65535 (server.port, admin.port, worker.metrics_port and the
+//    port of server.control_endpoint may be 0); admin.pick_port with
+//    admin.port set; the API, admin and control-plane listeners on one
+//    (non-zero) port of one address;
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,

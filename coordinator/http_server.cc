@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "coordinator/http_request_checks.h"
+
 namespace tessera {
 
 namespace net = boost::asio;
@@ -444,6 +446,16 @@ class Session : public std::enable_shared_from_this<Session> {
                          fmt::format("the request has {} header fields; the limit is {}", fields,
                                      core_->options.max_header_count),
                          "request_header_fields_too_large");
+    }
+    {
+      // Framing a proxy could read differently, ambiguous repeated fields:
+      // refused, and the connection closes unread (http_request_checks.h).
+      std::vector<std::pair<std::string_view, std::string_view>> named;
+      named.reserve(fields);
+      for (const auto& field : req)
+        named.emplace_back(View(field.name_string()), View(field.value()));
+      if (auto refusal = CheckRequestHeader(req.version(), named))
+        return FailRequest(refusal->status, refusal->message, refusal->code);
     }
     if (auto length = parser_->content_length();
         length && *length > core_->options.max_body_bytes) {

@@ -11,8 +11,14 @@
 // connections new ones are answered 503 and closed. Every error the server
 // produces itself (400 malformed request, 404 unknown path, 405 wrong method,
 // 408 request timeout, 413 body too large, 431 headers too large, 500 a
-// handler failed, 503 overloaded) carries OpenAI's JSON error body:
+// handler failed, 501 a Transfer-Encoding other than chunked, 503
+// overloaded) carries OpenAI's JSON error body:
 //   {"error":{"message":...,"type":"invalid_request_error","param":null,"code":...}}
+// Requests whose framing or identity is ambiguous (Transfer-Encoding with
+// Content-Length, repeated Host / Authorization / Content-Length, HTTP/1.1
+// without Host: coordinator/http_request_checks.h) are refused and the
+// connection closed unread, so nothing a proxy forwards as one request is
+// run here as two.
 // No input from a client can crash the process: every exception is caught at
 // the connection boundary and turned into a 500 or a closed connection.
 //

@@ -22,6 +22,11 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "TOML config file")->required()->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key, e.g. --set scheduler.queue_limit=64");
   std::string log_format;
+  std::string ports_file;
+  app.add_option("--ports-file", ports_file,
+                 "once every listener is bound, write their ports to this file as JSON "
+                 "{\"api\":N,\"admin\":N,\"control\":N,\"store\":N} (atomically, by rename); "
+                 "for port 0 in the config");
   app.add_option("--log-format", log_format, "log lines as text or json (logging.format)")
       ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
@@ -49,6 +54,13 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  if (!ports_file.empty()) {
+    if (tessera::Status s = tessera::WritePortsFile(ports_file, daemon.ports()); !s.ok()) {
+      std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
+      daemon.Stop();
+      return 1;
+    }
+  }
   while (!g_stop) pause();
   daemon.Stop();
   return 0;

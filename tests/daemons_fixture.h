@@ -41,25 +41,27 @@ class Daemons : public ::testing::Test {
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
     model_ = ::tessera::testing::FixturePath("models/" + ModelName());
-    port_ = ::tessera::testing::FreeTcpPort();
-    const int control = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n"
         << ChatTemplateToml() << "[parallel]\n"
-        << ParallelToml() << "[server]\nport = " << port_
-        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-        << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
+        << ParallelToml() << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
         << SchedulerToml();
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+                           "--ports-file", dir_ + "/ports.json"},
                           dir_ + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
+    ASSERT_TRUE(ports) << "no ports file: "
+                       << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
+    port_ = ports->api;
     for (int i = 0; i < Workers(); ++i)
-      pids_.push_back(Spawn(
-          {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
-           "--device", std::to_string(i), "--timeout", "5"},
-          dir_ + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(Spawn({bin + "/tessera-worker", "--coordinator",
+                             ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
+                             std::to_string(i), "--timeout", "5"},
+                            dir_ + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;
       if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died

@@ -7,13 +7,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -75,6 +78,53 @@ int FreeTcpPort() {
   TESSERA_CHECK(false && "no free port");
   return 0;
 }
+
+std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t pid,
+                                                 double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds));
+  while (std::chrono::steady_clock::now() < deadline) {
+    // Written by rename: once the file exists it is complete.
+    if (std::filesystem::exists(path)) {
+      const nlohmann::json j = nlohmann::json::parse(ReadFileOrDie(path), nullptr, false);
+      CoordinatorPorts p;
+      for (auto [key, out] : {std::pair{"api", &p.api},
+                              {"admin", &p.admin},
+                              {"control", &p.control},
+                              {"store", &p.store}}) {
+        if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+        *out = j[key].get<int>();
+        if (*out < 1 || *out > 65535) return std::nullopt;
+      }
+      return p;
+    }
+    if (waitpid(pid, nullptr, WNOHANG) != 0) return std::nullopt;  // it exited (or is no child)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+std::optional<int> WaitForReportedPort(const std::string& path, const std::string& key, pid_t pid,
+                                       double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) {
+      const nlohmann::json j = nlohmann::json::parse(ReadFileOrDie(path), nullptr, false);
+      if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+      const int port = j[key].get<int>();
+      if (port < 1 || port > 65535) return std::nullopt;
+      return port;
+    }
+    if (waitpid(pid, nullptr, WNOHANG) != 0) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+std::string LoopbackEndpoint(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
 std::string ReadFileOrDie(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

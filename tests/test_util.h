@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,30 @@ std::string MakeTempDir(const std::string& prefix);
 // Directory of the build tree (for locating the tessera binaries).
 std::string BinaryDir();
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then
-// released). Two calls in one process never return the same port.
+// released). Two calls in one process never return the same port. Another
+// process may take it before it is used: only for programs that cannot bind
+// port 0 and report what they got (tessera up); a coordinator takes port 0
+// and --ports-file (WaitForPortsFile), a worker --metrics-pick-port and
+// --ports-file (WaitForReportedPort).
 int FreeTcpPort();
+// The ports a tessera-coordinator started with --ports-file reported
+// (coordinator/ports_file.h).
+struct CoordinatorPorts {
+  int api = 0, admin = 0, control = 0, store = 0;
+};
+// Waits up to `timeout_seconds` for the coordinator `pid` to write its ports
+// file `path`. nullopt when the process exits first, the time runs out, or
+// the file does not hold the four ports.
+std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t pid,
+                                                 double timeout_seconds = 120.0);
+// The port under `key` in the JSON object a process `pid` writes (by
+// rename) to `path`: tessera-worker --ports-file's "metrics". Waits up to
+// `timeout_seconds`; nullopt when the process exits first, the time runs
+// out, or the value is not a port (0 included).
+std::optional<int> WaitForReportedPort(const std::string& path, const std::string& key, pid_t pid,
+                                       double timeout_seconds = 120.0);
+// "tcp://127.0.0.1:<port>": the endpoint workers connect to.
+std::string LoopbackEndpoint(int port);
 // Starts `args` (args[0]: the executable, a path or a name looked up in
 // PATH) as a child process with
 // stdout and stderr going to the file `log`; returns its pid (the caller

@@ -11,6 +11,7 @@
 #include "common/metrics_registry.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
+#include "coordinator/ports_file.h"
 #include "coordinator/topology_file.h"
 #include "worker/worker_daemon.h"
 
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   std::string coordinator;
   int device = -1;
   int metrics_port = -1;
+  bool metrics_pick_port = false;
+  std::string ports_file;
   std::string log_format;
   app.add_option("--config", config_path, "TOML config file (its [worker] table)")
       ->check(CLI::ExistingFile);
@@ -40,6 +43,12 @@ int main(int argc, char** argv) {
                  "serve GET /metrics on exactly this port (0 = off; default: "
                  "worker.metrics_port + device, or off when that key is 0)")
       ->check(CLI::Range(0, 65535));
+  app.add_flag("--metrics-pick-port", metrics_pick_port,
+               "serve GET /metrics on a port the kernel picks (see --ports-file)")
+      ->excludes("--metrics-port");
+  app.add_option("--ports-file", ports_file,
+                 "once the metrics endpoint is bound, write {\"metrics\":N} (0 = off) to this "
+                 "file (atomically, by rename)");
   app.add_option("--log-format", log_format, "log lines as text or json (logging.format)")
       ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
@@ -85,15 +94,19 @@ int main(int argc, char** argv) {
   }
   // worker.metrics_port is the first worker's port: device d listens on
   // metrics_port + d, so workers sharing a host and a config file differ.
-  if (metrics_port < 0)
+  // --metrics-pick-port: on, at the port 0 binds (reported by --ports-file).
+  if (metrics_pick_port)
+    metrics_port = 0;
+  else if (metrics_port < 0)
     metrics_port = cfg.worker.metrics_port == 0 ? 0 : cfg.worker.metrics_port + o.device;
+  const bool metrics_on = metrics_pick_port || metrics_port != 0;
   if (metrics_port > 65535) {
     std::fprintf(stderr, "tessera-worker: worker.metrics_port %d + device %d exceeds 65535\n",
                  cfg.worker.metrics_port, o.device);
     return 2;
   }
   tessera::MetricsRegistry registry;
-  if (metrics_port != 0) {
+  if (metrics_on) {
     o.metrics = &registry;
     o.nvml_metrics = cfg.worker.backend == tessera::WorkerBackend::kCuda;
 #ifdef TESSERA_WITH_CUDA
@@ -114,10 +127,10 @@ int main(int argc, char** argv) {
   // Declared after the daemon so it stops first (its handler reads the
   // daemon's metrics).
   std::unique_ptr<tessera::HttpServer> metrics_server;
-  if (metrics_port != 0) {
+  if (metrics_on) {
     tessera::HttpServerOptions ho;
     ho.bind_address = cfg.worker.metrics_host;
-    ho.port = metrics_port;
+    ho.port = metrics_port;  // 0 with --metrics-pick-port
     ho.num_threads = 1;
     metrics_server = std::make_unique<tessera::HttpServer>(ho);
     metrics_server->Handle(
@@ -132,6 +145,14 @@ int main(int argc, char** argv) {
     }
     TESSERA_LOG_INFO("worker", "metrics on http://{}:{}/metrics", cfg.worker.metrics_host,
                      metrics_server->port());
+  }
+  if (!ports_file.empty()) {
+    const std::string ports =
+        "{\"metrics\":" + std::to_string(metrics_server ? metrics_server->port() : 0) + "}";
+    if (tessera::Status st = tessera::WritePortsJson(ports_file, ports); !st.ok()) {
+      std::fprintf(stderr, "tessera-worker: %s\n", st.ToString().c_str());
+      return 1;
+    }
   }
   tessera::Status s = daemon.Run();
   if (!s.ok()) {

@@ -103,8 +103,6 @@ class AutoPlacement : public ::testing::Test {
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-auto");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    port_ = ::tessera::testing::FreeTcpPort();
-    control_ = ::tessera::testing::FreeTcpPort();
   }
   void TearDown() override {
     for (pid_t p : pids_) kill(p, SIGTERM);
@@ -121,8 +119,13 @@ class AutoPlacement : public ::testing::Test {
     std::ofstream(dir_ + "/c.toml") << AutoConfig(model_, port_, control_, workers);
     std::ofstream(dir_ + "/host.json") << TopologyReportToJson(SmallHost(memory));
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+                           "--ports-file", dir_ + "/ports.json"},
                           dir_ + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
+    ASSERT_TRUE(ports) << "no ports file: " << Log("coordinator.log");
+    port_ = ports->api;
+    control_ = ports->control;
     for (int i = 0; i < workers; ++i)
       pids_.push_back(
           Spawn({bin + "/tessera-worker", "--coordinator",

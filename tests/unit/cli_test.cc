@@ -237,6 +237,31 @@ TEST(Cli, UpRefusesPortsAnotherProcessHolds) {
   }
 }
 
+// Port 0 (a port the coordinator picks when it binds) is for
+// tessera-coordinator --ports-file: `tessera up` tells its workers the
+// control port and polls the API port, so it refuses it, naming the key,
+// and starts nothing.
+TEST(Cli, UpRefusesPortsPickedAtStart) {
+  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-port0");
+  {
+    std::ofstream cfg(dir + "/up.toml");
+    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+        << "\"\n[parallel]\ntp = 1\npp = 1\n";
+  }
+  for (const auto& [set, want] :
+       {std::pair<std::string, std::string>{"server.port=0", "server.port: port 0 picks a port"},
+        {"server.control_endpoint=tcp://127.0.0.1:0",
+         "server.control_endpoint: port 0 picks a port"},
+        {"admin.pick_port=true", "admin.pick_port: true picks a port"}}) {
+    CliRun r = Tessera("up --config " + dir + "/up.toml --set " + set + " --ready-timeout 30");
+    EXPECT_EQ(r.exit_code, 2) << set << ": " << r.err;
+    EXPECT_NE(r.err.find(want + " when the coordinator starts; tessera up needs fixed ports"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "") << "nothing may be served: " << r.out;
+  }
+}
+
 // A coordinator that exits during start-up (here: a scheduler.max_context the
 // model cannot take) ends `tessera up` at once with the reason, instead of
 // leaving it and the workers waiting for the ready timeout.

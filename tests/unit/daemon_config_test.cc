@@ -30,6 +30,12 @@ std::string WriteFile(const std::string& dir, const std::string& name, const std
   return path;
 }
 
+// Mode 0600: what a token file must have.
+void OwnerOnly(const std::string& path) {
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
 // The error message of parsing `text` as "x.toml"; "" when it parsed.
 std::string ParseError(const std::string& text) {
   StatusOr<DaemonConfig> c = ParseDaemonConfig(text, "x.toml");
@@ -124,7 +130,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 51);
+  EXPECT_EQ(keys, 52);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -312,8 +318,15 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[parallel]\nmode = \"auto\"\ntp = [2, 1]\n",
        "x.toml:3:6: parallel.tp: is set but parallel.mode = \"auto\" (at x.toml:2:8); remove it, "
        "or set parallel.mode = \"explicit\""},
-      {"[server]\nport = 0\n", "x.toml:2:8: server.port: must be in 1..65535, got 0"},
-      {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 1..65535, got 70000"},
+      {"[server]\nport = -1\n", "x.toml:2:8: server.port: must be in 0..65535, got -1"},
+      {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 0..65535, got 70000"},
+      {"[server]\ncontrol_endpoint = \"tcp://127.0.0.1:70000\"\n",
+       "x.toml:2:20: server.control_endpoint: port must be in 0..65535, got 70000"},
+      {"[admin]\npick_port = 1\n",
+       "x.toml:2:13: admin.pick_port: expected true or false, got integer 1"},
+      {"[admin]\nport = 9001\npick_port = true\n",
+       "x.toml:3:13: admin.pick_port: admin.pick_port = true picks the admin listener's port and "
+       "admin.port is set too; give one"},
       {"[server]\nhost = \"my host\"\n",
        "x.toml:2:8: server.host: must be a host name or IP address, got \"my host\""},
       {"[server]\ncontrol_endpoint = \"127.0.0.1:5555\"\n",
@@ -531,6 +544,7 @@ TEST(DaemonConfigLoad, ErrorsNameTheLoadedFile) {
 TEST(DaemonConfigLoad, TokenFileIsRead) {
   std::string dir = testing::MakeTempDir("daemon-config");
   std::string token = WriteFile(dir, "token", "  abc-DEF_123==\n");
+  OwnerOnly(token);
   StatusOr<DaemonConfig> c = ParseDaemonConfig(
       "[server]\nhost = \"0.0.0.0\"\n[admin]\nport = 0\ntoken_file = \"" + token + "\"\n",
       "x.toml");
@@ -549,6 +563,64 @@ TEST(DaemonConfigLoad, TokenFileIsRead) {
   std::string spaced = WriteFile(dir, "spaced", "two words\n");
   EXPECT_THAT(ParseError("[admin]\ntoken_file = \"" + spaced + "\"\n"),
               HasSubstr("does not hold a bearer token"));
+}
+
+// Port 0 on every listener: the kernel picks the ports when the coordinator
+// binds (tessera-coordinator --ports-file reports them), so two listeners at
+// port 0 are not one listener, and no worker.coordinator is inferred.
+TEST(DaemonConfigLoad, PortZeroListenersArePickedAtBind) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\npick_port = true\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.port, 0);
+  EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:0");
+  EXPECT_TRUE(c->admin.pick_port);
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");  // the default, not port 0
+  EXPECT_THAT(FormatDaemonConfig(*c, true), HasSubstr("pick_port = true\n"));
+  // The admin API on a picked API port (admin.port = 0) and a wildcard
+  // control endpoint at port 0.
+  c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://*:0\"\n[admin]\nport = 0\n"
+      "[control]\ncoordinator_secret_key_file = \"c.key\"\nworker_public_keys = "
+      "[\"0123456789abcdefghijABCDEFGHIJ0123456789\"]\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->admin.pick_port);
+  DaemonConfig d;
+  ASSERT_TRUE(ApplyOverrides(d, {"server.port=0", "admin.pick_port=true"}).ok());
+  EXPECT_TRUE(d.admin.pick_port);
+  EXPECT_EQ(d.server.port, 0);
+}
+
+TEST(DaemonConfigLoad, TokenFileReadableByOthersIsRefused) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string token = WriteFile(dir, "token", "abc\n");
+  for (auto [mode, text] : {std::pair{0644, "0644"},
+                            {0640, "0640"},
+                            {0604, "0604"},
+                            {0660, "0660"},
+                            {0700 | 0020, "0720"}}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + token + "\"\n"),
+              "x.toml:2:14: admin.token_file: \"" + token +
+                  "\" is accessible by group or others (mode " + text +
+                  "); chmod 600 it (owner read/write only)");
+  }
+  for (int mode : {0600, 0400}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    StatusOr<DaemonConfig> c =
+        ParseDaemonConfig("[admin]\ntoken_file = \"" + token + "\"\n", "x.toml");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->admin.effective_token, "abc");
+  }
+  // An override is checked the same way.
+  std::filesystem::permissions(token, static_cast<std::filesystem::perms>(0644));
+  DaemonConfig c;
+  Status s = ApplyOverrides(c, {"admin.token_file=" + token});
+  EXPECT_EQ(s.message(), "--set admin.token_file=" + token + ": admin.token_file: \"" + token +
+                             "\" is accessible by group or others (mode 0644); chmod 600 it "
+                             "(owner read/write only)");
 }
 
 TEST(DaemonConfigLoad, TlsFilesMustBeReadable) {
@@ -677,6 +749,7 @@ TEST(DaemonConfigOverride, ParallelMode) {
 TEST(DaemonConfigOverride, TokenFileIsReadOnOverride) {
   std::string dir = testing::MakeTempDir("daemon-config");
   std::string token = WriteFile(dir, "token", "tok\n");
+  OwnerOnly(token);
   DaemonConfig c;
   ASSERT_TRUE(ApplyOverrides(c, {"admin.token_file=" + token, "admin.host=0.0.0.0"}).ok());
   EXPECT_EQ(c.admin.effective_token, "tok");

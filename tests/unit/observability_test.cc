@@ -70,26 +70,42 @@ class Observability : public ::testing::Test {
     const auto t0 = Clock::now();
     dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-observability"));
     const std::string& dir = *dir_;
-    api_port_ = ::tessera::testing::FreeTcpPort();
-    const int control = ::tessera::testing::FreeTcpPort();
-    for (int i = 0; i < kWorkers; ++i) worker_ports_.push_back(::tessera::testing::FreeTcpPort());
-    prom_port_ = ::tessera::testing::FreeTcpPort();
     const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     std::ofstream(dir + "/c.toml")
         << "[model]\npath = \"" << model << "\"\n[parallel]\ntp = 2\npp = 2\n"
-        << "[server]\nport = " << api_port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-        << "\"\n[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
+        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n";
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"},
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml",
+                           "--ports-file", dir + "/ports.json"},
                           dir + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pids_[0]);
+    if (!ports) {
+      setup_error_ = new std::string("no ports file: " +
+                                     ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log"));
+      return;
+    }
+    api_port_ = ports->api;
     for (int i = 0; i < kWorkers; ++i)
-      pids_.push_back(
-          Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                 "tcp://127.0.0.1:" + std::to_string(control), "--device", std::to_string(i),
-                 "--metrics-port", std::to_string(worker_ports_[i]), "--log-format", "text"},
-                dir + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+                             ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
+                             std::to_string(i), "--metrics-pick-port", "--ports-file",
+                             dir + "/worker" + std::to_string(i) + ".json", "--log-format", "text"},
+                            dir + "/worker" + std::to_string(i) + ".log"));
+    for (int i = 0; i < kWorkers; ++i) {
+      const std::string name = "worker" + std::to_string(i);
+      const auto port = ::tessera::testing::WaitForReportedPort(dir + "/" + name + ".json",
+                                                                "metrics", pids_[1 + i]);
+      if (!port) {
+        setup_error_ =
+            new std::string("no metrics port from " + name + ": " +
+                            ::tessera::testing::ReadFileOrDie(dir + "/" + name + ".log"));
+        return;
+      }
+      worker_ports_.push_back(*port);
+    }
     bool ready = false;
     while (Clock::now() - t0 < std::chrono::seconds(40)) {
       if (HttpCall(api_port_, "GET", "/readyz").status == 200) {
@@ -127,14 +143,22 @@ class Observability : public ::testing::Test {
     for (int p : worker_ports_) workers.push_back("127.0.0.1:" + std::to_string(p));
     std::ofstream(dir + "/prom/targets/workers.json")
         << json::array({{{"targets", workers}}}).dump();
-    pids_.push_back(Spawn({"prometheus", "--config.file=" + dir + "/prom/prometheus.yml",
-                           "--storage.tsdb.path=" + dir + "/prom/data",
-                           "--web.listen-address=127.0.0.1:" + std::to_string(prom_port_)},
-                          dir + "/prometheus.log"));
+    pids_.push_back(
+        Spawn({"prometheus", "--config.file=" + dir + "/prom/prometheus.yml",
+               "--storage.tsdb.path=" + dir + "/prom/data", "--web.listen-address=127.0.0.1:0"},
+              dir + "/prometheus.log"));
     const auto t0 = Clock::now();
     bool ready = false;
+    // Prometheus logs the address it bound: msg="Listening on"
+    // address=127.0.0.1:PORT.
+    const std::regex listening(R"re(msg="Listening on" address=127\.0\.0\.1:([0-9]+))re");
     while (Clock::now() - t0 < std::chrono::seconds(15)) {
-      if (HttpCall(prom_port_, "GET", "/-/ready").status == 200) {
+      if (prom_port_ == 0 && std::filesystem::exists(dir + "/prometheus.log")) {
+        std::smatch m;
+        const std::string log = ::tessera::testing::ReadFileOrDie(dir + "/prometheus.log");
+        if (std::regex_search(log, m, listening)) prom_port_ = std::stoi(m[1].str());
+      }
+      if (prom_port_ != 0 && HttpCall(prom_port_, "GET", "/-/ready").status == 200) {
         ready = true;
         break;
       }

@@ -126,19 +126,22 @@ class Cluster : public ::testing::Test {
   void Launch(int tp, int pp, int workers, double drain_timeout) {
     dir_ = ::tessera::testing::MakeTempDir("tessera-reconf");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    port_ = ::tessera::testing::FreeTcpPort();
-    control_ = ::tessera::testing::FreeTcpPort();
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = " << tp << "\npp = " << pp
-        << "\n[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control_
-        << "\"\n[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
+        << "\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n"
         << "drain_timeout_seconds = " << drain_timeout << "\n";
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+                           "--ports-file", dir_ + "/ports.json"},
                           dir_ + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
+    ASSERT_TRUE(ports) << "no ports file: " << CoordinatorLog();
+    port_ = ports->api;
+    control_ = ports->control;
     for (int i = 0; i < workers; ++i) SpawnWorker();
     const auto t0 = Clock::now();
     while (Since(t0) < 60) {
@@ -586,9 +589,17 @@ TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
   }
   std::printf("requests cut off with the coordinator: %d of %d\n", cut, kRequests);
   const auto restarted = Clock::now();
-  pids_[0] = Spawn(
-      {::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
-      dir_ + "/coordinator2.log");
+  // The workers reconnect to the control port they know: the new
+  // coordinator binds that one (the API port it may pick anew).
+  pids_[0] =
+      Spawn({::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+             "--set", "server.control_endpoint=" + ::tessera::testing::LoopbackEndpoint(control_),
+             "--ports-file", dir_ + "/ports2.json"},
+            dir_ + "/coordinator2.log");
+  const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports2.json", pids_[0]);
+  ASSERT_TRUE(ports) << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
+  ASSERT_EQ(ports->control, control_);
+  port_ = ports->api;
   while (Since(restarted) < 30 && HttpCall(port_, "GET", "/readyz").status != 200)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200)

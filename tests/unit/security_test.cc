@@ -509,30 +509,33 @@ class SecureDaemons : public ::testing::Test {
     ASSERT_TRUE(WriteCurveKeyPair(worker_, dir_ + "/worker").ok());
     ASSERT_TRUE(WriteCurveKeyPair(rogue_, dir_ + "/rogue").ok());
     std::ofstream(dir_ + "/admin.token") << "adm1n-t0ken\n";
-    port_ = ::tessera::testing::FreeTcpPort();
-    admin_port_ = ::tessera::testing::FreeTcpPort();
-    const int control = ::tessera::testing::FreeTcpPort();
+    ASSERT_EQ(chmod((dir_ + "/admin.token").c_str(), 0600), 0);  // a secret: owner only
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\nchat_template = \"chatml\"\n"
         << "[parallel]\ntp = 1\npp = 1\n"
-        << "[server]\nport = " << port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-        << "\"\ntls_cert = \"" << ca_ << "\"\ntls_key = \"" << dir_ << "/key.pem\"\n"
+        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "tls_cert = \"" << ca_ << "\"\ntls_key = \"" << dir_ << "/key.pem\"\n"
         << "max_body_bytes = 4096\nmax_header_count = 20\nmax_streams = 1\n"
-        << "[admin]\nport = " << admin_port_ << "\ntoken_file = \"" << dir_ << "/admin.token\"\n"
+        << "[admin]\npick_port = true\ntoken_file = \"" << dir_ << "/admin.token\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 10.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\nmax_prompt_tokens = 48\nmax_completion_tokens = 64\n"
         << "[control]\ncoordinator_secret_key_file = \"" << dir_ << "/coordinator.key\"\n"
         << "worker_public_keys = [\"" << worker_.public_key << "\"]\n"
         << "worker_secret_key_file = \"" << dir_ << "/worker.key\"\n"
-        << "coordinator_public_key = \"" << coordinator_.public_key << "\"\n"
-        << "[worker]\ncoordinator = \"tcp://127.0.0.1:" << control << "\"\n";
+        << "coordinator_public_key = \"" << coordinator_.public_key << "\"\n";
     bin_ = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin_ + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
+    pids_.push_back(Spawn({bin_ + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+                           "--ports-file", dir_ + "/ports.json"},
                           dir_ + "/coordinator.log"));
-    pids_.push_back(
-        Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--timeout", "5"},
-              dir_ + "/worker.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
+    ASSERT_TRUE(ports) << "no ports file: " << Contents(dir_ + "/coordinator.log");
+    port_ = ports->api;
+    admin_port_ = ports->admin;
+    control_port_ = ports->control;
+    pids_.push_back(Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--coordinator",
+                           ::tessera::testing::LoopbackEndpoint(control_port_), "--timeout", "5"},
+                          dir_ + "/worker.log"));
     for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpsCall(port_, ca_, http::verb::get, "/readyz").status == 200) return;
       if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died
@@ -554,7 +557,7 @@ class SecureDaemons : public ::testing::Test {
 
   std::string dir_, model_, ca_, bin_;
   CurveKeyPair coordinator_, worker_, rogue_;
-  int port_ = 0, admin_port_ = 0;
+  int port_ = 0, admin_port_ = 0, control_port_ = 0;
   std::vector<pid_t> pids_;
 };
 
@@ -676,7 +679,8 @@ TEST_F(SecureDaemons, RequestLimitsNameTheFieldAndTheLimit) {
 
 TEST_F(SecureDaemons, UnknownWorkerKeyIsRefusedAndLoggedAndServingGoesOn) {
   const pid_t rogue =
-      Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--set",
+      Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--coordinator",
+             ::tessera::testing::LoopbackEndpoint(control_port_), "--set",
              "control.worker_secret_key_file=" + dir_ + "/rogue.key", "--timeout", "5"},
             dir_ + "/rogue.log");
   int status = 0;
