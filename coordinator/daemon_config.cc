@@ -246,6 +246,22 @@ Field StringField(const char* table, const char* key, Member<S, std::string> m) 
                [m](const DaemonConfig& c) { return Quote(m(c)); }};
 }
 
+template <typename S>
+Field BoolField(const char* table, const char* key, Member<S, bool> m) {
+  std::string full = std::string(table) + "." + key;
+  return Field{table,
+               key,
+               "a boolean",
+               false,
+               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+                 if (!n.is_boolean())
+                   return KeyError(loc(n), full, "expected true or false, got " + Show(n));
+                 m(c) = *n.value<bool>();
+                 return Status::Ok();
+               },
+               [m](const DaemonConfig& c) { return std::string(m(c) ? "true" : "false"); }};
+}
+
 template <typename T>
 Status ReadInt(const toml::node& n, const Locator& loc, const std::string& key, T* out) {
   if (!n.is_integer()) return KeyError(loc(n), key, "expected an integer, got " + Show(n));
@@ -470,6 +486,8 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int>{&D::server, &ServerSection::max_header_count}),
       IntField("server", "max_streams",
                Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
+      IntField("server", "max_workers",
+               Member<ServerSection, int>{&D::server, &ServerSection::max_workers}),
 
       NumberField(
           "heartbeat", "interval_seconds",
@@ -477,6 +495,9 @@ const std::vector<Field>& Fields() {
       NumberField(
           "heartbeat", "timeout_seconds",
           Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::timeout_seconds}),
+      NumberField("heartbeat", "forget_failed_after_seconds",
+                  Member<HeartbeatSection, double>{&D::heartbeat,
+                                                   &HeartbeatSection::forget_failed_after_seconds}),
 
       NumberField("kv_cache", "memory_fraction",
                   Member<KvCacheSection, double>{&D::kv_cache, &KvCacheSection::memory_fraction}),
@@ -527,6 +548,8 @@ const std::vector<Field>& Fields() {
       StringField("control", "coordinator_public_key",
                   Member<ControlSection, std::string>{&D::control,
                                                       &ControlSection::coordinator_public_key}),
+      BoolField("control", "allow_unauthenticated",
+                Member<ControlSection, bool>{&D::control, &ControlSection::allow_unauthenticated}),
 
       EnumField("logging", "level",
                 Member<LoggingSection, LogLevel>{&D::logging, &LoggingSection::level},
@@ -1000,6 +1023,9 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (srv.max_streams < 1) {
     return Bad(c, "server.max_streams", fmt::format("must be >= 1, got {}", srv.max_streams));
   }
+  if (srv.max_workers < 1) {
+    return Bad(c, "server.max_workers", fmt::format("must be >= 1, got {}", srv.max_workers));
+  }
 
   // [admin]
   const AdminSection& adm = c.admin;
@@ -1067,6 +1093,11 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad(c, "heartbeat.interval_seconds",
                "must be < heartbeat.timeout_seconds (" + FormatDouble(hb.timeout_seconds) +
                    "), got " + FormatDouble(hb.interval_seconds));
+  }
+
+  if (!(hb.forget_failed_after_seconds > 0) || !std::isfinite(hb.forget_failed_after_seconds)) {
+    return Bad(c, "heartbeat.forget_failed_after_seconds",
+               "must be a finite number > 0, got " + FormatDouble(hb.forget_failed_after_seconds));
   }
 
   // [kv_cache]

@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 51);
+  EXPECT_EQ(keys, 54);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -445,7 +445,7 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
-      "timeout_seconds");
+      "timeout_seconds, forget_failed_after_seconds");
   // A sub-table is an unknown key of its table.
   EXPECT_THAT(
       ParseError("[server.extra]\nx = 1\n"),
