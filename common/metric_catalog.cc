@@ -226,6 +226,15 @@ std::vector<MetricSpec> Build() {
        {},
        {},
        c},
+      {metric::kControlMessagesDroppedTotal,
+       T::kCounter,
+       "Control messages from registered workers the coordinator refused, by reason: wrong_rank "
+       "(a StepResult not from the plan's sampling rank), wrong_plan_version, "
+       "unknown_micro_batch (not in flight, or answered already), wrong_seq_ids, no_plan (no "
+       "plan is serving), not_in_plan (an Error from a worker outside the plan).",
+       {"reason"},
+       {},
+       c},
       {metric::kFaultsTotal,
        T::kCounter,
        "Re-plans caused by a fault: a worker lost (missed heartbeats), a worker reporting an "
