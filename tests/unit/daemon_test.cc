@@ -45,6 +45,7 @@ class Daemons : public ::testing::Test {
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     port_ = ::tessera::testing::FreeTcpPort();
     const int control = ::tessera::testing::FreeTcpPort();
+    const auto keys = ::tessera::testing::MakeControlKeys(dir_, Workers());
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n"
         << ChatTemplateToml() << "[parallel]\n"
@@ -53,15 +54,17 @@ class Daemons : public ::testing::Test {
         << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-        << SchedulerToml();
+        << SchedulerToml() << keys.CoordinatorToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
                           dir_ + "/coordinator.log"));
     for (int i = 0; i < Workers(); ++i)
-      pids_.push_back(Spawn(
-          {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
-           "--device", std::to_string(i), "--timeout", "5"},
-          dir_ + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(
+          Spawn(::tessera::testing::Concat({bin + "/tessera-worker", "--coordinator",
+                                            "tcp://127.0.0.1:" + std::to_string(control),
+                                            "--device", std::to_string(i), "--timeout", "5"},
+                                           keys.WorkerArgs(i)),
+                dir_ + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;
       if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died

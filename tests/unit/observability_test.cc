@@ -75,20 +75,24 @@ class Observability : public ::testing::Test {
     for (int i = 0; i < kWorkers; ++i) worker_ports_.push_back(::tessera::testing::FreeTcpPort());
     prom_port_ = ::tessera::testing::FreeTcpPort();
     const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    const auto keys = ::tessera::testing::MakeControlKeys(dir, kWorkers);
     std::ofstream(dir + "/c.toml")
         << "[model]\npath = \"" << model << "\"\n[parallel]\ntp = 2\npp = 2\n"
         << "[server]\nport = " << api_port_ << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
         << "\"\n[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n";
+        << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n"
+        << keys.CoordinatorToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"},
                           dir + "/coordinator.log"));
     for (int i = 0; i < kWorkers; ++i)
       pids_.push_back(
-          Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                 "tcp://127.0.0.1:" + std::to_string(control), "--device", std::to_string(i),
-                 "--metrics-port", std::to_string(worker_ports_[i]), "--log-format", "text"},
+          Spawn(::tessera::testing::Concat(
+                    {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+                     "tcp://127.0.0.1:" + std::to_string(control), "--device", std::to_string(i),
+                     "--metrics-port", std::to_string(worker_ports_[i]), "--log-format", "text"},
+                    keys.WorkerArgs(i)),
                 dir + "/worker" + std::to_string(i) + ".log"));
     bool ready = false;
     while (Clock::now() - t0 < std::chrono::seconds(40)) {
