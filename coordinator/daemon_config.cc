@@ -1195,6 +1195,17 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                    " is beyond loopback: the control plane needs CURVE; set "
                    "control.worker_secret_key_file and control.coordinator_public_key "
                    "(tessera keygen)");
+  {
+    // The workers the coordinator waits for must fit in its records.
+    const int wanted =
+        c.parallel.mode == ParallelMode::kExplicit ? c.parallel.world_size() : c.parallel.workers;
+    if (wanted > c.server.max_workers)
+      return Bad(
+          c, "server.max_workers",
+          fmt::format("must be >= the {} workers the coordinator waits for ({}), got {}",
+                      c.parallel.mode == ParallelMode::kExplicit ? "tp * pp" : "parallel.workers",
+                      wanted, c.server.max_workers));
+  }
   if (w.device < 0) return Bad(c, "worker.device", fmt::format("must be >= 0, got {}", w.device));
   if (!w.host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.host", w.host));
   if (!w.gloo_host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.gloo_host", w.gloo_host));

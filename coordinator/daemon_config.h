@@ -394,7 +394,8 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
 //    max_body_bytes, max_connections, max_header_count, max_streams or
-//    max_workers < or = 0;
+//    max_workers < or = 0; max_workers below the workers waited for (tp * pp
+//    in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
 //    timeout_seconds <= interval_seconds; forget_failed_after_seconds not a
 //    finite number > 0;
