@@ -49,6 +49,13 @@ void ControlDrops::Drop(const std::string& worker_id, const char* reason,
                      worker_id, reason, detail, metric::kControlMessagesDroppedTotal);
 }
 
+void ControlDrops::CountServerDrop(const Status& reason) {
+  const char* label = reason.code() == StatusCode::kUnimplemented     ? "unsupported_version"
+                      : reason.code() == StatusCode::kInvalidArgument ? "malformed"
+                                                                      : "unregistered";
+  metrics_->Counter(metric::kControlMessagesDroppedTotal).WithLabels({label}).Inc();
+}
+
 void ControlDrops::Forget(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   logged_.erase(worker_id);

@@ -10,7 +10,10 @@
 //    plan, for a micro-batch not in flight or with other seq_ids; an Error
 //    from a worker outside the plan). Each is counted in
 //    tessera_control_messages_dropped_total{reason} and logged once per
-//    worker (a misbehaving peer cannot flood the log).
+//    worker (a misbehaving peer cannot flood the log). The control server's
+//    own drops (malformed frames, unsupported versions, messages from a peer
+//    not registered) are counted there too: malformed, unsupported_version,
+//    unregistered.
 //
 // Thread-safety: ControlDrops is safe from any thread (its mutex guards the
 // set of workers already logged).
@@ -39,6 +42,9 @@ class ControlDrops {
   // Counts one dropped message under `reason` (a metric label) and logs
   // `detail` the first time `worker_id` has a message dropped.
   void Drop(const std::string& worker_id, const char* reason, const std::string& detail);
+  // Counts one message the control server dropped (it logs those itself):
+  // `reason` from its status (ControlServerOptions::on_dropped).
+  void CountServerDrop(const Status& reason);
   // The worker's record is gone: a later worker of that id is logged anew.
   void Forget(const std::string& worker_id);
 

@@ -28,6 +28,9 @@ constexpr const char* kZapDomain = "tessera-control";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
+// Peers whose first dropped frame is logged; drops from further peers (a
+// flood of routing ids) are counted only.
+constexpr size_t kMaxDropLoggedPeers = 1024;
 
 using Clock = std::chrono::steady_clock;
 
@@ -117,6 +120,9 @@ struct ControlServer::Impl {
   // The "max_workers reached" refusal was logged; cleared when a record
   // goes. Owner thread only.
   bool full_logged = false;
+  // Printable routing ids whose dropped frames were logged (the first one
+  // each). Owner thread only; at most kMaxDropLoggedPeers.
+  std::set<std::string> drop_logged;
 
   void Run();
   void Turn(std::chrono::milliseconds poll_timeout);
@@ -379,9 +385,15 @@ void ControlServer::Impl::ReadFrames() {
 void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
                                std::atomic<uint64_t>* counter) {
   ++*counter;
-  TESSERA_LOG_WARN(kLog, "dropped message from peer {}{}: {}", peer.identity,
-                   peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
-                   reason.ToString());
+  // Logged once per peer: a misbehaving peer cannot flood the log (stats
+  // and on_dropped still see every drop).
+  if (!drop_logged.count(peer.identity) && drop_logged.size() < kMaxDropLoggedPeers) {
+    drop_logged.insert(peer.identity);
+    TESSERA_LOG_WARN(
+        kLog, "dropped message from peer {}{}: {}; later drops from it are counted only",
+        peer.identity, peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
+        reason.ToString());
+  }
   if (options.on_dropped) options.on_dropped(peer, reason);
 }
 

@@ -15,7 +15,8 @@
 //    limit, fields out of range), unknown protocol versions, and any message
 //    but Register from a peer that is not registered (or was declared lost,
 //    or whose worker_id is not the one assigned to it) are logged with the
-//    reason and dropped; the loop keeps serving. A peer that is not
+//    reason (the first drop of each peer) and dropped; the loop keeps
+//    serving. A peer that is not
 //    registered or was declared lost is also answered with a refusing
 //    RegisterAck whose reason starts with kRegisterAgainPrefix, so a worker
 //    that outlived a coordinator restart (or its own loss) registers again.

@@ -86,6 +86,7 @@ Status CoordinatorDaemon::Start() {
   };
   co.on_worker_lost = [this](const std::string& id) { OnWorkerLost(id); };
   co.on_worker_forgotten = [this](const std::string& id) { OnWorkerForgotten(id); };
+  co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
   co.accept_register = [](const ControlPeer&, const control::Register& reg) -> Status {
     // The planner needs a readable topology report; refuse a broken one now.
     if (reg.topology_json().empty()) return Status::Ok();

@@ -11,8 +11,9 @@
 //    ends with an error naming the keys it lacks.
 //  - OpenCluster (control.allow_unauthenticated = true, the explicit off
 //    switch): it warns at start and serves; a registration flood stops at
-//    server.max_workers and the failed records expire; a worker that
-//    registers again replaces its lost record.
+//    server.max_workers and the failed records expire; an unregistered
+//    peer's messages are counted and logged once; a worker that registers
+//    again replaces its lost record.
 //  - RemoteExecutorChecks: the StepResult checks one by one, on a real
 //    ControlServer.
 #include <gtest/gtest.h>
@@ -584,6 +585,26 @@ TEST_F(OpenCluster, RegistrationFloodStopsAtTheCapAndFailedRecordsExpire) {
   std::optional<control::RegisterAck> ack = late.Register("late");
   ASSERT_TRUE(ack.has_value());
   EXPECT_TRUE(ack->accepted()) << ack->reason();
+  d_->ExpectServingCorrectly();
+}
+
+// Attack: results from a peer that never registered (a flood under one
+// routing id). Each is dropped and counted; the log names the peer once.
+TEST_F(OpenCluster, UnregisteredPeerIsCountedAndLoggedOnce) {
+  const std::string series = "tessera_control_messages_dropped_total{reason=\"unregistered\"}";
+  const double before = Sample(d_->Metrics(), series);
+  RawPeer stranger(d_->endpoint, "stranger");
+  for (uint64_t mb = 0; mb < 50; ++mb) {
+    control::Envelope e;
+    e.mutable_step_result()->set_plan_version(1);
+    e.mutable_step_result()->set_micro_batch_id(mb);
+    stranger.Send(Stamped(e, "worker-0"));
+  }
+  ASSERT_TRUE(
+      WaitFor([&] { return Sample(d_->Metrics(), series) >= before + 50; }, milliseconds(10000)))
+      << d_->Metrics();
+  EXPECT_EQ(Occurrences(d_->CoordinatorLog(), "dropped message from peer stranger"), 1u)
+      << d_->CoordinatorLog();
   d_->ExpectServingCorrectly();
 }
 
