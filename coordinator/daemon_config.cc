@@ -246,22 +246,6 @@ Field StringField(const char* table, const char* key, Member<S, std::string> m) 
                [m](const DaemonConfig& c) { return Quote(m(c)); }};
 }
 
-template <typename S>
-Field BoolField(const char* table, const char* key, Member<S, bool> m) {
-  std::string full = std::string(table) + "." + key;
-  return Field{table,
-               key,
-               "a boolean",
-               false,
-               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
-                 if (!n.is_boolean())
-                   return KeyError(loc(n), full, "expected true or false, got " + Show(n));
-                 m(c) = *n.value<bool>();
-                 return Status::Ok();
-               },
-               [m](const DaemonConfig& c) { return std::string(m(c) ? "true" : "false"); }};
-}
-
 template <typename T>
 Status ReadInt(const toml::node& n, const Locator& loc, const std::string& key, T* out) {
   if (!n.is_integer()) return KeyError(loc(n), key, "expected an integer, got " + Show(n));
@@ -303,6 +287,22 @@ Field NumberField(const char* table, const char* key, Member<S, double> m) {
                  return Status::Ok();
                },
                [m](const DaemonConfig& c) { return FormatDouble(m(c)); }};
+}
+
+template <typename S>
+Field BoolField(const char* table, const char* key, Member<S, bool> m) {
+  std::string full = std::string(table) + "." + key;
+  return Field{table,
+               key,
+               "a boolean",
+               false,
+               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+                 if (!n.is_boolean())
+                   return KeyError(loc(n), full, "expected true or false, got " + Show(n));
+                 m(c) = *n.value<bool>();
+                 return Status::Ok();
+               },
+               [m](const DaemonConfig& c) { return std::string(m(c) ? "true" : "false"); }};
 }
 
 template <typename S>
