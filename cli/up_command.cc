@@ -4,22 +4,34 @@
 // request, streams the answer and shuts everything down. Ctrl-C or SIGTERM
 // stops every process.
 //
+// The control plane is authenticated: unless control.allow_unauthenticated
+// is set, `up` makes CURVE keys for this deployment (a coordinator pair and
+// one per worker) in a run directory of its own (mode 0700, the secret keys
+// 0600), passes them to the daemons as --set overrides, and removes the
+// directory when it exits.
+//
 // `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
 // the queue, through the admin API.
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/admin_reply.h"
 #include "cli/commands.h"
 #include "cli/plan_view.h"
+#include "common/curve_keys.h"
 #include "common/load_progress.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
@@ -98,6 +110,32 @@ Status CheckPortFree(const std::string& key, const std::string& example, std::st
   return Status::Ok();
 }
 
+// The run directory of one `tessera up`: made private, removed with its
+// files when this goes out of scope.
+class RunDir {
+ public:
+  ~RunDir() {
+    if (path_.empty()) return;
+    for (const std::string& f : files_) unlink(f.c_str());
+    rmdir(path_.c_str());
+  }
+  Status Make() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/tessera-up-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr)
+      return IoError("cannot make a run directory from " + tmpl + ": " + std::strerror(errno));
+    path_ = tmpl;
+    chmod(path_.c_str(), 0700);
+    return Status::Ok();
+  }
+  void Own(const std::string& file) { files_.push_back(file); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::string> files_;
+};
+
 }  // namespace
 
 Subcommand AddUpCommand(CLI::App& app) {
@@ -136,8 +174,13 @@ Subcommand AddUpCommand(CLI::App& app) {
       std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
       return 2;
     }
-    auto with_sets = [&](std::vector<std::string> argv) {
+    auto with_sets = [&](std::vector<std::string> argv,
+                         const std::vector<std::string>& extra = {}) {
       for (const std::string& kv : a->sets) {
+        argv.push_back("--set");
+        argv.push_back(kv);
+      }
+      for (const std::string& kv : extra) {
         argv.push_back("--set");
         argv.push_back(kv);
       }
@@ -148,18 +191,42 @@ Subcommand AddUpCommand(CLI::App& app) {
     // by the coordinator's planner.
     const int workers =
         explicit_mode ? cfg->parallel.world_size() : std::max(1, cfg->parallel.workers);
+    // CURVE keys for this deployment, unless it runs unauthenticated on purpose.
+    RunDir run_dir;
+    std::optional<DeploymentKeys> keys;
+    if (!cfg->control.allow_unauthenticated) {
+      if (Status st = run_dir.Make(); !st.ok()) {
+        std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      StatusOr<DeploymentKeys> made = MakeDeploymentKeys(run_dir.path(), workers);
+      run_dir.Own(run_dir.path() + "/coordinator.key");
+      run_dir.Own(run_dir.path() + "/coordinator.pub");
+      for (int d = 0; d < workers; ++d) {
+        run_dir.Own(run_dir.path() + "/worker" + std::to_string(d) + ".key");
+        run_dir.Own(run_dir.path() + "/worker" + std::to_string(d) + ".pub");
+      }
+      if (!made.ok()) {
+        std::fprintf(stderr, "tessera up: CURVE keys for the control plane: %s\n",
+                     made.status().ToString().c_str());
+        return 1;
+      }
+      keys = std::move(*made);
+    }
     const std::string dir = SelfDir();
     std::vector<ChildSpec> children;
     // Own process groups: a Ctrl-C reaches only this process, which stops
     // the coordinator first; it shuts its workers down.
     children.push_back({"coordinator",
-                        with_sets({dir + "/tessera-coordinator", "--config", a->config}), false,
-                        true});
+                        with_sets({dir + "/tessera-coordinator", "--config", a->config},
+                                  keys ? keys->CoordinatorOverrides() : std::vector<std::string>{}),
+                        false, true});
     for (int d = 0; d < workers; ++d)
       children.push_back(
           {"worker " + std::to_string(d),
            with_sets({dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
-                      "--coordinator", cfg->server.control_endpoint}),
+                      "--coordinator", cfg->server.control_endpoint},
+                     keys ? keys->WorkerOverrides(d) : std::vector<std::string>{}),
            false, true});
     // Nothing starts while another process holds one of this deployment's
     // ports: its workers would register with that process's coordinator.

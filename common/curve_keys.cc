@@ -134,4 +134,32 @@ Status WriteCurveKeyPair(const CurveKeyPair& pair, const std::string& base) {
                   0644);
 }
 
+std::vector<std::string> DeploymentKeys::CoordinatorOverrides() const {
+  std::string list;
+  for (const std::string& k : worker_public_keys) list += (list.empty() ? "\"" : ", \"") + k + "\"";
+  return {"control.coordinator_secret_key_file=" + coordinator_secret_file,
+          "control.worker_public_keys=[" + list + "]"};
+}
+
+std::vector<std::string> DeploymentKeys::WorkerOverrides(int i) const {
+  return {"control.worker_secret_key_file=" + worker_secret_files.at(static_cast<size_t>(i)),
+          "control.coordinator_public_key=" + coordinator_public_key};
+}
+
+StatusOr<DeploymentKeys> MakeDeploymentKeys(const std::string& dir, int workers) {
+  DeploymentKeys out;
+  TESSERA_ASSIGN_OR_RETURN(CurveKeyPair coordinator, GenerateCurveKeyPair());
+  TESSERA_RETURN_IF_ERROR(WriteCurveKeyPair(coordinator, dir + "/coordinator"));
+  out.coordinator_secret_file = dir + "/coordinator.key";
+  out.coordinator_public_key = coordinator.public_key;
+  for (int i = 0; i < workers; ++i) {
+    TESSERA_ASSIGN_OR_RETURN(CurveKeyPair w, GenerateCurveKeyPair());
+    const std::string base = dir + "/worker" + std::to_string(i);
+    TESSERA_RETURN_IF_ERROR(WriteCurveKeyPair(w, base));
+    out.worker_secret_files.push_back(base + ".key");
+    out.worker_public_keys.push_back(w.public_key);
+  }
+  return out;
+}
+
 }  // namespace tessera

@@ -13,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -45,5 +46,24 @@ StatusOr<CurveKeyPair> LoadCurveSecretKeyFile(const std::string& path);
 // 0644), refusing to overwrite either. Errors:
 // kFailedPrecondition naming the file, kIoError.
 Status WriteCurveKeyPair(const CurveKeyPair& pair, const std::string& base);
+
+// The keys of one deployment on one host (what `tessera up` makes): a
+// coordinator pair and one pair per worker (one key, one worker), written
+// by WriteCurveKeyPair under `dir` as coordinator.{key,pub} and
+// worker<i>.{key,pub}.
+struct DeploymentKeys {
+  std::string coordinator_secret_file;
+  std::string coordinator_public_key;
+  std::vector<std::string> worker_secret_files;
+  std::vector<std::string> worker_public_keys;
+
+  // Config overrides ("table.key=value", as --set takes them): the
+  // coordinator's [control] keys, and worker i's.
+  std::vector<std::string> CoordinatorOverrides() const;
+  std::vector<std::string> WorkerOverrides(int i) const;
+};
+
+// Errors: those of GenerateCurveKeyPair and WriteCurveKeyPair.
+StatusOr<DeploymentKeys> MakeDeploymentKeys(const std::string& dir, int workers);
 
 }  // namespace tessera

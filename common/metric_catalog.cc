@@ -226,6 +226,17 @@ std::vector<MetricSpec> Build() {
        {},
        {},
        c},
+      {metric::kControlMessagesDroppedTotal,
+       T::kCounter,
+       "Control messages the coordinator dropped, by reason. From registered workers: wrong_rank "
+       "(a StepResult not from the plan's sampling rank), wrong_plan_version, "
+       "unknown_micro_batch (not in flight, or answered already), wrong_seq_ids, no_plan (no "
+       "plan is serving), not_in_plan (an Error from a worker outside the plan). Dropped by the "
+       "control server: malformed, unsupported_version, unregistered (from a peer not "
+       "registered, lost, or under another key or worker_id).",
+       {"reason"},
+       {},
+       c},
       {metric::kFaultsTotal,
        T::kCounter,
        "Re-plans caused by a fault: a worker lost (missed heartbeats), a worker reporting an "

@@ -87,6 +87,8 @@ inline constexpr const char* kPlanParallelSize = "tessera_plan_parallel_size";
 inline constexpr const char* kReconfigurationsTotal = "tessera_reconfigurations_total";
 inline constexpr const char* kFaultsTotal = "tessera_faults_total";
 inline constexpr const char* kRequeuedRequestsTotal = "tessera_requeued_requests_total";
+inline constexpr const char* kControlMessagesDroppedTotal =
+    "tessera_control_messages_dropped_total";
 inline constexpr const char* kRankLoadSeconds = "tessera_rank_load_seconds";
 inline constexpr const char* kRankLoadBytes = "tessera_rank_load_bytes";
 inline constexpr const char* kBuildInfo = "tessera_build_info";

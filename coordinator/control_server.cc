@@ -28,6 +28,9 @@ constexpr const char* kZapDomain = "tessera-control";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
+// Peers whose first dropped frame is logged; drops from further peers (a
+// flood of routing ids) are counted only.
+constexpr size_t kMaxDropLoggedPeers = 1024;
 
 using Clock = std::chrono::steady_clock;
 
@@ -69,6 +72,7 @@ struct ControlServer::Impl {
     std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
     bool alive = true;
     Clock::time_point last_seen;
+    Clock::time_point lost_at;  // when declared lost (alive == false)
     uint64_t messages_received = 0;
   };
   struct Outgoing {
@@ -81,7 +85,8 @@ struct ControlServer::Impl {
     std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
         dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
         registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
-        handshakes_refused{0};
+        handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
+        workers_forgotten{0};
   };
 
   explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
@@ -112,6 +117,12 @@ struct ControlServer::Impl {
   std::map<std::string, size_t> by_identity;   // raw routing id -> latest record
   std::map<std::string, size_t> by_worker_id;  // worker id -> latest record
   uint64_t next_auto_id = 0;
+  // The "max_workers reached" refusal was logged; cleared when a record
+  // goes. Owner thread only.
+  bool full_logged = false;
+  // Printable routing ids whose dropped frames were logged (the first one
+  // each). Owner thread only; at most kMaxDropLoggedPeers.
+  std::set<std::string> drop_logged;
 
   void Run();
   void Turn(std::chrono::milliseconds poll_timeout);
@@ -122,11 +133,16 @@ struct ControlServer::Impl {
                       control::Envelope envelope);
   void HandleMessage(const std::string& identity, const std::string& curve_key,
                      const control::Envelope& envelope);
-  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason);
+  // `log` false: counted and answered, not logged (a flood of refusals).
+  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
+              bool log = true);
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
   void DrainQueue();
   bool SendNow(const Outgoing& out);
   void CheckLiveness();
+  // Removes the records `gone` says to drop and rebuilds the indexes.
+  // Returns the worker ids removed. Caller holds registry_mu.
+  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
   Status Enqueue(Outgoing out);
   std::chrono::milliseconds LostAfter() const {
     return options.heartbeat_interval * options.heartbeat_miss_limit;
@@ -281,6 +297,9 @@ ControlServerStats ControlServer::stats() const {
   st.messages_sent = c.messages_sent;
   st.send_failures = c.send_failures;
   st.handshakes_refused = c.handshakes_refused;
+  st.registrations_refused_key_in_use = c.registrations_refused_key_in_use;
+  st.registrations_refused_full = c.registrations_refused_full;
+  st.workers_forgotten = c.workers_forgotten;
   return st;
 }
 
@@ -366,9 +385,15 @@ void ControlServer::Impl::ReadFrames() {
 void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
                                std::atomic<uint64_t>* counter) {
   ++*counter;
-  TESSERA_LOG_WARN(kLog, "dropped message from peer {}{}: {}", peer.identity,
-                   peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
-                   reason.ToString());
+  // Logged once per peer: a misbehaving peer cannot flood the log (stats
+  // and on_dropped still see every drop).
+  if (!drop_logged.count(peer.identity) && drop_logged.size() < kMaxDropLoggedPeers) {
+    drop_logged.insert(peer.identity);
+    TESSERA_LOG_WARN(
+        kLog, "dropped message from peer {}{}: {}; later drops from it are counted only",
+        peer.identity, peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
+        reason.ToString());
+  }
   if (options.on_dropped) options.on_dropped(peer, reason);
 }
 
@@ -515,10 +540,11 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
 }
 
 void ControlServer::Impl::Refuse(const std::string& identity, const std::string& requested,
-                                 const std::string& reason) {
+                                 const std::string& reason, bool log) {
   ++counters.registrations_refused;
-  TESSERA_LOG_WARN(kLog, "refused registration from peer {} (asked for worker_id '{}'): {}",
-                   PrintableIdentity(identity), requested, reason);
+  if (log)
+    TESSERA_LOG_WARN(kLog, "refused registration from peer {} (asked for worker_id '{}'): {}",
+                     PrintableIdentity(identity), requested, reason);
   control::Envelope ack;
   ack.set_protocol_version(kControlProtocolVersion);
   ack.set_worker_id(requested);
@@ -540,6 +566,13 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
   std::string worker_id;
   bool retry = false;
   std::string refusal;
+  std::atomic<uint64_t>* refusal_counter = nullptr;  // a specific counter besides the total
+  bool log_refusal = true;
+  // Lost records this registration replaces: its own earlier ones.
+  auto replaced = [&](const Record& rec) {
+    return !rec.alive && (rec.identity == identity || rec.worker_id == worker_id ||
+                          (!curve_key.empty() && rec.curve_key == curve_key));
+  };
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     auto mine = by_identity.find(identity);
@@ -557,20 +590,47 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
         refusal = "this peer is registered as '" + rec.worker_id +
                   "' and cannot register again as '" + requested + "'";
       }
-    } else if (!requested.empty()) {
-      auto held = by_worker_id.find(requested);
-      if (held != by_worker_id.end() && records[held->second].alive)
-        refusal = "worker_id '" + requested + "' is held by live peer " +
-                  PrintableIdentity(records[held->second].identity);
-      worker_id = requested;
     } else {
-      do {
-        worker_id = "worker-" + std::to_string(next_auto_id++);
-      } while (by_worker_id.count(worker_id) && records[by_worker_id[worker_id]].alive);
+      // One key, one worker: a live worker's key cannot register another.
+      if (!curve_key.empty()) {
+        for (const Record& rec : records) {
+          if (!rec.alive || rec.curve_key != curve_key) continue;
+          refusal = "CURVE key " + curve_key + " is in use by live worker '" + rec.worker_id +
+                    "' (peer " + PrintableIdentity(rec.identity) +
+                    "); one key registers one worker";
+          refusal_counter = &counters.registrations_refused_key_in_use;
+          break;
+        }
+      }
+      if (refusal.empty() && !requested.empty()) {
+        auto held = by_worker_id.find(requested);
+        if (held != by_worker_id.end() && records[held->second].alive)
+          refusal = "worker_id '" + requested + "' is held by live peer " +
+                    PrintableIdentity(records[held->second].identity);
+        worker_id = requested;
+      } else if (refusal.empty()) {
+        do {
+          worker_id = "worker-" + std::to_string(next_auto_id++);
+        } while (by_worker_id.count(worker_id) && records[by_worker_id[worker_id]].alive);
+      }
+      if (refusal.empty() && options.max_workers > 0) {
+        const size_t kept = static_cast<size_t>(std::count_if(
+            records.begin(), records.end(), [&](const Record& r) { return !replaced(r); }));
+        if (kept >= options.max_workers) {
+          refusal = "the coordinator holds " + std::to_string(kept) +
+                    " worker records, its limit (server.max_workers = " +
+                    std::to_string(options.max_workers) +
+                    "); lost workers are forgotten after heartbeat.forget_failed_after_seconds";
+          refusal_counter = &counters.registrations_refused_full;
+          log_refusal = !full_logged;
+          full_logged = true;
+        }
+      }
     }
   }
   if (!refusal.empty()) {
-    Refuse(identity, requested, refusal);
+    if (refusal_counter) ++*refusal_counter;
+    Refuse(identity, requested, refusal, log_refusal);
     return;
   }
   if (!retry && options.accept_register) {
@@ -582,6 +642,17 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     }
   }
   if (!retry) {
+    std::vector<std::string> gone;
+    {
+      std::lock_guard<std::mutex> lock(registry_mu);
+      gone = EraseRecordsLocked(replaced);
+    }
+    for (const std::string& id : gone) {
+      ++counters.workers_forgotten;
+      TESSERA_LOG_INFO(kLog, "the lost record of worker '{}' is replaced by worker '{}'", id,
+                       worker_id);
+      if (id != worker_id && options.on_worker_forgotten) options.on_worker_forgotten(id);
+    }
     std::lock_guard<std::mutex> lock(registry_mu);
     Record rec;
     rec.worker_id = worker_id;
@@ -662,8 +733,26 @@ void ControlServer::Impl::CheckLiveness() {
     for (Record& rec : records) {
       if (rec.alive && now - rec.last_seen > LostAfter()) {
         rec.alive = false;
+        rec.lost_at = now;
         lost.push_back(rec.worker_id);
       }
+    }
+  }
+  std::vector<std::string> forgotten;
+  if (options.forget_lost_after.count() > 0) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    forgotten = EraseRecordsLocked([&](const Record& rec) {
+      return !rec.alive && now - rec.lost_at > options.forget_lost_after;
+    });
+  }
+  for (const std::string& id : forgotten) {
+    ++counters.workers_forgotten;
+    TESSERA_LOG_INFO(kLog, "forgot lost worker '{}' ({} ms after its loss)", id,
+                     options.forget_lost_after.count());
+    try {
+      if (options.on_worker_forgotten) options.on_worker_forgotten(id);
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
     }
   }
   for (const std::string& id : lost) {
@@ -676,6 +765,30 @@ void ControlServer::Impl::CheckLiveness() {
       TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
     }
   }
+}
+
+std::vector<std::string> ControlServer::Impl::EraseRecordsLocked(
+    const std::function<bool(const Record&)>& gone) {
+  std::vector<std::string> removed;
+  if (std::none_of(records.begin(), records.end(), gone)) return removed;
+  std::vector<Record> kept;
+  kept.reserve(records.size());
+  for (Record& rec : records) {
+    if (gone(rec)) {
+      removed.push_back(rec.worker_id);
+    } else {
+      kept.push_back(std::move(rec));
+    }
+  }
+  records.swap(kept);
+  by_identity.clear();
+  by_worker_id.clear();
+  for (size_t i = 0; i < records.size(); ++i) {
+    by_identity[records[i].identity] = i;
+    by_worker_id[records[i].worker_id] = i;
+  }
+  full_logged = false;
+  return removed;
 }
 
 }  // namespace tessera

@@ -15,7 +15,8 @@
 //    limit, fields out of range), unknown protocol versions, and any message
 //    but Register from a peer that is not registered (or was declared lost,
 //    or whose worker_id is not the one assigned to it) are logged with the
-//    reason and dropped; the loop keeps serving. A peer that is not
+//    reason (the first drop of each peer) and dropped; the loop keeps
+//    serving. A peer that is not
 //    registered or was declared lost is also answered with a refusing
 //    RegisterAck whose reason starts with kRegisterAgainPrefix, so a worker
 //    that outlived a coordinator restart (or its own loss) registers again.
@@ -27,10 +28,20 @@
 //    address and key. A registered worker stays bound to the key it
 //    registered with: a frame from the same routing id under another key is
 //    dropped.
+//    One key, one worker: a Register under the CURVE key of another live
+//    worker is refused and logged (a stolen or shared key cannot add a
+//    second worker).
+//  - Bounds: at most max_workers records (live workers plus lost ones not
+//    yet forgotten); a Register beyond that is refused (logged once until a
+//    record frees up). A worker that registers again (after its loss, or a
+//    restart under the same id, routing id or CURVE key) replaces its lost
+//    record instead of adding one.
 //  - Liveness: a registered worker from which no valid message arrived for
 //    heartbeat_miss_limit * heartbeat_interval is declared lost once:
 //    `on_worker_lost(worker_id)` is called and later messages from it are
-//    dropped until it registers again.
+//    dropped until it registers again. A lost record is forgotten after
+//    forget_lost_after (`on_worker_forgotten(worker_id)`): Workers() no
+//    longer lists it.
 //
 // Threading: one thread (started by Start) owns the ROUTER socket and runs a
 // poll loop; the callbacks run on that thread, one at a time, and must not
@@ -86,6 +97,16 @@ struct ControlServerOptions {
       accept_register;
   // Each dropped frame with the reason (also logged). For tests and metrics.
   std::function<void(const ControlPeer& peer, const Status& reason)> on_dropped;
+  // A worker's record is gone: forgotten after its loss, or replaced by a
+  // registration under another id (same routing id or CURVE key). Optional.
+  std::function<void(const std::string& worker_id)> on_worker_forgotten;
+
+  // Worker records kept at once, live and lost (not yet forgotten); a
+  // Register that would add one more is refused. 0 = no bound.
+  size_t max_workers = 256;
+  // How long a lost worker's record is kept before it is forgotten;
+  // 0 = until the worker registers again.
+  std::chrono::milliseconds forget_lost_after{0};
 
   // CURVE (ZeroMQ CurveZMQ): this server's secret key, Z85 (40 characters);
   // "" = no CURVE: plain TCP, anyone who can reach the endpoint may connect.
@@ -105,8 +126,11 @@ struct ControlServerStats {
   uint64_t registrations_refused = 0;
   uint64_t workers_lost = 0;
   uint64_t messages_sent = 0;
-  uint64_t send_failures = 0;       // peer gone (EHOSTUNREACH) or its queue full
-  uint64_t handshakes_refused = 0;  // CURVE connections with a key not allowed
+  uint64_t send_failures = 0;                     // peer gone (EHOSTUNREACH) or its queue full
+  uint64_t handshakes_refused = 0;                // CURVE connections with a key not allowed
+  uint64_t registrations_refused_key_in_use = 0;  // CURVE key of another live worker
+  uint64_t registrations_refused_full = 0;        // max_workers records held
+  uint64_t workers_forgotten = 0;                 // lost records dropped or replaced
 };
 
 // One registered worker.
@@ -149,8 +173,9 @@ class ControlServer {
   // kUnavailable (the worker was declared lost), those of EncodeEnvelope.
   Status Send(const std::string& worker_id, control::Envelope envelope);
 
-  // Snapshot of every worker that registered since Start, in registration
-  // order (a re-registration after loss is a new entry).
+  // Snapshot of every worker record, live or lost (not yet forgotten), in
+  // registration order (a re-registration replaces the worker's lost record
+  // and goes to the end).
   std::vector<ControlWorkerInfo> Workers() const;
   ControlServerStats stats() const;
 

@@ -11,6 +11,7 @@
 #include "common/metric_catalog.h"
 #include "common/shard_spec.h"
 #include "coordinator/cluster_model.h"
+#include "coordinator/control_plane_guard.h"
 #include "coordinator/cost_model.h"
 #include "coordinator/openai_api.h"
 #include "coordinator/placement_planner.h"
@@ -106,17 +107,14 @@ Status CoordinatorDaemon::Start() {
     OnControlMessage(p, e);
   };
   co.on_worker_lost = [this](const std::string& id) { OnWorkerLost(id); };
+  co.on_worker_forgotten = [this](const std::string& id) { OnWorkerForgotten(id); };
+  co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
   co.accept_register = [](const ControlPeer&, const control::Register& reg) -> Status {
     // The planner needs a readable topology report; refuse a broken one now.
     if (reg.topology_json().empty()) return Status::Ok();
     return TopologyReportFromJson(reg.topology_json(), "Register.topology_json").status();
   };
-  if (!config_.control.coordinator_secret_key_file.empty()) {
-    auto keys = LoadCurveSecretKeyFile(config_.control.coordinator_secret_key_file);
-    if (!keys.ok()) return keys.status().WithContext("control.coordinator_secret_key_file");
-    co.curve_secret_key = keys->secret_key;
-    co.curve_allowed_public_keys = config_.control.worker_public_keys;
-  }
+  TESSERA_RETURN_IF_ERROR(ConfigureControlSecurity(config_, &co));
   control_ = std::make_unique<ControlServer>(co);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
   // The rendezvous store listens on the control plane's host (every
@@ -669,12 +667,14 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     }
   }
   std::vector<std::string> first, all;
+  std::string sampler;  // tp rank 0 of the last stage returns the tokens
   for (const Assignment& a : plan) {
     all.push_back(a.worker_id);
     if (a.stage == 0) first.push_back(a.worker_id);
+    if (a.stage == parallel.pp - 1 && a.tp_rank == 0) sampler = a.worker_id;
   }
   auto executor =
-      std::make_shared<RemoteExecutor>(control_.get(), version, first, all, parallel.pp,
+      std::make_shared<RemoteExecutor>(control_.get(), version, first, all, sampler, parallel.pp,
                                        model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
   {
     std::lock_guard<std::mutex> lock(exec_mu_);
@@ -1001,7 +1001,14 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
       std::lock_guard<std::mutex> lock(exec_mu_);
       ex = executor_;
     }
-    if (ex) ex->OnStepResult(peer.worker_id, e.step_result());
+    if (!ex) {
+      drops_.Drop(peer.worker_id, "no_plan",
+                  "StepResult for plan " + std::to_string(e.step_result().plan_version()) +
+                      " while no plan is serving");
+      return;
+    }
+    const StepResultVerdict verdict = ex->OnStepResult(peer.worker_id, e.step_result());
+    if (!verdict.accepted()) drops_.Drop(peer.worker_id, verdict.reason, verdict.detail);
     return;
   }
   if (e.has_register_worker()) {
@@ -1058,6 +1065,18 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
                        e.error().message());
       return;
     }
+    const bool in_plan =
+        std::any_of(assignments_.begin(), assignments_.end(),
+                    [&](const Assignment& a) { return a.worker_id == peer.worker_id; });
+    if (!in_plan) {
+      // Only a rank of the plan can break it: an idle worker's Error
+      // neither fails steps nor forces a re-plan.
+      const std::string detail = "Error from a worker outside plan " +
+                                 std::to_string(plan_version_) + ": " + e.error().message();
+      lock.unlock();
+      drops_.Drop(peer.worker_id, "not_in_plan", detail);
+      return;
+    }
     states_[peer.worker_id] = control::WORKER_STATE_FAILED;
     TESSERA_LOG_ERROR("coordinator", "worker {}: {}", peer.worker_id, e.error().message());
     const bool loading = std::any_of(assignments_.begin(), assignments_.end(),
@@ -1077,6 +1096,16 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     return;
   }
   cv_.notify_all();
+}
+
+void CoordinatorDaemon::OnWorkerForgotten(const std::string& worker_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_workers_.erase(std::remove(failed_workers_.begin(), failed_workers_.end(), worker_id),
+                          failed_workers_.end());
+    states_.erase(worker_id);
+  }
+  drops_.Forget(worker_id);
 }
 
 void CoordinatorDaemon::OnWorkerLost(const std::string& worker_id) {

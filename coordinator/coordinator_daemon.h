@@ -60,6 +60,7 @@
 #include "common/parallel_config.h"
 #include "common/tcp_store.h"
 #include "common/tokenizer.h"
+#include "coordinator/control_plane_guard.h"
 #include "coordinator/control_server.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_server.h"
@@ -184,6 +185,9 @@ class CoordinatorDaemon {
   void SchedulerLoop();
   void OnControlMessage(const ControlPeer& peer, const control::Envelope& envelope);
   void OnWorkerLost(const std::string& worker_id);
+  // The control server dropped a lost worker's record (ControlServerOptions::
+  // on_worker_forgotten): so does the coordinator.
+  void OnWorkerForgotten(const std::string& worker_id);
   void RegisterRoutes(HttpServer& api, HttpServer* admin);
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
   void HandlePlanPost(const HttpRequest& req, std::shared_ptr<Responder> res);
@@ -208,7 +212,8 @@ class CoordinatorDaemon {
   // before the scheduler, whose requests' callbacks record into it.
   MetricsRegistry metrics_;
   std::unique_ptr<RequestMetrics> request_metrics_;
-  int64_t preemptions_seen_ = 0;  // scheduler thread only
+  ControlDrops drops_{&metrics_};  // refused messages from registered workers
+  int64_t preemptions_seen_ = 0;   // scheduler thread only
 
   std::unique_ptr<ControlServer> control_;
   std::string control_endpoint_;

@@ -488,6 +488,8 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int>{&D::server, &ServerSection::max_header_count}),
       IntField("server", "max_streams",
                Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
+      IntField("server", "max_workers",
+               Member<ServerSection, int>{&D::server, &ServerSection::max_workers}),
 
       NumberField(
           "heartbeat", "interval_seconds",
@@ -495,6 +497,9 @@ const std::vector<Field>& Fields() {
       NumberField(
           "heartbeat", "timeout_seconds",
           Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::timeout_seconds}),
+      NumberField("heartbeat", "forget_failed_after_seconds",
+                  Member<HeartbeatSection, double>{&D::heartbeat,
+                                                   &HeartbeatSection::forget_failed_after_seconds}),
 
       NumberField("kv_cache", "memory_fraction",
                   Member<KvCacheSection, double>{&D::kv_cache, &KvCacheSection::memory_fraction}),
@@ -547,6 +552,8 @@ const std::vector<Field>& Fields() {
       StringField("control", "coordinator_public_key",
                   Member<ControlSection, std::string>{&D::control,
                                                       &ControlSection::coordinator_public_key}),
+      BoolField("control", "allow_unauthenticated",
+                Member<ControlSection, bool>{&D::control, &ControlSection::allow_unauthenticated}),
 
       EnumField("logging", "level",
                 Member<LoggingSection, LogLevel>{&D::logging, &LoggingSection::level},
@@ -1035,6 +1042,9 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (srv.max_streams < 1) {
     return Bad(c, "server.max_streams", fmt::format("must be >= 1, got {}", srv.max_streams));
   }
+  if (srv.max_workers < 1) {
+    return Bad(c, "server.max_workers", fmt::format("must be >= 1, got {}", srv.max_workers));
+  }
 
   // [admin]
   const AdminSection& adm = c.admin;
@@ -1110,6 +1120,11 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad(c, "heartbeat.interval_seconds",
                "must be < heartbeat.timeout_seconds (" + FormatDouble(hb.timeout_seconds) +
                    "), got " + FormatDouble(hb.interval_seconds));
+  }
+
+  if (!(hb.forget_failed_after_seconds > 0) || !std::isfinite(hb.forget_failed_after_seconds)) {
+    return Bad(c, "heartbeat.forget_failed_after_seconds",
+               "must be a finite number > 0, got " + FormatDouble(hb.forget_failed_after_seconds));
   }
 
   // [kv_cache]
@@ -1207,6 +1222,17 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                    " is beyond loopback: the control plane needs CURVE; set "
                    "control.worker_secret_key_file and control.coordinator_public_key "
                    "(tessera keygen)");
+  {
+    // The workers the coordinator waits for must fit in its records.
+    const int wanted =
+        c.parallel.mode == ParallelMode::kExplicit ? c.parallel.world_size() : c.parallel.workers;
+    if (wanted > c.server.max_workers)
+      return Bad(
+          c, "server.max_workers",
+          fmt::format("must be >= the {} workers the coordinator waits for ({}), got {}",
+                      c.parallel.mode == ParallelMode::kExplicit ? "tp * pp" : "parallel.workers",
+                      wanted, c.server.max_workers));
+  }
   if (w.device < 0) return Bad(c, "worker.device", fmt::format("must be >= 0, got {}", w.device));
   if (!w.host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.host", w.host));
   if (!w.gloo_host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.gloo_host", w.gloo_host));

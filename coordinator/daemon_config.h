@@ -153,6 +153,12 @@ struct ServerSection {
   // another gets 429 naming this key. Bounds the connections and threads'
   // time long-lived streams may hold, leaving room for other clients.
   int max_streams = 256;
+  // Workers the control plane keeps records of at once, >= 1: live ones
+  // plus failed ones not yet forgotten (heartbeat.forget_failed_after_seconds).
+  // A Register beyond it is refused and logged. Bounds the memory and the
+  // /admin/cluster size a flood of registrations can cost; set it above the
+  // largest fleet this coordinator serves, with room for restarts.
+  int max_workers = 256;
 };
 
 // [heartbeat]: failure detection between coordinator and workers.
@@ -164,6 +170,11 @@ struct HeartbeatSection {
   // > interval_seconds. Several intervals avoid false failures under load
   // (a long prefill or a loaded host delays heartbeats).
   double timeout_seconds = 10.0;
+  // Seconds a failed (lost) worker's record is kept, > 0; then it is
+  // forgotten: gone from /admin/cluster, tessera_workers{state="failed"} and
+  // the server.max_workers count. Longer keeps a dead worker visible to
+  // operators; shorter frees room for new registrations sooner.
+  double forget_failed_after_seconds = 300.0;
 };
 
 // [kv_cache]: the paged KV cache on every worker.
@@ -259,11 +270,20 @@ struct ControlSection {
   // coordinator_secret_key_file.
   std::vector<std::string> worker_public_keys;
   // Worker: file holding this worker's CURVE secret key; "" = no CURVE. Read
-  // when the worker starts.
+  // when the worker starts. "{device}" in it becomes the worker's device
+  // index ("keys/worker-{device}.key"): the coordinator admits one worker
+  // per key, so workers sharing a config file need one key each.
   std::string worker_secret_key_file;
   // Worker: the coordinator's Z85 public key. Required with
   // worker_secret_key_file.
   std::string coordinator_public_key;
+  // Both daemons: run the control plane without CURVE when no keys are
+  // configured. false (the default) makes a coordinator without
+  // coordinator_secret_key_file, or a worker without worker_secret_key_file,
+  // refuse to start: without CURVE any local process can register as a
+  // worker and inject results. true logs a warning at start; only for
+  // single-user hosts and tests. Loopback endpoints only (see above).
+  bool allow_unauthenticated = false;
 };
 
 enum class LogFormat {
@@ -388,10 +408,12 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
-//    max_body_bytes, max_connections, max_header_count or max_streams < or
-//    = 0;
+//    max_body_bytes, max_connections, max_header_count, max_streams or
+//    max_workers < or = 0; max_workers below the workers waited for (tp * pp
+//    in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
-//    timeout_seconds <= interval_seconds;
+//    timeout_seconds <= interval_seconds; forget_failed_after_seconds not a
+//    finite number > 0;
 //  - kv_cache.memory_fraction outside (0, 1]; block_size < 1; max_blocks < 0;
 //  - scheduler: max_batch_tokens, max_sequences, queue_limit or
 //    prefill_chunk_tokens < 1; max_context, max_prompt_tokens or

@@ -9,12 +9,13 @@ namespace tessera {
 
 RemoteExecutor::RemoteExecutor(ControlServer* server, uint64_t plan_version,
                                std::vector<std::string> first_stage,
-                               std::vector<std::string> pipeline, int pp, int64_t vocab_size,
-                               double step_timeout_seconds)
+                               std::vector<std::string> pipeline, std::string sampler, int pp,
+                               int64_t vocab_size, double step_timeout_seconds)
     : server_(server),
       plan_version_(plan_version),
       first_stage_(std::move(first_stage)),
       pipeline_(std::move(pipeline)),
+      sampler_(std::move(sampler)),
       pp_(pp),
       vocab_size_(vocab_size),
       step_timeout_seconds_(step_timeout_seconds) {}
@@ -27,6 +28,14 @@ Status RemoteExecutor::health() const {
 Status RemoteExecutor::Submit(const StepBatch& batch) {
   TESSERA_RETURN_IF_ERROR(health());
   const uint64_t id = next_id_++;
+  {
+    // Before the Step goes out: its result may come back at once.
+    std::vector<int64_t> seq_ids;
+    for (const SeqStep& s : batch.seqs)
+      if (s.want_logits) seq_ids.push_back(s.seq_id);
+    std::lock_guard<std::mutex> lock(mu_);
+    expected_[id] = std::move(seq_ids);
+  }
   for (const std::string& w : first_stage_) {
     control::Envelope e;
     control::Step* step = e.mutable_step();
@@ -36,6 +45,8 @@ Status RemoteExecutor::Submit(const StepBatch& batch) {
     Status s = server_->Send(w, std::move(e));
     if (!s.ok()) {
       OnWorkerFailed(w, s);
+      std::lock_guard<std::mutex> lock(mu_);
+      expected_.erase(id);
       return s.WithContext("step to worker " + w);
     }
   }
@@ -55,6 +66,7 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
   std::unique_lock<std::mutex> lock(mu_);
   const bool ready = cv_.wait_for(lock, std::chrono::duration<double>(step_timeout_seconds_),
                                   [&] { return results_.count(id) > 0 || !failure_.ok(); });
+  expected_.erase(id);  // a late result for it is refused
   if (!failure_.ok()) return failure_;
   if (!ready)
     return DeadlineExceeded("micro-batch " + std::to_string(id) +
@@ -97,15 +109,47 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
   return tokens;
 }
 
-void RemoteExecutor::OnStepResult(const std::string& worker_id, const control::StepResult& result) {
-  if (result.plan_version() != plan_version_) return;
+StepResultVerdict RemoteExecutor::OnStepResult(const std::string& worker_id,
+                                               const control::StepResult& result) {
+  const std::string mb = "micro-batch " + std::to_string(result.micro_batch_id());
+  if (worker_id != sampler_)
+    return {"wrong_rank", "worker '" + worker_id + "' sent a StepResult for " + mb + " of plan " +
+                              std::to_string(result.plan_version()) + "; plan " +
+                              std::to_string(plan_version_) + " samples on worker '" + sampler_ +
+                              "'"};
+  if (result.plan_version() != plan_version_)
+    return {"wrong_plan_version", "StepResult for " + mb + " of plan " +
+                                      std::to_string(result.plan_version()) +
+                                      ", the current plan is " + std::to_string(plan_version_)};
   std::lock_guard<std::mutex> lock(mu_);
-  if (result.has_error() && result.error().code() != control::ERROR_CODE_UNSPECIFIED) {
+  auto it = expected_.find(result.micro_batch_id());
+  if (it == expected_.end() || results_.count(result.micro_batch_id()))
+    return {"unknown_micro_batch",
+            "StepResult for " + mb + ", which is not in flight or already has its result"};
+  const bool failed =
+      result.has_error() && result.error().code() != control::ERROR_CODE_UNSPECIFIED;
+  if (!failed) {
+    const std::vector<int64_t>& want = it->second;
+    bool same = static_cast<size_t>(result.tokens_size()) == want.size();
+    for (size_t i = 0; same && i < want.size(); ++i)
+      same = result.tokens(static_cast<int>(i)).seq_id() == want[i];
+    if (!same) {
+      std::string got;
+      for (const control::SampledToken& t : result.tokens())
+        got += (got.empty() ? "" : ",") + std::to_string(t.seq_id());
+      std::string wanted;
+      for (int64_t id : want) wanted += (wanted.empty() ? "" : ",") + std::to_string(id);
+      return {"wrong_seq_ids", "StepResult for " + mb + " lists seq_ids [" + got +
+                                   "], the micro-batch samples [" + wanted + "]"};
+    }
+  }
+  if (failed) {
     failure_ = ErrorToStatus(result.error()).WithContext("worker " + worker_id);
   } else {
     results_[result.micro_batch_id()] = result;
   }
   cv_.notify_all();
+  return {};
 }
 
 void RemoteExecutor::OnWorkerFailed(const std::string& worker_id, const Status& why) {

@@ -41,6 +41,7 @@ class Daemons : public ::testing::Test {
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
     model_ = ::tessera::testing::FixturePath("models/" + ModelName());
+    const auto keys = ::tessera::testing::MakeControlKeys(dir_, Workers());
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n"
         << ChatTemplateToml() << "[parallel]\n"
@@ -48,7 +49,7 @@ class Daemons : public ::testing::Test {
         << "[admin]\nport = 0\ntoken = \"s3cret\"\n"
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-        << SchedulerToml();
+        << SchedulerToml() << keys.CoordinatorToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
                            "--ports-file", dir_ + "/ports.json"},
@@ -58,9 +59,11 @@ class Daemons : public ::testing::Test {
                        << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
     port_ = ports->api;
     for (int i = 0; i < Workers(); ++i)
-      pids_.push_back(Spawn({bin + "/tessera-worker", "--coordinator",
-                             ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
-                             std::to_string(i), "--timeout", "5"},
+      pids_.push_back(Spawn(::tessera::testing::Concat(
+                                {bin + "/tessera-worker", "--coordinator",
+                                 ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
+                                 std::to_string(i), "--timeout", "5"},
+                                keys.WorkerArgs(i)),
                             dir_ + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/curve_keys.h"
 #include "common/status.h"
 
 namespace tessera::testing {
@@ -159,6 +160,62 @@ CommandResult RunCommand(const std::string& cmd) {
   const int status = pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+ControlKeys MakeControlKeys(const std::string& dir, int workers) {
+  StatusOr<DeploymentKeys> made = MakeDeploymentKeys(dir, workers);
+  if (!made.ok()) {
+    std::fprintf(stderr, "MakeControlKeys(%s): %s\n", dir.c_str(),
+                 made.status().ToString().c_str());
+    std::abort();
+  }
+  ControlKeys k;
+  k.coordinator_secret_file = made->coordinator_secret_file;
+  k.coordinator_public_key = made->coordinator_public_key;
+  k.worker_secret_files = made->worker_secret_files;
+  k.worker_public_keys = made->worker_public_keys;
+  return k;
+}
+
+namespace {
+DeploymentKeys AsDeployment(const ControlKeys& k) {
+  DeploymentKeys d;
+  d.coordinator_secret_file = k.coordinator_secret_file;
+  d.coordinator_public_key = k.coordinator_public_key;
+  d.worker_secret_files = k.worker_secret_files;
+  d.worker_public_keys = k.worker_public_keys;
+  return d;
+}
+std::vector<std::string> AsSetArgs(const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  for (const std::string& o : overrides) {
+    out.push_back("--set");
+    out.push_back(o);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> ControlKeys::CoordinatorArgs() const {
+  return AsSetArgs(AsDeployment(*this).CoordinatorOverrides());
+}
+
+std::vector<std::string> ControlKeys::WorkerArgs(int i) const {
+  return AsSetArgs(AsDeployment(*this).WorkerOverrides(i));
+}
+
+std::string ControlKeys::CoordinatorToml() const {
+  std::string list;
+  for (const std::string& key : worker_public_keys)
+    list += (list.empty() ? "\"" : ", \"") + key + "\"";
+  return "[control]\ncoordinator_secret_key_file = \"" + coordinator_secret_file +
+         "\"\nworker_public_keys = [" + list + "]\n";
+}
+
+std::vector<std::string> Concat(std::vector<std::string> args,
+                                const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
 }
 
 }  // namespace tessera::testing

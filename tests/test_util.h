@@ -55,4 +55,25 @@ CommandResult RunCommand(const std::string& cmd);
 // Reads a whole file; aborts the test process on failure.
 std::string ReadFileOrDie(const std::string& path);
 
+// CURVE keys for daemons a test starts by hand (the control plane refuses to
+// run without keys unless control.allow_unauthenticated is set): a
+// coordinator pair and one pair per worker, written under `dir`.
+struct ControlKeys {
+  std::string coordinator_secret_file;
+  std::string coordinator_public_key;
+  std::vector<std::string> worker_secret_files;
+  std::vector<std::string> worker_public_keys;
+  // "--set" arguments giving the coordinator its key and every worker's
+  // public key, and giving worker i its own key.
+  std::vector<std::string> CoordinatorArgs() const;
+  std::vector<std::string> WorkerArgs(int i) const;
+  // The same as a [control] table, for a config file.
+  std::string CoordinatorToml() const;
+};
+// Aborts the test process when the keys cannot be made.
+ControlKeys MakeControlKeys(const std::string& dir, int workers);
+// `args` followed by `more`.
+std::vector<std::string> Concat(std::vector<std::string> args,
+                                const std::vector<std::string>& more);
+
 }  // namespace tessera::testing

@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kLog = "control-client";
 constexpr const char* kWakeEndpoint = "inproc://tessera-control-client-wake";
-// Handshake events of the DEALER (zmq_socket_monitor), CURVE only.
+// Handshake events of the DEALER (zmq_socket_monitor).
 constexpr const char* kMonitorEndpoint = "inproc://tessera-control-client-monitor";
 constexpr int kMaxFramesPerTurn = 256;
 
@@ -71,7 +71,7 @@ struct ControlClient::Impl {
   zmq::context_t context{1};
   std::unique_ptr<zmq::socket_t> dealer;       // owner thread only, after Connect
   std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Connect
-  std::unique_ptr<zmq::socket_t> monitor;      // handshake events (CURVE only), owner thread
+  std::unique_ptr<zmq::socket_t> monitor;      // handshake events, owner thread
   std::string curve_public_key;                // this worker's Z85 public key (CURVE only)
   std::thread thread;
   bool connected_once = false;
@@ -140,14 +140,16 @@ Status ControlClient::Connect(const std::string& endpoint) {
       c.dealer->set(zmq::sockopt::curve_serverkey, c.options.curve_server_key);
       c.dealer->set(zmq::sockopt::curve_publickey, c.curve_public_key);
       c.dealer->set(zmq::sockopt::curve_secretkey, c.options.curve_secret_key);
-      if (zmq_socket_monitor(c.dealer->handle(), kMonitorEndpoint,
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
-        throw zmq::error_t();
-      c.monitor = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::pair);
-      c.monitor->set(zmq::sockopt::linger, 0);
-      c.monitor->connect(kMonitorEndpoint);
     }
+    // Both modes: a mechanism mismatch (CURVE on one end only) must end
+    // registration with a clear reason, not be retried forever.
+    if (zmq_socket_monitor(c.dealer->handle(), kMonitorEndpoint,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+      throw zmq::error_t();
+    c.monitor = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::pair);
+    c.monitor->set(zmq::sockopt::linger, 0);
+    c.monitor->connect(kMonitorEndpoint);
     c.dealer->set(zmq::sockopt::linger, static_cast<int>(c.options.linger.count()));
     c.dealer->set(zmq::sockopt::reconnect_ivl,
                   static_cast<int>(c.options.reconnect_interval.count()));
@@ -449,6 +451,30 @@ void ControlClient::Impl::ReadMonitor() {
       uint32_t value = 0;
       std::memcpy(&id, event[0].data(), sizeof id);
       std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+      const bool curve = !options.curve_secret_key.empty();
+      if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+          value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+        const std::string why =
+            curve ? "the coordinator does not use CURVE but this worker does "
+                    "(control.worker_secret_key_file is set); give the coordinator "
+                    "control.coordinator_secret_key_file and control.worker_public_keys"
+                  : "the coordinator requires CURVE but this worker has no key; set "
+                    "control.worker_secret_key_file and control.coordinator_public_key "
+                    "(tessera keygen)";
+        TESSERA_LOG_ERROR(kLog, "{}", why);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!registered && auth_refusal.empty()) {
+          register_pending = false;
+          auth_refusal = why;
+          registration_cv.notify_all();
+        }
+        event.clear();
+        continue;
+      }
+      if (!curve) {
+        event.clear();
+        continue;
+      }
       if (id != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         // Possibly transient (a coordinator restarting mid-handshake): ZeroMQ
         // retries; a wrong coordinator key shows up here on every retry.

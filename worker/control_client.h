@@ -23,7 +23,10 @@
 //    the coordinator's key, so the connection is encrypted and the
 //    coordinator's ZAP handler checks this worker's public key. When the
 //    coordinator refuses the key, the handshake fails: registration ends
-//    with that reason (WaitRegistered) instead of retrying forever.
+//    with that reason (WaitRegistered) instead of retrying forever. So does
+//    a mechanism mismatch: CURVE on only one end (a worker without keys
+//    pointed at a CURVE coordinator, or the reverse) ends registration with
+//    a reason that names the missing keys.
 //  - Gatekeeping: incoming frames are decoded with DecodeEnvelope; malformed
 //    ones, unknown versions and messages addressed to another worker_id are
 //    logged with the reason and dropped.

@@ -114,7 +114,13 @@ int main(int argc, char** argv) {
 #endif
   }
   if (!cfg.control.worker_secret_key_file.empty()) {
-    auto keys = tessera::LoadCurveSecretKeyFile(cfg.control.worker_secret_key_file);
+    // One key per worker: "{device}" in the path becomes this worker's
+    // device index, so workers sharing a host and a config file differ.
+    std::string key_file = cfg.control.worker_secret_key_file;
+    for (size_t at = key_file.find("{device}"); at != std::string::npos;
+         at = key_file.find("{device}", at))
+      key_file.replace(at, 8, std::to_string(o.device));
+    auto keys = tessera::LoadCurveSecretKeyFile(key_file);
     if (!keys.ok()) {
       std::fprintf(stderr, "tessera-worker: control.worker_secret_key_file: %s\n",
                    keys.status().ToString().c_str());
@@ -122,6 +128,19 @@ int main(int argc, char** argv) {
     }
     o.curve_secret_key = keys->secret_key;
     o.curve_server_key = cfg.control.coordinator_public_key;
+  } else if (!cfg.control.allow_unauthenticated) {
+    std::fprintf(stderr,
+                 "tessera-worker: the control plane has no CURVE key: set "
+                 "control.worker_secret_key_file and control.coordinator_public_key (tessera "
+                 "keygen; `tessera up` makes its own), or control.allow_unauthenticated = true to "
+                 "take orders from any process that listens on %s\n",
+                 o.coordinator.c_str());
+    return 2;
+  } else {
+    TESSERA_LOG_WARN("worker",
+                     "control.allow_unauthenticated = true: the control plane to {} runs without "
+                     "CURVE; this worker takes orders from whatever listens there",
+                     o.coordinator);
   }
   tessera::WorkerDaemon daemon(o);
   // Declared after the daemon so it stops first (its handler reads the

@@ -917,6 +917,7 @@ std::vector<std::string> DaemonCompletions(const std::string& model, const std::
                                            int n) {
   const std::string dir = testing::MakeTempDir("tessera-gpu-daemons");
   const int port = testing::FreeTcpPort(), control = testing::FreeTcpPort();
+  const auto keys = testing::MakeControlKeys(dir, tp * pp);
   std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model << "\"\nname = \"m\"\ndtype = \""
                                  << dtype
                                  << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = " << tp
@@ -924,16 +925,19 @@ std::vector<std::string> DaemonCompletions(const std::string& model, const std::
                                  << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
                                  << "\"\n[admin]\nport = 0\n[kv_cache]\nmax_blocks = 512\n"
                                  << "block_size = 16\n[scheduler]\nmax_context = 128\n"
-                                 << "[worker]\nbackend = \"cuda\"\n";
+                                 << "[worker]\nbackend = \"cuda\"\n"
+                                 << keys.CoordinatorToml();
   const std::string bin = SelfDir();
   std::vector<pid_t> pids;
   pids.push_back(
       Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log"));
   for (int i = 0; i < tp * pp; ++i)
-    pids.push_back(Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                          "tcp://127.0.0.1:" + std::to_string(control), "--device",
-                          std::to_string(i), "--timeout", "20"},
-                         dir + "/worker" + std::to_string(i) + ".log"));
+    pids.push_back(
+        Spawn(testing::Concat({bin + "/tessera-worker", "--config", dir + "/c.toml",
+                               "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
+                               "--device", std::to_string(i), "--timeout", "20"},
+                              keys.WorkerArgs(i)),
+              dir + "/worker" + std::to_string(i) + ".log"));
   bool ready = false;
   for (int i = 0; i < 900 && !ready; ++i) {  // up to 90 s
     ready = HttpCall(port, "GET", "/readyz").status == 200;
@@ -1097,20 +1101,24 @@ TEST(Daemons, PlanChangesAndWorkerLossOnGpus) {
   c.dir = testing::MakeTempDir("tessera-gpu-reconf");
   c.port = testing::FreeTcpPort();
   c.control = testing::FreeTcpPort();
+  const auto keys = testing::MakeControlKeys(c.dir, 2);
   std::ofstream(c.dir + "/c.toml")
       << "[model]\npath = \"" << model << "\"\nname = \"m\"\ndtype = \"float32\"\n"
       << "chat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 1\n[server]\nport = " << c.port
       << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << c.control << "\"\n[admin]\nport = 0\n"
       << "[heartbeat]\ninterval_seconds = 0.25\ntimeout_seconds = 1.0\n"
       << "[kv_cache]\nmax_blocks = 512\nblock_size = 16\n[scheduler]\nmax_context = 128\n"
-      << "drain_timeout_seconds = 0\n[worker]\nbackend = \"cuda\"\n";
+      << "drain_timeout_seconds = 0\n[worker]\nbackend = \"cuda\"\n"
+      << keys.CoordinatorToml();
   const std::string bin = SelfDir();
   c.pids.push_back(Spawn({bin + "/tessera-coordinator", "--config", c.dir + "/c.toml"},
                          c.dir + "/coordinator.log"));
   for (int i = 0; i < 2; ++i)
     c.pids.push_back(Spawn(
-        {bin + "/tessera-worker", "--config", c.dir + "/c.toml", "--device", std::to_string(i),
-         "--coordinator", "tcp://127.0.0.1:" + std::to_string(c.control), "--timeout", "4"},
+        testing::Concat(
+            {bin + "/tessera-worker", "--config", c.dir + "/c.toml", "--device", std::to_string(i),
+             "--coordinator", "tcp://127.0.0.1:" + std::to_string(c.control), "--timeout", "4"},
+            keys.WorkerArgs(i)),
         c.dir + "/worker" + std::to_string(i) + ".log"));
   if (!c.WaitReady(90)) {
     c.PrintLogs();

@@ -116,7 +116,9 @@ class AutoPlacement : public ::testing::Test {
   // Starts the coordinator and `workers` workers reporting a host of
   // `memory` bytes.
   void Start(int workers, int64_t memory) {
-    std::ofstream(dir_ + "/c.toml") << AutoConfig(model_, port_, control_, workers);
+    const auto keys = ::tessera::testing::MakeControlKeys(dir_, workers);
+    std::ofstream(dir_ + "/c.toml")
+        << AutoConfig(model_, port_, control_, workers) << keys.CoordinatorToml();
     std::ofstream(dir_ + "/host.json") << TopologyReportToJson(SmallHost(memory));
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
@@ -128,9 +130,11 @@ class AutoPlacement : public ::testing::Test {
     control_ = ports->control;
     for (int i = 0; i < workers; ++i)
       pids_.push_back(
-          Spawn({bin + "/tessera-worker", "--coordinator",
-                 "tcp://127.0.0.1:" + std::to_string(control_), "--device", std::to_string(i),
-                 "--timeout", "5", "--set", "worker.topology_file=" + dir_ + "/host.json"},
+          Spawn(::tessera::testing::Concat(
+                    {bin + "/tessera-worker", "--coordinator",
+                     "tcp://127.0.0.1:" + std::to_string(control_), "--device", std::to_string(i),
+                     "--timeout", "5", "--set", "worker.topology_file=" + dir_ + "/host.json"},
+                    keys.WorkerArgs(i)),
                 dir_ + "/worker" + std::to_string(i) + ".log"));
   }
   // Waits until /readyz answers 200 (true) or a placement failure (false).

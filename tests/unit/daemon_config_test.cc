@@ -130,7 +130,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 52);
+  EXPECT_EQ(keys, 55);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -434,6 +434,29 @@ TEST(DaemonConfigValidation, DefaultKeyNamesTheFile) {
   EXPECT_EQ(st.message(), "(defaults): scheduler.queue_limit: must be >= 1, got 0");
 }
 
+// The control plane's bounds and its off switch: each bad value names its key.
+TEST(DaemonConfigValidation, ControlPlaneKeysNameTheirKey) {
+  EXPECT_EQ(ParseError("[server]\nmax_workers = 0\n"),
+            "x.toml:2:15: server.max_workers: must be >= 1, got 0");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 2\npp = 2\n[server]\nmax_workers = 3\n"),
+            "x.toml:5:15: server.max_workers: must be >= the tp * pp workers the coordinator "
+            "waits for (4), got 3");
+  EXPECT_EQ(ParseError("[heartbeat]\nforget_failed_after_seconds = 0\n"),
+            "x.toml:2:31: heartbeat.forget_failed_after_seconds: must be a finite number > 0, "
+            "got 0.0");
+  EXPECT_EQ(ParseError("[control]\nallow_unauthenticated = 1\n"),
+            "x.toml:2:25: control.allow_unauthenticated: expected true or false, got integer 1");
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nmax_workers = 4\n[parallel]\ntp = 2\npp = 2\n[heartbeat]\n"
+      "forget_failed_after_seconds = 0.5\n[control]\nallow_unauthenticated = true\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.max_workers, 4);
+  EXPECT_EQ(c->heartbeat.forget_failed_after_seconds, 0.5);
+  EXPECT_TRUE(c->control.allow_unauthenticated);
+  EXPECT_FALSE(DaemonConfig{}.control.allow_unauthenticated);
+}
+
 TEST(DaemonConfigValidation, ValuesAtTheirBoundsAreAccepted) {
   StatusOr<DaemonConfig> c = ParseDaemonConfig(
       "[kv_cache]\nmemory_fraction = 1.0\nblock_size = 1\n"
@@ -458,7 +481,7 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
-      "timeout_seconds");
+      "timeout_seconds, forget_failed_after_seconds");
   // A sub-table is an unknown key of its table.
   EXPECT_THAT(
       ParseError("[server.extra]\nx = 1\n"),

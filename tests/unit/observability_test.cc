@@ -71,12 +71,14 @@ class Observability : public ::testing::Test {
     dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-observability"));
     const std::string& dir = *dir_;
     const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    const auto keys = ::tessera::testing::MakeControlKeys(dir, kWorkers);
     std::ofstream(dir + "/c.toml")
         << "[model]\npath = \"" << model << "\"\n[parallel]\ntp = 2\npp = 2\n"
         << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
         << "[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
         << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n";
+        << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n"
+        << keys.CoordinatorToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml",
                            "--ports-file", dir + "/ports.json"},
@@ -89,11 +91,14 @@ class Observability : public ::testing::Test {
     }
     api_port_ = ports->api;
     for (int i = 0; i < kWorkers; ++i)
-      pids_.push_back(Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                             ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
-                             std::to_string(i), "--metrics-pick-port", "--ports-file",
-                             dir + "/worker" + std::to_string(i) + ".json", "--log-format", "text"},
-                            dir + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(Spawn(
+          ::tessera::testing::Concat(
+              {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+               ::tessera::testing::LoopbackEndpoint(ports->control), "--device", std::to_string(i),
+               "--metrics-pick-port", "--ports-file", dir + "/worker" + std::to_string(i) + ".json",
+               "--log-format", "text"},
+              keys.WorkerArgs(i)),
+          dir + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < kWorkers; ++i) {
       const std::string name = "worker" + std::to_string(i);
       const auto port = ::tessera::testing::WaitForReportedPort(dir + "/" + name + ".json",

@@ -37,6 +37,8 @@ using ::tessera::testing::Spawn;
 constexpr const char* kToken = "s3cret";
 constexpr int kRequests = 6;
 constexpr int kMaxTokens = 100;  // prompt 3 + 100 <= max_context 128
+// CURVE keys made beyond a cluster's first workers, for workers a test adds.
+constexpr int kSpareWorkerKeys = 6;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -126,6 +128,8 @@ class Cluster : public ::testing::Test {
   void Launch(int tp, int pp, int workers, double drain_timeout) {
     dir_ = ::tessera::testing::MakeTempDir("tessera-reconf");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    // Keys for the first workers and for those a test starts later.
+    keys_ = ::tessera::testing::MakeControlKeys(dir_, workers + kSpareWorkerKeys);
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = " << tp << "\npp = " << pp
         << "\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
@@ -133,7 +137,8 @@ class Cluster : public ::testing::Test {
         << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n"
-        << "drain_timeout_seconds = " << drain_timeout << "\n";
+        << "drain_timeout_seconds = " << drain_timeout << "\n"
+        << keys_.CoordinatorToml();
     const std::string bin = ::tessera::testing::BinaryDir();
     pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
                            "--ports-file", dir_ + "/ports.json"},
@@ -158,10 +163,13 @@ class Cluster : public ::testing::Test {
 
   pid_t SpawnWorker() {
     const int i = static_cast<int>(pids_.size()) - 1;
-    const pid_t pid = Spawn({::tessera::testing::BinaryDir() + "/tessera-worker", "--coordinator",
-                             "tcp://127.0.0.1:" + std::to_string(control_), "--device",
-                             std::to_string(i), "--timeout", "3"},
-                            dir_ + "/worker" + std::to_string(i) + ".log");
+    EXPECT_LT(i, static_cast<int>(keys_.worker_secret_files.size())) << "raise kSpareWorkerKeys";
+    const pid_t pid = Spawn(
+        ::tessera::testing::Concat({::tessera::testing::BinaryDir() + "/tessera-worker",
+                                    "--coordinator", "tcp://127.0.0.1:" + std::to_string(control_),
+                                    "--device", std::to_string(i), "--timeout", "3"},
+                                   keys_.WorkerArgs(i)),
+        dir_ + "/worker" + std::to_string(i) + ".log");
     pids_.push_back(pid);
     return pid;
   }
@@ -283,6 +291,7 @@ class Cluster : public ::testing::Test {
 
   std::string dir_, model_;
   int port_ = 0, control_ = 0;
+  ::tessera::testing::ControlKeys keys_;
   std::vector<pid_t> pids_;  // [0] = coordinator
   std::unique_ptr<Stream> streams_[kRequests];
 };

@@ -285,7 +285,8 @@ class SecurityHttpDaemon : public ::testing::Test {
         << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
         << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 1\npp = 1\n"
         << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
-        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n";
+        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
+        << ::tessera::testing::MakeControlKeys(dir, 1).CoordinatorToml();
     pid_ = ::tessera::testing::Spawn(
         {::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir + "/c.toml",
          "--ports-file", dir + "/ports.json"},
