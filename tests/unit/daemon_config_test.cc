@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 51);
+  EXPECT_EQ(keys, 56);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -456,7 +456,7 @@ TEST(DaemonConfigParse, UnknownTable) {
   EXPECT_EQ(
       ParseError("[schedular]\n"),
       "x.toml:1:2: unknown table 'schedular'; did you mean 'scheduler'?; valid tables: model, "
-      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker");
+      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker");
   EXPECT_THAT(ParseError("port = 8000\n"),
               AllOf(StartsWith("x.toml:1:1: unknown table 'port'"),
                     HasSubstr("'port' is a key of [server], [admin]")));
@@ -615,7 +615,7 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
       {"sched.queue_limit", "64",
        "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
        "tables: model, "
-       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker"},
+       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker"},
       {"logging.level", "loud",
        "--set logging.level=loud: logging.level: must be one of \"trace\", \"debug\", \"info\", "
        "\"warn\", "
