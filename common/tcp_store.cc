@@ -27,9 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 using namespace store_wire;
 
-// Largest reply frame a client accepts (a value of at most the server's
-// store.max_frame_bytes, plus its tag).
-constexpr uint32_t kMaxReplyFrameBytes = 64u << 20;
+// Largest reply frame a client accepts once the server proved it holds the
+// key: a value of at most the largest store.max_frame_bytes, plus framing.
+constexpr uint32_t kMaxReplyFrameBytes = (1u << 30) + 1024;
 // Extra time a client waits for the server's TIMEOUT answer beyond the
 // timeout it asked for, before it gives up on the connection itself.
 constexpr double kReplyGraceSeconds = 2.0;

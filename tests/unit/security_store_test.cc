@@ -562,6 +562,14 @@ TEST(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
     EXPECT_FALSE(guess.ok());
   }
   EXPECT_EQ(refused, 3 * 3 * 4);
+  // The refusals show in the coordinator's metrics.
+  const std::string metrics = HttpCall(port, "GET", "/metrics").body;
+  std::smatch auth;
+  ASSERT_TRUE(std::regex_search(
+      metrics, auth, std::regex("tessera_store_refusals_total\\{reason=\"auth\"\\} (\\d+)")))
+      << metrics;
+  EXPECT_GE(std::stoi(auth[1]), 3 * 3 * 4 + 3);
+  EXPECT_NE(metrics.find("tessera_store_keys "), std::string::npos);
 
   // A worker dies mid-stream; 8 requests are in flight.
   std::vector<HttpReply> replies(8);
