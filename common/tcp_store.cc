@@ -407,8 +407,23 @@ StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, i
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(std::max(0.0, timeout_seconds)));
   std::lock_guard<std::mutex> lock(store->mu_);
-  TESSERA_RETURN_IF_ERROR(store->ConnectLocked(deadline, /*retry=*/true));
-  return store;
+  Status full = Status::Ok();
+  for (;;) {
+    Status s = store->ConnectLocked(deadline, /*retry=*/true);
+    if (s.ok()) return store;
+    // A full store (store.max_connections) may free a slot before the
+    // deadline; every other refusal is final. Running out of time while
+    // retrying reports the full store.
+    if (s.code() == StatusCode::kResourceExhausted) {
+      full = s;
+    } else {
+      const bool out_of_time =
+          s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
+      return full.ok() || !out_of_time ? s : full;
+    }
+    if (deadline - Clock::now() < std::chrono::milliseconds(100)) return full;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 Status TcpStore::ConnectLocked(Clock::time_point deadline, bool retry) {

@@ -135,7 +135,8 @@ class TcpStore : public Store {
   // Errors: kUnavailable (nothing accepted the connection in time),
   // kInvalidArgument (host does not resolve), the server's refusal
   // (kFailedPrecondition: wrong key or identity; kResourceExhausted:
-  // store.max_connections), kInternal (the server's proof does not verify).
+  // store.max_connections, retried until the timeout), kInternal (the
+  // server's proof does not verify).
   static StatusOr<std::unique_ptr<TcpStore>> Connect(const std::string& host, int port,
                                                      double timeout_seconds,
                                                      StoreCredentials credentials);
