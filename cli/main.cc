@@ -107,8 +107,15 @@ int Fail(const tessera::Status& s) {
 // waits for them; rank 0 prints the answer.
 int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   using namespace tessera;
-  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  // The ranks get the store's secret through their environment (readable by
+  // this user only), never on the command line.
+  auto secret = NewStoreSecret();
+  if (!secret.ok()) return Fail(secret.status());
+  TcpStoreServerOptions so;
+  so.secret = *secret;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, std::move(so));
   if (!server.ok()) return Fail(server.status());
+  setenv(kStoreSecretEnv, HexEncode(*secret).c_str(), 1);
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return Fail(IoError("cannot resolve /proc/self/exe"));
@@ -132,6 +139,7 @@ int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   std::signal(SIGINT, ForwardToRanks);
   std::signal(SIGTERM, ForwardToRanks);
   Status s = launcher.Start(children);
+  unsetenv(kStoreSecretEnv);  // the ranks have it
   if (s.ok()) s = launcher.Wait(a.timeout + 10.0);
   g_launcher = nullptr;
   if (!s.ok()) return Fail(s.WithContext("tp=" + par.TpString() + " pp=" + std::to_string(par.pp)));
@@ -250,6 +258,9 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
       return Fail(InvalidArgument("--store must be host:port, got '" + a.store + "'"));
     o.store_host = a.store.substr(0, colon);
     o.store_port = std::atoi(a.store.c_str() + colon + 1);
+    auto secret = TakeStoreSecretFromEnv();
+    if (!secret.ok()) return Fail(secret.status().WithContext("--rank"));
+    o.store_secret = *secret;
     o.timeout_seconds = a.timeout;
     o.kv_blocks = blocks;
     o.block_size = a.block_size;

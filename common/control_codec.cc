@@ -187,6 +187,9 @@ Status ValidateAssignShard(const control::AssignShard& a) {
       if (g.store_port() == 0 || g.store_port() > 65535)
         return InvalidArgument("gloo.store_port " + Num(g.store_port()) + " is not in 1..65535");
       if (g.key_prefix().empty()) return InvalidArgument("gloo.key_prefix is empty");
+      if (g.store_key().size() != 32)
+        return InvalidArgument("gloo.store_key has " + Num(g.store_key().size()) +
+                               " bytes, expected 32");
       break;
     }
     case control::AssignShard::kNccl: {

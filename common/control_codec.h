@@ -71,7 +71,8 @@ bool IsValidWorkerId(std::string_view id);
 //      stage * tp + tp_rank; [first_layer, end_layer) not the stage's layers
 //      per layers_per_stage; empty model_path; dtype not F32/F16/BF16;
 //      kv_block_size 0; kv_num_blocks 0; no rendezvous; gloo with empty
-//      store_host or key_prefix or a port outside 1..65535; nccl ids not
+//      store_host or key_prefix, a port outside 1..65535 or a store_key
+//      not 32 bytes; nccl ids not
 //      kNcclUniqueIdBytes long;
 //    - load_progress: plan_version 0; bytes_done > bytes_total; seconds
 //      negative or not finite;

@@ -269,6 +269,33 @@ std::vector<MetricSpec> Build() {
        {"version"},
        {},
        c},
+      {metric::kStoreConnections,
+       T::kGauge,
+       "Rendezvous store connections open, authenticated or in their handshake (at most "
+       "store.max_connections).",
+       {},
+       {},
+       c},
+      {metric::kStoreKeys,
+       T::kGauge,
+       "Keys the rendezvous store holds (at most store.max_keys).",
+       {},
+       {},
+       c},
+      {metric::kStoreBytes,
+       T::kGauge,
+       "Bytes of keys plus values the rendezvous store holds (at most store.max_bytes).",
+       {},
+       {},
+       c},
+      {metric::kStoreRefusalsTotal,
+       T::kCounter,
+       "Rendezvous store connections refused, by reason: auth (a wrong key or identity, a frame "
+       "tag that does not verify, no authentication within store.handshake_timeout_seconds), "
+       "connections (store.max_connections reached).",
+       {"reason"},
+       {},
+       c},
   };
 }
 

@@ -92,6 +92,11 @@ inline constexpr const char* kControlMessagesDroppedTotal =
 inline constexpr const char* kRankLoadSeconds = "tessera_rank_load_seconds";
 inline constexpr const char* kRankLoadBytes = "tessera_rank_load_bytes";
 inline constexpr const char* kBuildInfo = "tessera_build_info";
+// Coordinator: the rendezvous store (common/tcp_store.h).
+inline constexpr const char* kStoreConnections = "tessera_store_connections";
+inline constexpr const char* kStoreKeys = "tessera_store_keys";
+inline constexpr const char* kStoreBytes = "tessera_store_bytes";
+inline constexpr const char* kStoreRefusalsTotal = "tessera_store_refusals_total";
 }  // namespace metric
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,76 +18,21 @@
 #include <map>
 #include <optional>
 
+#include "common/tcp_store_wire.h"
+
 namespace tessera {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Op : uint8_t { kOpSet = 1, kOpGet = 2, kOpWait = 3, kOpAdd = 4 };
-enum Result : uint8_t { kResultOk = 0, kResultTimeout = 1, kResultError = 2 };
+using namespace store_wire;
 
-// Largest frame either side accepts; rendezvous values are a few KiB.
-constexpr uint32_t kMaxFrameBytes = 64u << 20;
+// Largest reply frame a client accepts once the server proved it holds the
+// key: a value of at most the largest store.max_frame_bytes, plus framing.
+constexpr uint32_t kMaxReplyFrameBytes = (1u << 30) + 1024;
 // Extra time a client waits for the server's TIMEOUT answer beyond the
 // timeout it asked for, before it gives up on the connection itself.
 constexpr double kReplyGraceSeconds = 2.0;
-
-// ---- Encoding -------------------------------------------------------------
-
-void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutStr(std::string* out, const std::string& s) {
-  PutU32(out, static_cast<uint32_t>(s.size()));
-  out->append(s);
-}
-std::string Frame(const std::string& payload) {
-  std::string out;
-  PutU32(&out, static_cast<uint32_t>(payload.size()));
-  out.append(payload);
-  return out;
-}
-
-// Reads fields from a payload; every getter returns false past the end.
-class Reader {
- public:
-  explicit Reader(const std::string& data) : data_(data) {}
-  bool U8(uint8_t* v) {
-    if (pos_ + 1 > data_.size()) return false;
-    *v = static_cast<uint8_t>(data_[pos_++]);
-    return true;
-  }
-  bool U32(uint32_t* v) {
-    if (pos_ + 4 > data_.size()) return false;
-    *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= uint32_t{static_cast<uint8_t>(data_[pos_ + i])} << (8 * i);
-    pos_ += 4;
-    return true;
-  }
-  bool U64(uint64_t* v) {
-    if (pos_ + 8 > data_.size()) return false;
-    *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= uint64_t{static_cast<uint8_t>(data_[pos_ + i])} << (8 * i);
-    pos_ += 8;
-    return true;
-  }
-  bool Str(std::string* s) {
-    uint32_t n;
-    if (!U32(&n) || pos_ + n > data_.size()) return false;
-    s->assign(data_, pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == data_.size(); }
-
- private:
-  const std::string& data_;
-  size_t pos_ = 0;
-};
 
 uint64_t TimeoutMs(double seconds) {
   if (!(seconds > 0)) return 0;
@@ -233,157 +179,20 @@ int ConnectOnce(const addrinfo* addrs, Clock::time_point deadline, int* err) {
   return -1;
 }
 
-// ---- Server state ---------------------------------------------------------
-
-struct PendingWait {
-  uint8_t op;  // kOpGet or kOpWait
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-};
-
-struct Client {
-  int fd;
-  std::string in;
-  std::string out;
-  std::optional<PendingWait> pending;  // a GET/WAIT the keys of which are missing
-  bool closed = false;
-};
-
-std::string ErrorReply(StatusCode code, const std::string& message) {
-  std::string r;
-  PutU8(&r, kResultError);
-  PutU8(&r, static_cast<uint8_t>(code));
-  PutStr(&r, message);
-  return r;
-}
-
-class ServerState {
- public:
-  // Handles complete frames in client->in until one becomes pending.
-  void ProcessInput(Client* c) {
-    while (!c->pending && !c->closed) {
-      if (c->in.size() < 4) return;
-      uint32_t len = 0;
-      for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<uint8_t>(c->in[i])} << (8 * i);
-      if (len > kMaxFrameBytes) {
-        c->closed = true;  // not a TcpStore client, or a corrupt stream
-        return;
-      }
-      if (c->in.size() < 4 + size_t{len}) return;
-      std::string payload = c->in.substr(4, len);
-      c->in.erase(0, 4 + size_t{len});
-      Handle(c, payload);
-    }
-  }
-
-  // Answers `c`'s pending wait if its keys now exist or its deadline passed.
-  void TryComplete(Client* c, Clock::time_point now) {
-    if (!c->pending) return;
-    std::vector<std::string> missing;
-    for (const auto& k : c->pending->keys) {
-      if (!data_.count(k)) missing.push_back(k);
-    }
-    std::string reply;
-    if (missing.empty()) {
-      PutU8(&reply, kResultOk);
-      if (c->pending->op == kOpGet) PutStr(&reply, data_.at(c->pending->keys[0]));
-    } else if (now >= c->pending->deadline) {
-      PutU8(&reply, kResultTimeout);
-      PutU32(&reply, static_cast<uint32_t>(missing.size()));
-      for (const auto& k : missing) PutStr(&reply, k);
-    } else {
-      return;
-    }
-    c->out += Frame(reply);
-    c->pending.reset();
-  }
-
- private:
-  void Handle(Client* c, const std::string& payload) {
-    Reader r(payload);
-    uint8_t op = 0;
-    std::string reply;
-    if (!r.U8(&op)) {
-      c->closed = true;
-      return;
-    }
-    switch (op) {
-      case kOpSet: {
-        std::string key, value;
-        if (!r.Str(&key) || !r.Str(&value) || !r.done()) break;
-        data_[key] = std::move(value);
-        PutU8(&reply, kResultOk);
-        c->out += Frame(reply);
-        return;
-      }
-      case kOpGet:
-      case kOpWait: {
-        uint64_t timeout_ms = 0;
-        PendingWait w;
-        w.op = op;
-        if (!r.U64(&timeout_ms)) break;
-        if (op == kOpGet) {
-          std::string key;
-          if (!r.Str(&key)) break;
-          w.keys.push_back(std::move(key));
-        } else {
-          uint32_t n = 0;
-          if (!r.U32(&n)) break;
-          bool ok = true;
-          for (uint32_t i = 0; i < n && ok; ++i) {
-            std::string key;
-            ok = r.Str(&key);
-            w.keys.push_back(std::move(key));
-          }
-          if (!ok) break;
-        }
-        if (!r.done()) break;
-        auto now = Clock::now();
-        w.deadline = now + std::chrono::milliseconds(timeout_ms);
-        c->pending = std::move(w);
-        TryComplete(c, now);
-        return;
-      }
-      case kOpAdd: {
-        std::string key;
-        uint64_t delta = 0;
-        if (!r.Str(&key) || !r.U64(&delta) || !r.done()) break;
-        int64_t current = 0;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          char* end = nullptr;
-          errno = 0;
-          long long v = std::strtoll(it->second.c_str(), &end, 10);
-          if (it->second.empty() || *end != '\0' || errno != 0) {
-            c->out +=
-                Frame(ErrorReply(StatusCode::kInvalidArgument,
-                                 fmt::format("add('{}'): the key holds a non-integer value", key)));
-            return;
-          }
-          current = v;
-        }
-        int64_t next = current + static_cast<int64_t>(delta);
-        data_[key] = std::to_string(next);
-        PutU8(&reply, kResultOk);
-        PutU64(&reply, static_cast<uint64_t>(next));
-        c->out += Frame(reply);
-        return;
-      }
-      default:
-        break;
-    }
-    c->out += Frame(ErrorReply(StatusCode::kInvalidArgument,
-                               fmt::format("TcpStore server: malformed request (op {})", op)));
-  }
-
-  std::map<std::string, std::string> data_;
-};
-
 }  // namespace
 
 // ---- TcpStoreServer -------------------------------------------------------
 
-StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, int port) {
+StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, int port,
+                                                                TcpStoreServerOptions options) {
+  if (options.secret.size() < 16)
+    return InvalidArgument(fmt::format("TcpStore server: the secret has {} bytes, at least 16",
+                                       options.secret.size()));
+  const TcpStoreLimits& l = options.limits;
+  if (l.max_frame_bytes < 64 || l.max_frame_bytes > (int64_t{1} << 31) || l.max_connections < 1 ||
+      l.max_keys < 1 || l.max_bytes < 1 || !(l.handshake_timeout_seconds > 0))
+    return InvalidArgument(
+        "TcpStore server: a limit is out of range (max_frame_bytes 64..2^31, the others > 0)");
   TESSERA_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host, port, /*passive=*/true));
   int fd = -1;
   int err = 0;
@@ -416,102 +225,128 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::strin
     return IoError(fmt::format("TcpStore server: pipe: {}", std::strerror(err)));
   }
   std::unique_ptr<TcpStoreServer> server(
-      new TcpStoreServer(host, bound_port, fd, wake[0], wake[1]));
+      new TcpStoreServer(host, bound_port, fd, wake[0], wake[1], std::move(options)));
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
   return server;
 }
 
 TcpStoreServer::TcpStoreServer(std::string host, int port, int listen_fd, int wake_read_fd,
-                               int wake_write_fd)
+                               int wake_write_fd, TcpStoreServerOptions options)
     : host_(std::move(host)),
       port_(port),
       listen_fd_(listen_fd),
       wake_read_fd_(wake_read_fd),
-      wake_write_fd_(wake_write_fd) {}
+      wake_write_fd_(wake_write_fd),
+      options_(std::move(options)) {}
 
-TcpStoreServer::~TcpStoreServer() {
+void TcpStoreServer::Wake() {
   char b = 1;
   while (write(wake_write_fd_, &b, 1) < 0 && errno == EINTR) {
   }
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  Wake();
   if (thread_.joinable()) thread_.join();
   close(listen_fd_);
   close(wake_read_fd_);
   close(wake_write_fd_);
 }
 
+void TcpStoreServer::OpenPlan(uint64_t version, int world_size, const std::string& key_prefix) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plan_queue_.push_back({version, world_size, key_prefix});
+  }
+  Wake();
+}
+
+StoreServerCore::Stats TcpStoreServer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
 void TcpStoreServer::Run() {
-  ServerState state;
-  std::vector<std::unique_ptr<Client>> clients;
+  using Conn = StoreServerCore::Conn;
+  StoreServerCore core(options_.secret, options_.limits);
   std::vector<pollfd> fds;
-  for (;;) {
-    // Poll timeout: the nearest pending deadline.
-    int timeout_ms = -1;
-    for (const auto& c : clients) {
-      if (c->pending) {
-        int ms = MsUntil(c->pending->deadline);
-        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
-      }
+  std::vector<Conn*> polled;
+  // Applies queued OpenPlan calls; returns false once the destructor asked
+  // the thread to stop.
+  auto apply_commands = [&] {
+    std::vector<PlanCommand> q;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+      q.swap(plan_queue_);
     }
+    for (const PlanCommand& p : q) core.OpenPlan(p.version, p.world_size, p.prefix);
+    return true;
+  };
+  for (;;) {
+    if (!apply_commands()) break;
+    int timeout_ms = -1;
+    if (auto next = core.NextDeadline()) timeout_ms = MsUntil(*next);
     fds.clear();
+    polled.clear();
     fds.push_back({wake_read_fd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
-    for (const auto& c : clients) {
-      short events = POLLIN;
+    for (const auto& c : core.conns()) {
+      short events = 0;
+      if (core.ReadBudget(*c) > 0) events |= POLLIN;
       if (!c->out.empty()) events |= POLLOUT;
       fds.push_back({c->fd, events, 0});
+      polled.push_back(c.get());
     }
     int rc = poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) break;
-    if (rc > 0 && fds[0].revents) break;  // woken by the destructor
-
+    if (rc > 0 && fds[0].revents) {
+      char drain[64];
+      while (read(wake_read_fd_, drain, sizeof drain) > 0) {
+      }
+    }
+    auto now = Clock::now();
     if (rc > 0 && (fds[1].revents & POLLIN)) {
       for (;;) {
         int cfd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) break;
         SetNoDelay(cfd);
-        auto c = std::make_unique<Client>();
-        c->fd = cfd;
-        clients.push_back(std::move(c));
+        core.Accept(now)->fd = cfd;
       }
     }
-
-    for (size_t i = 0; rc > 0 && i + 2 < fds.size(); ++i) {
-      Client* c = clients[i].get();
-      short re = fds[i + 2].revents;
-      if (re & (POLLIN | POLLHUP | POLLERR)) {
-        char buf[64 * 1024];
-        for (;;) {
-          ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
-          if (n > 0) {
-            c->in.append(buf, static_cast<size_t>(n));
-            continue;
-          }
-          if (n < 0 && errno == EINTR) continue;
-          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c->closed = true;
-          break;
+    // Read everything first, then apply OpenPlan calls made meanwhile: an
+    // AUTH read now was sent after any OpenPlan that preceded its rank's
+    // assignment.
+    std::vector<Conn*> readable;
+    for (size_t i = 0; rc > 0 && i < polled.size(); ++i) {
+      Conn* c = polled[i];
+      if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[64 * 1024];
+      for (;;) {
+        const size_t budget = core.ReadBudget(*c);
+        if (budget == 0) break;
+        ssize_t n = recv(c->fd, buf, std::min(sizeof(buf), budget), 0);
+        if (n > 0) {
+          c->in.append(buf, static_cast<size_t>(n));
+          continue;
         }
-        state.ProcessInput(c);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c->closed = true;
+        break;
       }
+      if ((fds[i + 2].revents & (POLLHUP | POLLERR)) && !(fds[i + 2].revents & POLLIN))
+        c->closed = true;
+      readable.push_back(c);
     }
-
-    // A SET or ADD above may have completed other clients' waits, and
-    // deadlines may have passed. A completed client's queued requests run
-    // next and may set keys in turn, so repeat until nothing moves.
-    auto now = Clock::now();
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (auto& c : clients) {
-        if (!c->pending) continue;
-        state.TryComplete(c.get(), now);
-        if (!c->pending) {
-          state.ProcessInput(c.get());
-          progress = true;
-        }
-      }
-    }
-
-    for (auto& c : clients) {
-      while (!c->out.empty() && !c->closed) {
+    if (!apply_commands()) break;
+    for (Conn* c : readable) core.OnInput(c, now);
+    core.Tick(now);
+    for (auto& c : core.conns()) {
+      while (!c->out.empty()) {
         ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
         if (n > 0) {
           c->out.erase(0, static_cast<size_t>(n));
@@ -520,40 +355,149 @@ void TcpStoreServer::Run() {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         c->closed = true;
+        c->out.clear();
+        break;
       }
+      if (c->out.empty() && c->out.capacity() > 64 * 1024) c->out.shrink_to_fit();
+      if (c->in.empty() && c->in.capacity() > 64 * 1024) c->in.shrink_to_fit();
     }
-    clients.erase(std::remove_if(clients.begin(), clients.end(),
-                                 [](const std::unique_ptr<Client>& c) {
-                                   if (c->closed) close(c->fd);
-                                   return c->closed;
-                                 }),
-                  clients.end());
+    for (int fd : core.Reap()) close(fd);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = core.stats();
+    }
   }
-  for (auto& c : clients) close(c->fd);
+  for (auto& c : core.conns()) close(c->fd);
 }
 
 // ---- TcpStore (client) ----------------------------------------------------
 
-StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
-                                                      double timeout_seconds) {
-  TESSERA_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host, port, /*passive=*/false));
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(std::max(0.0, timeout_seconds)));
-  int err = 0;
-  for (;;) {
-    int fd = ConnectOnce(addrs.get(), deadline, &err);
-    if (fd >= 0) {
-      return std::unique_ptr<TcpStore>(new TcpStore(host, port, timeout_seconds, fd));
-    }
-    if (Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return Unavailable(fmt::format("TcpStore at {}: cannot connect: {} (retried for {:.1f} s)",
-                                 HostPort(host, port), std::strerror(err), timeout_seconds));
+namespace {
+
+// Reads one frame of at most `max_len` bytes.
+IoResult ReadFrame(int fd, uint32_t max_len, Clock::time_point deadline, std::string* payload,
+                   uint32_t* len, int* err) {
+  char header[4];
+  IoResult r = ReadExact(fd, header, 4, deadline, err);
+  if (r != IoResult::kOk) return r;
+  *len = DecodeU32(header);
+  if (*len > max_len || *len == 0) return IoResult::kError;
+  payload->assign(*len, '\0');
+  return ReadExact(fd, payload->data(), *len, deadline, err);
 }
 
-TcpStore::TcpStore(std::string host, int port, double timeout_seconds, int fd)
-    : host_(std::move(host)), port_(port), timeout_seconds_(timeout_seconds), fd_(fd) {}
+// An ERROR reply body as a Status; kInternal for anything else.
+Status ErrorFromReply(const std::string& body, const std::string& context) {
+  Reader r(body);
+  uint8_t result = 0, code = 0;
+  std::string message;
+  if (r.U8(&result) && result == kResultError && r.U8(&code) && r.Str(&message) &&
+      code <= static_cast<uint8_t>(StatusCode::kInternal) && code != 0)
+    return Status(static_cast<StatusCode>(code), context + ": " + message);
+  return Internal(context + ": malformed reply");
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
+                                                      double timeout_seconds,
+                                                      StoreCredentials credentials) {
+  std::unique_ptr<TcpStore> store(
+      new TcpStore(host, port, timeout_seconds, std::move(credentials)));
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(std::max(0.0, timeout_seconds)));
+  std::lock_guard<std::mutex> lock(store->mu_);
+  Status full = Status::Ok();
+  for (;;) {
+    Status s = store->ConnectLocked(deadline, /*retry=*/true);
+    if (s.ok()) return store;
+    // A full store (store.max_connections) may free a slot before the
+    // deadline; every other refusal is final. Running out of time while
+    // retrying reports the full store.
+    if (s.code() == StatusCode::kResourceExhausted) {
+      full = s;
+    } else {
+      const bool out_of_time =
+          s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
+      return full.ok() || !out_of_time ? s : full;
+    }
+    if (deadline - Clock::now() < std::chrono::milliseconds(100)) return full;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+Status TcpStore::ConnectLocked(Clock::time_point deadline, bool retry) {
+  TESSERA_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host_, port_, /*passive=*/false));
+  int err = 0;
+  int fd = -1;
+  for (;;) {
+    fd = ConnectOnce(addrs.get(), deadline, &err);
+    if (fd >= 0 || !retry || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (fd < 0) {
+    if (!retry)
+      return Unavailable(
+          fmt::format("TcpStore at {}: server unreachable: {}", address(), std::strerror(err)));
+    return Unavailable(fmt::format("TcpStore at {}: cannot connect: {} (retried for {:.1f} s)",
+                                   address(), std::strerror(err), timeout_seconds_));
+  }
+  err = 0;
+  const std::string context =
+      fmt::format("TcpStore at {}: authenticating as '{}'", address(), credentials_.identity);
+  auto fail = [&](IoResult r, int e) -> Status {
+    close(fd);
+    if (r == IoResult::kTimeout) return DeadlineExceeded(context + ": no answer from the server");
+    if (r == IoResult::kClosed) return Unavailable(context + ": the server closed the connection");
+    if (r == IoResult::kError && e == 0) return Internal(context + ": malformed handshake frame");
+    return Unavailable(context + ": socket error: " + std::strerror(e));
+  };
+  std::string hello;
+  uint32_t len = 0;
+  IoResult r = ReadFrame(fd, kMaxHandshakeFrameBytes, deadline, &hello, &len, &err);
+  if (r != IoResult::kOk) return fail(r, err);
+  if (hello.size() != 1 + kStoreNonceBytes || hello[0] != kResultOk) {
+    close(fd);
+    return ErrorFromReply(hello, context);
+  }
+  const std::string server_nonce = hello.substr(1);
+  std::string client_nonce(kStoreNonceBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(client_nonce.data()),
+                 static_cast<int>(client_nonce.size())) != 1) {
+    close(fd);
+    return Internal(context + ": RAND_bytes failed");
+  }
+  std::string auth;
+  PutU8(&auth, kOpAuth);
+  PutStr(&auth, credentials_.identity);
+  auth += client_nonce;
+  auth += AuthMac(credentials_.key, server_nonce, client_nonce, credentials_.identity);
+  r = WriteAll(fd, Frame(auth), deadline, &err);
+  if (r != IoResult::kOk) return fail(r, err);
+  std::string answer;
+  r = ReadFrame(fd, kMaxHandshakeFrameBytes, deadline, &answer, &len, &err);
+  if (r != IoResult::kOk) return fail(r, err);
+  if (answer.size() != 1 + kStoreTagBytes || answer[0] != kResultOk) {
+    close(fd);
+    return ErrorFromReply(answer, context);
+  }
+  if (!ConstantTimeEquals(answer.substr(1),
+                          ServerProof(credentials_.key, server_nonce, client_nonce))) {
+    close(fd);
+    return Internal(context + ": the server's proof does not verify (not this deployment's store)");
+  }
+  fd_ = fd;
+  session_key_ = SessionKey(credentials_.key, server_nonce, client_nonce);
+  send_seq_ = 0;
+  recv_seq_ = 0;
+  return Status::Ok();
+}
+
+TcpStore::TcpStore(std::string host, int port, double timeout_seconds, StoreCredentials credentials)
+    : host_(std::move(host)),
+      port_(port),
+      timeout_seconds_(timeout_seconds),
+      credentials_(std::move(credentials)) {}
 
 TcpStore::~TcpStore() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -571,16 +515,10 @@ StatusOr<std::string> TcpStore::RoundTripLocked(const std::string& request, doub
                                                 const std::string& what) {
   if (fd_ < 0) {
     // An earlier call lost the connection: try once more, without retrying.
-    TESSERA_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host_, port_, /*passive=*/false));
-    int err = 0;
-    fd_ = ConnectOnce(addrs.get(),
-                      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(timeout_seconds_)),
-                      &err);
-    if (fd_ < 0) {
-      return Unavailable(fmt::format("TcpStore at {}: {}: server unreachable: {}", address(), what,
-                                     std::strerror(err)));
-    }
+    Status s = ConnectLocked(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(timeout_seconds_)),
+                             /*retry=*/false);
+    if (!s.ok()) return s.WithContext(what);
   }
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(reply_timeout));
@@ -600,22 +538,31 @@ StatusOr<std::string> TcpStore::RoundTripLocked(const std::string& request, doub
         fmt::format("TcpStore at {}: {}: socket error: {}", address(), what, std::strerror(err)));
   };
   int err = 0;
-  IoResult r = WriteAll(fd_, Frame(request), deadline, &err);
+  IoResult r =
+      WriteAll(fd_, Frame(request + FrameTag(session_key_, kClientToServer, send_seq_++, request)),
+               deadline, &err);
   if (r != IoResult::kOk) return fail(r, err);
-  char header[4];
-  r = ReadExact(fd_, header, 4, deadline, &err);
-  if (r != IoResult::kOk) return fail(r, err);
+  std::string payload;
   uint32_t len = 0;
-  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<uint8_t>(header[i])} << (8 * i);
-  if (len > kMaxFrameBytes || len == 0) {
+  r = ReadFrame(fd_, kMaxReplyFrameBytes, deadline, &payload, &len, &err);
+  if (r == IoResult::kError && err == 0) {
     CloseLocked();
     return Internal(
         fmt::format("TcpStore at {}: {}: malformed reply (length {})", address(), what, len));
   }
-  std::string payload(len, '\0');
-  r = ReadExact(fd_, payload.data(), len, deadline, &err);
   if (r != IoResult::kOk) return fail(r, err);
-  return payload;
+  if (payload.size() < kStoreTagBytes) {
+    CloseLocked();
+    return Internal(fmt::format("TcpStore at {}: {}: a reply without its tag", address(), what));
+  }
+  std::string body = payload.substr(0, payload.size() - kStoreTagBytes);
+  if (!ConstantTimeEquals(payload.substr(payload.size() - kStoreTagBytes),
+                          FrameTag(session_key_, kServerToClient, recv_seq_++, body))) {
+    CloseLocked();
+    return Internal(
+        fmt::format("TcpStore at {}: {}: the reply's tag does not verify", address(), what));
+  }
+  return body;
 }
 
 namespace {

@@ -385,7 +385,19 @@ void CoordinatorDaemon::CollectMetrics() {
   load_bytes.Clear();
   const std::vector<ControlWorkerInfo> workers =
       control_ ? control_->Workers() : std::vector<ControlWorkerInfo>();
+  const StoreServerCore::Stats store = store_->stats();
+  m.Gauge(metric::kStoreConnections).WithLabels({}).Set(static_cast<double>(store.connections));
+  m.Gauge(metric::kStoreKeys).WithLabels({}).Set(static_cast<double>(store.keys));
+  m.Gauge(metric::kStoreBytes).WithLabels({}).Set(static_cast<double>(store.bytes));
   std::lock_guard<std::mutex> lock(mu_);
+  // The store counts since it started; the counters take what is new.
+  m.Counter(metric::kStoreRefusalsTotal)
+      .WithLabels({"auth"})
+      .Inc(static_cast<double>(store.auth_failures - store_seen_.auth_failures));
+  m.Counter(metric::kStoreRefusalsTotal)
+      .WithLabels({"connections"})
+      .Inc(static_cast<double>(store.refused_connections - store_seen_.refused_connections));
+  store_seen_ = store;
   // The plan version gauge is also set by ApplyPlan as a plan changes.
   m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(plan_version_));
   m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(parallel_.tp);
@@ -423,6 +435,8 @@ void CoordinatorDaemon::RegisterRoutes(HttpServer& api, HttpServer* admin_server
   for (const char* name :
        {metric::kReconfigurationsTotal, metric::kFaultsTotal, metric::kRequeuedRequestsTotal})
     metrics_.Counter(name).WithLabels({});
+  for (const char* reason : {"auth", "connections"})
+    metrics_.Counter(metric::kStoreRefusalsTotal).WithLabels({reason});
   request_metrics_ = std::make_unique<RequestMetrics>(metrics_);
   metrics_.AddCollectHook([this] { CollectMetrics(); });
   // Prometheus scrapes the API listener; the metrics hold no secrets.

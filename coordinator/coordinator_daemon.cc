@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/metric_catalog.h"
 #include "common/shard_spec.h"
+#include "common/store_auth.h"
 #include "coordinator/cluster_model.h"
 #include "coordinator/control_plane_guard.h"
 #include "coordinator/cost_model.h"
@@ -124,7 +125,22 @@ Status CoordinatorDaemon::Start() {
   const std::string& ep = config_.server.control_endpoint;
   if (ep.rfind("tcp://", 0) == 0) store_host = ep.substr(6, ep.rfind(':') - 6);
   if (store_host == "*") store_host = "0.0.0.0";
-  TESSERA_ASSIGN_OR_RETURN(store_, TcpStoreServer::Start(store_host, 0));
+  TESSERA_ASSIGN_OR_RETURN(store_secret_, NewStoreSecret());
+  TcpStoreServerOptions so;
+  so.secret = store_secret_;
+  so.limits.max_frame_bytes = config_.store.max_frame_bytes;
+  so.limits.max_connections = config_.store.max_connections;
+  so.limits.max_keys = config_.store.max_keys;
+  so.limits.max_bytes = config_.store.max_bytes;
+  so.limits.handshake_timeout_seconds = config_.store.handshake_timeout_seconds;
+  static_assert(StoreSection{}.max_frame_bytes == TcpStoreLimits{}.max_frame_bytes &&
+                    StoreSection{}.max_connections == TcpStoreLimits{}.max_connections &&
+                    StoreSection{}.max_keys == TcpStoreLimits{}.max_keys &&
+                    StoreSection{}.max_bytes == TcpStoreLimits{}.max_bytes,
+                "[store] defaults and TcpStoreLimits' (the launcher's) differ");
+  TESSERA_ASSIGN_OR_RETURN(store_, TcpStoreServer::Start(store_host, 0, std::move(so)));
+  TESSERA_LOG_INFO("coordinator", "rendezvous store listening on {}:{}", store_->host(),
+                   store_->port());
 
   HttpServerOptions ho;
   ho.bind_address = config_.server.host;
@@ -610,6 +626,10 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     e.mutable_drain()->set_reason("plan " + std::to_string(version) + ": " + reason);
     control_->Send(w, std::move(e)).IgnoreError();  // a lost worker cannot be drained
   }
+  // The store admits this plan's ranks (and erases the last plan's keys)
+  // before any of them hears of it.
+  const std::string key_prefix = "plan" + std::to_string(version) + "/";
+  store_->OpenPlan(version, static_cast<int>(plan.size()), key_prefix);
   for (const Assignment& a : plan) {
     control::Envelope e;
     control::AssignShard* s = e.mutable_assign_shard();
@@ -632,7 +652,8 @@ Status CoordinatorDaemon::ApplyPlan(const ParallelConfig& parallel,
     control::GlooRendezvous* g = s->mutable_gloo();
     g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));
-    g->set_key_prefix("plan" + std::to_string(version) + "/");
+    g->set_key_prefix(key_prefix);
+    g->set_store_key(StoreCredentials::Rank(store_secret_, version, a.world_rank).key);
     TESSERA_RETURN_IF_ERROR(control_->Send(a.worker_id, std::move(e))
                                 .WithContext("assigning rank " + std::to_string(a.world_rank) +
                                              " of plan " + std::to_string(version)));

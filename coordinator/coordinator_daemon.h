@@ -218,6 +218,11 @@ class CoordinatorDaemon {
   std::unique_ptr<ControlServer> control_;
   std::string control_endpoint_;
   std::unique_ptr<TcpStoreServer> store_;
+  // The store's deployment secret (NewStoreSecret at Start); only the keys
+  // derived from it per (plan, rank) leave this process. Set once in Start.
+  std::string store_secret_;
+  // The store's counters as of the last scrape; guarded by mu_.
+  StoreServerCore::Stats store_seen_;
   std::unique_ptr<HttpServer> api_;
   std::unique_ptr<HttpServer> admin_;
 

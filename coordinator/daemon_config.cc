@@ -435,7 +435,7 @@ Field EnumField(const char* table, const char* key, Member<S, E> m,
 const std::vector<std::string>& Tables() {
   static const std::vector<std::string> t = {"model",    "parallel",  "server", "heartbeat",
                                              "kv_cache", "scheduler", "admin",  "control",
-                                             "logging",  "worker"};
+                                             "store",    "logging",   "worker"};
   return t;
 }
 
@@ -554,6 +554,18 @@ const std::vector<Field>& Fields() {
                                                       &ControlSection::coordinator_public_key}),
       BoolField("control", "allow_unauthenticated",
                 Member<ControlSection, bool>{&D::control, &ControlSection::allow_unauthenticated}),
+
+      IntField("store", "max_frame_bytes",
+               Member<StoreSection, int64_t>{&D::store, &StoreSection::max_frame_bytes}),
+      IntField("store", "max_connections",
+               Member<StoreSection, int>{&D::store, &StoreSection::max_connections}),
+      IntField("store", "max_keys",
+               Member<StoreSection, int64_t>{&D::store, &StoreSection::max_keys}),
+      IntField("store", "max_bytes",
+               Member<StoreSection, int64_t>{&D::store, &StoreSection::max_bytes}),
+      NumberField(
+          "store", "handshake_timeout_seconds",
+          Member<StoreSection, double>{&D::store, &StoreSection::handshake_timeout_seconds}),
 
       EnumField("logging", "level",
                 Member<LoggingSection, LogLevel>{&D::logging, &LoggingSection::level},
@@ -1099,6 +1111,20 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
               "loopback address");
     }
   }
+
+  // [store]
+  const StoreSection& st = c.store;
+  if (st.max_frame_bytes < 4096 || st.max_frame_bytes > (int64_t{1} << 30))
+    return Bad(c, "store.max_frame_bytes",
+               fmt::format("must be in 4096..1073741824, got {}", st.max_frame_bytes));
+  for (auto [key, v] :
+       {std::pair<const char*, int64_t>{"store.max_connections", st.max_connections},
+        {"store.max_keys", st.max_keys},
+        {"store.max_bytes", st.max_bytes}})
+    if (v < 1) return Bad(c, key, fmt::format("must be >= 1, got {}", v));
+  if (!std::isfinite(st.handshake_timeout_seconds) || !(st.handshake_timeout_seconds > 0))
+    return Bad(c, "store.handshake_timeout_seconds",
+               "must be a finite number > 0, got " + FormatDouble(st.handshake_timeout_seconds));
 
   // [heartbeat]
   const HeartbeatSection& hb = c.heartbeat;

@@ -286,6 +286,32 @@ struct ControlSection {
   bool allow_unauthenticated = false;
 };
 
+// [store]: the coordinator's rendezvous store (common/tcp_store.h), where a
+// plan's ranks find each other. Clients authenticate (common/store_auth.h);
+// these bound what any client, authenticated or not, can make the
+// coordinator hold: at most max_connections x (512 B before authentication,
+// about 2 x max_frame_bytes after) plus max_bytes of data. A request over a
+// limit is refused with an error naming the key.
+struct StoreSection {
+  // Largest request frame, bytes (header excluded, HMAC tag included).
+  // Rendezvous values are a few KiB (Gloo addresses, NCCL ids); larger frames
+  // are cut off before the server buffers them. 4096..1073741824.
+  int64_t max_frame_bytes = 1 << 20;
+  // Connections open at once. Every rank holds one while it rendezvouses;
+  // at the limit a new connection displaces the oldest one still in its
+  // handshake, and is refused when all are authenticated.
+  int max_connections = 512;
+  // Keys stored at once. A plan writes a few per rank and pipeline link; a
+  // new plan's start erases the previous plan's keys.
+  int64_t max_keys = 65536;
+  // Bytes of keys plus values stored at once.
+  int64_t max_bytes = 64 << 20;
+  // Seconds a new connection has to authenticate before it is closed. Short
+  // frees slots held by idle clients sooner; too short fails ranks on a
+  // loaded host.
+  double handshake_timeout_seconds = 5.0;
+};
+
 enum class LogFormat {
   kText,  // "text": one human-readable line per event
   kJson,  // "json": one JSON object per line, for log collectors
@@ -347,6 +373,7 @@ struct DaemonConfig {
   SchedulerSection scheduler;
   AdminSection admin;
   ControlSection control;
+  StoreSection store;
   LoggingSection logging;
   WorkerSection worker;
 
@@ -427,6 +454,9 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    worker_secret_key_file without coordinator_public_key or the reverse;
 //    server.control_endpoint (worker.coordinator) on a non-loopback address
 //    without coordinator_secret_key_file (worker_secret_key_file);
+//  - store: max_frame_bytes outside 4096..1073741824; max_connections,
+//    max_keys or max_bytes < 1; handshake_timeout_seconds not a finite
+//    number > 0;
 //  - worker.device < 0.
 Status ValidateDaemonConfig(const DaemonConfig& config);
 

@@ -35,9 +35,23 @@
 
 namespace tessera::testing {
 
+// The store secret of tests: fixed, so a process forked at any time (a
+// server, a rank) agrees with its parent. Tests that check authentication
+// use their own secrets.
+inline std::string TestStoreSecret() { return "tessera-tests-store-secret-32-by"; }
+inline StoreCredentials TestStoreCredentials() {
+  return StoreCredentials::Admin(TestStoreSecret());
+}
+inline TcpStoreServerOptions TestStoreOptions() {
+  TcpStoreServerOptions o;
+  o.secret = TestStoreSecret();
+  return o;
+}
+
 class StoreProcess {
  public:
-  // Starts a TcpStoreServer on 127.0.0.1 (a free port) in a child process.
+  // Starts a TcpStoreServer on 127.0.0.1 (a free port) in a child process;
+  // clients authenticate with TestStoreCredentials().
   // Errors: kInternal when fork/pipe fail or the child cannot start the
   // server (its message is returned), or does not answer within 10 s.
   static StatusOr<std::unique_ptr<StoreProcess>> Start() {
@@ -49,7 +63,7 @@ class StoreProcess {
     if (pid == 0) {
       close(ctl[1]);
       close(ans[0]);
-      auto server = TcpStoreServer::Start("127.0.0.1", 0);
+      auto server = TcpStoreServer::Start("127.0.0.1", 0, TestStoreOptions());
       const std::string reply =
           server.ok() ? std::to_string((*server)->port()) : "error: " + server.status().ToString();
       if (write(ans[1], reply.data(), reply.size()) < 0) _exit(1);

@@ -27,7 +27,8 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
                           std::to_string(parallel.StageOf(o.rank)) + ", tp_rank " +
                           std::to_string(parallel.TpRankOf(o.rank)) + ")";
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
-                           TcpStore::Connect(o.store_host, o.store_port, o.timeout_seconds));
+                           TcpStore::Connect(o.store_host, o.store_port, o.timeout_seconds,
+                                             StoreCredentials::Admin(o.store_secret)));
   ProcessGroupOptions pgo;
   pgo.tp = parallel.tp;
   pgo.pp = parallel.pp;

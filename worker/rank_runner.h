@@ -29,6 +29,9 @@ struct RankOptions {
   int rank = 0;                       // world rank, common/parallel_rank.h
   std::string store_host = "127.0.0.1";
   int store_port = 0;
+  // The store's deployment secret (common/store_auth.h): the launcher's, from
+  // TESSERA_STORE_SECRET; the rank authenticates as "admin" with it.
+  std::string store_secret;
   std::string bind_host = "127.0.0.1";  // address of this rank's Gloo TCP device
   double timeout_seconds = 30.0;        // bound of every collective, send and receive
   int64_t kv_blocks = 0;                // KV-cache blocks per rank

@@ -149,9 +149,13 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);
   if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
+  // This rank's own store key, good for this plan's keys only.
+  StoreCredentials credentials{
+      StoreRankIdentity(assign.plan_version(), static_cast<int>(assign.world_rank())),
+      assign.gloo().store_key()};
   auto store =
       TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
-                        options_.collective_timeout_seconds);
+                        options_.collective_timeout_seconds, std::move(credentials));
   if (!store.ok()) return fail(store.status());
   ProcessGroupOptions pgo;
   pgo.tp = static_cast<int>(assign.tp());

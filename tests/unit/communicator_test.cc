@@ -32,8 +32,9 @@ double SecondsSince(Clock::time_point t) {
 StatusOr<std::unique_ptr<GlooCommunicator>> Join(int port, const std::string& group, int rank,
                                                  int size, double timeout_seconds = 5.0,
                                                  std::unique_ptr<TcpStore>* keep_store = nullptr) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
-                           TcpStore::Connect("127.0.0.1", port, 5.0));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<TcpStore> store,
+      TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials()));
   GlooCommunicatorOptions opts;
   opts.group = group;
   opts.rank = rank;
@@ -320,7 +321,7 @@ TEST_F(CommunicatorTest, MissingRankFailsRendezvous) {
   const int p = port();
   const std::string group = group_;
   auto outcomes = testing::RunRanks(2, [&](int rank) -> std::string {
-    auto store = TcpStore::Connect("127.0.0.1", p, 5.0);
+    auto store = TcpStore::Connect("127.0.0.1", p, 5.0, testing::TestStoreCredentials());
     RANK_CHECK_OK(store.status());
     GlooCommunicatorOptions opts;
     opts.group = group;

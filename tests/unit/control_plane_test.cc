@@ -119,6 +119,7 @@ Envelope ValidAssignShard() {
   control::GlooRendezvous* g = a->mutable_gloo();
   g->set_store_host("127.0.0.1");
   g->set_store_port(29500);
+  g->set_store_key(std::string(32, 'k'));
   g->set_key_prefix("plan-3/");
   return e;
 }
@@ -476,6 +477,9 @@ std::vector<InvalidCase> InvalidCases() {
       {"gloo prefix", ValidAssignShard,
        [=](Envelope& e) { as(e)->mutable_gloo()->clear_key_prefix(); }, kIA,
        "gloo.key_prefix is empty"},
+      {"gloo store key", ValidAssignShard,
+       [=](Envelope& e) { as(e)->mutable_gloo()->set_store_key("short"); }, kIA,
+       "gloo.store_key has 5 bytes, expected 32"},
       {"nccl world id", ValidAssignShard,
        [=](Envelope& e) { nccl(e)->set_world_unique_id(std::string(16, 'x')); }, kIA,
        "nccl.world_unique_id has 16 bytes, expected 128"},

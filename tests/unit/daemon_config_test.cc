@@ -130,7 +130,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 55);
+  EXPECT_EQ(keys, 60);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -492,7 +492,7 @@ TEST(DaemonConfigParse, UnknownTable) {
   EXPECT_EQ(
       ParseError("[schedular]\n"),
       "x.toml:1:2: unknown table 'schedular'; did you mean 'scheduler'?; valid tables: model, "
-      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker");
+      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker");
   EXPECT_THAT(ParseError("port = 8000\n"),
               AllOf(StartsWith("x.toml:1:1: unknown table 'port'"),
                     HasSubstr("'port' is a key of [server], [admin]")));
@@ -710,7 +710,7 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
       {"sched.queue_limit", "64",
        "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
        "tables: model, "
-       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, logging, worker"},
+       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker"},
       {"logging.level", "loud",
        "--set logging.level=loud: logging.level: must be one of \"trace\", \"debug\", \"info\", "
        "\"warn\", "

@@ -48,7 +48,7 @@ TEST(ProcessGroup, Tp2Pp2Wiring) {
   const int port = server->port();
   constexpr int kTp = 2, kPp = 2;
   auto outcomes = testing::RunRanks(kTp * kPp, [&](int world_rank) -> std::string {
-    auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+    auto store = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
     RANK_CHECK_OK(store.status());
     auto pg_or = Build(**store, kTp, kPp, world_rank);
     RANK_CHECK_OK(pg_or.status());
@@ -107,7 +107,7 @@ TEST(ProcessGroup, Pp3ChainRelaysThroughTheMiddleStage) {
   auto server = StartServer();
   const int port = server->port();
   auto outcomes = testing::RunRanks(3, [&](int world_rank) -> std::string {
-    auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+    auto store = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
     RANK_CHECK_OK(store.status());
     auto pg_or = Build(**store, 1, 3, world_rank);
     RANK_CHECK_OK(pg_or.status());
@@ -156,7 +156,7 @@ void RunPerStage(const std::vector<int>& tps) {
   int world = 0;
   for (int t : tps) world += t;
   auto outcomes = testing::RunRanks(world, [&](int world_rank) -> std::string {
-    auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+    auto store = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
     RANK_CHECK_OK(store.status());
     auto pg_or = BuildPerStage(**store, tps, world_rank);
     RANK_CHECK_OK(pg_or.status());
@@ -248,7 +248,7 @@ TEST(ProcessGroup, PerStageTpMixed_2_4_1) { RunPerStage({2, 4, 1}); }
 
 TEST(ProcessGroup, RejectsBadPerStageOptions) {
   auto server = StartServer();
-  auto store = TcpStore::Connect("127.0.0.1", server->port(), 5.0);
+  auto store = TcpStore::Connect("127.0.0.1", server->port(), 5.0, testing::TestStoreCredentials());
   ASSERT_TRUE(store.ok());
   ProcessGroupOptions opts;
   opts.pp = 2;
@@ -266,7 +266,7 @@ TEST(ProcessGroup, RejectsBadPerStageOptions) {
 
 TEST(ProcessGroup, RejectsARankOutsideTheGrid) {
   auto server = StartServer();
-  auto store = TcpStore::Connect("127.0.0.1", server->port(), 5.0);
+  auto store = TcpStore::Connect("127.0.0.1", server->port(), 5.0, testing::TestStoreCredentials());
   ASSERT_TRUE(store.ok());
   auto pg = Build(**store, 2, 2, 4);
   EXPECT_EQ(pg.status().code(), StatusCode::kInvalidArgument);

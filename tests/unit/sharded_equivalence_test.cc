@@ -86,6 +86,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
         o.layers_per_stage = layout.layers;
         o.rank = rank;
         o.store_port = port;
+        o.store_secret = ::tessera::testing::TestStoreSecret();
         o.timeout_seconds = timeout;
         o.kv_blocks = 128;
         o.block_size = 4;                // small blocks: sequences span several

@@ -119,6 +119,7 @@ void RunSharded(const std::string& dir, const json& ref, int tp, int pp, std::ve
         o.layers_per_stage = layers;
         o.rank = rank;
         o.store_port = port;
+        o.store_secret = ::tessera::testing::TestStoreSecret();
         o.timeout_seconds = 60;
         o.kv_blocks = 64;
         o.block_size = 16;

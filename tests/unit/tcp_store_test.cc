@@ -24,13 +24,13 @@ double SecondsSince(Clock::time_point t) {
 }
 
 std::unique_ptr<TcpStoreServer> StartServer() {
-  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, testing::TestStoreOptions());
   EXPECT_TRUE(server.ok()) << server.status().ToString();
   return std::move(server).value();
 }
 
 std::unique_ptr<TcpStore> ConnectTo(const TcpStoreServer& server) {
-  auto client = TcpStore::Connect("127.0.0.1", server.port(), 5.0);
+  auto client = TcpStore::Connect("127.0.0.1", server.port(), 5.0, testing::TestStoreCredentials());
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return std::move(client).value();
 }
@@ -130,7 +130,7 @@ TEST(TcpStore, AddIsAtomicAcrossClients) {
   std::atomic<int> failures{0};
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
-      auto c = TcpStore::Connect("127.0.0.1", server->port(), 5.0);
+      auto c = TcpStore::Connect("127.0.0.1", server->port(), 5.0, testing::TestStoreCredentials());
       if (!c.ok()) {
         ++failures;
         return;
@@ -160,11 +160,11 @@ TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
   std::unique_ptr<TcpStoreServer> server;
   std::thread t([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    auto s = TcpStoreServer::Start("127.0.0.1", port);
+    auto s = TcpStoreServer::Start("127.0.0.1", port, testing::TestStoreOptions());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server = std::move(s).value();
   });
-  auto client = TcpStore::Connect("127.0.0.1", port, 5.0);
+  auto client = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
   t.join();
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_TRUE((*client)->Set("k", "v").ok());
@@ -173,7 +173,7 @@ TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
 TEST(TcpStore, NoServerIsUnavailable) {
   int port = FreePort();
   auto start = Clock::now();
-  auto client = TcpStore::Connect("127.0.0.1", port, 0.3);
+  auto client = TcpStore::Connect("127.0.0.1", port, 0.3, testing::TestStoreCredentials());
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(client.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
@@ -207,7 +207,7 @@ TEST(TcpStore, ServerProcessKilledWhileAClientWaits) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(p[0]);
-    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    auto server = TcpStoreServer::Start("127.0.0.1", 0, testing::TestStoreOptions());
     int port = server.ok() ? (*server)->port() : -1;
     if (write(p[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
     pause();  // serve until killed
@@ -218,7 +218,7 @@ TEST(TcpStore, ServerProcessKilledWhileAClientWaits) {
   ASSERT_EQ(read(p[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
   close(p[0]);
   ASSERT_GT(port, 0);
-  auto client = TcpStore::Connect("127.0.0.1", port, 5.0);
+  auto client = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   ASSERT_TRUE((*client)->Set("k", "v").ok());
   std::thread killer([&] {
@@ -247,7 +247,7 @@ TEST(TcpStore, ManyProcessesRendezvous) {
   const int port = (*server)->port();
   constexpr int kRanks = 4;
   auto outcomes = testing::RunRanks(kRanks, [port](int rank) -> std::string {
-    auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+    auto store = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
     RANK_CHECK_OK(store.status());
     RANK_CHECK_OK((*store)->Set("addr/" + std::to_string(rank), "rank" + std::to_string(rank)));
     for (int r = 0; r < kRanks; ++r) {
@@ -259,7 +259,7 @@ TEST(TcpStore, ManyProcessesRendezvous) {
     return "";
   });
   for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << testing::Describe(o);
-  auto store = TcpStore::Connect("127.0.0.1", port, 5.0);
+  auto store = TcpStore::Connect("127.0.0.1", port, 5.0, testing::TestStoreCredentials());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_EQ(*(*store)->Get("arrived", 0), std::to_string(kRanks));
 }
