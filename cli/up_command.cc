@@ -36,6 +36,7 @@
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
 #include "coordinator/local_launcher.h"
+#include "coordinator/ports_file.h"
 
 namespace tessera::cli {
 
@@ -192,13 +193,17 @@ Subcommand AddUpCommand(CLI::App& app) {
     const int workers =
         explicit_mode ? cfg->parallel.world_size() : std::max(1, cfg->parallel.workers);
     // CURVE keys for this deployment, unless it runs unauthenticated on purpose.
+    // The run directory holds the coordinator's ports file and the keys.
     RunDir run_dir;
+    if (Status st = run_dir.Make(); !st.ok()) {
+      std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    const std::string ports_file = run_dir.path() + "/ports.json";
+    run_dir.Own(ports_file);
+    run_dir.Own(ports_file + ".tmp");
     std::optional<DeploymentKeys> keys;
     if (!cfg->control.allow_unauthenticated) {
-      if (Status st = run_dir.Make(); !st.ok()) {
-        std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
-        return 1;
-      }
       StatusOr<DeploymentKeys> made = MakeDeploymentKeys(run_dir.path(), workers);
       run_dir.Own(run_dir.path() + "/coordinator.key");
       run_dir.Own(run_dir.path() + "/coordinator.pub");
@@ -214,20 +219,13 @@ Subcommand AddUpCommand(CLI::App& app) {
       keys = std::move(*made);
     }
     const std::string dir = SelfDir();
-    std::vector<ChildSpec> children;
     // Own process groups: a Ctrl-C reaches only this process, which stops
     // the coordinator first; it shuts its workers down.
-    children.push_back({"coordinator",
-                        with_sets({dir + "/tessera-coordinator", "--config", a->config},
-                                  keys ? keys->CoordinatorOverrides() : std::vector<std::string>{}),
-                        false, true});
-    for (int d = 0; d < workers; ++d)
-      children.push_back(
-          {"worker " + std::to_string(d),
-           with_sets({dir + "/tessera-worker", "--config", a->config, "--device", std::to_string(d),
-                      "--coordinator", cfg->server.control_endpoint},
-                     keys ? keys->WorkerOverrides(d) : std::vector<std::string>{}),
-           false, true});
+    const ChildSpec coordinator{
+        "coordinator",
+        with_sets({dir + "/tessera-coordinator", "--config", a->config, "--ports-file", ports_file},
+                  keys ? keys->CoordinatorOverrides() : std::vector<std::string>{}),
+        false, true};
     // Nothing starts while another process holds one of this deployment's
     // ports: its workers would register with that process's coordinator.
     struct Listener {
@@ -245,38 +243,66 @@ Subcommand AddUpCommand(CLI::App& app) {
       listeners.push_back({"server.control_endpoint", "tcp://" + host + ":<another port>", host,
                            std::stoi(ep.substr(colon + 1))});
     }
-    if (cfg->admin.pick_port) listeners.push_back({"admin.pick_port", "", cfg->admin.host, 0});
     for (const Listener& l : listeners) {
-      // tessera up tells its workers the control port and polls the API
-      // port, so it needs them fixed (tessera-coordinator --ports-file is
-      // the way to run with picked ports).
-      if (l.port == 0) {
-        const bool picked = l.key == "admin.pick_port";
-        std::fprintf(stderr,
-                     "tessera up: %s: %s picks a port when the coordinator starts; tessera up "
-                     "needs fixed ports: %s\n",
-                     l.key.c_str(), picked ? "true" : "port 0",
-                     picked ? "drop admin.pick_port and give admin.port a port"
-                            : "give it a port in 1..65535");
-        return 2;
-      }
-    }
-    for (const Listener& l : listeners) {
+      if (l.port == 0) continue;  // picked when the coordinator binds: nothing to hold it
       if (Status st = CheckPortFree(l.key, l.example, l.host, l.port); !st.ok()) {
         std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
         return 1;
       }
     }
+    // The coordinator first: once it has checked the config against the
+    // model and bound its listeners it writes their ports, and only then do
+    // workers start, told the control port it bound (a layout the model
+    // cannot take stops it before any worker starts).
     LocalLauncher launcher;
-    if (Status st = launcher.Start(children); !st.ok()) {
+    if (Status st = launcher.Start({coordinator}); !st.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
       return 1;
     }
-    const int port = cfg->server.port;
-    const int admin_port = cfg->admin.port == 0 ? port : cfg->admin.port;
-    const std::string token = cfg->admin.effective_token;
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(a->ready_timeout);
+    StatusOr<ListenerPorts> ports = NotFound("");
+    while (!g_up_stop && std::chrono::steady_clock::now() < deadline) {
+      ports = ReadPortsFile(ports_file);
+      if (ports.ok() || ports.status().code() != StatusCode::kNotFound) break;
+      if (Status alive = launcher.CheckRunning(); !alive.ok()) {
+        std::fprintf(stderr, "tessera up: %s before the deployment was ready; no worker started\n",
+                     alive.message().c_str());
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!ports.ok()) {
+      if (g_up_stop) return 0;
+      std::fprintf(stderr, "tessera up: the coordinator reported no ports: %s\n",
+                   ports.status().message().empty() ? "it did not start in time"
+                                                    : ports.status().ToString().c_str());
+      return 1;
+    }
+    {
+      // Workers connect to the control port it bound, on its host (a
+      // wildcard host is reached on loopback).
+      const std::string& ep = cfg->server.control_endpoint;  // tcp://HOST:PORT, validated
+      std::string host = ep.substr(6, ep.rfind(':') - 6);
+      if (host == "*" || host == "0.0.0.0") host = "127.0.0.1";
+      if (host == "[::]") host = "[::1]";
+      const std::string endpoint = "tcp://" + host + ":" + std::to_string(ports->control);
+      std::vector<ChildSpec> worker_children;
+      for (int d = 0; d < workers; ++d)
+        worker_children.push_back(
+            {"worker " + std::to_string(d),
+             with_sets({dir + "/tessera-worker", "--config", a->config, "--device",
+                        std::to_string(d), "--coordinator", endpoint},
+                       keys ? keys->WorkerOverrides(d) : std::vector<std::string>{}),
+             false, true});
+      if (Status st = launcher.Start(worker_children); !st.ok()) {
+        std::fprintf(stderr, "tessera up: %s\n", st.ToString().c_str());
+        return 1;
+      }
+    }
+    const int port = ports->api;
+    const int admin_port = ports->admin;
+    const std::string token = cfg->admin.effective_token;
     bool ready = false;
     const auto start = std::chrono::steady_clock::now();
     auto last_progress = start;
@@ -330,6 +356,8 @@ Subcommand AddUpCommand(CLI::App& app) {
                 !explicit_mode);
       std::printf("API: http://%s:%d/v1 (model \"%s\")\n", cfg->server.host.c_str(), port,
                   ServedModelName(cfg->model).c_str());
+      if (admin_port != port)
+        std::printf("Admin: http://%s:%d/admin\n", cfg->admin.host.c_str(), admin_port);
       std::fflush(stdout);
       if (!a->prompt.empty()) {
         json req = {{"model", ServedModelName(cfg->model)},

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/json_parse.h"
 
 namespace tessera {
 
@@ -47,6 +50,30 @@ Status WritePortsJson(const std::string& path, const std::string& json_text) {
     return IoError("--ports-file: cannot rename " + tmp + " to " + path + ": " + why);
   }
   return Status::Ok();
+}
+
+StatusOr<ListenerPorts> ReadPortsFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": no ports file (yet)");
+  std::stringstream text;
+  text << in.rdbuf();
+  TESSERA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonBounded(text.str(), 4, path));
+  if (!j.is_object()) return InvalidArgument(path + ": expected a JSON object of ports");
+  ListenerPorts p;
+  for (auto [key, out] : {std::pair{"api", &p.api},
+                          {"admin", &p.admin},
+                          {"control", &p.control},
+                          {"store", &p.store}}) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer())
+      return InvalidArgument(path + ": '" + key + "' must be a port number");
+    const int64_t v = it->get<int64_t>();
+    if (v < 1 || v > 65535)
+      return InvalidArgument(path + ": '" + key + "' is " + std::to_string(v) +
+                             ", not a port in 1..65535");
+    *out = static_cast<int>(v);
+  }
+  return p;
 }
 
 }  // namespace tessera

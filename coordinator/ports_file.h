@@ -37,6 +37,11 @@ StatusOr<int> EndpointPort(const std::string& endpoint);
 // rename). Errors: kIoError naming the file and the reason.
 Status WritePortsFile(const std::string& path, const ListenerPorts& ports);
 
+// Reads a file WritePortsFile wrote. Errors: kNotFound while it does not
+// exist yet; kInvalidArgument naming the file when it is not such an object
+// or a port is outside 1..65535.
+StatusOr<ListenerPorts> ReadPortsFile(const std::string& path);
+
 // The same for any JSON text (tessera-worker --ports-file writes
 // {"metrics": N}: its metrics port, 0 when metrics are off).
 Status WritePortsJson(const std::string& path, const std::string& json_text);

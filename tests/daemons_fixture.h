@@ -59,12 +59,12 @@ class Daemons : public ::testing::Test {
                        << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
     port_ = ports->api;
     for (int i = 0; i < Workers(); ++i)
-      pids_.push_back(Spawn(::tessera::testing::Concat(
-                                {bin + "/tessera-worker", "--coordinator",
-                                 ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
-                                 std::to_string(i), "--timeout", "5"},
-                                keys.WorkerArgs(i)),
-                            dir_ + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(
+          Spawn(::tessera::testing::Concat({bin + "/tessera-worker", "--coordinator",
+                                            ::tessera::testing::LoopbackEndpoint(ports->control),
+                                            "--device", std::to_string(i), "--timeout", "5"},
+                                           keys.WorkerArgs(i)),
+                dir_ + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
       if (HttpCall(port_, "GET", "/readyz").status == 200) return;
       if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died

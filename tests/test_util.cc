@@ -88,17 +88,9 @@ std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t 
   while (std::chrono::steady_clock::now() < deadline) {
     // Written by rename: once the file exists it is complete.
     if (std::filesystem::exists(path)) {
-      const nlohmann::json j = nlohmann::json::parse(ReadFileOrDie(path), nullptr, false);
-      CoordinatorPorts p;
-      for (auto [key, out] : {std::pair{"api", &p.api},
-                              {"admin", &p.admin},
-                              {"control", &p.control},
-                              {"store", &p.store}}) {
-        if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
-        *out = j[key].get<int>();
-        if (*out < 1 || *out > 65535) return std::nullopt;
-      }
-      return p;
+      auto read = ReadPortsFile(path);
+      if (!read.ok()) return std::nullopt;
+      return *read;
     }
     if (waitpid(pid, nullptr, WNOHANG) != 0) return std::nullopt;  // it exited (or is no child)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/ports_file.h"
+
 namespace tessera::testing {
 
 // Absolute path of tests/fixtures/<name>.
@@ -24,9 +26,7 @@ std::string BinaryDir();
 int FreeTcpPort();
 // The ports a tessera-coordinator started with --ports-file reported
 // (coordinator/ports_file.h).
-struct CoordinatorPorts {
-  int api = 0, admin = 0, control = 0, store = 0;
-};
+using CoordinatorPorts = ::tessera::ListenerPorts;
 // Waits up to `timeout_seconds` for the coordinator `pid` to write its ports
 // file `path`. nullopt when the process exits first, the time runs out, or
 // the file does not hold the four ports.

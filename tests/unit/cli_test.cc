@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -166,25 +167,25 @@ namespace {
 
 TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-up");
-  const int port = ::tessera::testing::FreeTcpPort();
-  const int control = ::tessera::testing::FreeTcpPort();
   {
+    // Port 1 is never what the coordinator binds below: --set moves the API
+    // to a port picked when it binds (port 0), and the control plane picks
+    // its port too; `tessera up` reads both from the coordinator.
     std::ofstream cfg(dir + "/up.toml");
     cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n[server]\nport = " << port
-        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n"
+        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n[server]\nport = 1"
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\npick_port = true\n"
         << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   }
   // --set reaches `tessera up` and every daemon: the API moves to another port.
-  const int moved = ::tessera::testing::FreeTcpPort();
-  CliRun r = Tessera("up --config " + dir + "/up.toml --set server.port=" + std::to_string(moved) +
-                     " --prompt hello --max-tokens 6 --ready-timeout 120");
+  CliRun r =
+      Tessera("up --config " + dir +
+              "/up.toml --set server.port=0 --prompt hello --max-tokens 6 --ready-timeout 120");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("placement: tp=2 pp=2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("API: http://127.0.0.1:" + std::to_string(moved)), std::string::npos)
-      << r.out;
-  EXPECT_EQ(r.out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("API: http://127.0.0.1:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("API: http://127.0.0.1:1/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Admin: http://127.0.0.1:"), std::string::npos) << r.out;
   CliRun bad_set = Tessera("up --config " + dir + "/up.toml --set scheduler.max_sequencez=4");
   EXPECT_EQ(bad_set.exit_code, 2);
   EXPECT_NE(bad_set.err.find("scheduler.max_sequencez"), std::string::npos) << bad_set.err;
@@ -200,27 +201,28 @@ TEST(Cli, UpStartsTheDaemonsAnswersAPromptAndStops) {
 // than letting its workers register with someone else's coordinator.
 TEST(Cli, UpRefusesPortsAnotherProcessHolds) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-busy");
-  const int port = ::tessera::testing::FreeTcpPort();
-  const int control = ::tessera::testing::FreeTcpPort();
-  {
-    std::ofstream cfg(dir + "/up.toml");
-    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-        << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = " << port
-        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = 0\n";
-  }
-  for (const auto& [held, key] :
-       {std::pair<int, std::string>{port, "server.port"}, {control, "server.control_endpoint"}}) {
-    // Listen on it as a server would.
+  for (const std::string key : {"server.port", "server.control_endpoint"}) {
+    // Listen as a server would, on a port the kernel picks; the config names
+    // it for `key` and lets the coordinator pick the other port.
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(held));
+    addr.sin_port = 0;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << held;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
     ASSERT_EQ(listen(fd, 4), 0);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    const int held = ntohs(addr.sin_port);
+    {
+      std::ofstream cfg(dir + "/up.toml");
+      cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
+          << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = "
+          << (key == "server.port" ? held : 0)
+          << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << (key == "server.port" ? 0 : held)
+          << "\"\n[admin]\nport = 0\n";
+    }
     CliRun r = Tessera("up --config " + dir + "/up.toml --prompt hi --ready-timeout 30");
     close(fd);
     EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -237,38 +239,12 @@ TEST(Cli, UpRefusesPortsAnotherProcessHolds) {
   }
 }
 
-// Port 0 (a port the coordinator picks when it binds) is for
-// tessera-coordinator --ports-file: `tessera up` tells its workers the
-// control port and polls the API port, so it refuses it, naming the key,
-// and starts nothing.
-TEST(Cli, UpRefusesPortsPickedAtStart) {
-  const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-port0");
-  {
-    std::ofstream cfg(dir + "/up.toml");
-    cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-        << "\"\n[parallel]\ntp = 1\npp = 1\n";
-  }
-  for (const auto& [set, want] :
-       {std::pair<std::string, std::string>{"server.port=0", "server.port: port 0 picks a port"},
-        {"server.control_endpoint=tcp://127.0.0.1:0",
-         "server.control_endpoint: port 0 picks a port"},
-        {"admin.pick_port=true", "admin.pick_port: true picks a port"}}) {
-    CliRun r = Tessera("up --config " + dir + "/up.toml --set " + set + " --ready-timeout 30");
-    EXPECT_EQ(r.exit_code, 2) << set << ": " << r.err;
-    EXPECT_NE(r.err.find(want + " when the coordinator starts; tessera up needs fixed ports"),
-              std::string::npos)
-        << r.err;
-    EXPECT_EQ(r.out, "") << "nothing may be served: " << r.out;
-  }
-}
-
 // A coordinator that exits during start-up (here: a scheduler.max_context the
 // model cannot take) ends `tessera up` at once with the reason, instead of
 // leaving it and the workers waiting for the ready timeout.
 TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-bad");
-  const int port = ::tessera::testing::FreeTcpPort();
-  const int control = ::tessera::testing::FreeTcpPort();
+  const int port = 0, control = 0;  // picked by the coordinator, were it to start
   {
     std::ofstream cfg(dir + "/up.toml");
     cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
@@ -324,14 +300,13 @@ TEST(Cli, UpExitsWhenTheCoordinatorDiesDuringStartup) {
 // starting.
 TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-up-auto");
-  const int port = ::tessera::testing::FreeTcpPort();
-  const int control = ::tessera::testing::FreeTcpPort();
-  const int admin = ::tessera::testing::FreeTcpPort();
   {
+    // Every port is picked when the coordinator binds; `tessera up` prints
+    // the API and admin URLs.
     std::ofstream cfg(dir + "/up.toml");
     cfg << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-        << "\"\n[parallel]\nmode = \"auto\"\nworkers = 2\n[server]\nport = " << port
-        << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control << "\"\n[admin]\nport = " << admin
+        << "\"\n[parallel]\nmode = \"auto\"\nworkers = 2\n[server]\nport = 0"
+        << "\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\npick_port = true"
         << "\ntoken = \"up-t0ken\"\n"
         << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   }
@@ -381,10 +356,15 @@ TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
   EXPECT_NE(out.find("Plan (objective: latency)"), std::string::npos) << out;
   EXPECT_NE(out.find("Why:"), std::string::npos) << out;
   EXPECT_NE(out.find("placement: tp="), std::string::npos) << out;
-  EXPECT_NE(out.find("API: http://127.0.0.1:" + std::to_string(port)), std::string::npos) << out;
+  std::smatch urls;
+  ASSERT_TRUE(std::regex_search(out, urls,
+                                std::regex("API: http://127\\.0\\.0\\.1:(\\d+)/v1[^\\n]*\\nAdmin: "
+                                           "http://127\\.0\\.0\\.1:(\\d+)/admin")))
+      << out;
+  const int port = std::stoi(urls[1]);
   // `tessera status` and `plan --cluster` against a separate admin listener
   // with a token: each failure says what to do about it.
-  const std::string admin_port = std::to_string(admin);
+  const std::string admin_port = urls[2];
   CliRun on_api = Tessera("status --port " + std::to_string(port));
   EXPECT_EQ(on_api.exit_code, 1);
   EXPECT_NE(on_api.err.find("does not serve the admin API"), std::string::npos) << on_api.err;
@@ -395,7 +375,7 @@ TEST(Cli, UpInAutoModeExplainsAndStopsCleanlyOnCtrlC) {
   CliRun wrong = Tessera("plan --cluster 127.0.0.1:" + admin_port + " --token nope");
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_NE(wrong.err.find("refused this --token"), std::string::npos) << wrong.err;
-  CliRun nobody = Tessera("status --port " + std::to_string(::tessera::testing::FreeTcpPort()));
+  CliRun nobody = Tessera("status --port 1");  // nothing listens on port 1
   EXPECT_EQ(nobody.exit_code, 1);
   EXPECT_NE(nobody.err.find("is the coordinator running"), std::string::npos) << nobody.err;
   CliRun status = Tessera("status --port " + admin_port + " --token up-t0ken");

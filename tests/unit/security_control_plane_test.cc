@@ -250,8 +250,8 @@ struct Deployment {
                                    << "[scheduler]\nmax_context = 128\n"
                                    << toml;
     const std::string bin = ::tessera::testing::BinaryDir();
-    pids.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml",
-                          "--ports-file", dir + "/ports.json"},
+    pids.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml", "--ports-file",
+                          dir + "/ports.json"},
                          dir + "/coordinator.log"));
     const auto ports = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pids[0]);
     if (!ports) {
@@ -448,8 +448,9 @@ TEST_F(CurveCluster, WorkerWithoutCurveExitsWithAnErrorThatSaysSo) {
 TEST(ControlPlaneDefaults, DaemonsWithoutKeysRefuseToStart) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-sec-nokeys");
   const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-  std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model
-                                 << "\"\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n";
+  std::ofstream(dir + "/c.toml")
+      << "[model]\npath = \"" << model
+      << "\"\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n";
   const std::string bin = ::tessera::testing::BinaryDir();
   const pid_t c =
       Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log");
@@ -469,27 +470,36 @@ TEST(ControlPlaneDefaults, DaemonsWithoutKeysRefuseToStart) {
 // the directory is gone once it exits.
 TEST(ControlPlaneDefaults, TesseraUpMakesItsOwnKeysAndRemovesThem) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-sec-up");
-  const int port = ::tessera::testing::FreeTcpPort();
   std::ofstream(dir + "/up.toml")
       << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-      << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = " << port
-      << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << ::tessera::testing::FreeTcpPort()
-      << "\"\n[admin]\nport = 0\n"
+      << "\"\n[parallel]\ntp = 1\npp = 2\n[server]\nport = 0"
+      << "\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\nport = 0\n"
       << "[kv_cache]\nmax_blocks = 64\n[scheduler]\nmax_context = 128\n";
   const pid_t up =
       Spawn({"/usr/bin/env", "TMPDIR=" + dir, ::tessera::testing::BinaryDir() + "/tessera", "up",
              "--config", dir + "/up.toml", "--ready-timeout", "120"},
             dir + "/up.log");
+  // The coordinator's ports file lies in the run directory `tessera up` made.
+  std::string run_dir;
+  ASSERT_TRUE(WaitFor(
+                  [&] {
+                    for (const auto& e : std::filesystem::directory_iterator(dir))
+                      if (e.path().filename().string().rfind("tessera-up-", 0) == 0)
+                        run_dir = e.path().string();
+                    return !run_dir.empty() || waitpid(up, nullptr, WNOHANG) != 0;
+                  },
+                  milliseconds(60000)) &&
+              !run_dir.empty())
+      << "no run directory under " << dir << ": " << Contents(dir + "/up.log");
+  const auto ports = ::tessera::testing::WaitForPortsFile(run_dir + "/ports.json", up);
+  ASSERT_TRUE(ports) << Contents(dir + "/up.log");
+  const int port = ports->api;
   const bool ready = WaitFor(
       [&] {
         return HttpCall(port, "GET", "/readyz").status == 200 || waitpid(up, nullptr, WNOHANG);
       },
       milliseconds(120000));
   ASSERT_TRUE(ready && HttpCall(port, "GET", "/readyz").status == 200) << Contents(dir + "/up.log");
-  std::string run_dir;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().filename().string().rfind("tessera-up-", 0) == 0) run_dir = e.path().string();
-  ASSERT_FALSE(run_dir.empty()) << "no run directory under " << dir;
   auto mode = [](const std::string& path) {
     struct stat st {};
     return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;

@@ -26,6 +26,7 @@
 #include "common/tcp_store_wire.h"
 #include "coordinator/daemon_config.h"
 #include "coordinator/http_client.h"
+#include "daemons_fixture.h"
 #include "store_process.h"
 #include "test_util.h"
 
@@ -500,49 +501,13 @@ TEST(StoreConfig, LimitsHaveDefaultsAndBadValuesNameFileLineAndKey) {
 // deployment's secret, pre-sets garbage under the next plans' prefixes; then a
 // worker is killed -9 during 8 streaming requests. The re-plan must succeed
 // and every request complete.
-TEST(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
-  using ::tessera::testing::Spawn;
-  const std::string dir = ::tessera::testing::MakeTempDir("tessera-store-poison");
-  const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-  const int port = ::tessera::testing::FreeTcpPort();
-  const int control = ::tessera::testing::FreeTcpPort();
-  std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model << "\"\n"
-                                 << "chat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 2\n"
-                                 << "[server]\nport = " << port
-                                 << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-                                 << "\"\n[admin]\nport = 0\ntoken = \"s3cret\"\n"
-                                 << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
-                                 << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-                                 << "[scheduler]\nmax_context = 128\nqueue_limit = 40\n"
-                                 << "max_sequences = 40\n";
-  const std::string bin = ::tessera::testing::BinaryDir();
-  std::vector<pid_t> pids;
-  pids.push_back(
-      Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log"));
-  for (int i = 0; i < 4; ++i)
-    pids.push_back(Spawn(
-        {bin + "/tessera-worker", "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
-         "--device", std::to_string(i), "--timeout", "5"},
-        dir + "/worker" + std::to_string(i) + ".log"));
-  struct Reaper {
-    std::vector<pid_t>& pids;
-    ~Reaper() {
-      for (pid_t p : pids) kill(p, SIGTERM);
-      for (pid_t p : pids) {
-        for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-      }
-    }
-  } reaper{pids};
-  bool ready = false;
-  for (int i = 0; i < 1200 && !ready; ++i) {  // up to 2 minutes on a loaded 2-core machine
-    ready = HttpCall(port, "GET", "/readyz").status == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+// The daemons of tests/daemons_fixture.h (tp=2 x pp=2, four workers).
+using StoreDaemons = Daemons;
+
+TEST_F(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
+  const std::string& dir = dir_;
+  const int port = port_;
   const std::string log = ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log");
-  ASSERT_TRUE(ready) << log;
   // The store's address is in the log, as docs/operations.md says.
   std::smatch m;
   ASSERT_TRUE(
@@ -590,7 +555,7 @@ TEST(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  kill(pids[3], SIGKILL);
+  kill(pids_[4], SIGKILL);  // pids_[0] is the coordinator
   for (auto& t : clients) t.join();
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(replies[i].status, 200) << i;
