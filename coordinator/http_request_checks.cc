@@ -8,16 +8,6 @@ namespace tessera {
 
 namespace {
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  }
-  return true;
-}
-
 std::string_view TrimOws(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -35,14 +25,14 @@ std::optional<HeaderRefusal> CheckRequestHeader(
   int transfer_encodings = 0, content_lengths = 0, hosts = 0, authorizations = 0;
   std::string_view transfer_encoding;
   for (const auto& [name, value] : fields) {
-    if (IEquals(name, "Transfer-Encoding")) {
+    if (AsciiIEquals(name, "Transfer-Encoding")) {
       ++transfer_encodings;
       transfer_encoding = value;
-    } else if (IEquals(name, "Content-Length")) {
+    } else if (AsciiIEquals(name, "Content-Length")) {
       ++content_lengths;
-    } else if (IEquals(name, "Host")) {
+    } else if (AsciiIEquals(name, "Host")) {
       ++hosts;
-    } else if (IEquals(name, "Authorization")) {
+    } else if (AsciiIEquals(name, "Authorization")) {
       ++authorizations;
     }
   }
@@ -57,7 +47,7 @@ std::optional<HeaderRefusal> CheckRequestHeader(
     if (content_lengths > 0)
       return BadRequest(
           "the request has both Transfer-Encoding and Content-Length; send one of them");
-    if (!IEquals(TrimOws(transfer_encoding), "chunked"))
+    if (!AsciiIEquals(TrimOws(transfer_encoding), "chunked"))
       return HeaderRefusal{
           501,
           fmt::format("Transfer-Encoding \"{}\" is not supported; the only transfer coding "
@@ -74,6 +64,16 @@ std::optional<HeaderRefusal> CheckRequestHeader(
     return BadRequest(
         fmt::format("the request has {} Authorization fields; send one", authorizations));
   return std::nullopt;
+}
+
+bool AsciiIEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace tessera

@@ -34,6 +34,10 @@ struct HeaderRefusal {
   std::string code;
 };
 
+// True when `a` and `b` are equal ignoring ASCII case (HTTP field names and
+// tokens compare so).
+bool AsciiIEquals(std::string_view a, std::string_view b);
+
 // Checks the header `fields` (name, value; in order as sent) of a request of
 // HTTP `version` (10 or 11). nullopt when the header is acceptable.
 std::optional<HeaderRefusal> CheckRequestHeader(

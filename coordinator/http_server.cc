@@ -41,16 +41,6 @@ constexpr double kStopGraceSeconds = 2.0;
 // Bytes read per call while watching a connection for a disconnect.
 constexpr size_t kWatchReadBytes = 4096;
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  }
-  return true;
-}
-
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -172,7 +162,7 @@ const char* DefaultErrorType(int http_status) {
 
 std::optional<std::string> HttpRequest::Header(std::string_view name) const {
   for (const auto& [key, value] : headers) {
-    if (IEquals(key, name)) return value;
+    if (AsciiIEquals(key, name)) return value;
   }
   return std::nullopt;
 }
@@ -465,7 +455,7 @@ class Session : public std::enable_shared_from_this<Session> {
                          "request_too_large");
     }
     auto expect = req.find(http::field::expect);
-    if (expect != req.end() && IEquals(View(expect->value()), "100-continue") &&
+    if (expect != req.end() && AsciiIEquals(View(expect->value()), "100-continue") &&
         req.version() >= 11) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -1123,7 +1113,7 @@ bool HasBearerToken(const HttpRequest& request, std::string_view expected) {
   if (!header) return false;
   std::string_view value = *header;
   constexpr std::string_view kScheme = "bearer ";
-  if (value.size() < kScheme.size() || !IEquals(value.substr(0, kScheme.size()), kScheme))
+  if (value.size() < kScheme.size() || !AsciiIEquals(value.substr(0, kScheme.size()), kScheme))
     return false;
   value.remove_prefix(kScheme.size());
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);

@@ -444,6 +444,16 @@ void ControlClient::Impl::ReadFrames() {
 // status in the event value) or the keys do not fit together. Registration
 // ends with the reason; ZeroMQ would otherwise retry the handshake forever.
 void ControlClient::Impl::ReadMonitor() {
+  // Ends a pending registration with `why` (logged once per refusal).
+  auto refuse = [this](const std::string& why) {
+    TESSERA_LOG_ERROR(kLog, "{}", why);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!registered && auth_refusal.empty()) {
+      register_pending = false;
+      auth_refusal = why;
+      registration_cv.notify_all();
+    }
+  };
   std::vector<zmq::message_t> event;
   while (zmq::recv_multipart(*monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
     if (event.size() >= 1 && event[0].size() >= 6) {
@@ -461,13 +471,7 @@ void ControlClient::Impl::ReadMonitor() {
                   : "the coordinator requires CURVE but this worker has no key; set "
                     "control.worker_secret_key_file and control.coordinator_public_key "
                     "(tessera keygen)";
-        TESSERA_LOG_ERROR(kLog, "{}", why);
-        std::lock_guard<std::mutex> lock(mu);
-        if (!registered && auth_refusal.empty()) {
-          register_pending = false;
-          auth_refusal = why;
-          registration_cv.notify_all();
-        }
+        refuse(why);
         event.clear();
         continue;
       }
@@ -488,13 +492,7 @@ void ControlClient::Impl::ReadMonitor() {
       const std::string why = "the coordinator refused this worker's CURVE public key " +
                               curve_public_key + " (ZAP status " + std::to_string(value) +
                               "); list it in the coordinator's control.worker_public_keys";
-      TESSERA_LOG_ERROR(kLog, "{}", why);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!registered && auth_refusal.empty()) {
-        register_pending = false;
-        auth_refusal = why;
-        registration_cv.notify_all();
-      }
+      refuse(why);
     }
     event.clear();
   }
