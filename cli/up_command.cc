@@ -1,7 +1,7 @@
 // `tessera up --config FILE [--prompt TEXT]`: starts the coordinator and its
 // workers on this host as child processes, waits until the plan is loaded,
 // prints the placement and the API URL; with --prompt it sends one chat
-// request, streams the answer and shuts everything down. Ctrl-C or SIGTERM
+// request, streams the answer and shuts everything down. Ctrl-C, SIGTERM or SIGHUP
 // stops every process.
 //
 // The control plane is authenticated: unless control.allow_unauthenticated
@@ -166,6 +166,9 @@ Subcommand AddUpCommand(CLI::App& app) {
     // From here on a Ctrl-C means: stop cleanly.
     std::signal(SIGINT, OnUpSignal);
     std::signal(SIGTERM, OnUpSignal);
+    // A closed terminal stops the deployment the same way (and removes the
+    // run directory with its keys) instead of killing the daemons unstopped.
+    std::signal(SIGHUP, OnUpSignal);
     auto cfg = LoadDaemonConfig(a->config);
     if (!cfg.ok()) {
       std::fprintf(stderr, "tessera up: %s\n", cfg.status().ToString().c_str());

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "common/utf8.h"
@@ -23,8 +24,9 @@ std::string Cut(std::string_view s, size_t max_bytes) {
 // One open array or object while parsing: where the parser is, for messages.
 struct Frame {
   bool array = false;
-  std::string key;   // objects: the member being read (cut for messages)
-  size_t index = 0;  // arrays: the element being read
+  std::string key;             // objects: the member being read (cut for messages)
+  size_t index = 0;            // arrays: the element being read
+  std::set<std::string> keys;  // objects: the member names read so far
 };
 
 std::string PathOf(const std::vector<Frame>& frames) {
@@ -46,8 +48,10 @@ std::string FirstComponent(const std::vector<Frame>& frames) {
   return frames[0].key;
 }
 
-// Thrown by the parser callback to stop at the nesting bound; caught below.
+// Thrown by the parser callback to stop at the nesting bound or at a member
+// name given twice; caught below.
 struct TooDeep {};
+struct DuplicateKey {};
 
 void Append(const json& j, std::string* out, size_t limit) {
   if (out->size() > limit) return;
@@ -128,10 +132,16 @@ bool ParseJsonBounded(std::string_view text, int max_depth, json* out, JsonParse
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
         if (static_cast<int>(frames.size()) >= max_depth) throw TooDeep{};
-        frames.push_back(Frame{event == json::parse_event_t::array_start, "", 0});
+        frames.push_back(Frame{event == json::parse_event_t::array_start, "", 0, {}});
         break;
       case json::parse_event_t::key:
-        if (!frames.empty()) frames.back().key = Cut(Utf8Lossy(parsed.get<std::string>()), 40);
+        if (!frames.empty()) {
+          // Two parsers may keep different copies of a repeated member (the
+          // first or the last): refuse it rather than pick one.
+          const std::string& name = parsed.get_ref<const std::string&>();
+          frames.back().key = Cut(Utf8Lossy(name), 40);
+          if (!frames.back().keys.insert(name).second) throw DuplicateKey{};
+        }
         break;
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
@@ -153,6 +163,11 @@ bool ParseJsonBounded(std::string_view text, int max_depth, json* out, JsonParse
                                  path.empty() ? "" : path, path.empty() ? "" : ": ", max_depth);
     error->path = path;
     error->field = FirstComponent(frames);
+  } catch (const DuplicateKey&) {
+    const std::string path = PathOf(frames);
+    error->message = fmt::format("{}: the member is given twice; give each member once", path);
+    error->path = path;
+    error->field = FirstComponent(frames);
   } catch (const json::parse_error& e) {
     error->message = DescribeJsonParseError(text, e);
     error->path.clear();
@@ -164,8 +179,10 @@ bool ParseJsonBounded(std::string_view text, int max_depth, json* out, JsonParse
     const size_t q = what.find('\'');
     const std::string literal =
         q == std::string::npos ? "" : Cut(what.substr(q + 1, what.size() - q - 2), 24);
-    error->message = fmt::format("{}{}the number {} is out of range (at most about 1.8e308)",
-                                 path.empty() ? "" : path, path.empty() ? "" : ": ", literal);
+    error->message = fmt::format(
+        "{}{}the number {} is out of range (a JSON number here is a double: magnitude at most "
+        "about 1.8e308)",
+        path.empty() ? "" : path, path.empty() ? "" : ": ", literal);
     error->path = path;
     error->field = FirstComponent(frames);
   } catch (const json::exception&) {

@@ -82,6 +82,19 @@ StatusOr<ParallelConfig> ParallelConfig::MakePerStage(const ModelConfig& model,
 Status ParallelConfig::Validate(const ModelConfig& model) const {
   if (uniform_tp() && tp < 1) return InvalidArgument(fmt::format("tp must be >= 1, got tp={}", tp));
   if (pp < 1) return InvalidArgument(fmt::format("pp must be >= 1, got pp={}", pp));
+  {
+    // world_size() is an int: bound the ranks before anything multiplies.
+    constexpr int64_t kMaxRanks = int64_t{1} << 20;
+    int64_t ranks = 0;
+    if (uniform_tp()) {
+      ranks = static_cast<int64_t>(tp) * pp;
+    } else {
+      for (int t : tp_per_stage) ranks += t;
+    }
+    if (ranks > kMaxRanks)
+      return InvalidArgument(fmt::format("tp={} over pp={} stages gives {} ranks; at most {}",
+                                         TpString(), pp, ranks, kMaxRanks));
+  }
   if (!uniform_tp()) {
     const std::string list = fmt::format("tp_per_stage=[{}]", fmt::join(tp_per_stage, ", "));
     if (static_cast<int>(tp_per_stage.size()) != pp) {

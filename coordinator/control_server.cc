@@ -97,6 +97,12 @@ struct ControlServer::Impl {
   std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Start
   std::unique_ptr<zmq::socket_t> zap;          // ZAP handler (CURVE only), owner thread
   std::set<std::string> allowed_keys;          // 32-byte binary public keys (CURVE only)
+  // Owner thread: refused handshakes are logged at most kRefusalLogBurst
+  // times a minute (a flood of unknown keys must not flood the log); the
+  // rest are counted and summed up in the next minute's first line.
+  std::chrono::steady_clock::time_point refusal_window_start{};
+  int refusals_logged = 0;
+  uint64_t refusals_unlogged = 0;
   std::thread thread;
   bool started = false;  // Start succeeded once
   std::atomic<bool> running{false};
@@ -428,11 +434,31 @@ void ControlServer::Impl::HandleZap() {
   }
   if (status != "200") {
     ++counters.handshakes_refused;
-    TESSERA_LOG_WARN(kLog,
-                     "refused a control-plane connection from {}: {}{}; an allowed worker's key "
-                     "must be listed in control.worker_public_keys",
-                     address.empty() ? "an unknown address" : address, text,
-                     user_id.empty() ? "" : " (CURVE public key " + user_id + ")");
+    constexpr int kRefusalLogBurst = 10;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - refusal_window_start >= std::chrono::minutes(1)) {
+      if (refusals_unlogged > 0)
+        TESSERA_LOG_WARN(kLog,
+                         "refused {} more control-plane connections in the last minute "
+                         "(not logged one by one)",
+                         refusals_unlogged);
+      refusal_window_start = now;
+      refusals_logged = 0;
+      refusals_unlogged = 0;
+    }
+    if (refusals_logged < kRefusalLogBurst) {
+      ++refusals_logged;
+      TESSERA_LOG_WARN(kLog,
+                       "refused a control-plane connection from {}: {}{}; an allowed worker's key "
+                       "must be listed in control.worker_public_keys{}",
+                       address.empty() ? "an unknown address" : address, text,
+                       user_id.empty() ? "" : " (CURVE public key " + user_id + ")",
+                       refusals_logged == kRefusalLogBurst
+                           ? " (further refusals this minute are counted, not logged)"
+                           : "");
+    } else {
+      ++refusals_unlogged;
+    }
     user_id.clear();
   }
   std::vector<zmq::message_t> reply;

@@ -22,6 +22,12 @@
 namespace tessera {
 
 namespace {
+// Input bounds of [parallel]: a tp or pp, and the ranks of a layout.
+constexpr int kMaxLayoutDegree = 1 << 16;
+constexpr int64_t kMaxLayoutRanks = 1 << 20;
+}  // namespace
+
+namespace {
 
 // ---------------------------------------------------------------------------
 // Locations and value rendering for error messages.
@@ -733,6 +739,16 @@ int Recency(const DaemonConfig& c, const std::string& key) {
   return it->second.rfind("--set ", 0) == 0 ? 2 : 1;
 }
 
+// The layout key a too-large layout is blamed on: the one given last (a
+// --set over the file), else the larger of tp and pp.
+const char* LayoutKeyToBlame(const DaemonConfig& c) {
+  const int tp_recency = Recency(c, "parallel.tp"), pp_recency = Recency(c, "parallel.pp");
+  if (tp_recency != pp_recency) return tp_recency > pp_recency ? "parallel.tp" : "parallel.pp";
+  int max_tp = c.parallel.tp;
+  for (int t : c.parallel.tp_per_stage) max_tp = std::max(max_tp, t);
+  return c.parallel.pp >= max_tp ? "parallel.pp" : "parallel.tp";
+}
+
 // Of two keys in a relation that fails, the one to blame: the one given last
 // (an override over the file over a default); `dependent` on a tie.
 std::string Blame(const DaemonConfig& c, const std::string& dependent, const std::string& other) {
@@ -987,6 +1003,14 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     if (par.tp_per_stage.empty() && par.tp < 1)
       return Bad(c, "parallel.tp", fmt::format("must be >= 1, got {}", par.tp));
     if (par.pp < 1) return Bad(c, "parallel.pp", fmt::format("must be >= 1, got {}", par.pp));
+    // Bounds on the input, far above any real layout, so that worker counts
+    // fit an int (tp = pp = 65536 once wrapped to 0 workers).
+    if (par.tp_per_stage.empty() && par.tp > kMaxLayoutDegree)
+      return Bad(c, "parallel.tp",
+                 fmt::format("must be at most {}, got {}", kMaxLayoutDegree, par.tp));
+    if (par.pp > kMaxLayoutDegree)
+      return Bad(c, "parallel.pp",
+                 fmt::format("must be at most {}, got {}", kMaxLayoutDegree, par.pp));
     const auto& tps = par.tp_per_stage;
     if (!tps.empty()) {
       if (static_cast<int>(tps.size()) != par.pp) {
@@ -1000,6 +1024,20 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
           return Bad(c, "parallel.tp",
                      fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, tps[i]));
         }
+        if (tps[i] > kMaxLayoutDegree) {
+          return Bad(c, "parallel.tp",
+                     fmt::format("entry {} (stage {}) must be at most {}, got {}", i, i,
+                                 kMaxLayoutDegree, tps[i]));
+        }
+      }
+    }
+    {
+      int64_t ranks = 0;
+      for (int s = 0; s < par.pp; ++s) ranks += par.TpOfStage(s);
+      if (ranks > kMaxLayoutRanks) {
+        return Bad(c, LayoutKeyToBlame(c),
+                   fmt::format("the layout has {} ranks (the sum of every stage's tp); at most {}",
+                               ranks, kMaxLayoutRanks));
       }
     }
     if (par.workers != 0 && par.workers != par.world_size())
@@ -1252,12 +1290,23 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     // The workers the coordinator waits for must fit in its records.
     const int wanted =
         c.parallel.mode == ParallelMode::kExplicit ? c.parallel.world_size() : c.parallel.workers;
-    if (wanted > c.server.max_workers)
-      return Bad(
-          c, "server.max_workers",
-          fmt::format("must be >= the {} workers the coordinator waits for ({}), got {}",
-                      c.parallel.mode == ParallelMode::kExplicit ? "tp * pp" : "parallel.workers",
-                      wanted, c.server.max_workers));
+    // Blame what the operator set: the layout, unless max_workers was set
+    // too (pp = 99 named server.max_workers, a key nobody had written).
+    const bool explicit_layout = c.parallel.mode == ParallelMode::kExplicit;
+    if (wanted > c.server.max_workers && IsSet(c, "server.max_workers"))
+      return Bad(c, "server.max_workers",
+                 fmt::format("must be >= the {} workers the coordinator waits for ({}), got {}",
+                             explicit_layout ? "tp * pp" : "parallel.workers", wanted,
+                             c.server.max_workers));
+    if (wanted > c.server.max_workers) {
+      const char* key = explicit_layout ? LayoutKeyToBlame(c) : "parallel.workers";
+      return Bad(c, key,
+                 fmt::format("the coordinator would wait for {} workers ({}), more than "
+                             "server.max_workers ({}, its default) keeps records of; make the "
+                             "layout smaller or raise server.max_workers",
+                             wanted, explicit_layout ? "tp * pp" : "parallel.workers",
+                             c.server.max_workers));
+    }
   }
   if (w.device < 0) return Bad(c, "worker.device", fmt::format("must be >= 0, got {}", w.device));
   if (!w.host.empty()) TESSERA_RETURN_IF_ERROR(CheckHost(c, "worker.host", w.host));

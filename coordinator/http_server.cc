@@ -227,7 +227,8 @@ class Session : public std::enable_shared_from_this<Session> {
         socket_(std::move(socket)),
         deadline_(executor_),
         id_(id),
-        counted_(counted) {
+        counted_(counted),
+        buffer_(core_->options.max_header_bytes + kHttpReadSlackBytes) {
     beast::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
@@ -500,6 +501,13 @@ class Session : public std::enable_shared_from_this<Session> {
           431, fmt::format("the request header exceeds {} bytes", core_->options.max_header_bytes),
           "request_header_fields_too_large");
     }
+    if (ec == http::error::buffer_overflow) {
+      return FailRequest(
+          400,
+          fmt::format("a chunk-size line, chunk extension or trailer exceeds {} bytes",
+                      core_->options.max_header_bytes + kHttpReadSlackBytes),
+          "bad_request");
+    }
     if (ec == http::error::body_limit) {
       return FailRequest(
           413, fmt::format("the request body exceeds {} bytes", core_->options.max_body_bytes),
@@ -624,7 +632,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (watching_ || closed_) return;
     if (phase_ == Phase::kClosing) {
       buffer_.consume(buffer_.size());
-    } else if (buffer_.size() >= core_->options.max_header_bytes + core_->options.max_body_bytes) {
+    } else if (buffer_.size() + kWatchReadBytes > buffer_.max_size()) {
       return;  // enough buffered; stop watching until the next request is read
     }
     watching_ = true;

@@ -62,6 +62,13 @@ struct Exchange;
 struct Core;
 }  // namespace http_internal
 
+// What a connection's read buffer holds beyond max_header_bytes. The parser
+// takes body bytes out as they arrive, so this bounds a chunk-size line with
+// its extensions, a trailer field, or a pipelined request: longer ones are a
+// 400 and the connection closes (an unbounded buffer let one connection hold
+// 64 MiB). Per connection, at most max_header_bytes + this is buffered.
+inline constexpr size_t kHttpReadSlackBytes = 64 * 1024;
+
 struct HttpServerOptions {
   std::string bind_address = "127.0.0.1";   // host name or IP; "0.0.0.0" / "::" for all interfaces
   int port = 0;                             // 0 picks a free port; see HttpServer::port()

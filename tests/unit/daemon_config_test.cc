@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/parallel_config.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -455,6 +456,37 @@ TEST(DaemonConfigValidation, ControlPlaneKeysNameTheirKey) {
   EXPECT_EQ(c->heartbeat.forget_failed_after_seconds, 0.5);
   EXPECT_TRUE(c->control.allow_unauthenticated);
   EXPECT_FALSE(DaemonConfig{}.control.allow_unauthenticated);
+}
+
+// A layout larger than the coordinator keeps records of names the layout key
+// the operator wrote (pp = 99, not the server.max_workers default), and a
+// layout whose rank count would overflow is refused before anything
+// multiplies (tp = pp = 65536 once wrapped to 0 workers).
+TEST(DaemonConfigValidation, OversizedLayoutsNameTheLayoutKey) {
+  const std::string pp99 = ParseError("[parallel]\ntp = 3\npp = 99\n");
+  EXPECT_EQ(pp99.rfind("x.toml:3:6: parallel.pp: the coordinator would wait for 297 workers", 0),
+            0u)
+      << pp99;
+  EXPECT_NE(pp99.find("server.max_workers (256, its default)"), std::string::npos) << pp99;
+  const std::string tp99 = ParseError("[parallel]\ntp = 300\npp = 1\n");
+  EXPECT_EQ(tp99.rfind("x.toml:2:6: parallel.tp: ", 0), 0u) << tp99;
+  EXPECT_EQ(ParseError("[parallel]\ntp = 65536\npp = 65536\n"),
+            "x.toml:3:6: parallel.pp: the layout has 4294967296 ranks (the sum of every stage's "
+            "tp); at most 1048576");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 65537\npp = 1\n"),
+            "x.toml:2:6: parallel.tp: must be at most 65536, got 65537");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 1\npp = 1431655766\n"),
+            "x.toml:3:6: parallel.pp: must be at most 65536, got 1431655766");
+  // The layout rules of ParallelConfig bound the ranks too (POST /admin/plan,
+  // tessera generate).
+  ModelConfig m;
+  m.num_attention_heads = m.num_key_value_heads = 1 << 16;
+  m.num_hidden_layers = 1 << 16;
+  m.intermediate_size = 1 << 16;
+  auto big = ParallelConfig::Make(m, 1 << 16, 1 << 16);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().message(),
+            "tp=65536 over pp=65536 stages gives 4294967296 ranks; at most 1048576");
 }
 
 TEST(DaemonConfigValidation, ValuesAtTheirBoundsAreAccepted) {

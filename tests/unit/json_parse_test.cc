@@ -31,7 +31,9 @@ TEST(JsonParse, ErrorsNameThePathOfTheValueAtFault) {
   ASSERT_FALSE(ParseJsonBounded(R"({"a":1,"user":1e400})", 64, &j, &e));
   EXPECT_EQ(e.path, "user");
   EXPECT_EQ(e.field, "user");
-  EXPECT_EQ(e.message, "user: the number 1e400 is out of range (at most about 1.8e308)");
+  EXPECT_EQ(e.message,
+            "user: the number 1e400 is out of range (a JSON number here is a double: magnitude at "
+            "most about 1.8e308)");
   ASSERT_FALSE(ParseJsonBounded(R"({"prompt":[1,2,-1e400]})", 64, &j, &e));
   EXPECT_EQ(e.path, "prompt[2]");
   EXPECT_EQ(e.field, "prompt");
@@ -42,8 +44,23 @@ TEST(JsonParse, ErrorsNameThePathOfTheValueAtFault) {
   EXPECT_EQ(e.field, "p");
   // A number too long to quote is cut.
   ASSERT_FALSE(ParseJsonBounded("{\"x\":1" + std::string(5000, '0') + "}", 64, &j, &e));
-  EXPECT_LT(e.message.size(), 120u) << e.message;
+  EXPECT_LT(e.message.size(), 160u) << e.message;
   EXPECT_EQ(e.field, "x");
+}
+
+// A member given twice is refused: parsers disagree on which copy counts.
+TEST(JsonParse, AMemberGivenTwiceIsRefusedNamingIt) {
+  json j;
+  JsonParseError e;
+  ASSERT_FALSE(ParseJsonBounded(R"({"prompt":"a","max_tokens":2,"prompt":"b"})", 64, &j, &e));
+  EXPECT_EQ(e.message, "prompt: the member is given twice; give each member once");
+  EXPECT_EQ(e.field, "prompt");
+  ASSERT_FALSE(ParseJsonBounded(R"({"m":[{"role":"u","role":"s"}]})", 64, &j, &e));
+  EXPECT_EQ(e.path, "m[0].role");
+  EXPECT_EQ(e.field, "m");
+  // The same name in different objects is fine.
+  EXPECT_TRUE(ParseJsonBounded(R"({"a":{"x":1},"b":{"x":2},"c":[{"x":3},{"x":4}]})", 64, &j, &e))
+      << e.message;
 }
 
 TEST(JsonParse, SyntaxErrorsGiveLineAndColumnWithoutLibraryText) {

@@ -91,14 +91,14 @@ class Observability : public ::testing::Test {
     }
     api_port_ = ports->api;
     for (int i = 0; i < kWorkers; ++i)
-      pids_.push_back(Spawn(
-          ::tessera::testing::Concat(
-              {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-               ::tessera::testing::LoopbackEndpoint(ports->control), "--device", std::to_string(i),
-               "--metrics-pick-port", "--ports-file", dir + "/worker" + std::to_string(i) + ".json",
-               "--log-format", "text"},
-              keys.WorkerArgs(i)),
-          dir + "/worker" + std::to_string(i) + ".log"));
+      pids_.push_back(
+          Spawn(::tessera::testing::Concat(
+                    {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
+                     ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
+                     std::to_string(i), "--metrics-pick-port", "--ports-file",
+                     dir + "/worker" + std::to_string(i) + ".json", "--log-format", "text"},
+                    keys.WorkerArgs(i)),
+                dir + "/worker" + std::to_string(i) + ".log"));
     for (int i = 0; i < kWorkers; ++i) {
       const std::string name = "worker" + std::to_string(i);
       const auto port = ::tessera::testing::WaitForReportedPort(dir + "/" + name + ".json",

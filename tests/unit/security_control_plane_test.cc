@@ -330,6 +330,36 @@ TEST_F(CurveCluster, PlainDealerFailsTheHandshakeAndIsNeverRegistered) {
   d_->ExpectServingCorrectly();
 }
 
+// Attack: a flood of handshakes under unknown keys. Each is refused; the
+// log takes at most ten lines a minute of them and then says the rest are
+// counted, so a flood cannot fill the disk. The daemons serve on.
+TEST_F(CurveCluster, AFloodOfUnknownKeysIsRefusedAndItsLogIsBounded) {
+  const std::string line = "refused a control-plane connection from";
+  const size_t before = Occurrences(d_->CoordinatorLog(), line);
+  constexpr int kAttempts = 25;
+  for (int i = 0; i < kAttempts; ++i) {
+    StatusOr<CurveKeyPair> k = GenerateCurveKeyPair();
+    ASSERT_TRUE(k.ok());
+    RawPeer stranger(d_->endpoint, "flood-" + std::to_string(i), &*k,
+                     d_->keys.coordinator_public_key);
+    stranger.Send(RegisterAs("flood-" + std::to_string(i)));
+    EXPECT_FALSE(stranger.Receive(milliseconds(200)).has_value());
+  }
+  // 25 refusals in well under a minute: at least one minute's window saw
+  // ten of them and marked the rest as counted.
+  EXPECT_TRUE(WaitFor(
+      [] {
+        return d_->CoordinatorLog().find("further refusals this minute are counted, not logged") !=
+               std::string::npos;
+      },
+      milliseconds(10000)))
+      << d_->CoordinatorLog();
+  EXPECT_LT(Occurrences(d_->CoordinatorLog(), line) - before, static_cast<size_t>(kAttempts));
+  for (const json& w : d_->Cluster()["workers"])
+    EXPECT_EQ(w["id"].get<std::string>().rfind("flood-", 0), std::string::npos);
+  d_->ExpectServingCorrectly();
+}
+
 // Attack: a second connection under a live worker's key (a copied key
 // file). Refused and logged; the worker it imitates keeps serving.
 TEST_F(CurveCluster, SecondConnectionUnderALiveWorkersKeyIsRefusedAndLogged) {

@@ -5,6 +5,7 @@
 // second response: the bytes a proxy would have forwarded as this request's
 // body never run as a request of their own. A normal request still works
 // afterwards.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -203,6 +204,35 @@ TEST_F(SecurityHttpServer, AmbiguousFramingAndRepeatedFieldsAreRefusedAndTheConn
   // The server goes on serving.
   ExpectServed(Request("POST /echo HTTP/1.1", "Host: t\r\nContent-Length: 2\r\n", "ok"), 200, "ok");
   ExpectServed(SmuggledRequest(), 200, "smuggled");
+}
+
+// A chunk-size line with endless extensions, or an endless trailer field,
+// once made one connection hold as much memory as the client sent (64 MiB
+// held 105 MB). The read buffer stops at max_header_bytes +
+// kHttpReadSlackBytes: the request is a 400 and the connection closes. The
+// parser has taken the header out of the buffer, so a line of `limit` bytes
+// after the header overflows it (by the few bytes of `start`).
+TEST_F(SecurityHttpServer, EndlessChunkExtensionsAndTrailersAreRefusedAtTheBufferBound) {
+  const size_t limit = HttpServerOptions{}.max_header_bytes + kHttpReadSlackBytes;
+  const std::string head = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const auto& [what, start] :
+       {std::pair<std::string, std::string>{"extension", "5;"}, {"trailer", "0\r\nX-Trailer: "}}) {
+    std::string bytes = head + start;
+    bytes.append(limit, 'x');
+    ExpectRefusedAndClosed(server_->port(), bytes, 400, "bad_request", "an endless " + what);
+  }
+  EXPECT_EQ(echoes_.load(), 0);
+  // A long body in many chunks is still read whole: only lines are bounded.
+  std::string chunked;
+  std::string want;
+  for (int i = 0; i < 64; ++i) {
+    const std::string part(32 * 1024, static_cast<char>('a' + i % 26));
+    chunked += fmt::format("{:x}\r\n{}\r\n", part.size(), part);
+    want += part;
+  }
+  ExpectServed(Request("POST /echo HTTP/1.1", "Host: t\r\nTransfer-Encoding: chunked\r\n",
+                       chunked + "0\r\n\r\n"),
+               200, want);
 }
 
 TEST_F(SecurityHttpServer, TwoAuthorizationFieldsAreRefusedWhicheverComesFirst) {
