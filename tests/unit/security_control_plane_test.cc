@@ -355,7 +355,8 @@ TEST_F(CurveCluster, AFloodOfUnknownKeysIsRefusedAndItsLogIsBounded) {
       milliseconds(10000)))
       << d_->CoordinatorLog();
   EXPECT_LT(Occurrences(d_->CoordinatorLog(), line) - before, static_cast<size_t>(kAttempts));
-  for (const json& w : d_->Cluster()["workers"])
+  const json cluster = d_->Cluster();  // (a range-for over a temporary's member dangles)
+  for (const json& w : cluster["workers"])
     EXPECT_EQ(w["id"].get<std::string>().rfind("flood-", 0), std::string::npos);
   d_->ExpectServingCorrectly();
 }
