@@ -72,15 +72,7 @@ class Daemons : public ::testing::Test {
     }
     FAIL() << "daemons not ready: " << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
   }
-  void TearDown() override {
-    for (pid_t p : pids_) kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-  }
+  void TearDown() override { ::tessera::testing::StopProcesses(pids_); }
   std::string Completion(const nlohmann::json& body) { return body.dump(); }
 
   std::string dir_, model_;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -80,41 +82,59 @@ int FreeTcpPort() {
   return 0;
 }
 
-std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t pid,
-                                                 double timeout_seconds) {
+namespace {
+
+// Polls until `path` exists (written by rename, so complete) and returns
+// read(path), or nullopt when `pid` exits or `timeout_seconds` pass first.
+template <typename T>
+std::optional<T> WaitForFile(const std::string& path, pid_t pid, double timeout_seconds,
+                             const std::function<std::optional<T>(const std::string&)>& read) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_seconds));
   while (std::chrono::steady_clock::now() < deadline) {
-    // Written by rename: once the file exists it is complete.
-    if (std::filesystem::exists(path)) {
-      auto read = ReadPortsFile(path);
-      if (!read.ok()) return std::nullopt;
-      return *read;
-    }
+    if (std::filesystem::exists(path)) return read(path);
     if (waitpid(pid, nullptr, WNOHANG) != 0) return std::nullopt;  // it exited (or is no child)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<CoordinatorPorts> WaitForPortsFile(const std::string& path, pid_t pid,
+                                                 double timeout_seconds) {
+  return WaitForFile<CoordinatorPorts>(path, pid, timeout_seconds,
+                                       [](const std::string& p) -> std::optional<CoordinatorPorts> {
+                                         auto read = ReadPortsFile(p);
+                                         if (!read.ok()) return std::nullopt;
+                                         return *read;
+                                       });
+}
+
 std::optional<int> WaitForReportedPort(const std::string& path, const std::string& key, pid_t pid,
                                        double timeout_seconds) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_seconds));
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (std::filesystem::exists(path)) {
-      const nlohmann::json j = nlohmann::json::parse(ReadFileOrDie(path), nullptr, false);
-      if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
-      const int port = j[key].get<int>();
-      if (port < 1 || port > 65535) return std::nullopt;
-      return port;
-    }
-    if (waitpid(pid, nullptr, WNOHANG) != 0) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return WaitForFile<int>(
+      path, pid, timeout_seconds, [&key](const std::string& p) -> std::optional<int> {
+        const nlohmann::json j = nlohmann::json::parse(ReadFileOrDie(p), nullptr, false);
+        if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+        const int port = j[key].get<int>();
+        if (port < 1 || port > 65535) return std::nullopt;
+        return port;
+      });
+}
+
+void StopProcesses(const std::vector<pid_t>& pids, double grace_seconds) {
+  for (pid_t p : pids) kill(p, SIGTERM);
+  for (pid_t p : pids) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(grace_seconds));
+    while (waitpid(p, nullptr, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
   }
-  return std::nullopt;
 }
 
 std::string LoopbackEndpoint(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }

@@ -40,6 +40,9 @@ std::optional<int> WaitForReportedPort(const std::string& path, const std::strin
                                        double timeout_seconds = 120.0);
 // "tcp://127.0.0.1:<port>": the endpoint workers connect to.
 std::string LoopbackEndpoint(int port);
+// Stops processes a test started: SIGTERM to each, up to `grace_seconds` for
+// each to exit on its own, then SIGKILL; every one is reaped.
+void StopProcesses(const std::vector<pid_t>& pids, double grace_seconds = 5.0);
 // Starts `args` (args[0]: the executable, a path or a name looked up in
 // PATH) as a child process with
 // stdout and stderr going to the file `log`; returns its pid (the caller

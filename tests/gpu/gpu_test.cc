@@ -961,13 +961,7 @@ std::vector<std::string> DaemonCompletions(const std::string& model, const std::
   } else {
     ADD_FAILURE() << "daemons not ready within 90 s";
   }
-  for (pid_t p : pids) kill(p, SIGTERM);
-  for (pid_t p : pids) {
-    for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kill(p, SIGKILL);
-    waitpid(p, nullptr, 0);
-  }
+  testing::StopProcesses(pids);
   if (!ready || texts.size() != prompts.size()) {
     for (const char* log : {"coordinator", "worker0", "worker1"})
       std::printf("---- %s.log\n%s\n", log, ReadFile(dir + "/" + log + ".log").c_str());

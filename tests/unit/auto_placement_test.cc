@@ -104,15 +104,7 @@ class AutoPlacement : public ::testing::Test {
     dir_ = ::tessera::testing::MakeTempDir("tessera-auto");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
   }
-  void TearDown() override {
-    for (pid_t p : pids_) kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-  }
+  void TearDown() override { ::tessera::testing::StopProcesses(pids_); }
   // Starts the coordinator and `workers` workers reporting a host of
   // `memory` bytes.
   void Start(int workers, int64_t memory) {

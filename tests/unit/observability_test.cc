@@ -219,13 +219,7 @@ class Observability : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    for (pid_t p : pids_) kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
+    ::tessera::testing::StopProcesses(pids_);
     pids_.clear();
   }
 

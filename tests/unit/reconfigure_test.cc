@@ -176,13 +176,7 @@ class Cluster : public ::testing::Test {
 
   void TearDown() override {
     for (pid_t p : pids_) kill(p, SIGCONT);
-    for (pid_t p : pids_) kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      for (int i = 0; i < 30 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
+    ::tessera::testing::StopProcesses(pids_, 3.0);
   }
 
   std::string CoordinatorLog() const {
