@@ -20,9 +20,9 @@
 #include <sstream>
 #include <string>
 
-#include "coordinator/cluster_model.h"
-#include "coordinator/placement_planner.h"
-#include "coordinator/topology_file.h"
+#include "common/topology/topology_file.h"
+#include "coordinator/placement/cluster_model.h"
+#include "coordinator/placement/placement_planner.h"
 
 namespace tessera {
 namespace {

@@ -22,12 +22,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/file_store.h"
+#include "common/engine/engine.h"
+#include "common/net/file_store.h"
 #include "kernels/backend.h"
-#include "worker/engine.h"
-#include "worker/model_loader.h"
-#include "worker/nccl_communicator.h"
-#include "worker/pipeline_executor.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/exec/pipeline_executor.h"
+#include "worker/model/model_loader.h"
 
 namespace tessera {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "common/status.h"
-#include "coordinator/http_client.h"
+#include "common/base/status.h"
+#include "common/net/http_client.h"
 
 namespace tessera::cli {
 

@@ -1,5 +1,5 @@
 // `tessera keygen --out BASE`: makes a CURVE key pair for the control plane
-// (common/curve_keys.h): BASE.key holds the secret key (mode 0600, stays on
+// (common/net/curve_keys.h): BASE.key holds the secret key (mode 0600, stays on
 // its host), BASE.pub the public key, which is also printed. Existing files
 // are never overwritten.
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "common/curve_keys.h"
+#include "common/net/curve_keys.h"
 
 namespace tessera::cli {
 

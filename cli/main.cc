@@ -13,16 +13,16 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "common/chat_template.h"
-#include "common/tcp_store.h"
-#include "common/tokenizer.h"
-#include "coordinator/local_launcher.h"
+#include "cli/local_launcher.h"
+#include "common/engine/engine.h"
+#include "common/net/tcp_store.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
 #include "kernels/cuda_runtime.h"
-#include "worker/engine.h"
-#include "worker/local_executor.h"
-#include "worker/model_loader.h"
-#include "worker/rank_device.h"
-#include "worker/rank_runner.h"
+#include "worker/exec/local_executor.h"
+#include "worker/exec/rank_device.h"
+#include "worker/exec/rank_runner.h"
+#include "worker/model/model_loader.h"
 
 namespace {
 

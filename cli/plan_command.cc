@@ -13,10 +13,10 @@
 #include "cli/admin_reply.h"
 #include "cli/commands.h"
 #include "cli/plan_view.h"
-#include "coordinator/cluster_model.h"
-#include "coordinator/http_client.h"
-#include "coordinator/placement_planner.h"
-#include "coordinator/topology_file.h"
+#include "common/net/http_client.h"
+#include "common/topology/topology_file.h"
+#include "coordinator/placement/cluster_model.h"
+#include "coordinator/placement/placement_planner.h"
 
 namespace tessera::cli {
 

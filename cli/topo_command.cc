@@ -1,4 +1,4 @@
-// `tessera topo`: discovers this host (worker/topology_discovery.h) and
+// `tessera topo`: discovers this host (worker/topology/topology_discovery.h) and
 // prints it like `nvidia-smi topo -m`, or as the JSON a worker sends at
 // registration (--json), or as a TOML topology file for dry runs (--toml).
 #include <cstdio>
@@ -6,8 +6,8 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "coordinator/topology_file.h"
-#include "worker/topology_discovery.h"
+#include "common/topology/topology_file.h"
+#include "worker/topology/topology_discovery.h"
 
 namespace tessera::cli {
 

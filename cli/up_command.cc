@@ -30,13 +30,13 @@
 
 #include "cli/admin_reply.h"
 #include "cli/commands.h"
+#include "cli/local_launcher.h"
 #include "cli/plan_view.h"
-#include "common/curve_keys.h"
-#include "common/load_progress.h"
-#include "coordinator/daemon_config.h"
-#include "coordinator/http_client.h"
-#include "coordinator/local_launcher.h"
-#include "coordinator/ports_file.h"
+#include "common/base/load_progress.h"
+#include "common/config/daemon_config.h"
+#include "common/net/curve_keys.h"
+#include "common/net/http_client.h"
+#include "common/net/ports_file.h"
 
 namespace tessera::cli {
 

@@ -5,19 +5,19 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/control_codec.h"
-#include "common/curve_keys.h"
-#include "common/logging.h"
-#include "common/metric_catalog.h"
-#include "common/shard_spec.h"
-#include "common/store_auth.h"
-#include "coordinator/cluster_model.h"
-#include "coordinator/control_plane_guard.h"
-#include "coordinator/cost_model.h"
-#include "coordinator/openai_api.h"
-#include "coordinator/placement_planner.h"
-#include "coordinator/worker_cluster.h"
-#include "worker/worker_registration.h"
+#include "common/base/logging.h"
+#include "common/metrics/metric_catalog.h"
+#include "common/model/shard_spec.h"
+#include "common/net/curve_keys.h"
+#include "common/net/endpoint.h"
+#include "common/net/store_auth.h"
+#include "common/wire/control_codec.h"
+#include "coordinator/api/openai_api.h"
+#include "coordinator/control/control_plane_guard.h"
+#include "coordinator/control/worker_cluster.h"
+#include "coordinator/placement/cluster_model.h"
+#include "coordinator/placement/cost_model.h"
+#include "coordinator/placement/placement_planner.h"
 
 namespace tessera {
 

@@ -5,8 +5,8 @@
 //     and the HTTP listeners (OpenAI API, health, admin).
 //  2. Waits for parallel.workers workers (tp * pp in explicit mode) to
 //     register, builds the cluster model from their topology reports
-//     (coordinator/worker_cluster.h) and asks its Planner
-//     (coordinator/planner.h; PlacementPlanner) for a placement: in auto mode
+//     (coordinator/control/worker_cluster.h) and asks its Planner
+//     (coordinator/placement/planner.h; PlacementPlanner) for a placement: in auto mode
 //     the planner's choice, in explicit mode the configured tp, pp and layer
 //     split, checked the same way. A layout that is invalid or does not fit
 //     is refused with the planner's reasons before any worker loads
@@ -24,7 +24,7 @@
 //     POST /admin/plan, worker drain / undrain, a lost worker, a worker's
 //     error (a collective that timed out), a worker registering while the
 //     cluster is degraded or runs a shrunk layout. A change computes the new
-//     layout and placement (coordinator/plan_change.h), then applies it:
+//     layout and placement (coordinator/placement/plan_change.h), then applies it:
 //     drain the scheduler (no admission; in-flight sequences get
 //     scheduler.drain_timeout_seconds to finish), re-queue the unfinished
 //     ones (they resume from prompt + generated tokens), Drain the old
@@ -55,21 +55,21 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics_registry.h"
-#include "common/model_config.h"
-#include "common/parallel_config.h"
-#include "common/tcp_store.h"
-#include "common/tokenizer.h"
-#include "coordinator/control_plane_guard.h"
-#include "coordinator/control_server.h"
-#include "coordinator/daemon_config.h"
-#include "coordinator/http_server.h"
-#include "coordinator/plan_change.h"
-#include "coordinator/planner.h"
-#include "coordinator/ports_file.h"
-#include "coordinator/remote_executor.h"
-#include "coordinator/request_metrics.h"
-#include "worker/scheduler.h"
+#include "common/config/daemon_config.h"
+#include "common/engine/scheduler.h"
+#include "common/format/model_config.h"
+#include "common/metrics/metrics_registry.h"
+#include "common/model/parallel_config.h"
+#include "common/net/http_server.h"
+#include "common/net/ports_file.h"
+#include "common/net/tcp_store.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/request_metrics.h"
+#include "coordinator/control/control_plane_guard.h"
+#include "coordinator/control/control_server.h"
+#include "coordinator/control/remote_executor.h"
+#include "coordinator/placement/plan_change.h"
+#include "coordinator/placement/planner.h"
 
 namespace tessera {
 
@@ -208,7 +208,7 @@ class CoordinatorDaemon {
   int64_t max_context_ = 0;
   int64_t kv_blocks_ = 0;  // protected by mu_
   std::string model_name_;
-  // GET /metrics (the coordinator part of common/metric_catalog.h). Declared
+  // GET /metrics (the coordinator part of common/metrics/metric_catalog.h). Declared
   // before the scheduler, whose requests' callbacks record into it.
   MetricsRegistry metrics_;
   std::unique_ptr<RequestMetrics> request_metrics_;

@@ -6,7 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "coordinator/coordinator_daemon.h"
 
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/dtype.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
 

@@ -10,7 +10,7 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tessera::kernels::cuda {
 

@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 #include "kernels/backend.h"
 
 namespace tessera::kernels::cuda {

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tessera::kernels::cuda {
 

@@ -7,8 +7,8 @@
 // TESSERA_DISPATCH with the device of its first tensor argument.
 #pragma once
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 // Builds without the CUDA backend answer a CUDA tensor with kUnavailable.
 #ifdef TESSERA_WITH_CUDA

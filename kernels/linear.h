@@ -10,8 +10,8 @@
 // Thread-safety: stateless; callers own the output buffer.
 #pragma once
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
 

@@ -23,8 +23,8 @@
 #include <span>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 #include "kernels/backend.h"
 
 namespace tessera::kernels {

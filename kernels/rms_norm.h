@@ -8,8 +8,8 @@
 // Thread-safety: stateless.
 #pragma once
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
 

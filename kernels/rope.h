@@ -2,11 +2,8 @@
 // "rotate_half" layout: for i < head_dim/2, the pair (x[i], x[i + head_dim/2])
 // is rotated by angle position * inv_freq[i].
 //
-// inv_freq follows transformers' modeling_rope_utils.py for each scaling type
-// (see RopeScaling in common/model_config.h). Dynamic NTK scaling depends on
-// the sequence length; RopeInvFreq takes it and callers pass
-// max(position)+1 of the sequence being processed, which is what HF's
-// dynamic_rope_update does for one sequence.
+// inv_freq comes from the model's rope scaling: RopeInvFreq in
+// worker/model/rope_frequencies.h.
 //
 // Thread-safety: stateless.
 #pragma once
@@ -14,14 +11,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/model_config.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
-
-// inv_freq [head_dim / 2] for `config` at sequence length `seq_len` (tokens).
-std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len);
 
 // Rotates every row of x in place: token t by angle positions[t] * inv_freq.
 // Shapes: x [tokens, heads, head_dim] (F32 on the CPU; F32, BF16 or F16 on

@@ -9,7 +9,7 @@
 //    first top_k kept (0 = all), p_i = exp((l_i - l_max) / T) / sum, then the
 //    smallest prefix whose mass reaches top_p kept and renormalised, and the
 //    first id whose cumulative probability exceeds `uniform` taken.
-// The random number comes from the caller (worker/sampler.h draws it from
+// The random number comes from the caller (worker/model/sampler.h draws it from
 // the sequence's seeded generator), so the CPU and CUDA paths draw the same
 // token from the same logits, up to summation order near a boundary.
 //
@@ -30,9 +30,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/sampled_token.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/sampled_token.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace tessera::kernels {
 

@@ -8,8 +8,8 @@ Edit this file, run it, commit both:
     python3 tools/make_dashboards.py            # rewrites dashboards/*.json
     python3 tools/make_dashboards.py --check    # exit 1 when they are stale
 
-tests/unit/observability_test.cc checks every expression against the metric
-catalog (common/metric_catalog.cc) and runs it against a real Prometheus.
+tests/integration/observability_test.cc checks every expression against the metric
+catalog (common/metrics/metric_catalog.cc) and runs it against a real Prometheus.
 """
 import argparse
 import json

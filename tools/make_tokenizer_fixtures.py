@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Trains small tokenizers with the Hugging Face `tokenizers` library and writes
-test fixtures for the C++ tokenizer (common/tokenizer.h).
+test fixtures for the C++ tokenizer (common/tokenizer/tokenizer.h).
 
 Each fixture lands in tests/fixtures/tokenizers/<name>/ as
   tokenizer.json          the HF tokenizer (trained here, deterministic corpus)
@@ -25,7 +25,7 @@ Usage:
   python3 tools/make_tokenizer_fixtures.py --expected-for MODEL_DIR [--expected-out PATH]
       writes expected.json (default MODEL_DIR/expected.json) for an existing
       model dir's tokenizer.json over the same test corpus, e.g. for the
-      TESSERA_SMOLLM2_DIR test in tests/unit/tokenizer_test.cc.
+      TESSERA_SMOLLM2_DIR test in tests/unit/common/tokenizer/tokenizer_test.cc.
 Requires: pip install tokenizers
 
 BPE training breaks ties between equally frequent pairs in hash order, so a

@@ -15,8 +15,8 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/control_codec.h"
-#include "coordinator/control_server.h"
+#include "common/wire/control_codec.h"
+#include "coordinator/control/control_server.h"
 #include "fuzz_util.h"
 
 namespace {

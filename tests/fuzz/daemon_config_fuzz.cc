@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "coordinator/daemon_config.h"
+#include "common/config/daemon_config.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -18,9 +18,9 @@
 #include <memory>
 #include <string>
 
-#include "common/chat_template.h"
-#include "coordinator/http_server.h"
-#include "coordinator/openai_api.h"
+#include "common/net/http_server.h"
+#include "common/tokenizer/chat_template.h"
+#include "coordinator/api/openai_api.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/model_config.h"
-#include "common/parallel_config.h"
-#include "common/shard_spec.h"
+#include "common/format/model_config.h"
+#include "common/model/parallel_config.h"
+#include "common/model/shard_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/json_parse.h"
-#include "coordinator/openai_api.h"
+#include "common/base/json_parse.h"
+#include "coordinator/api/openai_api.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/safetensors.h"
+#include "common/format/safetensors.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,5 +1,5 @@
 // libFuzzer harness: the rendezvous store's protocol engine
-// (common/tcp_store_server_core.h), the part of TcpStoreServer that reads
+// (common/net/tcp_store_server_core.h), the part of TcpStoreServer that reads
 // what clients send, driven without sockets exactly as the server's loop
 // drives it (ReadBudget, OnInput, Tick, Reap).
 //
@@ -21,9 +21,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/store_auth.h"
-#include "common/tcp_store_server_core.h"
-#include "common/tcp_store_wire.h"
+#include "common/net/store_auth.h"
+#include "common/net/tcp_store_server_core.h"
+#include "common/net/tcp_store_wire.h"
 #include "fuzz_util.h"
 
 namespace {

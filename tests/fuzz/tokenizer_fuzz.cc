@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 
 namespace {

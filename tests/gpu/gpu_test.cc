@@ -35,9 +35,10 @@
 #include <sstream>
 #include <thread>
 
-#include "common/file_store.h"
-#include "common/tokenizer.h"
-#include "coordinator/http_client.h"
+#include "common/engine/engine.h"
+#include "common/net/file_store.h"
+#include "common/net/http_client.h"
+#include "common/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_runtime.h"
 #include "kernels/embedding.h"
@@ -48,11 +49,11 @@
 #include "kernels/sampling.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
-#include "model_harness.h"
-#include "test_util.h"
-#include "worker/engine.h"
-#include "worker/nccl_communicator.h"
-#include "worker/pipeline_executor.h"
+#include "support/model_harness.h"
+#include "support/test_util.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/exec/pipeline_executor.h"
+#include "worker/model/rope_frequencies.h"
 
 namespace tessera {
 namespace {
@@ -230,7 +231,7 @@ TEST_P(Kernels, RopeSwigluAddMatchCpu) {
     c.rope_scaling.type = type;
     c.rope_scaling.factor = 8.0;
     c.rope_scaling.original_max_position_embeddings = 1024;
-    const std::vector<float> inv = kernels::RopeInvFreq(c, 40000);
+    const std::vector<float> inv = RopeInvFreq(c, 40000);
     Tensor inv_h = Tensor::Empty({hd / 2});
     std::copy(inv.begin(), inv.end(), inv_h.data<float>());
     Tensor ref = Tensor::Empty({tokens, heads, hd});

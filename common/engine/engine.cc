@@ -1,0 +1,53 @@
+#include "common/engine/engine.h"
+
+#include <limits>
+
+namespace tessera {
+
+namespace {
+
+SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
+  SchedulerOptions s;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.prefill_chunk_tokens = o.prefill_chunk_tokens;
+  s.max_sequences = std::numeric_limits<int32_t>::max();
+  s.queue_limit = std::numeric_limits<int32_t>::max();
+  s.max_context = std::numeric_limits<int32_t>::max();
+  return s;
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
+               int64_t block_size, const Tokenizer* tokenizer, EngineOptions options)
+    : scheduler_(config, executor, allocator, block_size, tokenizer, ToSchedulerOptions(options)) {}
+
+StatusOr<std::vector<GenerationResult>> Engine::Generate(
+    const std::vector<GenerationRequest>& requests, const TextCallback& on_text) {
+  std::vector<GenerationResult> results(requests.size());
+  size_t finished = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    RequestCallbacks cb;
+    cb.on_token = [&, i](const std::string& text, int32_t, const SampledToken*) {
+      if (on_text && !text.empty()) on_text(i, text);
+    };
+    cb.on_finish = [&, i](const GenerationResult& r) {
+      results[i] = r;
+      ++finished;
+    };
+    auto id = scheduler_.Enqueue(requests[i], std::move(cb));
+    if (!id.ok()) return id.status().WithContext("request " + std::to_string(i));
+  }
+  while (finished < requests.size()) {
+    TESSERA_ASSIGN_OR_RETURN(bool progressed, scheduler_.RunOnce());
+    if (!progressed && finished < requests.size() && scheduler_.running() == 0 &&
+        scheduler_.waiting() == 0)
+      return Internal("engine: requests unfinished with nothing left to run");
+  }
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].finish_reason == FinishReason::kError)
+      return results[i].error.WithContext("request " + std::to_string(i));
+  return results;
+}
+
+}  // namespace tessera

@@ -1,0 +1,50 @@
+// Engine: offline generation of a fixed batch of requests, the loop behind
+// `tessera generate` and the rank processes of a local tp x pp launch. It
+// enqueues every request into a Scheduler (continuous batching, chunked
+// prefill, paged KV cache) and runs it until all have finished.
+//
+// Thread-safety: one thread drives an Engine.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/engine/block_allocator.h"
+#include "common/engine/scheduler.h"
+#include "common/engine/step_executor.h"
+#include "common/format/model_config.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace tessera {
+
+using EngineStats = SchedulerStats;
+
+struct EngineOptions {
+  int64_t max_batch_tokens = 2048;      // tokens per micro-batch
+  int64_t prefill_chunk_tokens = 2048;  // prompt tokens of one sequence per step
+};
+
+// Streams text as it becomes final: (request index, new text).
+using TextCallback = std::function<void(size_t request, const std::string& text)>;
+
+class Engine {
+ public:
+  // `tokenizer` may be null (then stop strings are rejected and text is empty).
+  // `allocator` hands out the KV blocks of the executor's cache.
+  Engine(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
+         int64_t block_size, const Tokenizer* tokenizer, EngineOptions options = {});
+
+  // Errors: kInvalidArgument naming the request index and field;
+  // executor errors.
+  StatusOr<std::vector<GenerationResult>> Generate(const std::vector<GenerationRequest>& requests,
+                                                   const TextCallback& on_text = {});
+
+  const EngineStats& stats() const { return scheduler_.stats(); }
+
+ private:
+  Scheduler scheduler_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,476 @@
+#include "common/engine/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace tessera {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of a stop
+// string: those bytes may still become a stop string and are held back.
+size_t StopHoldback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops) {
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+}  // namespace
+
+struct Scheduler::Seq {
+  int64_t id = 0;
+  GenerationRequest req;
+  RequestCallbacks callbacks;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int32_t prompt_len = 0;       // of the original prompt
+  int32_t cached = 0;           // tokens in the KV cache
+  std::vector<int32_t> blocks;
+  std::unique_ptr<IncrementalDecoder> decoder;
+  size_t emitted = 0;
+  bool in_flight = false;
+  bool waiting = true;  // in waiting_ (not admitted, or preempted)
+  bool done = false;
+  GenerationResult result;
+};
+
+struct Scheduler::InFlight {
+  StepBatch batch;
+  std::vector<Seq*> members;
+  bool has_decode = false;
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;
+  double submitted = 0.0;
+};
+
+Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
+                     int64_t block_size, const Tokenizer* tokenizer, SchedulerOptions options)
+    : config_(config),
+      executor_(executor),
+      allocator_(allocator),
+      block_size_(block_size),
+      tokenizer_(tokenizer),
+      options_(options),
+      eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()) {
+  if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
+}
+
+Scheduler::~Scheduler() = default;
+
+Status Scheduler::Validate(const GenerationRequest& r) const {
+  if (r.prompt_ids.empty()) return InvalidArgument("prompt: must not be empty");
+  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= config_.vocab_size)
+      return InvalidArgument("prompt: token id " + std::to_string(r.prompt_ids[i]) +
+                             " at position " + std::to_string(i) + " is outside the vocab [0, " +
+                             std::to_string(config_.vocab_size) + ")");
+  TESSERA_RETURN_IF_ERROR(r.sampling.Validate());
+  if (r.max_tokens < 0)
+    return InvalidArgument("max_tokens: must be >= 0, got " + std::to_string(r.max_tokens));
+  if (!r.stop.empty() && !tokenizer_) return InvalidArgument("stop: stop strings need a tokenizer");
+  for (const std::string& s : r.stop)
+    if (s.empty()) return InvalidArgument("stop: stop strings must not be empty");
+  const int64_t ctx = static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens;
+  if (ctx > options_.max_context)
+    return InvalidArgument("prompt: " + std::to_string(r.prompt_ids.size()) +
+                           " prompt tokens + max_tokens " + std::to_string(r.max_tokens) + " = " +
+                           std::to_string(ctx) + " exceeds the maximum context of " +
+                           std::to_string(options_.max_context) + " tokens");
+  if (BlockAllocator::BlocksFor(ctx, block_size_) > allocator_->num_blocks())
+    return InvalidArgument("prompt: " + std::to_string(ctx) +
+                           " tokens need more KV-cache blocks than the " +
+                           std::to_string(allocator_->num_blocks()) + " of " +
+                           std::to_string(block_size_) + " tokens the cache holds");
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Scheduler::Enqueue(GenerationRequest request, RequestCallbacks callbacks) {
+  std::vector<GenerationRequest> requests;
+  requests.push_back(std::move(request));
+  std::vector<RequestCallbacks> cbs;
+  cbs.push_back(std::move(callbacks));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                           EnqueueAll(std::move(requests), std::move(cbs)));
+  return ids[0];
+}
+
+StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationRequest> requests,
+                                                     std::vector<RequestCallbacks> callbacks) {
+  TESSERA_CHECK(requests.size() == callbacks.size());
+  std::vector<std::unique_ptr<Seq>> seqs;
+  seqs.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(Validate(requests[i]));
+    auto s = std::make_unique<Seq>();
+    s->req = std::move(requests[i]);
+    s->callbacks = std::move(callbacks[i]);
+    s->tokens = s->req.prompt_ids;
+    s->prompt_len = static_cast<int32_t>(s->tokens.size());
+    s->result.prompt_tokens = s->prompt_len;
+    if (tokenizer_) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+    seqs.push_back(std::move(s));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  if (static_cast<int64_t>(waiting_.size()) + n > options_.queue_limit) {
+    if (n > 1)
+      return ResourceExhausted(fmt::format(
+          "the request queue has room for {} of {} requests ({} waiting, limit {}); retry later",
+          std::max<int64_t>(options_.queue_limit - static_cast<int64_t>(waiting_.size()), 0), n,
+          waiting_.size(), options_.queue_limit));
+    return ResourceExhausted("the request queue is full (" + std::to_string(options_.queue_limit) +
+                             " waiting); retry later");
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(seqs.size());
+  for (auto& s : seqs) {
+    s->id = next_id_++;
+    ids.push_back(s->id);
+    waiting_.push_back(std::move(s));
+  }
+  return ids;
+}
+
+void Scheduler::Cancel(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.insert(id);
+}
+
+size_t Scheduler::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.size();
+}
+
+size_t Scheduler::running() const { return running_count_.load(); }
+
+size_t Scheduler::in_flight() const { return in_flight_.size(); }
+
+void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
+  if (s.done) return;
+  s.done = true;
+  s.result.finish_reason = reason;
+  s.result.error = std::move(error);
+  if ((reason == FinishReason::kLength || reason == FinishReason::kEos) && s.decoder) {
+    s.result.text += s.decoder->Flush();
+  }
+  allocator_->Free(s.blocks);
+  finished_ids_.push_back(s.id);
+  Emit(s, nullptr);
+  if (s.callbacks.on_finish) s.callbacks.on_finish(s.result);
+}
+
+void Scheduler::Emit(Seq& s, const SampledToken* sampled) {
+  const int32_t token = sampled ? sampled->token_id : -1;
+  const SampledToken* logprobs = sampled && s.req.sampling.logprobs >= 0 ? sampled : nullptr;
+  const size_t hold = s.done ? 0 : StopHoldback(s.result.text, s.req.stop);
+  const size_t ready = s.result.text.size() - hold;
+  if (ready > s.emitted || token >= 0) {
+    std::string delta = ready > s.emitted ? s.result.text.substr(s.emitted, ready - s.emitted) : "";
+    s.emitted = std::max(s.emitted, ready);
+    if (s.callbacks.on_token && (token >= 0 || !delta.empty()))
+      s.callbacks.on_token(delta, token, logprobs);
+  }
+}
+
+void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
+  const int32_t token = sampled.token_id;
+  s.tokens.push_back(token);
+  s.result.tokens.push_back(token);
+  if (s.req.sampling.logprobs >= 0) s.result.logprobs.push_back(sampled);
+  const SampledToken* t = &sampled;
+  if (!s.req.ignore_eos && eos_.count(token)) {
+    Emit(s, t);
+    Finish(s, FinishReason::kEos);
+    return;
+  }
+  if (s.decoder) s.result.text += s.decoder->Push(token);
+  size_t cut = std::string::npos;
+  for (const std::string& stop : s.req.stop) cut = std::min(cut, s.result.text.find(stop));
+  if (cut != std::string::npos) {
+    s.result.text.resize(cut);
+    Emit(s, t);
+    Finish(s, FinishReason::kStop);
+    return;
+  }
+  Emit(s, t);
+  if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens)
+    Finish(s, FinishReason::kLength);
+}
+
+void Scheduler::Admit() {
+  std::vector<std::unique_ptr<Seq>> cancelled_waiting;
+  std::vector<Seq*> cancelled_running;
+  std::vector<Seq*> admitted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (cancelled_.erase((*it)->id)) {
+        cancelled_waiting.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& s : running_)
+      if (!s->in_flight && cancelled_.erase(s->id)) cancelled_running.push_back(s.get());
+    // Admit while the blocks for the prompt are free and the running set has room.
+    while (admitting_ && !waiting_.empty() &&
+           static_cast<int64_t>(running_.size()) < options_.max_sequences) {
+      Seq& s = *waiting_.front();
+      const int64_t need =
+          BlockAllocator::BlocksFor(static_cast<int64_t>(s.tokens.size()), block_size_);
+      if (s.req.max_tokens > 0) {
+        if (need > allocator_->num_free()) break;
+        TESSERA_CHECK(allocator_->Allocate(need, s.blocks).ok());
+      }
+      s.waiting = false;
+      admitted.push_back(&s);
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+  }
+  // Callbacks run outside the lock: they may enqueue.
+  for (Seq* s : admitted)
+    if (s->callbacks.on_admit) s->callbacks.on_admit();
+  for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
+  for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
+  for (auto& s : running_)
+    if (s->req.max_tokens == 0) Finish(*s, FinishReason::kLength);
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done && !s->in_flight; }),
+                 running_.end());
+  running_count_.store(running_.size());
+}
+
+void Scheduler::Preempt(Seq& s) {
+  allocator_->Free(s.blocks);
+  s.cached = 0;
+  s.waiting = true;
+  ++s.result.preemptions;
+  ++stats_.preemptions;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->get() == &s) {
+      waiting_.push_front(std::move(*it));
+      running_.erase(it);
+      break;
+    }
+  }
+  running_count_.store(running_.size());
+}
+
+bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
+  while (true) {
+    const int64_t need =
+        BlockAllocator::BlocksFor(tokens, block_size_) - static_cast<int64_t>(s.blocks.size());
+    if (need <= 0) return true;
+    if (allocator_->Allocate(need, s.blocks).ok()) return true;
+    // Preempt the newest running sequence that is not in flight (not s).
+    Seq* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Seq* c = it->get();
+      if (c != &s && !c->in_flight && !c->done) {
+        victim = c;
+        break;
+      }
+    }
+    if (!victim) return false;
+    Preempt(*victim);
+  }
+}
+
+void Scheduler::FailInFlight(const Status& error) {
+  for (InFlight& f : in_flight_)
+    for (Seq* s : f.members) {
+      s->in_flight = false;
+      if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, error);
+    }
+  in_flight_.clear();
+  if (options_.requeue_on_executor_error) RequeueRunning();
+}
+
+int Scheduler::RequeueRunning() {
+  TESSERA_CHECK(in_flight_.empty());
+  int moved = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Seq& s = **it;
+      if (s.done) continue;
+      allocator_->Free(s.blocks);
+      s.cached = 0;
+      s.waiting = true;
+      ++s.result.preemptions;
+      ++stats_.preemptions;
+      ++stats_.requeued;
+      ++moved;
+      waiting_.push_front(std::move(*it));
+    }
+    running_.clear();
+  }
+  running_count_.store(0);
+  return moved;
+}
+
+void Scheduler::SetExecutor(StepExecutor* executor) {
+  TESSERA_CHECK(in_flight_.empty());
+  executor_ = executor;
+  finished_ids_.clear();  // the new plan's workers hold no state of earlier sequences
+}
+
+Status Scheduler::CollectInFlight() {
+  while (!in_flight_.empty()) {
+    auto r = CollectOne();
+    if (!r.ok()) return r.status();
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> Scheduler::RunOnce() {
+  Admit();
+  // Fill the free micro-batch slots.
+  while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
+    std::vector<Seq*> ready;
+    for (auto& s : running_)
+      if (!s->done && !s->in_flight && static_cast<int64_t>(s->tokens.size()) > s->cached)
+        ready.push_back(s.get());
+    if (ready.empty()) break;
+    const size_t slots = static_cast<size_t>(executor_->max_in_flight()) - in_flight_.size();
+    const size_t per_batch = (ready.size() + slots - 1) / slots;
+    InFlight f;
+    int64_t budget = options_.max_batch_tokens;
+    for (Seq* s : ready) {
+      if (f.members.size() >= per_batch || budget <= 0) break;
+      if (s->done || s->waiting) continue;  // preempted by an earlier member's block allocation
+      const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->cached;
+      const bool decode = pending == 1 && !s->result.tokens.empty();
+      int64_t n = std::min(pending, budget);
+      if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
+      if (!EnsureBlocks(*s, s->cached + n)) continue;  // waits for blocks to free up
+      s->in_flight = true;  // members of this batch are not preemption victims
+      SeqStep step;
+      step.seq_id = s->id;
+      step.start_pos = s->cached;
+      step.num_tokens = static_cast<int32_t>(n);
+      step.prompt_len = s->prompt_len;
+      step.block_table = s->blocks;
+      step.want_logits = s->cached + n == static_cast<int64_t>(s->tokens.size());
+      step.sampling = s->req.sampling;
+      f.batch.token_ids.insert(f.batch.token_ids.end(), s->tokens.begin() + s->cached,
+                               s->tokens.begin() + s->cached + n);
+      f.batch.seqs.push_back(std::move(step));
+      f.members.push_back(s);
+      if (decode) {
+        f.has_decode = true;
+        f.decode_tokens += n;
+      } else {
+        f.prefill_tokens += n;
+      }
+      budget -= n;
+    }
+    if (f.members.empty()) break;
+    f.batch.finished_seq_ids = std::move(finished_ids_);
+    finished_ids_.clear();
+    f.submitted = Now();
+    Status st = executor_->Submit(f.batch);
+    if (!st.ok()) {
+      for (Seq* s : f.members) {
+        s->in_flight = false;
+        if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
+      }
+      FailInFlight(st);
+      return st;
+    }
+    in_flight_.push_back(std::move(f));
+    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight_.size()));
+  }
+  if (in_flight_.empty()) {
+    // Drop finished sequences.
+    running_.erase(
+        std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
+        running_.end());
+    running_count_.store(running_.size());
+    return false;
+  }
+  return CollectOne();
+}
+
+StatusOr<bool> Scheduler::CollectOne() {
+  auto tokens = executor_->Collect();
+  if (!tokens.ok()) {
+    FailInFlight(tokens.status());
+    return tokens.status();
+  }
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const double now = Now();
+  const double dt = now - std::max(f.submitted, last_done_);
+  last_done_ = now;
+  (f.has_decode ? stats_.decode_seconds : stats_.prefill_seconds) += dt;
+  stats_.prefill_tokens += f.prefill_tokens;
+  stats_.decode_tokens += f.decode_tokens;
+  size_t row = 0;
+  for (size_t k = 0; k < f.members.size(); ++k) {
+    Seq& s = *f.members[k];
+    s.in_flight = false;
+    s.cached += f.batch.seqs[k].num_tokens;
+    if (!f.batch.seqs[k].want_logits) continue;
+    if (row >= tokens->size()) {
+      Status err = Internal("executor returned " + std::to_string(tokens->size()) + " tokens for " +
+                            std::to_string(f.members.size()) + " sequences");
+      for (Seq* m : f.members) {
+        m->in_flight = false;
+        if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
+      }
+      FailInFlight(err);
+      return err;
+    }
+    const SampledToken& token = (*tokens)[row++];
+    if (s.done) continue;  // cancelled while in flight
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled = cancelled_.erase(s.id) > 0;
+    }
+    if (cancelled) {
+      Finish(s, FinishReason::kCancelled);
+      continue;
+    }
+    ApplyToken(s, token);
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done && !s->in_flight; }),
+                 running_.end());
+  running_count_.store(running_.size());
+  return true;
+}
+
+}  // namespace tessera

@@ -1,0 +1,413 @@
+#include "common/format/model_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/base/json_parse.h"
+
+namespace tessera {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kSupportedArchitectures =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3";
+constexpr const char* kSupportedDTypes = "float32, float16, bfloat16";
+
+// A short rendering of a JSON value for error messages.
+std::string Show(const json& j) { return ShowJsonValue(j, 60); }
+
+// Typed access to one JSON object, reporting errors as
+// "<path>: key '<prefix><key>': ...". A key whose value is null counts as
+// absent everywhere: HF writes null for "not set".
+class Reader {
+ public:
+  Reader(const json& obj, const std::string& path, std::string prefix = "")
+      : obj_(obj), path_(path), prefix_(std::move(prefix)) {}
+
+  const json* Get(const std::string& key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool Has(const std::string& key) const { return Get(key) != nullptr; }
+
+  Status Error(const std::string& key, const std::string& what) const {
+    return InvalidArgument(path_ + ": key '" + prefix_ + key + "': " + what);
+  }
+  Status Missing(const std::string& key) const {
+    return InvalidArgument(path_ + ": missing required key '" + prefix_ + key + "'");
+  }
+
+  Status Int(const std::string& key, bool required, int64_t* out) const {
+    const json* v = Get(key);
+    if (v == nullptr) return required ? Missing(key) : Status::Ok();
+    if (!v->is_number_integer() ||
+        (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX})) {
+      return Error(key, "expected an integer, got " + Show(*v));
+    }
+    *out = v->get<int64_t>();
+    return Status::Ok();
+  }
+  // As Int, and the value must be in [1, 2^31 - 1]: sizes, counts and
+  // positions, whose products (tensor shapes, byte counts) must fit int64.
+  Status PositiveInt(const std::string& key, bool required, int64_t* out) const {
+    TESSERA_RETURN_IF_ERROR(Int(key, required, out));
+    if (Has(key) && *out <= 0) return Error(key, "must be positive, got " + std::to_string(*out));
+    if (Has(key) && *out > INT32_MAX)
+      return Error(key, "must be at most 2147483647, got " + std::to_string(*out));
+    return Status::Ok();
+  }
+  Status Double(const std::string& key, bool required, double* out) const {
+    const json* v = Get(key);
+    if (v == nullptr) return required ? Missing(key) : Status::Ok();
+    if (!v->is_number()) return Error(key, "expected a number, got " + Show(*v));
+    *out = v->get<double>();
+    return Status::Ok();
+  }
+  Status PositiveDouble(const std::string& key, bool required, double* out) const {
+    TESSERA_RETURN_IF_ERROR(Double(key, required, out));
+    if (Has(key) && !(*out > 0)) return Error(key, "must be positive, got " + Show(*Get(key)));
+    return Status::Ok();
+  }
+  Status Bool(const std::string& key, bool* out) const {
+    const json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_boolean()) return Error(key, "expected true or false, got " + Show(*v));
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+  Status String(const std::string& key, std::string* out) const {
+    const json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_string()) return Error(key, "expected a string, got " + Show(*v));
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  // An int, a list of ints, or absent/null (-> empty).
+  Status IntList(const std::string& key, std::vector<int64_t>* out) const {
+    out->clear();
+    const json* v = Get(key);
+    if (v == nullptr) return Status::Ok();
+    const std::string expect = "expected an integer or a list of integers, got " + Show(*v);
+    if (v->is_number_integer()) {
+      out->push_back(v->get<int64_t>());
+      return Status::Ok();
+    }
+    if (!v->is_array()) return Error(key, expect);
+    for (const json& e : *v) {
+      if (!e.is_number_integer()) return Error(key, expect);
+      out->push_back(e.get<int64_t>());
+    }
+    return Status::Ok();
+  }
+  // An object or absent/null (-> nullptr).
+  StatusOr<const json*> Object(const std::string& key) const {
+    const json* v = Get(key);
+    if (v != nullptr && !v->is_object()) return Error(key, "expected an object, got " + Show(*v));
+    return v;
+  }
+
+ private:
+  const json& obj_;
+  const std::string& path_;
+  std::string prefix_;
+};
+
+// nlohmann reports the 1-based byte index of the last character read; turn
+// it into 1-based line and column.
+std::string LineCol(const std::string& text, size_t byte) {
+  const size_t pos = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(pos - line_start + 1);
+}
+
+StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& path) {
+  const json* archs = r.Get("architectures");
+  if (archs != nullptr) {
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+      return r.Error("architectures",
+                     "expected a non-empty list of class names, got " + Show(*archs));
+    }
+    const std::string name = (*archs)[0].get<std::string>();
+    if (name == "LlamaForCausalLM") return Architecture::kLlama;
+    if (name == "MistralForCausalLM") return Architecture::kMistral;
+    if (name == "Qwen2ForCausalLM") return Architecture::kQwen2;
+    return Unimplemented(path + ": key 'architectures': '" + name +
+                         "' is not supported (supported: " + kSupportedArchitectures + ")");
+  }
+  // Some configs omit "architectures"; fall back to "model_type".
+  std::string model_type;
+  TESSERA_RETURN_IF_ERROR(r.String("model_type", &model_type));
+  if (model_type.empty()) return r.Missing("architectures");
+  if (model_type == "llama") return Architecture::kLlama;
+  if (model_type == "mistral") return Architecture::kMistral;
+  if (model_type == "qwen2") return Architecture::kQwen2;
+  return Unimplemented(path + ": key 'model_type': '" + model_type +
+                       "' is not supported and 'architectures' is absent (supported: " +
+                       kSupportedArchitectures + ")");
+}
+
+// Parses one rope_scaling / rope_parameters object. `type_required`: whether
+// a missing "rope_type"/"type" is an error (rope_scaling) or means default
+// (rope_parameters).
+Status ParseRope(const json& obj, const std::string& path, const std::string& key,
+                 bool type_required, RopeScaling* out) {
+  Reader r(obj, path, key + ".");
+  std::string type;
+  const char* type_key = r.Has("rope_type") ? "rope_type" : "type";
+  TESSERA_RETURN_IF_ERROR(r.String(type_key, &type));
+  if (type.empty()) {
+    if (type_required) return r.Missing("rope_type");
+    type = "default";
+  }
+  RopeScaling rs;
+  if (type == "default") {
+    rs.type = RopeType::kDefault;
+    *out = rs;
+    return Status::Ok();
+  }
+  if (type == "linear") {
+    rs.type = RopeType::kLinear;
+  } else if (type == "dynamic") {
+    rs.type = RopeType::kDynamic;
+  } else if (type == "llama3") {
+    rs.type = RopeType::kLlama3;
+  } else {
+    return Unimplemented(path + ": key '" + key + "." + type_key + "': rope type '" + type +
+                         "' is not supported (supported: " + kSupportedRopeTypes + ")");
+  }
+  TESSERA_RETURN_IF_ERROR(r.PositiveDouble("factor", /*required=*/true, &rs.factor));
+  const bool llama3 = rs.type == RopeType::kLlama3;
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("original_max_position_embeddings", llama3,
+                                        &rs.original_max_position_embeddings));
+  if (llama3) {
+    TESSERA_RETURN_IF_ERROR(r.PositiveDouble("low_freq_factor", true, &rs.low_freq_factor));
+    TESSERA_RETURN_IF_ERROR(r.PositiveDouble("high_freq_factor", true, &rs.high_freq_factor));
+    // The llama3 blend divides by (high_freq_factor - low_freq_factor).
+    if (!(rs.low_freq_factor < rs.high_freq_factor)) {
+      return r.Error("high_freq_factor", "must exceed low_freq_factor (" +
+                                             std::to_string(rs.low_freq_factor) + "), got " +
+                                             std::to_string(rs.high_freq_factor));
+    }
+  }
+  *out = rs;
+  return Status::Ok();
+}
+
+StatusOr<DType> ParseTorchDType(const Reader& r) {
+  const char* key = r.Has("torch_dtype") ? "torch_dtype" : "dtype";
+  std::string name;
+  TESSERA_RETURN_IF_ERROR(r.String(key, &name));
+  if (name.empty() || name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
+  Status s = r.Error(key, "'" + name + "' is not supported (supported: " + kSupportedDTypes + ")");
+  return Status(StatusCode::kUnimplemented, s.message());
+}
+
+}  // namespace
+
+const char* ArchitectureName(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return "LlamaForCausalLM";
+    case Architecture::kMistral:
+      return "MistralForCausalLM";
+    case Architecture::kQwen2:
+      return "Qwen2ForCausalLM";
+  }
+  return "?";
+}
+
+const char* RopeTypeName(RopeType type) {
+  switch (type) {
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kDynamic:
+      return "dynamic";
+    case RopeType::kLlama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+int64_t ModelConfig::LayerParameterCount() const {
+  const int64_t q = num_attention_heads * head_dim;
+  const int64_t kv = num_key_value_heads * head_dim;
+  int64_t n = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;  // q, k, v, o weights
+  if (attention_bias) {
+    n += q + 2 * kv;                                             // q, k, v biases
+    if (architecture != Architecture::kQwen2) n += hidden_size;  // o bias (Llama only)
+  }
+  n += 3 * hidden_size * intermediate_size;  // gate, up, down
+  if (mlp_bias) n += 2 * intermediate_size + hidden_size;
+  n += 2 * hidden_size;  // input_layernorm, post_attention_layernorm
+  return n;
+}
+
+int64_t ModelConfig::KvBytesPerTokenPerLayer(DType dtype) const {
+  return 2 * num_key_value_heads * head_dim * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    // Drop nlohmann's "[json.exception...] parse error at ...: " prefix; the
+    // location is reported as path:line:col instead.
+    std::string what = e.what();
+    if (const size_t p = what.find(": "); what.rfind("[json.exception", 0) == 0 && p != what.npos) {
+      what = what.substr(p + 2);
+    }
+    return InvalidArgument(path + ":" + LineCol(json_text, e.byte) + ": malformed JSON: " + what);
+  } catch (const json::exception& e) {
+    return InvalidArgument(path + ": malformed JSON: " + e.what());
+  }
+  if (!root.is_object()) return InvalidArgument(path + ": top level is not a JSON object");
+  const Reader r(root, path);
+
+  ModelConfig c;
+  TESSERA_ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(r, path));
+  TESSERA_RETURN_IF_ERROR(r.String("model_type", &c.model_type));
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("hidden_size", true, &c.hidden_size));
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("intermediate_size", true, &c.intermediate_size));
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("num_hidden_layers", true, &c.num_hidden_layers));
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("num_attention_heads", true, &c.num_attention_heads));
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("vocab_size", true, &c.vocab_size));
+  c.num_key_value_heads = c.num_attention_heads;
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("num_key_value_heads", false, &c.num_key_value_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return r.Error("num_key_value_heads", std::to_string(c.num_key_value_heads) +
+                                              " does not divide num_attention_heads (" +
+                                              std::to_string(c.num_attention_heads) + ")");
+  }
+  if (r.Has("head_dim")) {
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("head_dim", false, &c.head_dim));
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      return r.Error("num_attention_heads",
+                     std::to_string(c.num_attention_heads) + " does not divide hidden_size (" +
+                         std::to_string(c.hidden_size) + ") and no head_dim is given");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  // The weights the shape implies (embedding and lm_head, then per layer the
+  // q/k/v/o projections and the gate/up/down MLP), bounded so every byte
+  // count derived from them fits int64: 2^48 parameters, far above any model.
+  {
+    const long double h = c.hidden_size, d = c.head_dim, q = c.num_attention_heads * d,
+                      kv = static_cast<long double>(c.num_key_value_heads) * d;
+    const long double params =
+        2.0L * c.vocab_size * h +
+        c.num_hidden_layers * (h * (q + 2 * kv) + q * h + 3.0L * h * c.intermediate_size);
+    if (params > 281474976710656.0L) {
+      return r.Error("hidden_size",
+                     "the shape (hidden_size, intermediate_size, vocab_size, "
+                     "num_hidden_layers, heads) implies " +
+                         std::to_string(static_cast<double>(params)) +
+                         " parameters, more than 2^48");
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(r.PositiveDouble("rms_norm_eps", false, &c.rms_norm_eps));
+  TESSERA_RETURN_IF_ERROR(
+      r.PositiveInt("max_position_embeddings", false, &c.max_position_embeddings));
+
+  // RoPE: "rope_theta" + "rope_scaling" (transformers 4.x), or one
+  // "rope_parameters" object holding both (newer transformers).
+  TESSERA_ASSIGN_OR_RETURN(const json* rope_params, r.Object("rope_parameters"));
+  TESSERA_ASSIGN_OR_RETURN(const json* rope_scaling, r.Object("rope_scaling"));
+  if (r.Has("rope_theta")) {
+    TESSERA_RETURN_IF_ERROR(r.PositiveDouble("rope_theta", false, &c.rope_theta));
+  } else if (rope_params != nullptr) {
+    TESSERA_RETURN_IF_ERROR(Reader(*rope_params, path, "rope_parameters.")
+                                .PositiveDouble("rope_theta", false, &c.rope_theta));
+  }
+  if (rope_scaling != nullptr) {
+    TESSERA_RETURN_IF_ERROR(ParseRope(*rope_scaling, path, "rope_scaling", true, &c.rope_scaling));
+  } else if (rope_params != nullptr) {
+    TESSERA_RETURN_IF_ERROR(
+        ParseRope(*rope_params, path, "rope_parameters", false, &c.rope_scaling));
+  }
+
+  TESSERA_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c.tie_word_embeddings));
+  TESSERA_RETURN_IF_ERROR(r.Bool("attention_bias", &c.attention_bias));
+  TESSERA_RETURN_IF_ERROR(r.Bool("mlp_bias", &c.mlp_bias));
+  // The HF modeling code hard-codes these for Qwen2 and Mistral.
+  if (c.architecture == Architecture::kQwen2) {
+    c.attention_bias = true;
+    c.mlp_bias = false;
+  } else if (c.architecture == Architecture::kMistral) {
+    c.attention_bias = false;
+    c.mlp_bias = false;
+  }
+  TESSERA_RETURN_IF_ERROR(r.IntList("bos_token_id", &c.bos_token_ids));
+  TESSERA_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
+  TESSERA_ASSIGN_OR_RETURN(c.torch_dtype, ParseTorchDType(r));
+
+  // Sliding-window attention (not implemented): Mistral applies
+  // "sliding_window" whenever it is set; Qwen2 only with "use_sliding_window"
+  // and only on layers >= "max_window_layers"; newer configs may also list
+  // per-layer "layer_types". A window at least max_position_embeddings wide
+  // never masks anything and is accepted.
+  int64_t window = 0;
+  TESSERA_RETURN_IF_ERROR(r.PositiveInt("sliding_window", false, &window));
+  bool sliding = false;
+  const char* sliding_key = "sliding_window";
+  if (c.architecture == Architecture::kMistral) {
+    sliding = window > 0;
+  } else if (c.architecture == Architecture::kQwen2) {
+    bool use = false;
+    TESSERA_RETURN_IF_ERROR(r.Bool("use_sliding_window", &use));
+    int64_t max_window_layers = 0;
+    TESSERA_RETURN_IF_ERROR(r.Int("max_window_layers", false, &max_window_layers));
+    sliding = use && window > 0 &&
+              (!r.Has("max_window_layers") || max_window_layers < c.num_hidden_layers);
+    sliding_key = "use_sliding_window";
+  }
+  if (const json* types = r.Get("layer_types"); types != nullptr && types->is_array()) {
+    for (const json& t : *types) {
+      if (t.is_string() && t.get<std::string>() == "sliding_attention" && window > 0) {
+        sliding = true;
+        sliding_key = "layer_types";
+      }
+    }
+  }
+  if (sliding && window < c.max_position_embeddings) {
+    return Unimplemented(path + ": key '" + sliding_key + "': sliding-window attention (window " +
+                         std::to_string(window) + " < max_position_embeddings " +
+                         std::to_string(c.max_position_embeddings) + ") is not supported");
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return NotFound(path + ": no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError(path + ": cannot read: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return IoError(path + ": read failed");
+  return ParseModelConfig(ss.str(), path);
+}
+
+}  // namespace tessera

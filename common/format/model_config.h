@@ -1,0 +1,93 @@
+// ModelConfig: the typed form of a Hugging Face `config.json` for the decoder
+// families Tessera runs (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM).
+//
+// Every field names the HF config key it comes from. Parsing and validation
+// happen once, in ParseModelConfig; the rest of Tessera reads this struct.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/base/dtype.h"
+#include "common/base/status.h"
+
+namespace tessera {
+
+enum class Architecture { kLlama, kMistral, kQwen2 };
+const char* ArchitectureName(Architecture arch);  // the HF class name
+
+// HF `rope_scaling` (or `rope_parameters` in newer transformers). Formulas as in
+// transformers' modeling_rope_utils.py:
+//  - kDefault: inv_freq[i] = 1 / theta^(2i/d).
+//  - kLinear:  inv_freq / factor.
+//  - kDynamic: NTK-aware; when seq_len > max_position_embeddings,
+//              base = theta * ((factor*seq_len/max_pos) - (factor-1))^(d/(d-2)).
+//  - kLlama3:  per-frequency blend using factor, low_freq_factor,
+//              high_freq_factor and original_max_position_embeddings.
+enum class RopeType { kDefault, kLinear, kDynamic, kLlama3 };
+const char* RopeTypeName(RopeType type);
+
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;                           // "factor"
+  double low_freq_factor = 1.0;                  // "low_freq_factor" (llama3)
+  double high_freq_factor = 4.0;                 // "high_freq_factor" (llama3)
+  int64_t original_max_position_embeddings = 0;  // "original_max_position_embeddings" (llama3)
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;  // "architectures"[0]
+  std::string model_type;                            // "model_type"
+  int64_t hidden_size = 0;                           // "hidden_size"
+  int64_t intermediate_size = 0;                     // "intermediate_size"
+  int64_t num_hidden_layers = 0;                     // "num_hidden_layers"
+  int64_t num_attention_heads = 0;                   // "num_attention_heads"
+  int64_t num_key_value_heads = 0;                   // "num_key_value_heads" (default: heads)
+  // "head_dim" when given and not null (may differ from hidden/heads), else
+  // hidden_size / num_attention_heads.
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;              // "rms_norm_eps"
+  double rope_theta = 10000.0;             // "rope_theta", else "rope_parameters"."rope_theta"
+  int64_t max_position_embeddings = 2048;  // "max_position_embeddings"
+  RopeScaling rope_scaling;                // "rope_scaling" when not null, else "rope_parameters"
+  bool tie_word_embeddings = false;        // "tie_word_embeddings"
+  // Llama: "attention_bias" (biases on q, k, v and o). Qwen2: always true,
+  // biases on q, k, v only (o_proj has none). Mistral: always false.
+  bool attention_bias = false;
+  // Llama: "mlp_bias" (gate, up, down). Mistral, Qwen2: always false.
+  bool mlp_bias = false;
+  int64_t vocab_size = 0;              // "vocab_size"
+  std::vector<int64_t> bos_token_ids;  // "bos_token_id" (int, list or null -> empty)
+  std::vector<int64_t> eos_token_ids;  // "eos_token_id" (int, list or null -> empty)
+  // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
+  DType torch_dtype = DType::kF32;
+
+  // Number of parameters (elements, not bytes) of one decoder layer:
+  // q/k/v/o projections (hidden x heads*head_dim, hidden x kv_heads*head_dim
+  // twice, heads*head_dim x hidden) plus their biases per attention_bias, the
+  // gate/up/down MLP (3 x hidden x intermediate) plus biases per mlp_bias, and
+  // the two RMSNorm weights (2 x hidden). Multiply by DTypeSize for bytes.
+  int64_t LayerParameterCount() const;
+  // Bytes of K and V for one token in one layer at `dtype`:
+  // 2 * num_key_value_heads * head_dim * DTypeSize(dtype).
+  int64_t KvBytesPerTokenPerLayer(DType dtype) const;
+};
+
+// Parses `json_text` (the contents of `path`, used only in error messages).
+// Errors: kInvalidArgument naming the path and line:col for malformed JSON,
+// or the path and key for a missing required key or a wrong type or value
+// (non-positive size, heads % kv_heads != 0, hidden % heads != 0 without
+// head_dim); kUnimplemented naming the key for an architecture, rope type or
+// dtype that is not supported (listing the supported ones) and for a sliding
+// window narrower than max_position_embeddings (Mistral "sliding_window";
+// Qwen2 "use_sliding_window").
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path);
+// Reads and parses `<dir>/config.json`. Errors: kNotFound naming the path when
+// it does not exist, kIoError when it cannot be read, else as ParseModelConfig.
+StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+}  // namespace tessera

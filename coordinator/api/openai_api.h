@@ -1,0 +1,230 @@
+// The OpenAI-compatible wire format: typed requests parsed and validated from
+// JSON bodies, and the JSON of every response Tessera sends on /v1/*.
+//
+// Requests (POST /v1/completions, POST /v1/chat/completions):
+//   - fields absent or JSON null take their OpenAI default;
+//   - unknown fields are ignored; known OpenAI fields Tessera does not
+//     implement (echo, best_of > 1, suffix, logit_bias, presence/frequency
+//     penalties != 0, tools, response_format other than text) are refused
+//     rather than silently ignored;
+//   - every failure is an ApiError: HTTP 400, OpenAI's message and `param`
+//     naming the field ("temperature must be between 0 and 2, got 5",
+//     param "temperature"); malformed JSON names line and column; a wrong
+//     type names the expected and the given JSON type.
+// Responses follow the shapes of the OpenAI API reference (objects
+// "text_completion", "chat.completion", "chat.completion.chunk", "list" /
+// "model") that the official `openai` Python client parses. Streams send one
+// chunk per Server-Sent Event and end with the event data kSseDone.
+// Strings that are not valid UTF-8 (a token that splits a multi-byte
+// character) are written with U+FFFD in place of the invalid bytes.
+//
+// Thread-safety: free functions on values; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/base/sampling_params.h"
+#include "common/base/status.h"
+#include "common/engine/engine.h"
+#include "common/tokenizer/chat_template.h"
+
+namespace tessera {
+
+// An error in OpenAI's shape:
+//   {"error":{"message":...,"type":...,"param":...,"code":...}}
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::optional<std::string> param;  // the request field at fault; JSON null when absent
+  std::optional<std::string> code;   // e.g. "context_length_exceeded"; JSON null when absent
+
+  std::string ToJson() const;
+};
+
+// A value or the ApiError that explains why there is none.
+template <typename T>
+class [[nodiscard]] ApiResult {
+ public:
+  ApiResult(ApiError error) : error_(std::move(error)) {}  // NOLINT: implicit by design
+  ApiResult(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  bool ok() const { return value_.has_value(); }
+  const ApiError& error() const { return error_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  ApiError error_;
+  std::optional<T> value_;
+};
+
+// Maps a Status from the serving path to an HTTP error: kInvalidArgument and
+// kOutOfRange 400, kNotFound 404, kResourceExhausted 429, kUnavailable 503,
+// kDeadlineExceeded 504, anything else 500 ("server_error").
+ApiError ApiErrorFromStatus(const Status& status);
+// 404, code "model_not_found": "The model 'x' does not exist; this server serves 'y'".
+ApiError UnknownModelError(const std::string& requested, const std::string& served);
+// 400, code "context_length_exceeded", param `param` ("prompt" or
+// "messages"), naming the maximum context and the requested prompt and
+// completion token counts (all in tokens); param "max_tokens" instead when
+// max_tokens alone reaches max_context while the prompt fits, with the
+// largest max_tokens that would fit.
+ApiError ContextLengthError(int64_t max_context, int64_t prompt_tokens, int64_t max_tokens,
+                            const std::string& param);
+// 429, type "rate_limit_error", code "queue_full", naming the queue limit.
+ApiError QueueFullError(int64_t queue_limit);
+// 400, code "prompt_too_long", param `param` ("prompt" or "messages"): the
+// prompt's tokens over `limit` tokens, naming the config key `limit_key`.
+ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::string& param,
+                          const std::string& limit_key);
+// 400, code "max_tokens_too_large", param "max_tokens": the request's
+// max_tokens over `limit` tokens, naming the config key `limit_key`.
+ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::string& limit_key);
+// 429, type "rate_limit_error", code "too_many_streams": `limit` streams are
+// open, naming the config key `limit_key`.
+ApiError StreamLimitError(int64_t limit, const std::string& limit_key);
+// 400, param "prompt", code "too_many_prompts": a request with more prompts
+// than the queue holds (`limit_key` = scheduler.queue_limit) can never be
+// admitted, so it is refused as a bad request, not as a retryable 429.
+ApiError TooManyPromptsError(int64_t limit, int64_t prompts, const std::string& limit_key);
+// 400, code "empty_prompt", param `param` ("prompt" or "messages"): the
+// prompt is empty once tokenized (an empty string), so there is nothing to
+// continue from.
+ApiError EmptyPromptError(const std::string& param);
+
+// One prompt of a completion request: text to tokenize, or token ids.
+struct Prompt {
+  bool is_tokens = false;
+  std::string text;                // when !is_tokens
+  std::vector<int32_t> token_ids;  // when is_tokens; each >= 0
+};
+
+// Sampling and stopping fields shared by both endpoints.
+struct GenerationFields {
+  double temperature = 1.0;       // [0, 2]; 0 = greedy
+  double top_p = 1.0;             // (0, 1]
+  int32_t top_k = 0;              // >= 0; 0 = off (-1 is accepted as off)
+  std::optional<uint64_t> seed;   // absent: the server picks one
+  std::vector<std::string> stop;  // at most 4 non-empty strings
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage (only with stream)
+  bool ignore_eos = false;     // keep generating past EOS (up to max_tokens)
+
+  // The per-sequence sampling parameters; `default_seed` is used when the
+  // request carries no seed.
+  SamplingParams ToSamplingParams(uint64_t default_seed) const;
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::vector<Prompt> prompts;      // one per requested prompt (>= 1); choice i answers prompt i
+  int32_t max_tokens = 16;          // >= 1 (OpenAI's default is 16)
+  std::optional<int32_t> logprobs;  // 0..20: alternatives per token; absent = no logprobs
+  GenerationFields gen;
+};
+
+struct ChatCompletionRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;  // >= 1; role system/user/assistant ("developer" -> system)
+  std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; absent = to context
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // 0..20; requires logprobs
+  GenerationFields gen;
+};
+
+// Parse and validate a request body (JSON text). Errors: ApiError 400.
+ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body);
+ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
+
+// ---- Responses ----
+
+// OpenAI's finish_reason for the engine's (common/engine/engine.h): "stop" for EOS
+// or a stop string, "length" for max_tokens.
+const char* OpenAIFinishReason(FinishReason reason);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // total_tokens is their sum
+};
+
+// One generated token with its log-probability (natural log, of the raw
+// distribution log_softmax(logits) before temperature/top-k/top-p; see
+// kernels/sampling.h) and the top alternatives, best first.
+struct TokenLogprob {
+  std::string token;  // the token's text
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // (text, logprob)
+};
+
+struct CompletionChoice {
+  int index = 0;
+  std::string text;
+  std::optional<FinishReason> finish_reason;          // null while streaming
+  std::optional<std::vector<TokenLogprob>> logprobs;  // when the request asked for logprobs
+  // text_offset of logprobs[0]: 0 for a whole choice; in a stream, the bytes
+  // of the token texts of the choice's earlier chunks.
+  int64_t logprobs_offset = 0;
+};
+
+struct ChatChoice {
+  int index = 0;
+  std::string content;
+  std::optional<FinishReason> finish_reason;
+  std::optional<std::vector<TokenLogprob>> logprobs;
+};
+
+// A fresh id, "<prefix>-" and 24 random hex digits ("cmpl", "chatcmpl").
+std::string NewResponseId(std::string_view prefix);
+// Seconds since the Unix epoch, for "created".
+int64_t UnixSeconds();
+
+// POST /v1/completions, stream false: object "text_completion" with usage.
+std::string CompletionResponseJson(const std::string& id, int64_t created, const std::string& model,
+                                   const std::vector<CompletionChoice>& choices,
+                                   const Usage& usage);
+// One streamed completion chunk (object "text_completion"; `text` is the new
+// text only). `usage` is written when given (the last chunk with
+// include_usage); with include_usage the other chunks carry "usage": null.
+std::string CompletionChunkJson(const std::string& id, int64_t created, const std::string& model,
+                                const std::vector<CompletionChoice>& choices,
+                                const std::optional<Usage>& usage, bool include_usage);
+
+// POST /v1/chat/completions, stream false: object "chat.completion".
+std::string ChatCompletionResponseJson(const std::string& id, int64_t created,
+                                       const std::string& model,
+                                       const std::vector<ChatChoice>& choices, const Usage& usage);
+// One streamed chat chunk (object "chat.completion.chunk") for choice
+// `index`: delta {"role":"assistant"} when `role` (the first chunk), plus
+// {"content": ...} when `content` is given; finish_reason null until the
+// last. `logprobs` covers the tokens of this delta.
+std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
+                                    const std::string& model, int index, bool role,
+                                    const std::optional<std::string>& content,
+                                    std::optional<FinishReason> finish_reason,
+                                    const std::optional<std::vector<TokenLogprob>>& logprobs,
+                                    bool include_usage);
+// The final chunk of a chat stream with include_usage: "choices": [] and usage.
+std::string ChatCompletionUsageChunkJson(const std::string& id, int64_t created,
+                                         const std::string& model, const Usage& usage);
+
+// The data of the last event of every stream: "data: [DONE]".
+inline constexpr std::string_view kSseDone = "[DONE]";
+
+struct ModelCard {
+  std::string id;
+  int64_t created = 0;  // Unix seconds
+  std::string owned_by = "tessera";
+};
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
+std::string ModelListJson(const std::vector<ModelCard>& models);
+
+}  // namespace tessera

@@ -1,0 +1,820 @@
+#include "coordinator/control/control_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/base/logging.h"
+#include "common/net/curve_keys.h"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kLog = "control-server";
+constexpr const char* kWakeEndpoint = "inproc://tessera-control-server-wake";
+// Where libzmq sends ZAP requests (RFC 27), one handler per context.
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "tessera-control";
+// Frames read per loop turn before the loop looks at its send queue and at
+// liveness again, so a flood from one peer cannot starve either.
+constexpr int kMaxFramesPerTurn = 256;
+// Peers whose first dropped frame is logged; drops from further peers (a
+// flood of routing ids) are counted only.
+constexpr size_t kMaxDropLoggedPeers = 1024;
+
+using Clock = std::chrono::steady_clock;
+
+std::string PrintableIdentity(const std::string& id) {
+  const bool printable =
+      !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (printable) return id;
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : id) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+// The bodies a worker may send; anything else from a worker is dropped.
+bool IsWorkerToCoordinator(control::Envelope::BodyCase body) {
+  switch (body) {
+    case control::Envelope::kRegisterWorker:
+    case control::Envelope::kHeartbeat:
+    case control::Envelope::kLoadProgress:
+    case control::Envelope::kLoaded:
+    case control::Envelope::kStepResult:
+    case control::Envelope::kError:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct ControlServer::Impl {
+  struct Record {
+    std::string worker_id;
+    std::string identity;  // raw routing id
+    control::Register registration;
+    std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
+    bool alive = true;
+    Clock::time_point last_seen;
+    Clock::time_point lost_at;  // when declared lost (alive == false)
+    uint64_t messages_received = 0;
+  };
+  struct Outgoing {
+    std::string identity;  // raw routing id
+    std::string bytes;
+    std::string worker_id;
+    const char* body;
+  };
+  struct Counters {
+    std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
+        dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
+        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
+        handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
+        workers_forgotten{0};
+  };
+
+  explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
+
+  ControlServerOptions options;
+  zmq::context_t context{1};
+  std::unique_ptr<zmq::socket_t> router;       // owner thread only, after Start
+  std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Start
+  std::unique_ptr<zmq::socket_t> zap;          // ZAP handler (CURVE only), owner thread
+  std::set<std::string> allowed_keys;          // 32-byte binary public keys (CURVE only)
+  // Owner thread: refused handshakes are logged at most kRefusalLogBurst
+  // times a minute (a flood of unknown keys must not flood the log); the
+  // rest are counted and summed up in the next minute's first line.
+  std::chrono::steady_clock::time_point refusal_window_start{};
+  int refusals_logged = 0;
+  uint64_t refusals_unlogged = 0;
+  std::thread thread;
+  bool started = false;  // Start succeeded once
+  std::atomic<bool> running{false};
+  std::atomic<bool> stop_requested{false};
+  std::atomic<uint64_t> next_seq{1};
+  Counters counters;
+
+  // Send queue and the writing end of the wake-up pair.
+  std::mutex queue_mu;
+  std::deque<Outgoing> queue;
+  std::unique_ptr<zmq::socket_t> wake_writer;
+  bool wake_pending = false;
+  bool queue_closed = false;
+
+  // Registry: written only by the owner thread, read by Send / Workers.
+  mutable std::mutex registry_mu;
+  std::vector<Record> records;                 // registration order
+  std::map<std::string, size_t> by_identity;   // raw routing id -> latest record
+  std::map<std::string, size_t> by_worker_id;  // worker id -> latest record
+  uint64_t next_auto_id = 0;
+  // The "max_workers reached" refusal was logged; cleared when a record
+  // goes. Owner thread only.
+  bool full_logged = false;
+  // Printable routing ids whose dropped frames were logged (the first one
+  // each). Owner thread only; at most kMaxDropLoggedPeers.
+  std::set<std::string> drop_logged;
+
+  void Run();
+  void Turn(std::chrono::milliseconds poll_timeout);
+  void ReadFrames();
+  void HandleFrame(std::vector<zmq::message_t>& parts);
+  void HandleZap();
+  void HandleRegister(const std::string& identity, const std::string& curve_key,
+                      control::Envelope envelope);
+  void HandleMessage(const std::string& identity, const std::string& curve_key,
+                     const control::Envelope& envelope);
+  // `log` false: counted and answered, not logged (a flood of refusals).
+  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
+              bool log = true);
+  void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
+  void DrainQueue();
+  bool SendNow(const Outgoing& out);
+  void CheckLiveness();
+  // Removes the records `gone` says to drop and rebuilds the indexes.
+  // Returns the worker ids removed. Caller holds registry_mu.
+  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
+  Status Enqueue(Outgoing out);
+  std::chrono::milliseconds LostAfter() const {
+    return options.heartbeat_interval * options.heartbeat_miss_limit;
+  }
+};
+
+ControlServer::ControlServer(ControlServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+ControlServer::~ControlServer() { Stop(); }
+
+StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
+  Impl& s = *impl_;
+  if (s.started) return FailedPrecondition("control server already started (it starts once)");
+  if (s.options.heartbeat_interval.count() < 1 ||
+      s.options.heartbeat_interval.count() > int64_t{UINT32_MAX})
+    return InvalidArgument("heartbeat_interval must be in 1..4294967295 ms, got " +
+                           std::to_string(s.options.heartbeat_interval.count()));
+  if (s.options.heartbeat_miss_limit < 1)
+    return InvalidArgument("heartbeat_miss_limit must be >= 1, got " +
+                           std::to_string(s.options.heartbeat_miss_limit));
+  const bool curve = !s.options.curve_secret_key.empty();
+  if (curve) {
+    if (!zmq_has("curve"))
+      return Unimplemented("CURVE is configured but this libzmq was built without it");
+    if (!IsZ85Key(s.options.curve_secret_key))
+      return InvalidArgument("the control plane's CURVE secret key is not 40 Z85 characters");
+    if (s.options.curve_allowed_public_keys.empty())
+      return InvalidArgument("CURVE is on but no worker public key is allowed");
+    for (const std::string& key : s.options.curve_allowed_public_keys) {
+      uint8_t raw[32];
+      if (!IsZ85Key(key) || zmq_z85_decode(raw, key.c_str()) == nullptr)
+        return InvalidArgument("allowed worker public key '" + key + "' is not 40 Z85 characters");
+      s.allowed_keys.emplace(reinterpret_cast<const char*>(raw), sizeof raw);
+    }
+  }
+  std::string bound;
+  try {
+    if (curve) {
+      // The handler must be bound before any connection is authenticated.
+      s.zap = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::rep);
+      s.zap->set(zmq::sockopt::linger, 0);
+      s.zap->bind(kZapEndpoint);
+    }
+    s.router = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::router);
+    if (curve) {
+      s.router->set(zmq::sockopt::curve_server, 1);
+      s.router->set(zmq::sockopt::curve_secretkey, s.options.curve_secret_key);
+      s.router->set(zmq::sockopt::zap_domain, kZapDomain);
+    }
+    s.router->set(zmq::sockopt::router_mandatory, 1);
+    s.router->set(zmq::sockopt::router_handover, 1);
+    s.router->set(zmq::sockopt::linger, static_cast<int>(s.options.linger.count()));
+    const int64_t cap = s.options.max_message_bytes > static_cast<size_t>(INT64_MAX / 2)
+                            ? INT64_MAX
+                            : static_cast<int64_t>(s.options.max_message_bytes) * 2;
+    s.router->set(zmq::sockopt::maxmsgsize, cap);
+    s.router->bind(endpoint);
+    bound = s.router->get(zmq::sockopt::last_endpoint);
+    s.wake_reader = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.wake_reader->bind(kWakeEndpoint);
+    s.wake_writer = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.wake_writer->set(zmq::sockopt::linger, 0);
+    s.wake_writer->connect(kWakeEndpoint);
+  } catch (const zmq::error_t& e) {
+    s.router.reset();
+    s.wake_reader.reset();
+    s.wake_writer.reset();
+    s.zap.reset();
+    return IoError("control server cannot bind '" + endpoint + "': " + e.what());
+  }
+  s.started = true;
+  s.running = true;
+  s.thread = std::thread([&s] { s.Run(); });
+  TESSERA_LOG_INFO(kLog, "listening on {} (heartbeat {} ms, lost after {} missed; {})", bound,
+                   s.options.heartbeat_interval.count(), s.options.heartbeat_miss_limit,
+                   curve ? fmt::format("CURVE, {} allowed worker keys", s.allowed_keys.size())
+                         : std::string("no CURVE: plain TCP"));
+  return bound;
+}
+
+void ControlServer::Stop() {
+  Impl& s = *impl_;
+  if (!s.thread.joinable()) return;
+  s.stop_requested = true;
+  {
+    std::lock_guard<std::mutex> lock(s.queue_mu);
+    try {
+      s.wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      // The loop also polls with a timeout, so it sees stop_requested anyway.
+    }
+  }
+  s.thread.join();
+  std::lock_guard<std::mutex> lock(s.queue_mu);
+  s.queue_closed = true;
+  s.wake_writer.reset();
+  s.running = false;
+}
+
+Status ControlServer::Send(const std::string& worker_id, control::Envelope envelope) {
+  Impl& s = *impl_;
+  if (!s.running.load()) return FailedPrecondition("control server is not running");
+  std::string identity;
+  {
+    std::lock_guard<std::mutex> lock(s.registry_mu);
+    auto it = s.by_worker_id.find(worker_id);
+    if (it == s.by_worker_id.end()) return NotFound("no worker '" + worker_id + "' is registered");
+    const Impl::Record& rec = s.records[it->second];
+    if (!rec.alive) return Unavailable("worker '" + worker_id + "' was declared lost");
+    identity = rec.identity;
+  }
+  envelope.set_protocol_version(kControlProtocolVersion);
+  envelope.set_worker_id(worker_id);
+  envelope.set_seq(s.next_seq++);
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes,
+                           EncodeEnvelope(envelope, s.options.max_message_bytes));
+  return s.Enqueue({std::move(identity), std::move(bytes), worker_id, EnvelopeBodyName(envelope)});
+}
+
+std::vector<ControlWorkerInfo> ControlServer::Workers() const {
+  const Impl& s = *impl_;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(s.registry_mu);
+  std::vector<ControlWorkerInfo> out;
+  out.reserve(s.records.size());
+  for (const Impl::Record& r : s.records) {
+    ControlWorkerInfo info;
+    info.worker_id = r.worker_id;
+    info.identity = PrintableIdentity(r.identity);
+    info.registration = r.registration;
+    info.curve_public_key = r.curve_key;
+    info.alive = r.alive;
+    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
+    info.messages_received = r.messages_received;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+ControlServerStats ControlServer::stats() const {
+  const Impl::Counters& c = impl_->counters;
+  ControlServerStats st;
+  st.frames_received = c.frames_received;
+  st.messages_delivered = c.messages_delivered;
+  st.dropped_malformed = c.dropped_malformed;
+  st.dropped_version = c.dropped_version;
+  st.dropped_unregistered = c.dropped_unregistered;
+  st.registrations_accepted = c.registrations_accepted;
+  st.registrations_refused = c.registrations_refused;
+  st.workers_lost = c.workers_lost;
+  st.messages_sent = c.messages_sent;
+  st.send_failures = c.send_failures;
+  st.handshakes_refused = c.handshakes_refused;
+  st.registrations_refused_key_in_use = c.registrations_refused_key_in_use;
+  st.registrations_refused_full = c.registrations_refused_full;
+  st.workers_forgotten = c.workers_forgotten;
+  return st;
+}
+
+Status ControlServer::Impl::Enqueue(Outgoing out) {
+  std::lock_guard<std::mutex> lock(queue_mu);
+  if (queue_closed || stop_requested.load())
+    return FailedPrecondition("control server is stopping");
+  queue.push_back(std::move(out));
+  if (!wake_pending) {
+    wake_pending = true;
+    try {
+      wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      // The loop drains the queue every turn regardless; the wake-up only
+      // shortens the wait.
+      TESSERA_LOG_DEBUG(kLog, "wake-up send failed: {}", e.what());
+    }
+  }
+  return Status::Ok();
+}
+
+void ControlServer::Impl::Run() {
+  using std::chrono::milliseconds;
+  const milliseconds poll_timeout =
+      std::clamp(options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
+  while (!stop_requested.load()) {
+    try {
+      Turn(poll_timeout);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) break;
+      if (e.num() != EINTR) {
+        TESSERA_LOG_ERROR(kLog, "poll loop: ZeroMQ error: {}", e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy error loop
+      }
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "poll loop: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  try {
+    DrainQueue();  // what was queued before Stop still goes out (within linger)
+  } catch (const std::exception& e) {
+    TESSERA_LOG_ERROR(kLog, "final send: {}", e.what());
+  }
+  router->close();
+  wake_reader->close();
+  if (zap) zap->close();
+  TESSERA_LOG_INFO(kLog, "stopped");
+}
+
+void ControlServer::Impl::Turn(std::chrono::milliseconds poll_timeout) {
+  zmq_pollitem_t items[3] = {{router->handle(), 0, ZMQ_POLLIN, 0},
+                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0},
+                             {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, zap ? 3 : 2, poll_timeout);
+  if (zap && (items[2].revents & ZMQ_POLLIN)) HandleZap();
+  if (items[1].revents & ZMQ_POLLIN) {
+    zmq::message_t ignored;
+    while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
+    }
+  }
+  if (items[0].revents & ZMQ_POLLIN) ReadFrames();
+  DrainQueue();
+  CheckLiveness();
+}
+
+void ControlServer::Impl::ReadFrames() {
+  for (int i = 0; i < kMaxFramesPerTurn && !stop_requested.load(); ++i) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(*router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+    ++counters.frames_received;
+    try {
+      HandleFrame(parts);
+    } catch (const std::exception& e) {
+      // A callback threw; the frame is done with, the loop goes on.
+      TESSERA_LOG_ERROR(kLog, "handling a message from {} threw: {}",
+                        PrintableIdentity(parts.empty() ? std::string() : parts[0].to_string()),
+                        e.what());
+    }
+  }
+}
+
+void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
+                               std::atomic<uint64_t>* counter) {
+  ++*counter;
+  // Logged once per peer: a misbehaving peer cannot flood the log (stats
+  // and on_dropped still see every drop).
+  if (!drop_logged.count(peer.identity) && drop_logged.size() < kMaxDropLoggedPeers) {
+    drop_logged.insert(peer.identity);
+    TESSERA_LOG_WARN(
+        kLog, "dropped message from peer {}{}: {}; later drops from it are counted only",
+        peer.identity, peer.worker_id.empty() ? "" : " (worker '" + peer.worker_id + "')",
+        reason.ToString());
+  }
+  if (options.on_dropped) options.on_dropped(peer, reason);
+}
+
+// One ZAP request (ZeroMQ RFC 27): version, request id, domain, address,
+// routing id, mechanism, credentials. Admits a CURVE client whose public key
+// is allowed, with its Z85 key as the user id that later frames carry.
+void ControlServer::Impl::HandleZap() {
+  std::vector<zmq::message_t> req;
+  if (!zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+  auto frame = [&req](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
+  const std::string request_id = frame(1);
+  const std::string address = frame(3);
+  const std::string mechanism = frame(5);
+  std::string status = "400";
+  std::string text;
+  std::string user_id;
+  if (req.size() < 6 || frame(0) != "1.0") {
+    text = "malformed ZAP request";
+  } else if (mechanism != "CURVE" || req.size() != 7 || req[6].size() != 32) {
+    text = "the control plane requires CURVE";
+  } else {
+    const std::string key = req[6].to_string();
+    char z85[41] = {};
+    zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    user_id = z85;
+    if (allowed_keys.count(key)) {
+      status = "200";
+      text = "OK";
+    } else {
+      text = "public key not allowed";
+    }
+  }
+  if (status != "200") {
+    ++counters.handshakes_refused;
+    constexpr int kRefusalLogBurst = 10;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - refusal_window_start >= std::chrono::minutes(1)) {
+      if (refusals_unlogged > 0)
+        TESSERA_LOG_WARN(kLog,
+                         "refused {} more control-plane connections in the last minute "
+                         "(not logged one by one)",
+                         refusals_unlogged);
+      refusal_window_start = now;
+      refusals_logged = 0;
+      refusals_unlogged = 0;
+    }
+    if (refusals_logged < kRefusalLogBurst) {
+      ++refusals_logged;
+      TESSERA_LOG_WARN(kLog,
+                       "refused a control-plane connection from {}: {}{}; an allowed worker's key "
+                       "must be listed in control.worker_public_keys{}",
+                       address.empty() ? "an unknown address" : address, text,
+                       user_id.empty() ? "" : " (CURVE public key " + user_id + ")",
+                       refusals_logged == kRefusalLogBurst
+                           ? " (further refusals this minute are counted, not logged)"
+                           : "");
+    } else {
+      ++refusals_unlogged;
+    }
+    user_id.clear();
+  }
+  std::vector<zmq::message_t> reply;
+  reply.emplace_back("1.0", 3);
+  reply.emplace_back(request_id.data(), request_id.size());
+  reply.emplace_back(status.data(), status.size());
+  reply.emplace_back(text.data(), text.size());
+  reply.emplace_back(user_id.data(), user_id.size());
+  reply.emplace_back();  // no metadata
+  (void)zmq::send_multipart(*zap, reply, zmq::send_flags::dontwait);
+}
+
+void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
+  const std::string identity = parts[0].to_string();
+  ControlPeer peer{PrintableIdentity(identity), ""};
+  // With CURVE every frame carries the key its connection authenticated.
+  std::string curve_key;
+  if (zap && !parts.empty()) {
+    const char* user = zmq_msg_gets(parts.back().handle(), "User-Id");
+    if (user != nullptr) curve_key = user;
+  }
+  if (parts.size() != 2) {
+    Drop(peer,
+         InvalidArgument("expected 1 payload frame after the routing id, got " +
+                         std::to_string(parts.size() - 1)),
+         &counters.dropped_malformed);
+    return;
+  }
+  StatusOr<control::Envelope> decoded =
+      DecodeEnvelope(parts[1].to_string_view(), options.max_message_bytes);
+  if (!decoded.ok()) {
+    Drop(peer, decoded.status(),
+         decoded.status().code() == StatusCode::kUnimplemented ? &counters.dropped_version
+                                                               : &counters.dropped_malformed);
+    return;
+  }
+  control::Envelope& envelope = *decoded;
+  if (envelope.body_case() == control::Envelope::kRegisterWorker) {
+    HandleRegister(identity, curve_key, std::move(envelope));
+  } else {
+    HandleMessage(identity, curve_key, envelope);
+  }
+}
+
+void ControlServer::Impl::HandleMessage(const std::string& identity, const std::string& curve_key,
+                                        const control::Envelope& envelope) {
+  ControlPeer peer{PrintableIdentity(identity), ""};
+  const char* body = EnvelopeBodyName(envelope);
+  Status reason;
+  bool unknown = false;  // not registered, or declared lost
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = by_identity.find(identity);
+    if (it == by_identity.end()) {
+      unknown = true;
+      reason = FailedPrecondition(std::string(body) +
+                                  " from a peer that is not registered (worker_id '" +
+                                  envelope.worker_id() + "'); a worker must send Register first");
+    } else {
+      Record& rec = records[it->second];
+      peer.worker_id = rec.worker_id;
+      if (!rec.alive) {
+        unknown = true;
+        reason = Unavailable(std::string(body) + " from worker '" + rec.worker_id +
+                             "', which was declared lost; it must register again");
+      } else if (curve_key != rec.curve_key) {
+        reason = FailedPrecondition(std::string(body) + " for worker '" + rec.worker_id +
+                                    "' arrived under CURVE key '" + curve_key +
+                                    "', not the key it registered with");
+      } else if (envelope.worker_id() != rec.worker_id) {
+        reason =
+            FailedPrecondition(std::string(body) + " carries worker_id '" + envelope.worker_id() +
+                               "', but this peer registered as '" + rec.worker_id + "'");
+      } else {
+        rec.last_seen = Clock::now();
+        ++rec.messages_received;
+      }
+    }
+  }
+  // Callbacks run without the registry lock: they may call Send or Workers.
+  if (!reason.ok()) {
+    Drop(peer, reason, &counters.dropped_unregistered);
+    // A peer this server does not know (it restarted) or declared lost asks
+    // to be heard: tell it to register again.
+    if (unknown) {
+      control::Envelope ack;
+      ack.set_protocol_version(kControlProtocolVersion);
+      ack.set_worker_id(envelope.worker_id());
+      ack.set_seq(next_seq++);
+      ack.mutable_register_ack()->set_accepted(false);
+      ack.mutable_register_ack()->set_reason(kRegisterAgainPrefix + reason.message());
+      StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+      if (bytes.ok()) SendNow({identity, std::move(*bytes), envelope.worker_id(), "register_ack"});
+    }
+    return;
+  }
+  if (!IsWorkerToCoordinator(envelope.body_case())) {
+    Drop(peer, InvalidArgument(std::string(body) + " is not a message a worker sends"),
+         &counters.dropped_malformed);
+    return;
+  }
+  TESSERA_LOG_DEBUG(kLog, "{} from worker '{}' (seq {})", body, peer.worker_id, envelope.seq());
+  ++counters.messages_delivered;
+  if (options.on_message) options.on_message(peer, envelope);
+}
+
+void ControlServer::Impl::Refuse(const std::string& identity, const std::string& requested,
+                                 const std::string& reason, bool log) {
+  ++counters.registrations_refused;
+  if (log)
+    TESSERA_LOG_WARN(kLog, "refused registration from peer {} (asked for worker_id '{}'): {}",
+                     PrintableIdentity(identity), requested, reason);
+  control::Envelope ack;
+  ack.set_protocol_version(kControlProtocolVersion);
+  ack.set_worker_id(requested);
+  ack.set_seq(next_seq++);
+  ack.mutable_register_ack()->set_accepted(false);
+  ack.mutable_register_ack()->set_reason(reason);
+  StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+  if (!bytes.ok()) {
+    TESSERA_LOG_ERROR(kLog, "cannot encode a refusal: {}", bytes.status().ToString());
+    return;
+  }
+  SendNow({identity, std::move(*bytes), requested, "register_ack"});
+}
+
+void ControlServer::Impl::HandleRegister(const std::string& identity, const std::string& curve_key,
+                                         control::Envelope envelope) {
+  const std::string requested = envelope.worker_id();
+  const Clock::time_point now = Clock::now();
+  std::string worker_id;
+  bool retry = false;
+  std::string refusal;
+  std::atomic<uint64_t>* refusal_counter = nullptr;  // a specific counter besides the total
+  bool log_refusal = true;
+  // Lost records this registration replaces: its own earlier ones.
+  auto replaced = [&](const Record& rec) {
+    return !rec.alive && (rec.identity == identity || rec.worker_id == worker_id ||
+                          (!curve_key.empty() && rec.curve_key == curve_key));
+  };
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto mine = by_identity.find(identity);
+    if (mine != by_identity.end() && records[mine->second].alive) {
+      Record& rec = records[mine->second];
+      if (rec.curve_key != curve_key) {
+        refusal =
+            "this routing id is registered as '" + rec.worker_id + "' under another CURVE key";
+      } else if (requested.empty() || requested == rec.worker_id) {
+        // A retried Register: answer again, deliver nothing new.
+        retry = true;
+        worker_id = rec.worker_id;
+        rec.last_seen = now;
+      } else {
+        refusal = "this peer is registered as '" + rec.worker_id +
+                  "' and cannot register again as '" + requested + "'";
+      }
+    } else {
+      // One key, one worker: a live worker's key cannot register another.
+      if (!curve_key.empty()) {
+        for (const Record& rec : records) {
+          if (!rec.alive || rec.curve_key != curve_key) continue;
+          refusal = "CURVE key " + curve_key + " is in use by live worker '" + rec.worker_id +
+                    "' (peer " + PrintableIdentity(rec.identity) +
+                    "); one key registers one worker";
+          refusal_counter = &counters.registrations_refused_key_in_use;
+          break;
+        }
+      }
+      if (refusal.empty() && !requested.empty()) {
+        auto held = by_worker_id.find(requested);
+        if (held != by_worker_id.end() && records[held->second].alive)
+          refusal = "worker_id '" + requested + "' is held by live peer " +
+                    PrintableIdentity(records[held->second].identity);
+        worker_id = requested;
+      } else if (refusal.empty()) {
+        do {
+          worker_id = "worker-" + std::to_string(next_auto_id++);
+        } while (by_worker_id.count(worker_id) && records[by_worker_id[worker_id]].alive);
+      }
+      if (refusal.empty() && options.max_workers > 0) {
+        const size_t kept = static_cast<size_t>(std::count_if(
+            records.begin(), records.end(), [&](const Record& r) { return !replaced(r); }));
+        if (kept >= options.max_workers) {
+          refusal = "the coordinator holds " + std::to_string(kept) +
+                    " worker records, its limit (server.max_workers = " +
+                    std::to_string(options.max_workers) +
+                    "); lost workers are forgotten after heartbeat.forget_failed_after_seconds";
+          refusal_counter = &counters.registrations_refused_full;
+          log_refusal = !full_logged;
+          full_logged = true;
+        }
+      }
+    }
+  }
+  if (!refusal.empty()) {
+    if (refusal_counter) ++*refusal_counter;
+    Refuse(identity, requested, refusal, log_refusal);
+    return;
+  }
+  if (!retry && options.accept_register) {
+    Status vetted = options.accept_register(ControlPeer{PrintableIdentity(identity), worker_id},
+                                            envelope.register_worker());
+    if (!vetted.ok()) {
+      Refuse(identity, requested, vetted.message());
+      return;
+    }
+  }
+  if (!retry) {
+    std::vector<std::string> gone;
+    {
+      std::lock_guard<std::mutex> lock(registry_mu);
+      gone = EraseRecordsLocked(replaced);
+    }
+    for (const std::string& id : gone) {
+      ++counters.workers_forgotten;
+      TESSERA_LOG_INFO(kLog, "the lost record of worker '{}' is replaced by worker '{}'", id,
+                       worker_id);
+      if (id != worker_id && options.on_worker_forgotten) options.on_worker_forgotten(id);
+    }
+    std::lock_guard<std::mutex> lock(registry_mu);
+    Record rec;
+    rec.worker_id = worker_id;
+    rec.identity = identity;
+    rec.registration = envelope.register_worker();
+    rec.curve_key = curve_key;
+    rec.last_seen = now;
+    rec.messages_received = 1;
+    records.push_back(std::move(rec));
+    by_identity[identity] = records.size() - 1;
+    by_worker_id[worker_id] = records.size() - 1;
+  }
+  control::Envelope ack;
+  ack.set_protocol_version(kControlProtocolVersion);
+  ack.set_worker_id(worker_id);
+  ack.set_seq(next_seq++);
+  control::RegisterAck* body = ack.mutable_register_ack();
+  body->set_accepted(true);
+  body->set_worker_id(worker_id);
+  body->set_heartbeat_interval_ms(static_cast<uint32_t>(options.heartbeat_interval.count()));
+  body->set_heartbeat_miss_limit(static_cast<uint32_t>(options.heartbeat_miss_limit));
+  StatusOr<std::string> bytes = EncodeEnvelope(ack, options.max_message_bytes);
+  if (!bytes.ok()) {
+    TESSERA_LOG_ERROR(kLog, "cannot encode the ack for '{}': {}", worker_id,
+                      bytes.status().ToString());
+    return;
+  }
+  SendNow({identity, std::move(*bytes), worker_id, "register_ack"});
+  if (retry) {
+    TESSERA_LOG_DEBUG(kLog, "repeated Register from worker '{}' acknowledged again", worker_id);
+    return;
+  }
+  ++counters.registrations_accepted;
+  const control::Register& reg = envelope.register_worker();
+  TESSERA_LOG_INFO(kLog, "registered worker '{}' (peer {}, host {}, pid {}, {} device(s){})",
+                   worker_id, PrintableIdentity(identity), reg.host(), reg.pid(),
+                   reg.devices_size(), curve_key.empty() ? "" : ", CURVE key " + curve_key);
+  envelope.set_worker_id(worker_id);
+  ++counters.messages_delivered;
+  if (options.on_message)
+    options.on_message(ControlPeer{PrintableIdentity(identity), worker_id}, envelope);
+}
+
+bool ControlServer::Impl::SendNow(const Outgoing& out) {
+  try {
+    zmq::message_t id(out.identity.data(), out.identity.size());
+    zmq::message_t payload(out.bytes.data(), out.bytes.size());
+    if (router->send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router->send(payload, zmq::send_flags::dontwait)) {
+      ++counters.messages_sent;
+      return true;
+    }
+    TESSERA_LOG_WARN(kLog, "send of {} to worker '{}' failed: its queue is full", out.body,
+                     out.worker_id);
+  } catch (const zmq::error_t& e) {
+    TESSERA_LOG_WARN(kLog, "send of {} to worker '{}' failed: {}", out.body, out.worker_id,
+                     e.num() == EHOSTUNREACH ? "the peer is not connected" : e.what());
+  }
+  ++counters.send_failures;
+  return false;
+}
+
+void ControlServer::Impl::DrainQueue() {
+  std::deque<Outgoing> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    batch.swap(queue);
+    wake_pending = false;
+  }
+  for (const Outgoing& out : batch) SendNow(out);
+}
+
+void ControlServer::Impl::CheckLiveness() {
+  const Clock::time_point now = Clock::now();
+  std::vector<std::string> lost;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (Record& rec : records) {
+      if (rec.alive && now - rec.last_seen > LostAfter()) {
+        rec.alive = false;
+        rec.lost_at = now;
+        lost.push_back(rec.worker_id);
+      }
+    }
+  }
+  std::vector<std::string> forgotten;
+  if (options.forget_lost_after.count() > 0) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    forgotten = EraseRecordsLocked([&](const Record& rec) {
+      return !rec.alive && now - rec.lost_at > options.forget_lost_after;
+    });
+  }
+  for (const std::string& id : forgotten) {
+    ++counters.workers_forgotten;
+    TESSERA_LOG_INFO(kLog, "forgot lost worker '{}' ({} ms after its loss)", id,
+                     options.forget_lost_after.count());
+    try {
+      if (options.on_worker_forgotten) options.on_worker_forgotten(id);
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
+    }
+  }
+  for (const std::string& id : lost) {
+    ++counters.workers_lost;
+    TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
+                     LostAfter().count(), options.heartbeat_miss_limit);
+    try {
+      if (options.on_worker_lost) options.on_worker_lost(id);
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
+    }
+  }
+}
+
+std::vector<std::string> ControlServer::Impl::EraseRecordsLocked(
+    const std::function<bool(const Record&)>& gone) {
+  std::vector<std::string> removed;
+  if (std::none_of(records.begin(), records.end(), gone)) return removed;
+  std::vector<Record> kept;
+  kept.reserve(records.size());
+  for (Record& rec : records) {
+    if (gone(rec)) {
+      removed.push_back(rec.worker_id);
+    } else {
+      kept.push_back(std::move(rec));
+    }
+  }
+  records.swap(kept);
+  by_identity.clear();
+  by_worker_id.clear();
+  for (size_t i = 0; i < records.size(); ++i) {
+    by_identity[records[i].identity] = i;
+    by_worker_id[records[i].worker_id] = i;
+  }
+  full_logged = false;
+  return removed;
+}
+
+}  // namespace tessera

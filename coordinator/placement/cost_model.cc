@@ -1,0 +1,108 @@
+#include "coordinator/placement/cost_model.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_dtype) {
+  ModelSizes s;
+  s.layers = m.num_hidden_layers;
+  s.hidden = m.hidden_size;
+  s.intermediate = m.intermediate_size;
+  s.heads = m.num_attention_heads;
+  s.kv_heads = m.num_key_value_heads;
+  s.head_dim = m.head_dim;
+  s.vocab = m.vocab_size;
+  s.tied = m.tie_word_embeddings;
+  s.dtype_bytes = static_cast<double>(DTypeSize(weight_dtype));
+  s.kv_dtype_bytes = static_cast<double>(DTypeSize(kv_dtype));
+  s.layer_params = static_cast<double>(m.LayerParameterCount());
+  s.layer_bytes = s.layer_params * s.dtype_bytes;
+  // Replicated on every tp rank: the two RMSNorm weights, and the
+  // row-parallel biases (o_proj for Llama with attention_bias, down_proj with
+  // mlp_bias).
+  double replicated = 2.0 * static_cast<double>(m.hidden_size);
+  if (m.attention_bias && m.architecture != Architecture::kQwen2)
+    replicated += static_cast<double>(m.hidden_size);
+  if (m.mlp_bias) replicated += static_cast<double>(m.hidden_size);
+  s.layer_replicated_bytes = replicated * s.dtype_bytes;
+  s.embed_bytes =
+      static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) * s.dtype_bytes;
+  return s;
+}
+
+double ModelSizes::TotalBytes() const {
+  return static_cast<double>(layers) * layer_bytes + embed_bytes * (tied ? 1 : 2) +
+         static_cast<double>(hidden) * dtype_bytes;
+}
+
+double WeightBytesPerGpu(const ModelSizes& m, const StageShape& s) {
+  const double t = s.tp;
+  double w = s.layers * (m.layer_replicated_bytes + (m.layer_bytes - m.layer_replicated_bytes) / t);
+  if (s.first) w += m.embed_bytes / t;
+  if (s.last) {
+    // A tied lm_head on a single stage is the embedding itself (held once).
+    if (!(m.tied && s.single_stage)) w += m.embed_bytes / t;
+    w += static_cast<double>(m.hidden) * m.dtype_bytes;  // final norm
+  }
+  return w;
+}
+
+double KvBytesPerTokenPerGpu(const ModelSizes& m, const StageShape& s) {
+  return s.layers * 2.0 * static_cast<double>(m.KvHeadsLocal(s.tp) * m.head_dim) * m.kv_dtype_bytes;
+}
+
+double ActivationBytesPerGpu(const ModelSizes& m, const StageShape& s, const WorkloadShape& w) {
+  const double t = s.tp;
+  const double per_token =
+      4.0 * m.hidden + 2.0 * m.intermediate / t + (m.heads + 2.0 * m.kv_heads) * m.head_dim / t;
+  double a = static_cast<double>(w.prefill_chunk_tokens) * per_token * 4.0;
+  if (s.last)
+    a += static_cast<double>(std::min(w.prefill_chunk_tokens, w.max_batch)) *
+         static_cast<double>(m.vocab) / t * 4.0;
+  return a;
+}
+
+double AllReduceSeconds(int tp, double message_bytes, double link_bytes_per_s, double step_s,
+                        const CostConstants& k) {
+  if (tp <= 1) return 0.0;
+  const double t = tp;
+  return k.collective_launch_s + 2.0 * (t - 1) * step_s +
+         2.0 * (t - 1) / t * message_bytes / (k.link_efficiency * link_bytes_per_s);
+}
+
+double AllGatherSeconds(int tp, double total_bytes, double link_bytes_per_s, double step_s,
+                        const CostConstants& k) {
+  if (tp <= 1) return 0.0;
+  const double t = tp;
+  return k.collective_launch_s + (t - 1) * step_s +
+         (t - 1) / t * total_bytes / (k.link_efficiency * link_bytes_per_s);
+}
+
+double HopSeconds(double bytes, double link_bytes_per_s, double latency_s, const CostConstants& k) {
+  return latency_s + bytes / (k.link_efficiency * link_bytes_per_s);
+}
+
+double StageSeconds(const ModelSizes& m, const StageShape& s, const CostConstants& k, double tokens,
+                    double seqs, double context) {
+  const double t = s.tp;
+  const double bytes = WeightBytesPerGpu(m, s) + seqs * context * KvBytesPerTokenPerGpu(m, s);
+  double params = s.layers * m.layer_params / t;
+  if (s.last) params += static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / t;
+  const double heads_local = static_cast<double>(m.heads) / t;
+  const double flops = 2.0 * tokens * params + 4.0 * tokens * context * heads_local *
+                                                   static_cast<double>(m.head_dim) * s.layers;
+  const double memory_s = bytes / (k.hbm_efficiency * s.spec.hbm_gb_per_s * 1e9);
+  const double compute_s = flops / (k.matmul_efficiency * s.spec.bf16_tflops * 1e12);
+  double comm = 0;
+  if (s.tp > 1) {
+    const double n_ar = 2.0 * s.layers + (s.first ? 1 : 0);
+    comm += n_ar * AllReduceSeconds(s.tp, tokens * m.hidden * m.dtype_bytes, s.link_bytes_per_s,
+                                    s.link_step_s, k);
+    if (s.last)
+      comm += AllGatherSeconds(s.tp, seqs * m.vocab * 4.0, s.link_bytes_per_s, s.link_step_s, k);
+  }
+  return std::max(memory_s, compute_s) + comm;
+}
+
+}  // namespace tessera

@@ -1,0 +1,108 @@
+// The placement planner's cost model: bytes a pipeline stage holds per GPU,
+// and the time a stage, a collective and a pipeline hop take. docs/planner.md
+// derives every formula; the names below follow it.
+//
+// Notation: L_s layers on stage s, t_s its tp, W_l bytes of one decoder
+// layer, R_l the replicated part of it (the two RMSNorms, row-parallel
+// biases), E = vocab x hidden x dtype bytes (embedding, and lm_head), h the
+// hidden size, B_hbm the GPU's HBM bandwidth, B_link the slowest link inside
+// the tp group (bytes/s per direction).
+//
+//  weights per GPU      w_s = L_s (R_l + (W_l - R_l)/t_s) + [first] E/t_s
+//                             + [last] (E/t_s + h x dtype)   (tied, pp = 1: E once)
+//  KV per token per GPU k_s = L_s x 2 x kv_local x head_dim x kv dtype bytes,
+//                             kv_local = max(1, KV / t_s)
+//  activations per GPU  a_s = C x (4h + 2I/t_s + (H + 2KV) d / t_s) x 4
+//                             + [last] min(C, max_batch) x V/t_s x 4   (C: prefill chunk)
+//  all-reduce (ring)    AR(t, S) = alpha + 2(t-1) beta + 2(t-1)/t x S / (eta_link B_link)
+//  all-gather (ring)    AG(t, S) = alpha + (t-1) beta + (t-1)/t x S / (eta_link B_link)
+//  stage step           tau_s(n, c) = max(bytes / (eta_hbm B_hbm), flops / (eta_mm F))
+//                                     + (2 L_s + [first]) AR(t_s, n h dtype)
+//                                     + [last] AG(t_s, n V 4)
+//     bytes = w_s + n_seq c k_s, flops = 2 n P_s + 4 n c H_local d L_s
+//  hop                  hop(S) = latency + S / (eta_link B_hop)
+//  decode latency       sum_s tau_s(1 token, c = 0) + sum over the pp-1 hops of hop(h dtype)
+//                       = the sum_s (w_s / B_hbm + 2 L_s AR) + (pp-1) hop
+//  throughput           b D / (T_prefill + D T_decode), with m micro-batches of b/m:
+//                       T = (m + pp - 1) max_s (tau_s + hop_s): a step keeps a
+//                       fraction (pp-1)/(m+pp-1) of the pipeline idle (the bubble).
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+
+#include "common/base/dtype.h"
+#include "common/format/model_config.h"
+#include "common/topology/gpu_specs.h"
+
+namespace tessera {
+
+// Calibration constants; docs/planner.md says where each default comes from.
+struct CostConstants {
+  double hbm_efficiency = 0.85;        // eta_hbm: achieved / datasheet HBM bandwidth
+  double matmul_efficiency = 0.6;      // eta_mm: achieved / peak dense bf16 in GEMMs
+  double link_efficiency = 0.7;        // eta_link: NCCL bus bandwidth / link bandwidth
+  double collective_launch_s = 10e-6;  // alpha: fixed cost of one collective
+  double nvlink_step_s = 1e-6;         // beta for NVLink rings
+  double pcie_step_s = 3e-6;           // beta for PIX / PXB / PHB / NODE rings
+  double sys_step_s = 6e-6;            // beta when a ring crosses sockets (SYS)
+  double network_step_s = 8e-6;        // beta for a ring across hosts
+};
+
+// The model's sizes at the serving dtypes.
+struct ModelSizes {
+  int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
+          vocab = 0;
+  bool tied = false;
+  double dtype_bytes = 2;             // weights and activations exchanged between ranks
+  double layer_bytes = 0;             // W_l
+  double layer_replicated_bytes = 0;  // R_l
+  double layer_params = 0;            // parameters of one layer
+  double embed_bytes = 0;             // E
+  double kv_dtype_bytes = 2;
+
+  // weight dtype: the checkpoint's torch_dtype unless given; kv dtype
+  // likewise.
+  static ModelSizes From(const ModelConfig& model, DType weight_dtype, DType kv_dtype);
+  // KV heads one rank of a tp group holds: KV / t, or 1 when t > KV.
+  int64_t KvHeadsLocal(int tp) const { return kv_heads >= tp ? kv_heads / tp : 1; }
+  // Bytes of the whole model at the weight dtype (layers + embedding + lm_head
+  // unless tied + final norm).
+  double TotalBytes() const;
+};
+
+// One stage as the cost model sees it.
+struct StageShape {
+  GpuSpec spec;
+  int tp = 1;
+  int layers = 1;
+  bool first = false;
+  bool last = false;
+  bool single_stage = false;    // pp == 1 (a tied lm_head is the embedding itself)
+  double link_bytes_per_s = 0;  // slowest link inside the tp group (unused at tp 1)
+  double link_step_s = 0;       // beta of that link
+};
+
+struct WorkloadShape {
+  int64_t prefill_chunk_tokens = 512;  // C
+  int64_t max_batch = 256;
+};
+
+double WeightBytesPerGpu(const ModelSizes& m, const StageShape& s);
+double KvBytesPerTokenPerGpu(const ModelSizes& m, const StageShape& s);
+double ActivationBytesPerGpu(const ModelSizes& m, const StageShape& s, const WorkloadShape& w);
+
+double AllReduceSeconds(int tp, double message_bytes, double link_bytes_per_s, double step_s,
+                        const CostConstants& k);
+double AllGatherSeconds(int tp, double total_bytes, double link_bytes_per_s, double step_s,
+                        const CostConstants& k);
+double HopSeconds(double bytes, double link_bytes_per_s, double latency_s, const CostConstants& k);
+
+// tau_s for `tokens` new tokens of `seqs` sequences each attending to
+// `context` earlier tokens (decode: tokens == seqs; prefill of p-token
+// prompts: tokens = seqs x p, context = p / 2).
+double StageSeconds(const ModelSizes& m, const StageShape& s, const CostConstants& k, double tokens,
+                    double seqs, double context);
+
+}  // namespace tessera

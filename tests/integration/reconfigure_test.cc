@@ -1,0 +1,627 @@
+// Live reconfiguration and fault tolerance end to end: tessera-coordinator and
+// tessera-worker processes on loopback (real ZeroMQ, Gloo and HTTP), the
+// fixture model llama_gqa_f32 (2 layers), short heartbeats (0.2 s, lost
+// after 1 s) and a 3 s collective timeout.
+//
+// Every test runs greedy requests undisturbed first (the reference), then
+// the same requests as streams while the cluster is disturbed (a worker
+// SIGKILLed or SIGSTOPped, POST /admin/plan, a worker drained), and checks
+// that every stream completes with exactly the reference text: no request
+// lost, no token missing or repeated. The timings (time to detect, to
+// re-plan and reload, requests re-queued) are printed.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/net/http_client.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using ::tessera::testing::Spawn;
+
+constexpr const char* kToken = "s3cret";
+constexpr int kRequests = 6;
+constexpr int kMaxTokens = 100;  // prompt 3 + 100 <= max_context 128
+// CURVE keys made beyond a cluster's first workers, for workers a test adds.
+constexpr int kSpareWorkerKeys = 6;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+json Request(int i, bool stream) {
+  return {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5 + 7 * i, 17, 42}},
+          {"max_tokens", kMaxTokens}, {"temperature", 0},
+          {"ignore_eos", true},       {"stream", stream}};
+}
+
+// One streamed completion read as it arrives (HTTP/1.0, so the body is the
+// raw event stream, closed at the end).
+struct Stream {
+  std::atomic<int> events{0};
+  std::string text;
+  std::string error;
+  int done_markers = 0;
+  std::string finish_reason;
+  std::thread thread;
+
+  void Run(int port, const std::string& body) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      error = "connect failed";
+      close(fd);
+      return;
+    }
+    const std::string req =
+        "POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+      error = "write failed";
+      close(fd);
+      return;
+    }
+    std::string buf;
+    size_t pos = std::string::npos;  // start of the body once the headers are in
+    char chunk[4096];
+    while (true) {
+      const ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n <= 0) break;
+      buf.append(chunk, static_cast<size_t>(n));
+      if (pos == std::string::npos) {
+        const size_t h = buf.find("\r\n\r\n");
+        if (h == std::string::npos) continue;
+        if (buf.compare(0, 12, "HTTP/1.1 200") != 0 && buf.compare(0, 12, "HTTP/1.0 200") != 0)
+          error = "status line: " + buf.substr(0, buf.find("\r\n"));
+        pos = h + 4;
+      }
+      size_t end;
+      while ((end = buf.find("\n\n", pos)) != std::string::npos) {
+        std::string ev = buf.substr(pos, end - pos);
+        pos = end + 2;
+        if (ev.rfind("data: ", 0) != 0) continue;
+        ev = ev.substr(6);
+        if (ev == "[DONE]") {
+          ++done_markers;
+          continue;
+        }
+        const json j = json::parse(ev, nullptr, false);
+        if (j.is_discarded() || j.contains("error")) {
+          error = ev;
+          continue;
+        }
+        for (const json& c : j["choices"]) {
+          if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();
+          if (c.contains("finish_reason") && c["finish_reason"].is_string())
+            finish_reason = c["finish_reason"].get<std::string>();
+        }
+        ++events;
+      }
+    }
+    close(fd);
+  }
+};
+
+class Cluster : public ::testing::Test {
+ protected:
+  void Launch(int tp, int pp, int workers, double drain_timeout) {
+    dir_ = ::tessera::testing::MakeTempDir("tessera-reconf");
+    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+    // Keys for the first workers and for those a test starts later.
+    keys_ = ::tessera::testing::MakeControlKeys(dir_, workers + kSpareWorkerKeys);
+    std::ofstream(dir_ + "/c.toml")
+        << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = " << tp << "\npp = " << pp
+        << "\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
+        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
+        << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
+        << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
+        << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n"
+        << "drain_timeout_seconds = " << drain_timeout << "\n"
+        << keys_.CoordinatorToml();
+    const std::string bin = ::tessera::testing::BinaryDir();
+    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+                           "--ports-file", dir_ + "/ports.json"},
+                          dir_ + "/coordinator.log"));
+    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
+    ASSERT_TRUE(ports) << "no ports file: " << CoordinatorLog();
+    port_ = ports->api;
+    control_ = ports->control;
+    for (int i = 0; i < workers; ++i) SpawnWorker();
+    const auto t0 = Clock::now();
+    while (Since(t0) < 60) {
+      if (HttpCall(port_, "GET", "/readyz").status == 200) {
+        std::printf("cluster tp=%d pp=%d with %d workers ready in %.2f s\n", tp, pp, workers,
+                    Since(t0));
+        return;
+      }
+      if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "daemons not ready: " << CoordinatorLog();
+  }
+
+  pid_t SpawnWorker() {
+    const int i = static_cast<int>(pids_.size()) - 1;
+    EXPECT_LT(i, static_cast<int>(keys_.worker_secret_files.size())) << "raise kSpareWorkerKeys";
+    const pid_t pid = Spawn(
+        ::tessera::testing::Concat({::tessera::testing::BinaryDir() + "/tessera-worker",
+                                    "--coordinator", "tcp://127.0.0.1:" + std::to_string(control_),
+                                    "--device", std::to_string(i), "--timeout", "3"},
+                                   keys_.WorkerArgs(i)),
+        dir_ + "/worker" + std::to_string(i) + ".log");
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  void TearDown() override {
+    for (pid_t p : pids_) kill(p, SIGCONT);
+    ::tessera::testing::StopProcesses(pids_, 3.0);
+  }
+
+  std::string CoordinatorLog() const {
+    return ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
+  }
+  json Get(const std::string& path) const {
+    auto r = HttpCall(port_, "GET", path, "", kToken);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    return json::parse(r.body, nullptr, false);
+  }
+  HttpReply Post(const std::string& path, const json& body) const {
+    return HttpCall(port_, "POST", path, body.dump(), kToken);
+  }
+  pid_t PidOfRank(int world_rank) const {
+    const json plan = Get("/admin/plan");
+    std::string id;
+    for (const json& r : plan["ranks"])
+      if (r["world_rank"] == world_rank) id = r["worker"];
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
+      if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
+    return -1;
+  }
+  std::string WorkerOfRank(int world_rank) const {
+    for (const json& r : json(Get("/admin/plan")["ranks"]))
+      if (r["world_rank"] == world_rank) return r["worker"];
+    return "";
+  }
+  // Waits until GET /admin/plan shows at least `version` with the cluster
+  // ready; returns the plan.
+  json WaitForPlan(uint64_t version, double seconds = 40) const {
+    const auto t0 = Clock::now();
+    json plan;
+    while (Since(t0) < seconds) {
+      plan = Get("/admin/plan");
+      if (plan["plan_version"].get<uint64_t>() >= version &&
+          HttpCall(port_, "GET", "/readyz").status == 200 &&
+          !Get("/admin/cluster")["reconfiguring"].get<bool>())
+        return plan;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "plan " << version << " not serving after " << seconds
+                  << " s; last: " << plan.dump() << "\n"
+                  << CoordinatorLog();
+    return plan;
+  }
+
+  // The undisturbed greedy outputs.
+  std::vector<std::string> Reference() const {
+    std::vector<std::string> want(kRequests);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kRequests; ++i)
+      ts.emplace_back([&, i] {
+        auto r = HttpCall(port_, "POST", "/v1/completions", Request(i, false).dump());
+        EXPECT_EQ(r.status, 200) << r.body;
+        const json j = json::parse(r.body, nullptr, false);
+        if (!j.is_discarded() && j.contains("choices"))
+          want[static_cast<size_t>(i)] = j["choices"][0]["text"];
+      });
+    for (auto& t : ts) t.join();
+    return want;
+  }
+
+  void StartStreams() {
+    for (int i = 0; i < kRequests; ++i) {
+      streams_[i] = std::make_unique<Stream>();
+      Stream* s = streams_[i].get();
+      const int port = port_;
+      s->thread = std::thread([s, port, i] { s->Run(port, Request(i, true).dump()); });
+    }
+  }
+  // Waits until every stream has `n` token events; false if one ended first.
+  bool StreamsHaveTokens(int n) const {
+    const auto t0 = Clock::now();
+    while (Since(t0) < 30) {
+      bool all = true;
+      for (const auto& s : streams_) all &= s->events.load() >= n;
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return false;
+  }
+  // Joins the streams and checks each against the reference.
+  void ExpectStreamsMatch(const std::vector<std::string>& want) {
+    for (int i = 0; i < kRequests; ++i) {
+      Stream& s = *streams_[i];
+      s.thread.join();
+      EXPECT_EQ(s.error, "") << "request " << i;
+      EXPECT_EQ(s.done_markers, 1) << "request " << i;
+      EXPECT_EQ(s.finish_reason, "length") << "request " << i;
+      EXPECT_EQ(s.text, want[static_cast<size_t>(i)]) << "request " << i;
+    }
+  }
+  static void PrintReplan(const char* what, const json& report) {
+    std::printf(
+        "%s: plan %d %s; time to detect %.2f s, drain %.2f s, re-plan and reload %.2f s "
+        "(total %.2f s), requests re-queued %d, weights reused %lld of %lld bytes\n",
+        what, report.value("plan_version", 0), report["layout"].dump().c_str(),
+        report.value("detect_seconds", 0.0), report.value("drain_seconds", 0.0),
+        report.value("load_seconds", 0.0),
+        report.value("total_seconds", report.value("load_seconds", 0.0)),
+        report.value("requeued_requests", 0),
+        static_cast<long long>(report.value("reused_weight_bytes", int64_t{0})),
+        static_cast<long long>(report.value("weight_bytes", int64_t{0})));
+    std::fflush(stdout);
+  }
+
+  std::string dir_, model_;
+  int port_ = 0, control_ = 0;
+  ::tessera::testing::ControlKeys keys_;
+  std::vector<pid_t> pids_;  // [0] = coordinator
+  std::unique_ptr<Stream> streams_[kRequests];
+};
+
+// kill -9 a worker mid-generation at tp=2 x pp=2 with a spare: the spare
+// takes its rank, the survivors keep (and reuse) theirs, every stream
+// completes exactly.
+TEST_F(Cluster, KilledWorkerIsReplacedBySpareAndStreamsContinueExactly) {
+  Launch(2, 2, 5, 10.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(3);
+  const pid_t pid = PidOfRank(3);
+  ASSERT_GT(pid, 0);
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  const auto killed = Clock::now();
+  kill(pid, SIGKILL);
+  ExpectStreamsMatch(want);
+  std::printf("streams completed %.2f s after the kill\n", Since(killed));
+  const json plan = WaitForPlan(2);
+  EXPECT_EQ(plan["tp"], 2);
+  EXPECT_EQ(plan["pp"], 2);
+  ASSERT_EQ(plan["ranks"].size(), 4u);
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
+  const json report = plan["history"].back();
+  PrintReplan("kill -9 rank 3 (spare available)", report);
+  EXPECT_GT(report["requeued_requests"].get<int>(), 0) << report.dump();
+  EXPECT_LT(report["detect_seconds"].get<double>(), 3.0) << report.dump();
+  // Three ranks stayed on their workers and reused every slice.
+  EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
+      << report.dump();
+  bool failed = false;
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
+    failed |= w["id"] == victim && w["state"] == "failed";
+  EXPECT_TRUE(failed);
+  // Still serving.
+  auto r = HttpCall(port_, "POST", "/v1/completions", Request(0, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[0]);
+}
+
+// kill -9 with no spare: the re-plan shrinks to what the 3 survivors can run
+// (tp=2 x pp=1, docs/operations.md), the streams complete exactly; a
+// restarted worker re-registers and the next re-plan restores tp=2 x pp=2.
+TEST_F(Cluster, KilledWorkerShrinksThePlanAndARestartedWorkerRestoresIt) {
+  Launch(2, 2, 4, 10.0);
+  const std::vector<std::string> want = Reference();
+  const pid_t pid = PidOfRank(1);
+  ASSERT_GT(pid, 0);
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  kill(pid, SIGKILL);
+  ExpectStreamsMatch(want);
+  json plan = WaitForPlan(2);
+  EXPECT_EQ(plan["tp"], 2);
+  EXPECT_EQ(plan["pp"], 1);
+  EXPECT_EQ(plan["wanted"]["pp"], 2);
+  PrintReplan("kill -9 rank 1 (no spare)", plan["history"].back());
+  EXPECT_GT(plan["history"].back()["requeued_requests"].get<int>(), 0);
+  // Restart: the new worker registers and the layout grows back.
+  const auto restarted = Clock::now();
+  SpawnWorker();
+  plan = WaitForPlan(plan["plan_version"].get<uint64_t>() + 1);
+  EXPECT_EQ(plan["tp"], 2);
+  EXPECT_EQ(plan["pp"], 2);
+  std::printf("restarted worker in the plan after %.2f s\n", Since(restarted));
+  PrintReplan("worker restarted", plan["history"].back());
+  auto r = HttpCall(port_, "POST", "/v1/completions", Request(2, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[2]);
+}
+
+// SIGSTOP a worker: its heartbeats stop, it is declared failed within the
+// heartbeat timeout, and the plan moves to the spare.
+TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
+  Launch(2, 2, 5, 10.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(1);
+  const pid_t pid = PidOfRank(1);
+  ASSERT_GT(pid, 0);
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  const auto stopped = Clock::now();
+  kill(pid, SIGSTOP);
+  double detected = -1;
+  while (Since(stopped) < 10 && detected < 0) {
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
+      if (w["id"] == victim && w["state"] == "failed") detected = Since(stopped);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("SIGSTOPped worker declared failed after %.2f s (heartbeat timeout 1.0 s)\n",
+              detected);
+  ASSERT_GE(detected, 0) << CoordinatorLog();
+  EXPECT_LT(detected, 1.0 + 2.0);  // the timeout plus scheduling slack on a loaded host
+  ExpectStreamsMatch(want);
+  const json plan = WaitForPlan(2);
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
+  const json report = plan["history"].back();
+  PrintReplan("SIGSTOP rank 1 (spare available)", report);
+  // The spare takes rank 1; the three others keep their ranks and weights.
+  EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
+      << report.dump();
+}
+
+// POST /admin/plan: dry run, refusals (400, running plan untouched), a
+// change under load with the streams continuing exactly, 409 for a
+// concurrent change, and full weight reuse when the layout stays.
+TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
+  Launch(2, 2, 4, 0.3);
+  const std::vector<std::string> want = Reference();
+  // Dry run: what would happen, nothing done.
+  auto dry = Post("/admin/plan?dry_run=true", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(dry.status, 200) << dry.body;
+  const json d = json::parse(dry.body);
+  EXPECT_TRUE(d["dry_run"].get<bool>());
+  EXPECT_EQ(d["to"]["tp"], 1);
+  EXPECT_EQ(d["from"]["tp"], 2);
+  EXPECT_EQ(d["ranks"].size(), 2u);
+  EXPECT_EQ(d["plan_version"], 2);
+  EXPECT_EQ(d["workers_released"].size(), 2u);
+  EXPECT_EQ(Get("/admin/plan")["plan_version"], 1);
+  // Refusals name the reason; the plan stays.
+  struct Bad {
+    json body;
+    int status;
+    const char* says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{{"tp", 3}, {"pp", 1}}, 400, "tp"},
+           {{{"tp", 1}, {"pp", 2}, {"layers_per_stage", {2, 1}}}, 400, "layers_per_stage"},
+           {{{"tp", {2, 1}}, {"pp", 3}}, 400, "pp"},
+           {{{"tp", {3, 1}}}, 400, "stage 0"},
+           {{{"tp", 4}, {"pp", 2}}, 400, "needs 8 workers"},
+           {{{"auto", true}, {"objective", "cost"}}, 400, "objective"}}) {
+    auto r = Post("/admin/plan", b.body);
+    EXPECT_EQ(r.status, b.status) << b.body.dump() << ": " << r.body;
+    EXPECT_NE(r.body.find(b.says), std::string::npos) << b.body.dump() << ": " << r.body;
+  }
+  // A misspelt dry run is refused, never applied; a bare ?dry_run is one.
+  for (const char* target : {"/admin/plan?dry_run=yes", "/admin/plan?dryrun=true"}) {
+    auto r = Post(target, {{"tp", 1}, {"pp", 2}});
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    EXPECT_NE(r.body.find("dry"), std::string::npos) << target << ": " << r.body;
+  }
+  auto bare = Post("/admin/plan?dry_run", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(bare.status, 200) << bare.body;
+  EXPECT_TRUE(json::parse(bare.body)["dry_run"].get<bool>());
+  EXPECT_EQ(HttpCall(port_, "POST", "/admin/plan", R"({"tp":1,"pp":2})").status, 401);
+  json plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], 1);
+  EXPECT_EQ(plan["tp"], 2);
+  // The change under load; a second request meanwhile gets 409.
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  HttpReply change;
+  std::thread admin([&] {
+    change = Post("/admin/plan", {{"tp", 1}, {"pp", 2}, {"layers_per_stage", {1, 1}}});
+  });
+  const auto asked = Clock::now();
+  while (Since(asked) < 10 && !Get("/admin/cluster")["reconfiguring"].get<bool>())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto conflict = Post("/admin/plan", {{"tp", 2}, {"pp", 1}});
+  EXPECT_EQ(conflict.status, 409) << conflict.body;
+  admin.join();
+  ASSERT_EQ(change.status, 200) << change.body << CoordinatorLog();
+  const json report = json::parse(change.body);
+  PrintReplan("POST /admin/plan tp=2 pp=2 -> tp=1 pp=2 under load", report);
+  EXPECT_EQ(report["plan_version"], 2);
+  ExpectStreamsMatch(want);
+  plan = Get("/admin/plan");
+  EXPECT_EQ(plan["tp"], 1);
+  EXPECT_EQ(plan["pp"], 2);
+  EXPECT_EQ(plan["ranks"].size(), 2u);
+  // The prediction for the new layout's KV share is made too, and is what
+  // each rank allocated.
+  for (const json& rank : plan["ranks"]) {
+    EXPECT_GT(rank["predicted_kv_bytes"].get<int64_t>(), 0) << rank.dump();
+    EXPECT_EQ(rank["predicted_kv_bytes"], rank["kv_bytes"]) << rank.dump();
+  }
+  // The same layout again: every slice is reused, nothing read.
+  auto same = Post("/admin/plan", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(same.status, 200) << same.body;
+  const json again = json::parse(same.body);
+  PrintReplan("POST /admin/plan tp=1 pp=2 again", again);
+  EXPECT_EQ(again["reused_weight_bytes"], again["weight_bytes"]);
+  EXPECT_GT(again["weight_bytes"].get<int64_t>(), 0);
+  auto r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // A tp per stage: tp=[2,1] on 3 of the 4 workers gives the same tokens.
+  auto mixed = Post("/admin/plan", {{"tp", {2, 1}}});
+  ASSERT_EQ(mixed.status, 200) << mixed.body << CoordinatorLog();
+  const json mixed_report = json::parse(mixed.body);
+  PrintReplan("POST /admin/plan tp=1 pp=2 -> tp=[2,1]", mixed_report);
+  EXPECT_EQ(mixed_report["layout"]["tp_per_stage"], json::array({2, 1}));
+  plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], 4);
+  EXPECT_EQ(plan["tp"], 0);
+  EXPECT_EQ(plan["tp_per_stage"], json::array({2, 1}));
+  EXPECT_EQ(plan["wanted"]["tp_per_stage"], json::array({2, 1}));
+  EXPECT_EQ(plan["ranks"].size(), 3u);
+  r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // {"auto": true}: the placement planner chooses over the 4 workers' topology
+  // reports; the dry run names its layout, the change runs it and
+  // /admin/plan explains it.
+  auto auto_dry = Post("/admin/plan?dry_run=true", {{"auto", true}, {"objective", "throughput"}});
+  ASSERT_EQ(auto_dry.status, 200) << auto_dry.body << CoordinatorLog();
+  const json planned = json::parse(auto_dry.body)["to"];
+  auto automatic = Post("/admin/plan", {{"auto", true}, {"objective", "throughput"}});
+  ASSERT_EQ(automatic.status, 200) << automatic.body << CoordinatorLog();
+  plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], 5);
+  EXPECT_EQ(plan["tp_per_stage"], planned["tp_per_stage"]) << plan.dump();
+  EXPECT_EQ(plan["layers_per_stage"], planned["layers_per_stage"]);
+  ASSERT_TRUE(plan.contains("planner")) << plan.dump();
+  EXPECT_EQ(plan["planner"]["objective"], "throughput");
+  int ranks = 0;
+  for (const json& t : planned["tp_per_stage"]) ranks += t.get<int>();
+  EXPECT_EQ(plan["ranks"].size(), static_cast<size_t>(ranks));
+  r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // An explicit layout afterwards drops the planner's explanation.
+  ASSERT_EQ(Post("/admin/plan", {{"tp", {2, 1}}}).status, 200);
+  EXPECT_FALSE(Get("/admin/plan").contains("planner"));
+  // The metrics follow the changes: plan 6, five re-plans, no fault, the
+  // re-queued sequences as /admin/cluster counts them.
+  const json cluster = Get("/admin/cluster");
+  auto metrics = HttpCall(port_, "GET", "/metrics", "");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("\ntessera_plan_version 6\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_reconfigurations_total 5\n"), std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_faults_total 0\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntessera_requeued_requests_total " +
+                              std::to_string(cluster["requeued_requests_total"].get<int>()) + "\n"),
+            std::string::npos)
+      << metrics.body;
+}
+
+// Drain / undrain: a drained worker leaves the placement (the spare takes
+// its rank); two drained shrink the layout; undraining grows it back.
+TEST_F(Cluster, DrainAndUndrainWorkers) {
+  Launch(2, 2, 5, 1.0);
+  const std::vector<std::string> want = Reference();
+  EXPECT_EQ(Post("/admin/workers/nobody/drain", json::object()).status, 404);
+  const std::string b = WorkerOfRank(1);
+  auto r = Post("/admin/workers/" + b + "/drain", json::object());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(json::parse(r.body)["replan"].get<bool>());
+  json plan = WaitForPlan(2);
+  for (const json& x : plan["ranks"]) EXPECT_NE(x["worker"], b);
+  EXPECT_EQ(plan["ranks"].size(), 4u);
+  bool drained = false;
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
+    drained |= w["id"] == b && w["state"] == "drained";
+  EXPECT_TRUE(drained);
+  PrintReplan("drain a worker of the plan", plan["history"].back());
+  // A second drained worker leaves 3: tp=2 x pp=1.
+  const std::string c = WorkerOfRank(2);
+  ASSERT_EQ(Post("/admin/workers/" + c + "/drain", json::object()).status, 200);
+  plan = WaitForPlan(3);
+  EXPECT_EQ(plan["pp"], 1);
+  // Undrain it: 4 usable again, the wanted tp=2 x pp=2 comes back.
+  ASSERT_EQ(Post("/admin/workers/" + c + "/undrain", json::object()).status, 200);
+  plan = WaitForPlan(4);
+  EXPECT_EQ(plan["tp"], 2);
+  EXPECT_EQ(plan["pp"], 2);
+  // Undraining b changes nothing: every rank is placed already.
+  ASSERT_EQ(Post("/admin/workers/" + b + "/undrain", json::object()).status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(Get("/admin/plan")["plan_version"], 4);
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
+    if (w["id"] == b) {
+      EXPECT_EQ(w["state"], "alive");
+    }
+  auto done = HttpCall(port_, "POST", "/v1/completions", Request(1, false).dump());
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(json::parse(done.body)["choices"][0]["text"], want[1]);
+}
+
+// Restart the coordinator under load: the workers register again with the
+// shard they hold and the new coordinator adopts that plan (the layout set
+// through the admin API, not the config's; the same ranks, version + 1), so
+// no worker reads its weights again. Requests in flight on the killed
+// coordinator die with their HTTP connections; later ones match the
+// reference.
+TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
+  Launch(2, 2, 4, 10.0);
+  const std::vector<std::string> want = Reference();
+  auto change = Post("/admin/plan", {{"tp", 1}, {"pp", 2}});
+  ASSERT_EQ(change.status, 200) << change.body;
+  const json before = Get("/admin/plan");
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  kill(pids_[0], SIGKILL);
+  waitpid(pids_[0], nullptr, 0);
+  int cut = 0;
+  for (auto& st : streams_) {
+    st->thread.join();
+    cut += st->done_markers == 0;
+  }
+  std::printf("requests cut off with the coordinator: %d of %d\n", cut, kRequests);
+  const auto restarted = Clock::now();
+  // The workers reconnect to the control port they know: the new
+  // coordinator binds that one (the API port it may pick anew).
+  pids_[0] =
+      Spawn({::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir_ + "/c.toml",
+             "--set", "server.control_endpoint=" + ::tessera::testing::LoopbackEndpoint(control_),
+             "--ports-file", dir_ + "/ports2.json"},
+            dir_ + "/coordinator2.log");
+  const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports2.json", pids_[0]);
+  ASSERT_TRUE(ports) << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
+  ASSERT_EQ(ports->control, control_);
+  port_ = ports->api;
+  while (Since(restarted) < 30 && HttpCall(port_, "GET", "/readyz").status != 200)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200)
+      << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
+  std::printf("restarted coordinator serving after %.2f s\n", Since(restarted));
+  const json plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], before["plan_version"].get<uint64_t>() + 1);
+  EXPECT_EQ(plan["tp"], 1);
+  EXPECT_EQ(plan["pp"], 2);
+  ASSERT_EQ(plan["ranks"].size(), before["ranks"].size());
+  for (size_t i = 0; i < plan["ranks"].size(); ++i)
+    EXPECT_EQ(plan["ranks"][i]["worker"], before["ranks"][i]["worker"]);
+  ASSERT_EQ(plan["history"].size(), 1u);
+  const json report = plan["history"][0];
+  PrintReplan("coordinator restarted", report);
+  EXPECT_NE(report["reason"].get<std::string>().find("adopted"), std::string::npos);
+  EXPECT_EQ(report["reused_weight_bytes"], report["weight_bytes"]);
+  EXPECT_EQ(Reference(), want);
+}
+
+}  // namespace
+}  // namespace tessera

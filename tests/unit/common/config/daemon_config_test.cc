@@ -1,0 +1,814 @@
+#include "common/config/daemon_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/model/parallel_config.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// <repo>/configs, next to tests/.
+std::string ConfigsDir() {
+  return (std::filesystem::path(TESSERA_FIXTURES_DIR).parent_path().parent_path() / "configs")
+      .string();
+}
+
+std::string WriteFile(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string path = dir + "/" + name;
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  return path;
+}
+
+// Mode 0600: what a token file must have.
+void OwnerOnly(const std::string& path) {
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+// The error message of parsing `text` as "x.toml"; "" when it parsed.
+std::string ParseError(const std::string& text) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(text, "x.toml");
+  if (c.ok()) return "";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  return c.status().message();
+}
+
+// ---------------------------------------------------------------------------
+// Bundled examples.
+
+TEST(DaemonConfigExamples, LocalCpuIsTheBundledDefault) {
+  StatusOr<DaemonConfig> c = LoadDaemonConfig(ConfigsDir() + "/local-cpu.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.path, "models/default");
+  EXPECT_EQ(ServedModelName(c->model), "default");
+  EXPECT_EQ(c->model.dtype, DType::kF32);
+  EXPECT_EQ(c->model.chat_template, std::nullopt);
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kExplicit);
+  EXPECT_EQ(c->parallel.tp, 3);
+  EXPECT_EQ(c->parallel.pp, 2);
+  EXPECT_TRUE(c->parallel.layers_per_stage.empty());
+  EXPECT_EQ(c->worker.backend, WorkerBackend::kCpu);
+  for (const std::string& host : {c->server.host, c->admin.host, c->worker.gloo_host}) {
+    EXPECT_EQ(host, "127.0.0.1");
+  }
+  EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c->kv_cache.max_blocks, 512);
+  EXPECT_EQ(c->scheduler.max_context, 2048);
+  EXPECT_EQ(c->sources.at("parallel.tp"), ConfigsDir() + "/local-cpu.toml:25:6");
+}
+
+TEST(DaemonConfigExamples, SingleNodeGpu) {
+  StatusOr<DaemonConfig> c = LoadDaemonConfig(ConfigsDir() + "/single-node-gpu.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kAuto);
+  EXPECT_EQ(c->model.dtype, DType::kBF16);
+  EXPECT_EQ(ServedModelName(c->model), "llama-3.1-8b-instruct");
+  EXPECT_EQ(c->worker.backend, WorkerBackend::kCuda);
+  EXPECT_EQ(c->logging.format, LogFormat::kJson);
+  EXPECT_EQ(c->worker.metrics_port, 9100);
+}
+
+TEST(DaemonConfigExamples, MultiNode) {
+  StatusOr<DaemonConfig> c = LoadDaemonConfig(ConfigsDir() + "/multi-node.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.tp, 8);
+  EXPECT_EQ(c->parallel.pp, 4);
+  EXPECT_THAT(c->parallel.layers_per_stage, ElementsAre(19, 21, 21, 19));
+  EXPECT_EQ(c->server.control_endpoint, "tcp://*:5555");
+  EXPECT_EQ(c->worker.coordinator, "tcp://10.0.0.1:5555");
+  EXPECT_EQ(c->admin.port, 0);
+  EXPECT_EQ(c->admin.effective_token, "change-me-0123456789");
+}
+
+// FormatDaemonConfig writes every key; parsing it back gives the same config.
+TEST(DaemonConfigExamples, FormatRoundTrips) {
+  for (const char* name : {"local-cpu.toml", "single-node-gpu.toml", "multi-node.toml"}) {
+    SCOPED_TRACE(name);
+    StatusOr<DaemonConfig> c = LoadDaemonConfig(ConfigsDir() + "/" + name);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::string text = FormatDaemonConfig(*c, false);
+    StatusOr<DaemonConfig> again = ParseDaemonConfig(text, "formatted.toml");
+    ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
+    EXPECT_EQ(FormatDaemonConfig(*again, false), text);
+    EXPECT_EQ(again->parallel.mode, c->parallel.mode);
+  }
+  DaemonConfig secret;
+  secret.admin.token = "s3cret";
+  EXPECT_THAT(FormatDaemonConfig(secret, true),
+              AllOf(HasSubstr("token = \"<redacted>\""), ::testing::Not(HasSubstr("s3cret"))));
+}
+
+// docs/configuration.md has a row for every key, in its table's section.
+TEST(DaemonConfigExamples, DocsListEveryKey) {
+  std::string docs = testing::ReadFileOrDie(ConfigsDir() + "/../docs/configuration.md");
+  std::istringstream formatted(FormatDaemonConfig(DaemonConfig{}, false) +
+                               "[parallel]\ntp = 1\npp = 1\nlayers_per_stage = []\n");
+  std::string line, section;
+  int keys = 0;
+  while (std::getline(formatted, line)) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      size_t start = docs.find("### `" + line + "`");
+      ASSERT_NE(start, std::string::npos) << line;
+      size_t end = docs.find("\n### ", start + 1);
+      section = docs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      continue;
+    }
+    std::string key = line.substr(0, line.find(' '));
+    EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
+    ++keys;
+  }
+  EXPECT_EQ(keys, 60);
+}
+
+TEST(DaemonConfigParse, TpPerStageArray) {
+  StatusOr<DaemonConfig> c =
+      ParseDaemonConfig("[parallel]\ntp = [2, 1]\npp = 2\nlayers_per_stage = [1, 1]\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kExplicit);
+  EXPECT_EQ(c->parallel.tp, 0);
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(2, 1));
+  EXPECT_EQ(c->parallel.TpOfStage(0), 2);
+  EXPECT_EQ(c->parallel.TpOfStage(1), 1);
+  EXPECT_EQ(c->parallel.world_size(), 3);
+  EXPECT_EQ(c->sources.at("parallel.tp"), "x.toml:2:6");
+  // Formats back as an array and parses to the same layout.
+  const std::string text = FormatDaemonConfig(*c, false);
+  EXPECT_THAT(text, HasSubstr("tp = [2, 1]\n"));
+  StatusOr<DaemonConfig> again = ParseDaemonConfig(text, "again.toml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_THAT(again->parallel.tp_per_stage, ElementsAre(2, 1));
+  // An integer override replaces the array; an array override the integer.
+  ASSERT_TRUE(ApplyOverride(*c, "parallel.tp", "4").ok());
+  EXPECT_EQ(c->parallel.tp, 4);
+  EXPECT_TRUE(c->parallel.tp_per_stage.empty());
+  EXPECT_EQ(c->parallel.world_size(), 8);
+  ASSERT_TRUE(ApplyOverride(*c, "parallel.tp", "[1, 4]").ok());
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(1, 4));
+  EXPECT_EQ(ApplyOverride(*c, "parallel.tp", "[1, 4, 4]").message(),
+            "--set parallel.tp=[1, 4, 4]: parallel.tp: must have one entry per stage "
+            "(parallel.pp = 2), got 3 entries [1, 4, 4]");
+  EXPECT_THAT(c->parallel.tp_per_stage, ElementsAre(1, 4));  // unchanged on error
+}
+
+TEST(DaemonConfigParse, TpPerStageTypeErrorsNameLineColAndEntry) {
+  auto err = [](const std::string& toml) {
+    StatusOr<DaemonConfig> c = ParseDaemonConfig(toml, "x.toml");
+    return c.ok() ? std::string() : c.status().message();
+  };
+  EXPECT_EQ(err("[parallel]\npp = 2\ntp = [2, \"1\"]\n"),
+            "x.toml:3:10: parallel.tp[1]: expected an integer, got string \"1\"");
+  EXPECT_EQ(err("[parallel]\ntp = \"2\"\n"),
+            "x.toml:2:6: parallel.tp: expected an integer or an array of integers (one per "
+            "stage), got string \"2\"");
+  EXPECT_EQ(err("[parallel]\ntp = []\n"),
+            "x.toml:2:6: parallel.tp: expected one entry per stage, got []");
+}
+
+// ---------------------------------------------------------------------------
+// Defaults.
+
+TEST(DaemonConfigDefaults, EmptyFileGivesDefaults) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig("# nothing\n", "empty.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->sources.empty());
+  EXPECT_EQ(FormatDaemonConfig(*c, false), FormatDaemonConfig(DaemonConfig{}, false));
+  EXPECT_TRUE(ValidateDaemonConfig(DaemonConfig{}).ok());
+
+  EXPECT_EQ(c->model.path, "models/default");
+  EXPECT_EQ(c->model.dtype, std::nullopt);
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kAuto);
+  EXPECT_EQ(c->server.host, "127.0.0.1");
+  EXPECT_EQ(c->server.port, 8000);
+  EXPECT_EQ(c->admin.host, "127.0.0.1");
+  EXPECT_EQ(c->admin.port, 8001);
+  EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c->worker.gloo_host, "");  // the address routing to the coordinator
+  EXPECT_EQ(c->worker.topology_file, "");
+  EXPECT_EQ(c->parallel.workers, 0);
+  EXPECT_EQ(c->parallel.objective, ParallelObjective::kLatency);
+  EXPECT_EQ(c->worker.metrics_port, 0);
+  EXPECT_EQ(c->heartbeat.interval_seconds, 1.0);
+  EXPECT_EQ(c->heartbeat.timeout_seconds, 10.0);
+  EXPECT_EQ(c->kv_cache.memory_fraction, 0.9);
+  EXPECT_EQ(c->kv_cache.block_size, 16);
+  EXPECT_EQ(c->scheduler.max_batch_tokens, 4096);
+  EXPECT_EQ(c->scheduler.queue_limit, 256);
+  EXPECT_EQ(c->logging.level, LogLevel::kInfo);
+  EXPECT_EQ(c->logging.format, LogFormat::kText);
+  EXPECT_EQ(c->admin.effective_token, "");
+}
+
+TEST(DaemonConfigDefaults, NamesAndEnums) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[model]\ndtype = \"float16\"\nchat_template = \"llama2\"\n"
+      "[logging]\nlevel = \"critical\"\n[worker]\nbackend = \"cuda\"\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dtype, DType::kF16);
+  EXPECT_EQ(c->model.chat_template, ChatFormat::kLlama2);
+  EXPECT_STREQ(LogLevelName(c->logging.level), "critical");
+  EXPECT_STREQ(WorkerBackendName(c->worker.backend), "cuda");
+  EXPECT_STREQ(LogFormatName(LogFormat::kJson), "json");
+  EXPECT_STREQ(ParallelModeName(ParallelMode::kExplicit), "explicit");
+  ModelSection m;
+  m.path = "/models/Qwen2.5-0.5B/";
+  EXPECT_EQ(ServedModelName(m), "Qwen2.5-0.5B");
+}
+
+TEST(DaemonConfigDefaults, ParallelModeIsInferred) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig("[parallel]\npp = 2\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.mode, ParallelMode::kExplicit);
+  EXPECT_EQ(c->parallel.tp, 1);
+  EXPECT_EQ(c->parallel.pp, 2);
+}
+
+// worker.coordinator follows a loopback or wildcard server.control_endpoint
+// unless it is set; a wildcard bind host means this machine.
+TEST(DaemonConfigDefaults, WorkerCoordinatorFollowsTheControlEndpoint) {
+  StatusOr<DaemonConfig> c =
+      ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://127.0.0.2:6000\"\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.2:6000");
+  // --set of the control endpoint moves the workers' endpoint too.
+  ASSERT_TRUE(ApplyOverrides(*c, {"server.control_endpoint=tcp://127.0.0.1:6002"}).ok());
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:6002");
+  // A wildcard bind (which needs CURVE on the coordinator's side).
+  const std::string curve =
+      "[control]\ncoordinator_secret_key_file = \"c.key\"\n"
+      "worker_public_keys = [\"0123456789abcdefghijABCDEFGHIJ0123456789\"]\n";
+  c = ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://*:6001\"\n" + curve, "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:6001");
+  // Another address is left to the workers' own config.
+  c = ParseDaemonConfig("[server]\ncontrol_endpoint = \"tcp://10.1.2.3:6001\"\n" + curve, "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+  // An explicit worker.coordinator wins.
+  c = ParseDaemonConfig(
+      "[server]\ncontrol_endpoint = \"tcp://127.0.0.1:6001\"\n[worker]\ncoordinator = "
+      "\"tcp://localhost:6001\"\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://localhost:6001");
+  ASSERT_TRUE(ApplyOverrides(*c, {"server.control_endpoint=tcp://127.0.0.1:6003"}).ok());
+  EXPECT_EQ(c->worker.coordinator, "tcp://localhost:6001");
+  // Neither set: the default.
+  c = ParseDaemonConfig("# nothing\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");
+}
+
+// Dotted keys and inline tables are TOML too.
+TEST(DaemonConfigDefaults, DottedKeysAndInlineTables) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "scheduler.queue_limit = 7\nheartbeat = { interval_seconds = 2, timeout_seconds = 3 }\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->scheduler.queue_limit, 7);
+  EXPECT_EQ(c->heartbeat.interval_seconds, 2.0);  // an integer is accepted for a number
+  EXPECT_EQ(c->heartbeat.timeout_seconds, 3.0);
+}
+
+// ---------------------------------------------------------------------------
+// Validation: every error names file:line:col and the full key.
+
+struct BadCase {
+  const char* toml;
+  const char* message;  // the exact message
+};
+
+TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
+  const BadCase cases[] = {
+      {"[model]\npath = \"\"\n", "x.toml:2:8: model.path: must name the model directory, got \"\""},
+      {"[parallel]\nmode = \"auto\"\ntp = 2\n",
+       "x.toml:3:6: parallel.tp: is set but parallel.mode = \"auto\" (at x.toml:2:8); remove it, "
+       "or set "
+       "parallel.mode = \"explicit\""},
+      {"[parallel]\ntp = 0\n", "x.toml:2:6: parallel.tp: must be >= 1, got 0"},
+      {"[parallel]\ntp = 2\npp = -1\n", "x.toml:3:6: parallel.pp: must be >= 1, got -1"},
+      {"[parallel]\npp = 2\nlayers_per_stage = [4, 4, 4]\n",
+       "x.toml:3:20: parallel.layers_per_stage: must have one entry per stage (parallel.pp = 2), "
+       "got 3 "
+       "entries [4, 4, 4]"},
+      {"[parallel]\npp = 2\nlayers_per_stage = [4, 0]\n",
+       "x.toml:3:20: parallel.layers_per_stage: entry 1 (stage 1) must be >= 1, got 0"},
+      {"[parallel]\npp = 3\ntp = [2, 1]\n",
+       "x.toml:3:6: parallel.tp: must have one entry per stage (parallel.pp = 3), got 2 entries "
+       "[2, 1]"},
+      {"[parallel]\ntp = [2, 1]\n",
+       "x.toml:2:6: parallel.tp: must have one entry per stage (parallel.pp = 1), got 2 entries "
+       "[2, 1]"},
+      {"[parallel]\npp = 2\ntp = [2, 0]\n",
+       "x.toml:3:6: parallel.tp: entry 1 (stage 1) must be >= 1, got 0"},
+      {"[parallel]\nmode = \"auto\"\ntp = [2, 1]\n",
+       "x.toml:3:6: parallel.tp: is set but parallel.mode = \"auto\" (at x.toml:2:8); remove it, "
+       "or set parallel.mode = \"explicit\""},
+      {"[server]\nport = -1\n", "x.toml:2:8: server.port: must be in 0..65535, got -1"},
+      {"[server]\nport = 70000\n", "x.toml:2:8: server.port: must be in 0..65535, got 70000"},
+      {"[server]\ncontrol_endpoint = \"tcp://127.0.0.1:70000\"\n",
+       "x.toml:2:20: server.control_endpoint: port must be in 0..65535, got 70000"},
+      {"[admin]\npick_port = 1\n",
+       "x.toml:2:13: admin.pick_port: expected true or false, got integer 1"},
+      {"[admin]\nport = 9001\npick_port = true\n",
+       "x.toml:3:13: admin.pick_port: admin.pick_port = true picks the admin listener's port and "
+       "admin.port is set too; give one"},
+      {"[server]\nhost = \"my host\"\n",
+       "x.toml:2:8: server.host: must be a host name or IP address, got \"my host\""},
+      {"[server]\ncontrol_endpoint = \"127.0.0.1:5555\"\n",
+       "x.toml:2:20: server.control_endpoint: must be \"tcp://HOST:PORT\", got \"127.0.0.1:5555\""},
+      {"[server]\ncontrol_endpoint = \"tcp://127.0.0.1:8000\"\n",
+       "x.toml:2:20: server.control_endpoint: \"tcp://127.0.0.1:8000\" is on the API listener's "
+       "port "
+       "(127.0.0.1:8000)"},
+      {"[server]\ntls_cert = \"c.pem\"\n",
+       "x.toml:2:12: server.tls_cert: is set but server.tls_key is not; HTTPS needs both"},
+      {"[server]\nread_timeout_seconds = 0\n",
+       "x.toml:2:24: server.read_timeout_seconds: must be a finite number > 0, got 0.0"},
+      {"[server]\nmax_body_bytes = 0\n", "x.toml:2:18: server.max_body_bytes: must be >= 1, got 0"},
+      {"[server]\nmax_connections = -3\n",
+       "x.toml:2:19: server.max_connections: must be >= 1, got -3"},
+      {"[admin]\nport = 8000\n",
+       "x.toml:2:8: admin.port: the admin listener (127.0.0.1:8000) and the API listener "
+       "(127.0.0.1:8000) "
+       "are on one port; use another port, or admin.port = 0 to serve the admin API on the API "
+       "listener"},
+      {"[admin]\ntoken = \"a\"\ntoken_file = \"t\"\n",
+       "x.toml:3:14: admin.token_file: admin.token and admin.token_file are both set; give one"},
+      {"[admin]\ntoken = \"has space\"\n",
+       "x.toml:2:9: admin.token: must be a bearer token (letters, digits, - . _ ~ + / and trailing "
+       "=), "
+       "got 9 characters including invalid ones"},
+      {"[server]\nhost = \"0.0.0.0\"\n[admin]\nport = 0\n",
+       "x.toml:2:8: server.host: \"0.0.0.0\" exposes the admin API beyond loopback (admin.port = 0 "
+       "serves "
+       "it on the API listener) without a token; set admin.token or admin.token_file, or give the "
+       "admin "
+       "API a loopback address"},
+      {"[admin]\nhost = \"10.1.2.3\"\n",
+       "x.toml:2:8: admin.host: \"10.1.2.3\" exposes the admin API beyond loopback without a "
+       "token; set "
+       "admin.token or admin.token_file, or give the admin API a loopback address"},
+      {"[heartbeat]\ninterval_seconds = -1\n",
+       "x.toml:2:20: heartbeat.interval_seconds: must be a finite number > 0, got -1.0"},
+      {"[heartbeat]\ntimeout_seconds = nan\n",
+       "x.toml:2:19: heartbeat.timeout_seconds: must be a finite number > 0, got nan"},
+      {"[heartbeat]\ninterval_seconds = 5\ntimeout_seconds = 5\n",
+       "x.toml:3:19: heartbeat.timeout_seconds: must be > heartbeat.interval_seconds (5.0), got "
+       "5.0"},
+      {"[heartbeat]\ninterval_seconds = 12.5\n",
+       "x.toml:2:20: heartbeat.interval_seconds: must be < heartbeat.timeout_seconds (10.0), got "
+       "12.5"},
+      {"[kv_cache]\nmemory_fraction = 0.0\n",
+       "x.toml:2:19: kv_cache.memory_fraction: must be in (0, 1], got 0.0"},
+      {"[kv_cache]\nmemory_fraction = 1.5\n",
+       "x.toml:2:19: kv_cache.memory_fraction: must be in (0, 1], got 1.5"},
+      {"[kv_cache]\nblock_size = 0\n", "x.toml:2:14: kv_cache.block_size: must be >= 1, got 0"},
+      {"[kv_cache]\nmax_blocks = -1\n",
+       "x.toml:2:14: kv_cache.max_blocks: must be >= 0 (0 = no bound), got -1"},
+      {"[scheduler]\n\n  max_batch_tokens = 0\n",
+       "x.toml:3:22: scheduler.max_batch_tokens: must be >= 1, got 0"},
+      {"[scheduler]\nmax_sequences = 0\n",
+       "x.toml:2:17: scheduler.max_sequences: must be >= 1, got 0"},
+      {"[scheduler]\nqueue_limit = 0\n", "x.toml:2:15: scheduler.queue_limit: must be >= 1, got 0"},
+      {"[scheduler]\nprefill_chunk_tokens = 0\n",
+       "x.toml:2:24: scheduler.prefill_chunk_tokens: must be >= 1, got 0"},
+      {"[scheduler]\ndrain_timeout_seconds = -1\n",
+       "x.toml:2:25: scheduler.drain_timeout_seconds: must be a finite number >= 0, got -1.0"},
+      {"[scheduler]\nmax_context = -5\n",
+       "x.toml:2:15: scheduler.max_context: must be >= 0 (0 = the model's "
+       "max_position_embeddings), got -5"},
+      {"[scheduler]\nmax_sequences = 5000\n",
+       "x.toml:2:17: scheduler.max_sequences: must be <= scheduler.max_batch_tokens (4096), got "
+       "5000"},
+      {"[scheduler]\nmax_batch_tokens = 256\n",
+       "x.toml:2:20: scheduler.max_batch_tokens: must be >= scheduler.prefill_chunk_tokens (512), "
+       "got 256"},
+      {"[worker]\ncoordinator = \"tcp://*:5555\"\n",
+       "x.toml:2:15: worker.coordinator: must name a host to connect to, got the wildcard "
+       "\"tcp://*:5555\""},
+      {"[worker]\ncoordinator = \"tcp://h:0\"\n",
+       "x.toml:2:15: worker.coordinator: port must be in 1..65535, got 0"},
+      {"[worker]\ndevice = -1\n", "x.toml:2:10: worker.device: must be >= 0, got -1"},
+      {"[worker]\nmetrics_port = 65535\ndevice = 1\n",
+       "x.toml:2:16: worker.metrics_port: the worker listens on metrics_port + device = 65535 + 1 "
+       "= "
+       "65536, above 65535"},
+      {"[worker]\ngloo_host = \"no spaces\"\n",
+       "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"no spaces\""},
+      {"[parallel]\nworkers = -1\n", "x.toml:2:11: parallel.workers: must be >= 0, got -1"},
+      {"[parallel]\ntp = 2\npp = 2\nworkers = 3\n",
+       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, "
+       "got 3"},
+      {"[parallel]\nobjective = \"speed\"\n",
+       "x.toml:2:13: parallel.objective: must be one of \"latency\", \"throughput\", got "
+       "\"speed\""},
+  };
+  for (const BadCase& bc : cases) {
+    EXPECT_EQ(ParseError(bc.toml), bc.message) << "for:\n" << bc.toml;
+  }
+}
+
+// A check that involves a key left at its default names the file alone.
+TEST(DaemonConfigValidation, DefaultKeyNamesTheFile) {
+  EXPECT_EQ(
+      ParseError("[scheduler]\nmax_batch_tokens = 100\nprefill_chunk_tokens = 100\n"),
+      "x.toml:2:20: scheduler.max_batch_tokens: must be >= scheduler.max_sequences (128), got 100");
+  DaemonConfig c;
+  c.scheduler.queue_limit = 0;
+  Status st = ValidateDaemonConfig(c);
+  EXPECT_EQ(st.message(), "(defaults): scheduler.queue_limit: must be >= 1, got 0");
+}
+
+// The control plane's bounds and its off switch: each bad value names its key.
+TEST(DaemonConfigValidation, ControlPlaneKeysNameTheirKey) {
+  EXPECT_EQ(ParseError("[server]\nmax_workers = 0\n"),
+            "x.toml:2:15: server.max_workers: must be >= 1, got 0");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 2\npp = 2\n[server]\nmax_workers = 3\n"),
+            "x.toml:5:15: server.max_workers: must be >= the tp * pp workers the coordinator "
+            "waits for (4), got 3");
+  EXPECT_EQ(ParseError("[heartbeat]\nforget_failed_after_seconds = 0\n"),
+            "x.toml:2:31: heartbeat.forget_failed_after_seconds: must be a finite number > 0, "
+            "got 0.0");
+  EXPECT_EQ(ParseError("[control]\nallow_unauthenticated = 1\n"),
+            "x.toml:2:25: control.allow_unauthenticated: expected true or false, got integer 1");
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nmax_workers = 4\n[parallel]\ntp = 2\npp = 2\n[heartbeat]\n"
+      "forget_failed_after_seconds = 0.5\n[control]\nallow_unauthenticated = true\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.max_workers, 4);
+  EXPECT_EQ(c->heartbeat.forget_failed_after_seconds, 0.5);
+  EXPECT_TRUE(c->control.allow_unauthenticated);
+  EXPECT_FALSE(DaemonConfig{}.control.allow_unauthenticated);
+}
+
+// A layout larger than the coordinator keeps records of names the layout key
+// the operator wrote (pp = 99, not the server.max_workers default), and a
+// layout whose rank count would overflow is refused before anything
+// multiplies (tp = pp = 65536 once wrapped to 0 workers).
+TEST(DaemonConfigValidation, OversizedLayoutsNameTheLayoutKey) {
+  const std::string pp99 = ParseError("[parallel]\ntp = 3\npp = 99\n");
+  EXPECT_EQ(pp99.rfind("x.toml:3:6: parallel.pp: the coordinator would wait for 297 workers", 0),
+            0u)
+      << pp99;
+  EXPECT_NE(pp99.find("server.max_workers (256, its default)"), std::string::npos) << pp99;
+  const std::string tp99 = ParseError("[parallel]\ntp = 300\npp = 1\n");
+  EXPECT_EQ(tp99.rfind("x.toml:2:6: parallel.tp: ", 0), 0u) << tp99;
+  EXPECT_EQ(ParseError("[parallel]\ntp = 65536\npp = 65536\n"),
+            "x.toml:3:6: parallel.pp: the layout has 4294967296 ranks (the sum of every stage's "
+            "tp); at most 1048576");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 65537\npp = 1\n"),
+            "x.toml:2:6: parallel.tp: must be at most 65536, got 65537");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 1\npp = 1431655766\n"),
+            "x.toml:3:6: parallel.pp: must be at most 65536, got 1431655766");
+  // The layout rules of ParallelConfig bound the ranks too (POST /admin/plan,
+  // tessera generate).
+  ModelConfig m;
+  m.num_attention_heads = m.num_key_value_heads = 1 << 16;
+  m.num_hidden_layers = 1 << 16;
+  m.intermediate_size = 1 << 16;
+  auto big = ParallelConfig::Make(m, 1 << 16, 1 << 16);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().message(),
+            "tp=65536 over pp=65536 stages gives 4294967296 ranks; at most 1048576");
+}
+
+TEST(DaemonConfigValidation, ValuesAtTheirBoundsAreAccepted) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[kv_cache]\nmemory_fraction = 1.0\nblock_size = 1\n"
+      "[scheduler]\nmax_batch_tokens = 1\nmax_sequences = 1\nqueue_limit = 1\nprefill_chunk_tokens "
+      "= 1\n"
+      "[heartbeat]\ninterval_seconds = 0.001\ntimeout_seconds = 0.002\n"
+      "[server]\nport = 65535\nhost = \"::1\"\ncontrol_endpoint = \"tcp://[::1]:1\"\n"
+      "[admin]\nport = 0\n",
+      "x.toml");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+// ---------------------------------------------------------------------------
+// Unknown keys, wrong types, malformed TOML.
+
+TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
+  EXPECT_EQ(
+      ParseError("[scheduler]\nmax_batch_token = 64\n"),
+      "x.toml:2:1: scheduler.max_batch_token: unknown key; did you mean 'max_batch_tokens'?; valid "
+      "keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
+      "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds");
+  EXPECT_EQ(
+      ParseError("[heartbeat]\n  jitter = 1\n"),
+      "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
+      "timeout_seconds, forget_failed_after_seconds");
+  // A sub-table is an unknown key of its table.
+  EXPECT_THAT(
+      ParseError("[server.extra]\nx = 1\n"),
+      StartsWith("x.toml:1:9: server.extra: unknown key; valid keys of [server]: host, port,"));
+}
+
+TEST(DaemonConfigParse, UnknownTable) {
+  EXPECT_EQ(
+      ParseError("[schedular]\n"),
+      "x.toml:1:2: unknown table 'schedular'; did you mean 'scheduler'?; valid tables: model, "
+      "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker");
+  EXPECT_THAT(ParseError("port = 8000\n"),
+              AllOf(StartsWith("x.toml:1:1: unknown table 'port'"),
+                    HasSubstr("'port' is a key of [server], [admin]")));
+}
+
+TEST(DaemonConfigParse, WrongTypeNamesExpectedAndGot) {
+  EXPECT_EQ(ParseError("[server]\nport = \"8000\"\n"),
+            "x.toml:2:8: server.port: expected an integer, got string \"8000\"");
+  EXPECT_EQ(ParseError("[scheduler]\nqueue_limit = 1.5\n"),
+            "x.toml:2:15: scheduler.queue_limit: expected an integer, got float 1.5");
+  EXPECT_EQ(ParseError("[model]\npath = 3\n"),
+            "x.toml:2:8: model.path: expected a string, got integer 3");
+  EXPECT_EQ(ParseError("[heartbeat]\ntimeout_seconds = true\n"),
+            "x.toml:2:19: heartbeat.timeout_seconds: expected a number, got boolean true");
+  EXPECT_EQ(
+      ParseError("[parallel]\nlayers_per_stage = 15\n"),
+      "x.toml:2:20: parallel.layers_per_stage: expected an array of integers, got integer 15");
+  EXPECT_EQ(ParseError("[parallel]\npp = 2\nlayers_per_stage = [15, \"15\"]\n"),
+            "x.toml:3:25: parallel.layers_per_stage[1]: expected an integer, got string \"15\"");
+  EXPECT_EQ(ParseError("model = \"models/default\"\n"),
+            "x.toml:1:9: model: expected a table, got string \"models/default\"");
+  EXPECT_EQ(ParseError("[parallel]\ntp = 3000000000\n"),
+            "x.toml:2:6: parallel.tp: must be between -2147483648 and 2147483647, got 3000000000");
+}
+
+TEST(DaemonConfigParse, InvalidChoiceListsTheChoices) {
+  EXPECT_EQ(ParseError("[model]\ndtype = \"float64\"\n"),
+            "x.toml:2:9: model.dtype: must be one of \"auto\", \"float32\", \"bfloat16\", "
+            "\"float16\", got "
+            "\"float64\"");
+  EXPECT_EQ(ParseError("[logging]\nlevel = \"verbose\"\n"),
+            "x.toml:2:9: logging.level: must be one of \"trace\", \"debug\", \"info\", \"warn\", "
+            "\"error\", "
+            "\"critical\", got \"verbose\"");
+  EXPECT_EQ(
+      ParseError("[logging]\nformat = 1\n"),
+      "x.toml:2:10: logging.format: expected a string (one of \"text\", \"json\"), got integer 1");
+  EXPECT_EQ(ParseError("[model]\nchat_template = \"vicuna\"\n"),
+            "x.toml:2:17: model.chat_template: must be one of \"\", \"chatml\", \"llama3\", "
+            "\"llama2\", got "
+            "\"vicuna\"");
+  EXPECT_EQ(ParseError("[parallel]\nmode = \"manual\"\n"),
+            "x.toml:2:8: parallel.mode: must be one of \"auto\", \"explicit\", got \"manual\"");
+  EXPECT_EQ(
+      ParseError("[worker]\nbackend = \"rocm\"\n"),
+      "x.toml:2:11: worker.backend: must be one of \"auto\", \"cpu\", \"cuda\", got \"rocm\"");
+}
+
+TEST(DaemonConfigParse, MalformedTomlGivesLineAndColumn) {
+  EXPECT_THAT(ParseError("[scheduler]\nqueue_limit = 64\nmax_sequences = = 3\n"),
+              StartsWith("x.toml:3:17: TOML syntax error: "));
+  EXPECT_THAT(ParseError("[scheduler\n"), StartsWith("x.toml:1:"));
+  EXPECT_THAT(ParseError("[model]\npath = \"a\"\npath = \"b\"\n"),
+              AllOf(StartsWith("x.toml:3:"), HasSubstr("TOML syntax error")));
+}
+
+TEST(DaemonConfigLoad, MissingFileIsNotFound) {
+  StatusOr<DaemonConfig> c = LoadDaemonConfig("/nonexistent/tessera.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/tessera.toml"));
+}
+
+TEST(DaemonConfigLoad, ErrorsNameTheLoadedFile) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string path = WriteFile(dir, "bad.toml", "[kv_cache]\nblock_size = 0\n");
+  StatusOr<DaemonConfig> c = LoadDaemonConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), path + ":2:14: kv_cache.block_size: must be >= 1, got 0");
+}
+
+TEST(DaemonConfigLoad, TokenFileIsRead) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string token = WriteFile(dir, "token", "  abc-DEF_123==\n");
+  OwnerOnly(token);
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nhost = \"0.0.0.0\"\n[admin]\nport = 0\ntoken_file = \"" + token + "\"\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->admin.effective_token, "abc-DEF_123==");
+  EXPECT_EQ(c->admin.token, "");
+
+  std::string empty = WriteFile(dir, "empty", "\n \n");
+  EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + empty + "\"\n"),
+            "x.toml:2:14: admin.token_file: \"" + empty + "\" is empty");
+  EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + dir + "/missing\"\n"),
+            "x.toml:2:14: admin.token_file: cannot read \"" + dir +
+                "/missing\": No such file or directory");
+  EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + dir + "\"\n"),
+            "x.toml:2:14: admin.token_file: \"" + dir + "\" is a directory");
+  std::string spaced = WriteFile(dir, "spaced", "two words\n");
+  EXPECT_THAT(ParseError("[admin]\ntoken_file = \"" + spaced + "\"\n"),
+              HasSubstr("does not hold a bearer token"));
+}
+
+// Port 0 on every listener: the kernel picks the ports when the coordinator
+// binds (tessera-coordinator --ports-file reports them), so two listeners at
+// port 0 are not one listener, and no worker.coordinator is inferred.
+TEST(DaemonConfigLoad, PortZeroListenersArePickedAtBind) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\npick_port = true\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.port, 0);
+  EXPECT_EQ(c->server.control_endpoint, "tcp://127.0.0.1:0");
+  EXPECT_TRUE(c->admin.pick_port);
+  EXPECT_EQ(c->worker.coordinator, "tcp://127.0.0.1:5555");  // the default, not port 0
+  EXPECT_THAT(FormatDaemonConfig(*c, true), HasSubstr("pick_port = true\n"));
+  // The admin API on a picked API port (admin.port = 0) and a wildcard
+  // control endpoint at port 0.
+  c = ParseDaemonConfig(
+      "[server]\nport = 0\ncontrol_endpoint = \"tcp://*:0\"\n[admin]\nport = 0\n"
+      "[control]\ncoordinator_secret_key_file = \"c.key\"\nworker_public_keys = "
+      "[\"0123456789abcdefghijABCDEFGHIJ0123456789\"]\n",
+      "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->admin.pick_port);
+  DaemonConfig d;
+  ASSERT_TRUE(ApplyOverrides(d, {"server.port=0", "admin.pick_port=true"}).ok());
+  EXPECT_TRUE(d.admin.pick_port);
+  EXPECT_EQ(d.server.port, 0);
+}
+
+TEST(DaemonConfigLoad, TokenFileReadableByOthersIsRefused) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string token = WriteFile(dir, "token", "abc\n");
+  for (auto [mode, text] : {std::pair{0644, "0644"},
+                            {0640, "0640"},
+                            {0604, "0604"},
+                            {0660, "0660"},
+                            {0700 | 0020, "0720"}}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    EXPECT_EQ(ParseError("[admin]\ntoken_file = \"" + token + "\"\n"),
+              "x.toml:2:14: admin.token_file: \"" + token +
+                  "\" is accessible by group or others (mode " + text +
+                  "); chmod 600 it (owner read/write only)");
+  }
+  for (int mode : {0600, 0400}) {
+    std::filesystem::permissions(token, static_cast<std::filesystem::perms>(mode));
+    StatusOr<DaemonConfig> c =
+        ParseDaemonConfig("[admin]\ntoken_file = \"" + token + "\"\n", "x.toml");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->admin.effective_token, "abc");
+  }
+  // An override is checked the same way.
+  std::filesystem::permissions(token, static_cast<std::filesystem::perms>(0644));
+  DaemonConfig c;
+  Status s = ApplyOverrides(c, {"admin.token_file=" + token});
+  EXPECT_EQ(s.message(), "--set admin.token_file=" + token + ": admin.token_file: \"" + token +
+                             "\" is accessible by group or others (mode 0644); chmod 600 it "
+                             "(owner read/write only)");
+}
+
+TEST(DaemonConfigLoad, TlsFilesMustBeReadable) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string cert = WriteFile(dir, "cert.pem", "-----BEGIN CERTIFICATE-----\n");
+  EXPECT_EQ(
+      ParseError("[server]\ntls_cert = \"" + cert + "\"\ntls_key = \"" + dir + "/key.pem\"\n"),
+      "x.toml:3:11: server.tls_key: cannot read \"" + dir +
+          "/key.pem\": No such file or directory");
+  std::string key = WriteFile(dir, "key.pem", "-----BEGIN PRIVATE KEY-----\n");
+  EXPECT_EQ(ParseError("[server]\ntls_cert = \"" + cert + "\"\ntls_key = \"" + key + "\"\n"), "");
+}
+
+// ---------------------------------------------------------------------------
+// Command-line overrides.
+
+TEST(DaemonConfigOverride, SetsTypedValues) {
+  StatusOr<DaemonConfig> c = LoadDaemonConfig(ConfigsDir() + "/local-cpu.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(ApplyOverride(*c, "scheduler.queue_limit", "64").ok());
+  EXPECT_EQ(c->scheduler.queue_limit, 64);
+  EXPECT_EQ(c->sources.at("scheduler.queue_limit"), "--set scheduler.queue_limit=64");
+  // Strings are taken verbatim, without TOML quotes.
+  ASSERT_TRUE(ApplyOverride(*c, "model.path", "/data/my model").ok());
+  EXPECT_EQ(c->model.path, "/data/my model");
+  ASSERT_TRUE(ApplyOverride(*c, "logging.level", "debug").ok());
+  EXPECT_EQ(c->logging.level, LogLevel::kDebug);
+  ASSERT_TRUE(ApplyOverride(*c, "kv_cache.memory_fraction", "0.25").ok());
+  EXPECT_EQ(c->kv_cache.memory_fraction, 0.25);
+  ASSERT_TRUE(ApplyOverride(*c, "parallel.layers_per_stage", "[10, 20]").ok());
+  EXPECT_THAT(c->parallel.layers_per_stage, ElementsAre(10, 20));
+  ASSERT_TRUE(ApplyOverride(*c, "worker.device", "5").ok());
+  EXPECT_EQ(c->worker.device, 5);
+  ASSERT_TRUE(ApplyOverride(*c, "model.dtype", "auto").ok());
+  EXPECT_EQ(c->model.dtype, std::nullopt);
+}
+
+TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
+  StatusOr<DaemonConfig> loaded = LoadDaemonConfig(ConfigsDir() + "/local-cpu.toml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  DaemonConfig c = *loaded;
+  const std::string before = FormatDaemonConfig(c, false);
+  struct Case {
+    const char* key;
+    const char* value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"scheduler.queue_limit", "0",
+       "--set scheduler.queue_limit=0: scheduler.queue_limit: must be >= 1, got 0"},
+      {"scheduler.queue_limit", "abc",
+       "--set scheduler.queue_limit=abc: scheduler.queue_limit: expected an integer, got \"abc\""},
+      {"scheduler.queue_limit", "1\nx = 2",
+       "--set scheduler.queue_limit=1\nx = 2: scheduler.queue_limit: expected an integer, got "
+       "\"1\\nx = 2\""},
+      {"scheduler.queue_limit", "\"64\"",
+       "--set scheduler.queue_limit=\"64\": scheduler.queue_limit: expected an integer, got string "
+       "\"64\""},
+      {"scheduler.queue_limt", "64",
+       "--set scheduler.queue_limt=64: scheduler.queue_limt: unknown key; did you mean "
+       "'queue_limit'?; "
+       "valid keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
+       "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds"},
+      {"sched.queue_limit", "64",
+       "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
+       "tables: model, "
+       "parallel, server, heartbeat, kv_cache, scheduler, admin, control, store, logging, worker"},
+      {"logging.level", "loud",
+       "--set logging.level=loud: logging.level: must be one of \"trace\", \"debug\", \"info\", "
+       "\"warn\", "
+       "\"error\", \"critical\", got \"loud\""},
+      {"heartbeat.interval_seconds", "10",
+       "--set heartbeat.interval_seconds=10: heartbeat.interval_seconds: must be < "
+       "heartbeat.timeout_seconds (10.0), got 10.0"},
+      {"parallel.pp", "0", "--set parallel.pp=0: parallel.pp: must be >= 1, got 0"},
+  };
+  for (const Case& cs : cases) {
+    Status st = ApplyOverride(c, cs.key, cs.value);
+    EXPECT_EQ(st.message(), cs.message);
+    EXPECT_EQ(FormatDaemonConfig(c, false), before) << "changed by " << cs.key;
+  }
+  // A relation between an override and a file key names the flag and the other value.
+  EXPECT_EQ(ApplyOverride(c, "scheduler.max_batch_tokens", "128").message(),
+            "--set scheduler.max_batch_tokens=128: scheduler.max_batch_tokens: must be >= "
+            "scheduler.prefill_chunk_tokens (256), got 128");
+  EXPECT_FALSE(ApplyOverrides(c, {"scheduler.queue_limit"}).ok());
+  EXPECT_EQ(ApplyOverrides(c, {"scheduler.queue_limit"}).message(),
+            "--set scheduler.queue_limit: expected table.key=value");
+}
+
+// Overrides that are valid only together are applied, then validated once.
+TEST(DaemonConfigOverride, SeveralAreValidatedTogether) {
+  DaemonConfig c;
+  EXPECT_FALSE(ApplyOverride(c, "heartbeat.interval_seconds", "20").ok());
+  ASSERT_TRUE(
+      ApplyOverrides(c, {"heartbeat.interval_seconds=20", "heartbeat.timeout_seconds=60"}).ok());
+  EXPECT_EQ(c.heartbeat.interval_seconds, 20.0);
+  EXPECT_EQ(c.heartbeat.timeout_seconds, 60.0);
+}
+
+TEST(DaemonConfigOverride, ParallelMode) {
+  StatusOr<DaemonConfig> c = ParseDaemonConfig("[parallel]\nmode = \"auto\"\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // The file named "auto": tp conflicts with it.
+  EXPECT_EQ(ApplyOverride(*c, "parallel.tp", "2").message(),
+            "--set parallel.tp=2: parallel.tp: is set but parallel.mode = \"auto\" (at "
+            "x.toml:2:8); remove "
+            "it, or set parallel.mode = \"explicit\"");
+  ASSERT_TRUE(ApplyOverrides(*c, {"parallel.mode=explicit", "parallel.tp=2"}).ok());
+  EXPECT_EQ(c->parallel.tp, 2);
+
+  // The file named no mode: setting tp selects explicit, as in a file.
+  DaemonConfig d;
+  ASSERT_TRUE(ApplyOverride(d, "parallel.tp", "4").ok());
+  EXPECT_EQ(d.parallel.mode, ParallelMode::kExplicit);
+
+  // mode = auto from the command line drops the file's explicit layout.
+  StatusOr<DaemonConfig> local = LoadDaemonConfig(ConfigsDir() + "/local-cpu.toml");
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  ASSERT_TRUE(ApplyOverride(*local, "parallel.mode", "auto").ok());
+  EXPECT_EQ(local->parallel.mode, ParallelMode::kAuto);
+  EXPECT_EQ(local->parallel.tp, 1);
+  EXPECT_EQ(local->parallel.pp, 1);
+}
+
+TEST(DaemonConfigOverride, TokenFileIsReadOnOverride) {
+  std::string dir = testing::MakeTempDir("daemon-config");
+  std::string token = WriteFile(dir, "token", "tok\n");
+  OwnerOnly(token);
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyOverrides(c, {"admin.token_file=" + token, "admin.host=0.0.0.0"}).ok());
+  EXPECT_EQ(c.admin.effective_token, "tok");
+}
+
+}  // namespace
+}  // namespace tessera

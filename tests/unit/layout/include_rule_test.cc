@@ -1,0 +1,146 @@
+// The dependency rule of docs/architecture.md ("The dependency rule"),
+// checked on every #include "..." of the source tree:
+//
+//   common/base        the standard library and third-party libraries only
+//   other common/<L>   common/base, its own layer, and the layers listed
+//                      before it in kCommonLayers
+//   kernels/           common/base and kernels/
+//   worker/            common/, kernels/ and worker/, never coordinator/
+//   coordinator/       common/ and coordinator/ only
+//   cli/, tests/, bench/: anything
+//
+// A failure names the file, the line and the forbidden include.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The layers of common/, lowest first: a layer may include the ones before it.
+const std::vector<std::string> kCommonLayers = {"base",     "format", "model",  "tokenizer",
+                                                "topology", "net",    "config", "metrics",
+                                                "wire",     "engine"};
+
+std::string SourceDir() { return TESSERA_SOURCE_DIR; }
+
+struct Include {
+  std::string file;  // relative to the source dir
+  int line;
+  std::string target;  // what is between the quotes
+};
+
+std::vector<Include> IncludesUnder(const std::string& top) {
+  std::vector<Include> out;
+  static const std::regex kInclude(R"(^\s*#\s*include\s*"([^"]+)\")");
+  for (const auto& e : fs::recursive_directory_iterator(SourceDir() + "/" + top)) {
+    if (!e.is_regular_file()) continue;
+    const std::string ext = e.path().extension().string();
+    if (ext != ".h" && ext != ".cc" && ext != ".cu" && ext != ".cuh") continue;
+    std::ifstream in(e.path());
+    std::string text;
+    int n = 0;
+    while (std::getline(in, text)) {
+      ++n;
+      std::smatch m;
+      if (std::regex_search(text, m, kInclude)) {
+        out.push_back({fs::relative(e.path(), SourceDir()).string(), n, m[1].str()});
+      }
+    }
+  }
+  return out;
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The layer of common/<layer>/..., or "" for a path outside common/.
+std::string CommonLayer(const std::string& path) {
+  if (!StartsWith(path, "common/")) return "";
+  const size_t slash = path.find('/', 7);
+  return slash == std::string::npos ? "" : path.substr(7, slash - 7);
+}
+
+int LayerIndex(const std::string& layer) {
+  auto it = std::find(kCommonLayers.begin(), kCommonLayers.end(), layer);
+  return it == kCommonLayers.end() ? -1 : static_cast<int>(it - kCommonLayers.begin());
+}
+
+// "" when `inc` is allowed, else why not.
+std::string Violation(const Include& inc) {
+  const std::string& from = inc.file;
+  const std::string& to = inc.target;
+  // A project include names its top folder; anything else must be local to
+  // the including folder (kernels' .cuh helpers, generated files).
+  const bool project = StartsWith(to, "common/") || StartsWith(to, "kernels/") ||
+                       StartsWith(to, "worker/") || StartsWith(to, "coordinator/") ||
+                       StartsWith(to, "cli/");
+  if (!project) return "includes \"" + to + "\", which does not name its folder";
+  if (StartsWith(from, "common/")) {
+    const std::string layer = CommonLayer(from);
+    const int index = LayerIndex(layer);
+    if (index < 0) return "is in common/" + layer + "/, which is not a layer of the rule";
+    if (!StartsWith(to, "common/")) return "is in common/ and includes \"" + to + "\"";
+    const std::string to_layer = CommonLayer(to);
+    const int to_index = LayerIndex(to_layer);
+    if (to_index < 0) return "includes \"" + to + "\", outside the layers of common/";
+    if (to_index > index) {
+      return "is in common/" + layer + " and includes the higher layer common/" + to_layer;
+    }
+    return "";
+  }
+  if (StartsWith(from, "kernels/")) {
+    if (StartsWith(to, "kernels/") || StartsWith(to, "common/base/")) return "";
+    return "is in kernels/ and includes \"" + to + "\" (kernels/ may include common/base only)";
+  }
+  if (StartsWith(from, "worker/")) {
+    if (StartsWith(to, "common/") || StartsWith(to, "kernels/") || StartsWith(to, "worker/"))
+      return "";
+    return "is in worker/ and includes \"" + to + "\"";
+  }
+  if (StartsWith(from, "coordinator/")) {
+    if (StartsWith(to, "common/") || StartsWith(to, "coordinator/")) return "";
+    return "is in coordinator/ and includes \"" + to + "\" (coordinator/ may include common/ only)";
+  }
+  return "";
+}
+
+TEST(IncludeRule, EveryIncludeFollowsTheDependencyRule) {
+  std::vector<std::string> bad;
+  size_t checked = 0;
+  for (const char* top : {"common", "kernels", "worker", "coordinator"}) {
+    for (const Include& inc : IncludesUnder(top)) {
+      ++checked;
+      const std::string why = Violation(inc);
+      if (!why.empty()) bad.push_back(inc.file + ":" + std::to_string(inc.line) + ": " + why);
+    }
+  }
+  EXPECT_GT(checked, 500u) << "the scan found too few includes: is TESSERA_SOURCE_DIR right?";
+  std::string all;
+  for (const auto& b : bad) all += b + "\n";
+  EXPECT_TRUE(bad.empty()) << bad.size() << " forbidden includes:\n" << all;
+}
+
+// The rule itself catches what it forbids (so the test above cannot pass by
+// checking nothing).
+TEST(IncludeRule, TheRuleRefusesEachForbiddenEdge) {
+  EXPECT_NE(Violation({"coordinator/x.cc", 1, "worker/model/sampler.h"}), "");
+  EXPECT_NE(Violation({"coordinator/x.cc", 1, "kernels/backend.h"}), "");
+  EXPECT_NE(Violation({"worker/daemon/main.cc", 1, "coordinator/api/openai_api.h"}), "");
+  EXPECT_NE(Violation({"kernels/linear.h", 1, "common/format/model_config.h"}), "");
+  EXPECT_NE(Violation({"common/base/status.h", 1, "common/format/dtype.h"}), "");
+  EXPECT_NE(Violation({"common/format/checkpoint.h", 1, "common/engine/scheduler.h"}), "");
+  EXPECT_NE(Violation({"common/engine/scheduler.h", 1, "worker/model/kv_cache.h"}), "");
+  EXPECT_NE(Violation({"common/wire/control_codec.h", 1, "control.pb.h"}), "");
+  EXPECT_EQ(Violation({"common/engine/scheduler.h", 1, "common/wire/step_batch.h"}), "");
+  EXPECT_EQ(Violation({"worker/exec/rank_runner.h", 1, "common/engine/engine.h"}), "");
+  EXPECT_EQ(Violation({"coordinator/api/openai_api.h", 1, "common/engine/scheduler.h"}), "");
+  EXPECT_EQ(Violation({"kernels/linear.h", 1, "common/base/tensor.h"}), "");
+}
+
+}  // namespace

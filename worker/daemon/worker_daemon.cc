@@ -1,0 +1,370 @@
+#include "worker/daemon/worker_daemon.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "common/base/load_progress.h"
+#include "common/base/logging.h"
+#include "common/net/endpoint.h"
+#include "common/net/tcp_store.h"
+#include "common/wire/control_codec.h"
+#include "common/wire/step_codec.h"
+#include "kernels/blas_threads.h"
+#include "worker/comm/process_group.h"
+#include "worker/daemon/control_client.h"
+#include "worker/daemon/worker_registration.h"
+#include "worker/exec/pipeline_executor.h"
+#include "worker/exec/rank_device.h"
+#include "worker/model/model_loader.h"
+#include "worker/topology/topology_discovery.h"
+
+namespace tessera {
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {}
+
+void WorkerDaemon::OnMessage(const control::Envelope& envelope) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(envelope);
+  }
+  cv_.notify_all();
+}
+
+StatusOr<control::Envelope> WorkerDaemon::Next(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                    [&] { return !inbox_.empty(); }))
+    return DeadlineExceeded("no message from the coordinator within " +
+                            std::to_string(timeout_seconds) + " s");
+  control::Envelope e = std::move(inbox_.front());
+  inbox_.pop_front();
+  return e;
+}
+
+void WorkerDaemon::PushFront(control::Envelope envelope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_.push_front(std::move(envelope));
+}
+
+namespace {
+
+control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version) {
+  control::Envelope e;
+  *e.mutable_error() = StatusToError(s);
+  e.mutable_error()->set_plan_version(plan_version);
+  return e;
+}
+
+}  // namespace
+
+Status WorkerDaemon::Run() {
+  ControlClientOptions copts;
+  copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
+  copts.curve_secret_key = options_.curve_secret_key;
+  copts.curve_server_key = options_.curve_server_key;
+  ControlClient client(copts);
+  TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
+  // What this worker offers: its device (a GPU when the backend is "cuda",
+  // or "auto" and GPU `device` is visible) and the host's topology report
+  // (worker/daemon/worker_registration.h), and the address its Gloo device uses.
+  TESSERA_ASSIGN_OR_RETURN(RankBackend backend_choice, ParseRankBackend(options_.backend));
+  on_gpu_ = backend_choice == RankBackend::kCuda ||
+            (backend_choice == RankBackend::kAuto && CudaDeviceVisible(options_.device));
+  std::optional<TopologyReport> report = options_.topology;
+  if (!report) {
+    TESSERA_ASSIGN_OR_RETURN(report, DiscoverTopology());
+  }
+  std::string data_address = options_.gloo_host;
+  if (data_address.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(data_address, LocalAddressToward(options_.coordinator));
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      control::Register reg,
+      BuildRegistration(*report, {options_.device, !on_gpu_, options_.host, data_address}));
+  registration_ = reg;
+  TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
+  TESSERA_ASSIGN_OR_RETURN(std::string id,
+                           client.WaitRegistered(std::chrono::milliseconds(
+                               static_cast<int64_t>(options_.register_timeout_seconds * 1000))));
+  TESSERA_LOG_INFO("worker", "registered as {} with {}", id, options_.coordinator);
+  if (options_.metrics) {
+    std::unique_ptr<NvmlProbe> nvml;
+    if (options_.nvml_metrics) {
+      auto probe = NvmlProbe::Load();
+      if (probe.ok()) {
+        nvml = std::move(*probe);
+      } else {
+        TESSERA_LOG_WARN("worker", "device metrics from process memory: {}",
+                         probe.status().ToString());
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(metrics_, WorkerMetrics::Create(options_.metrics, reg.host(),
+                                                             options_.device, std::move(nvml)));
+    metrics_->SetWorker(id, TESSERA_VERSION);
+  }
+  control::Heartbeat hb;
+  hb.set_state(control::WORKER_STATE_IDLE);
+  client.SetHeartbeat(hb);
+  kernels::SetBlasThreads(1);
+
+  // Serve plan after plan until a Shutdown (heartbeats keep us alive while idle).
+  while (true) {
+    auto next = Next(3600.0);
+    if (!next.ok()) continue;  // idle: nothing to do
+    const control::Envelope& e = *next;
+    if (e.has_shutdown()) {
+      TESSERA_LOG_INFO("worker", "worker {}: shutdown ({})", id, e.shutdown().reason());
+      return Status::Ok();
+    }
+    if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
+    Status s = ServePlan(client, hb, e.assign_shard(), id);
+    hb.clear_memory();
+    hb.set_state(control::WORKER_STATE_IDLE);
+    client.SetHeartbeat(hb);
+    if (!s.ok())
+      TESSERA_LOG_ERROR("worker", "{}; waiting for the coordinator to re-plan", s.ToString());
+  }
+}
+
+Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
+                               const control::AssignShard& assign, const std::string& id) {
+  const std::string who = "worker " + id + " (plan " + std::to_string(assign.plan_version()) +
+                          ", rank " + std::to_string(assign.world_rank()) + ", stage " +
+                          std::to_string(assign.stage()) + ", tp_rank " +
+                          std::to_string(assign.tp_rank()) + ")";
+  auto fail = [&](const Status& s) {
+    Status full = s.WithContext(who);
+    client.Send(ErrorEnvelope(full, assign.plan_version())).IgnoreError();
+    hb.set_state(control::WORKER_STATE_FAILED);
+    client.SetHeartbeat(hb);
+    return full;
+  };
+  SetLogRank(static_cast<int>(assign.world_rank()), static_cast<int>(assign.stage()),
+             static_cast<int>(assign.tp_rank()));
+  if (metrics_)
+    metrics_->SetRank(static_cast<int>(assign.stage()), static_cast<int>(assign.tp_rank()),
+                      assign.plan_version());
+  hb.set_state(control::WORKER_STATE_LOADING);
+  hb.set_plan_version(assign.plan_version());
+  client.SetHeartbeat(hb);
+  if (!assign.has_gloo()) return fail(InvalidArgument("AssignShard without a Gloo rendezvous"));
+  // This rank's own store key, good for this plan's keys only.
+  StoreCredentials credentials{
+      StoreRankIdentity(assign.plan_version(), static_cast<int>(assign.world_rank())),
+      assign.gloo().store_key()};
+  auto store =
+      TcpStore::Connect(assign.gloo().store_host(), static_cast<int>(assign.gloo().store_port()),
+                        options_.collective_timeout_seconds, std::move(credentials));
+  if (!store.ok()) return fail(store.status());
+  ProcessGroupOptions pgo;
+  pgo.tp = static_cast<int>(assign.tp());
+  pgo.pp = static_cast<int>(assign.pp());
+  pgo.tp_per_stage.assign(assign.tp_per_stage().begin(), assign.tp_per_stage().end());
+  pgo.world_rank = static_cast<int>(assign.world_rank());
+  pgo.timeout_seconds = options_.collective_timeout_seconds;
+  pgo.connect_timeout_seconds = std::max(60.0, options_.collective_timeout_seconds);
+  pgo.hostname = registration_.data_address();  // what Run() registered
+  pgo.key_prefix = assign.gloo().key_prefix();
+  auto pg = ProcessGroup::Create(**store, pgo);
+  if (!pg.ok()) return fail(pg.status());
+  auto config = LoadModelConfig(assign.model_path());
+  if (!config.ok()) return fail(config.status());
+  auto dtype = ParseRuntimeDType(assign.dtype(), *config);
+  if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
+  // The backend, and the weights it holds, carry over from the last plan
+  // while the rank's backend and compute dtype stay the same; the held
+  // weights also need the same model. Otherwise they are dropped (before the
+  // old backend, so their memory goes back first) and a new backend is made.
+  const bool same_backend = device_ && device_->cuda() == on_gpu_ &&
+                            (!on_gpu_ || device_->backend->compute_dtype() == *dtype);
+  if (!same_backend || held_model_path_ != assign.model_path()) held_.clear();
+  if (!same_backend) {
+    device_.reset();
+    auto rank_device =
+        MakeRankDevice(on_gpu_ ? RankBackend::kCuda : RankBackend::kCpu, options_.device, *dtype);
+    if (!rank_device.ok()) return fail(rank_device.status());
+    device_ = std::move(*rank_device);
+  }
+  kernels::Backend& backend = *device_->backend;
+  std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
+  auto parallel = pgo.tp_per_stage.empty()
+                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
+                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
+  if (!parallel.ok()) return fail(parallel.status());
+  // Communicators, metered when metrics are on (the model keeps the tp one).
+  // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
+  // communicator per plan: the plan's tp group, under its key prefix).
+  Communicator* tp_comm = (*pg)->tp();
+  std::unique_ptr<Communicator> nccl_tp;
+  if (device_->cuda() && parallel->TpOfStage((*pg)->stage()) > 1) {
+    auto c = MakeNcclTpCommunicator(**store, pgo.key_prefix, (*pg)->stage(), (*pg)->tp_rank(),
+                                    parallel->TpOfStage((*pg)->stage()),
+                                    options_.collective_timeout_seconds, backend);
+    if (!c.ok()) return fail(c.status());
+    nccl_tp = std::move(*c);
+    tp_comm = nccl_tp.get();
+  }
+  Communicator* prev_comm = (*pg)->prev_stage();
+  if (metrics_) {
+    tp_comm = metrics_->Wrap(tp_comm);
+    prev_comm = metrics_->WrapPrevLink(prev_comm);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // The previous plan's tensors: slices this rank still needs are reused.
+  HeldWeights held = std::move(held_);
+  held_.clear();
+  LoadProgressLog progress_log("worker " + id + " rank " + std::to_string(pgo.world_rank));
+  auto loaded = LoadModel(
+      assign.model_path(), *parallel, pgo.world_rank, tp_comm,
+      [&](int64_t done, int64_t total) {
+        if (metrics_) metrics_->OnLoadProgress(done, total);
+        progress_log.Update(done, total);
+        control::Envelope e;
+        control::LoadProgress* p = e.mutable_load_progress();
+        p->set_plan_version(assign.plan_version());
+        p->set_bytes_done(static_cast<uint64_t>(done));
+        p->set_bytes_total(static_cast<uint64_t>(total));
+        p->set_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        client.Send(std::move(e)).IgnoreError();
+      },
+      &backend, &held);
+  if (!loaded.ok()) {
+    held_ = std::move(held);  // still held: a later plan may reuse it
+    return fail(loaded.status());
+  }
+  held.clear();  // what was not reused is freed here
+  held_ = loaded->held;
+  held_model_path_ = assign.model_path();
+  const StageLayout lay = loaded->model->layout();
+  const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
+  const int64_t block_size = assign.kv_block_size();
+  auto kv = KvCache::Create(backend, lay.num_layers(), blocks, block_size, lay.kv_heads_local,
+                            config->head_dim);
+  if (!kv.ok()) return fail(kv.status());
+  KvCache& cache = **kv;
+  {
+    control::Envelope e;
+    control::Loaded* l = e.mutable_loaded();
+    l->set_plan_version(assign.plan_version());
+    l->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
+    l->set_kv_capacity_blocks(static_cast<uint64_t>(blocks));
+    l->set_load_seconds(loaded->load_seconds);
+    l->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
+    l->set_reused_bytes(static_cast<uint64_t>(loaded->reused_bytes));
+    l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
+    TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
+  }
+  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
+  // Should the coordinator restart, this worker re-registers with the shard
+  // it holds, and the new coordinator can adopt the plan.
+  *registration_.mutable_held_shard() = assign;
+  client.UpdateRegistration(registration_).IgnoreError();
+  hb.set_state(control::WORKER_STATE_READY);
+  hb.clear_memory();
+  control::DeviceMemory* mem = hb.add_memory();
+  mem->set_device_index(static_cast<uint32_t>(options_.device));
+  mem->set_weights_bytes(static_cast<uint64_t>(loaded->weight_bytes));
+  mem->set_kv_bytes(static_cast<uint64_t>(cache.bytes()));
+  client.SetHeartbeat(hb);
+  TESSERA_LOG_INFO(
+      "worker", "{} loaded layers [{}, {}) on {} ({}): {:.1f} MB ({:.1f} MB reused) in {:.2f} s",
+      who, lay.first_layer, lay.end_layer, backend.name(), DTypeName(backend.compute_dtype()),
+      static_cast<double>(loaded->weight_bytes) / 1e6,
+      static_cast<double>(loaded->reused_bytes) / 1e6, loaded->load_seconds);
+
+  PipelineLinks links;
+  links.pp = pgo.pp;
+  links.stage = (*pg)->stage();
+  links.tp_rank = (*pg)->tp_rank();
+  links.tp = tp_comm;
+  links.prev = prev_comm;
+  links.next = (*pg)->next_stage_links();
+  if (metrics_)
+    for (Communicator*& c : links.next) c = metrics_->Wrap(c);
+  links.ret = {};  // tokens go to the coordinator
+  // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
+  // FIFO, so the last stage answers them in order.
+  uint64_t next_result = 0;
+  auto send_result = [&](const StepBatch& batch,
+                         const std::vector<SampledToken>& tokens) -> Status {
+    control::Envelope e;
+    control::StepResult* r = e.mutable_step_result();
+    r->set_plan_version(assign.plan_version());
+    r->set_micro_batch_id(next_result++);
+    size_t k = 0;
+    for (const SeqStep& s : batch.seqs) {
+      if (!s.want_logits) continue;
+      const SampledToken& sampled = tokens[k++];
+      control::SampledToken* t = r->add_tokens();
+      t->set_seq_id(s.seq_id);
+      t->set_token_id(sampled.token_id);
+      if (!sampled.has_logprobs) continue;
+      t->set_has_logprobs(true);
+      t->set_logprob(sampled.logprob);
+      for (const TopLogprob& top : sampled.top) {
+        control::TokenLogprob* e = t->add_top_logprobs();
+        e->set_token_id(top.token_id);
+        e->set_logprob(top.logprob);
+      }
+    }
+    return client.Send(std::move(e));
+  };
+  const bool last = links.stage == links.pp - 1;
+  if (links.stage > 0) {
+    // Returns OK when stage 0 passes the end of the plan down the pipeline.
+    Status s =
+        ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
+    return s.ok() ? s : fail(s);
+  }
+  std::unique_ptr<AsyncSender> sender;
+  if (links.pp > 1)
+    sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
+  SequenceSamplers samplers;
+  const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
+  while (true) {
+    if (metrics_) metrics_->clock().Idle();
+    auto next = Next(keepalive_seconds);
+    if (!next.ok()) {
+      // Idle: keep the later stages' receives from timing out.
+      if (sender) {
+        Status s = sender->Enqueue(EncodeKeepalive());
+        if (!s.ok()) return fail(s.WithContext("keepalive to stage 1"));
+      }
+      continue;
+    }
+    control::Envelope& e = *next;
+    if (e.has_shutdown() || e.has_drain() || e.has_assign_shard()) {
+      const bool drain = e.has_drain();
+      if (!drain) PushFront(std::move(e));  // the outer loop acts on it
+      Status s = SendShutdownDownstream(sender.get());
+      if (!s.ok()) return fail(s.WithContext("ending the plan down the pipeline"));
+      TESSERA_LOG_INFO("worker", "{}: plan ended{}", who, drain ? " (drain)" : "");
+      return Status::Ok();
+    }
+    if (!e.has_step()) continue;
+    if (e.step().plan_version() != assign.plan_version()) {
+      TESSERA_LOG_WARN("worker", "{} dropped a Step of plan {} (loaded plan {})", who,
+                       e.step().plan_version(), assign.plan_version());
+      continue;
+    }
+    auto batch = StepBatchFromProto(e.step().batch());
+    if (!batch.ok()) return fail(batch.status());
+    const auto step_start = std::chrono::steady_clock::now();
+    if (metrics_) metrics_->clock().Busy();
+    auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
+    if (!tokens.ok()) return fail(tokens.status());
+    if (metrics_)
+      metrics_->ObserveStep(
+          *batch,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    if (links.pp == 1 && links.tp_rank == 0) {
+      next_result = e.step().micro_batch_id();
+      TESSERA_RETURN_IF_ERROR(send_result(*batch, *tokens));
+    }
+  }
+}
+
+}  // namespace tessera

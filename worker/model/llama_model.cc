@@ -1,0 +1,378 @@
+#include "worker/model/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/base/logging.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/paged_attention.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "kernels/tensor_ops.h"
+#include "worker/model/rope_frequencies.h"
+
+namespace tessera {
+
+LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communicator* tp_comm,
+                       kernels::Backend* backend)
+    : config_(config),
+      weights_(std::move(weights)),
+      tp_comm_(tp_comm),
+      backend_(backend ? backend : &kernels::CpuBackend()),
+      dtype_(backend_->compute_dtype()) {
+  TESSERA_CHECK(weights_.layout.tp == 1 || tp_comm_ != nullptr);
+  default_inv_freq_ = RopeInvFreq(config_, config_.max_position_embeddings);
+  const char* env = std::getenv("TESSERA_CUDA_GRAPHS");
+  decode_graphs_ = backend_->device() == Device::kCUDA && !(env && std::strcmp(env, "0") == 0);
+}
+
+StatusOr<Tensor> LlamaModel::Alloc(const std::vector<int64_t>& shape) const {
+  return backend_->Allocate(shape, dtype_);
+}
+
+StatusOr<Tensor> LlamaModel::NewHidden(int64_t tokens) const {
+  return Alloc({tokens, config_.hidden_size});
+}
+
+StatusOr<Tensor> LlamaModel::UploadI32(const std::vector<int32_t>& values) const {
+  Tensor host = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kI32);
+  std::copy(values.begin(), values.end(), host.data<int32_t>());
+  if (backend_->device() == Device::kCPU) return host;
+  return backend_->Upload(host);
+}
+
+StatusOr<Tensor> LlamaModel::UploadF32(const std::vector<float>& values) const {
+  Tensor host = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kF32);
+  std::copy(values.begin(), values.end(), host.data<float>());
+  if (backend_->device() == Device::kCPU) return host;
+  return backend_->Upload(host);
+}
+
+Status LlamaModel::AllReduce(Tensor& t, const char* what, int layer) {
+  if (weights_.layout.tp == 1) return Status::Ok();
+  Status s;
+  if (tp_comm_->device() != t.device()) {
+    s = FailedPrecondition(std::string("the tp communicator ") + tp_comm_->name() + " works on " +
+                           DeviceName(tp_comm_->device()) + " buffers but the model computes on " +
+                           backend_->name());
+  } else {
+    s = tp_comm_->AllReduceSumTyped(t.raw(), static_cast<size_t>(t.numel()), t.dtype());
+  }
+  if (!s.ok())
+    return s.WithContext(std::string(what) + " all-reduce in layer " + std::to_string(layer));
+  return Status::Ok();
+}
+
+Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInputs& in) {
+  const int64_t tokens = batch.total_tokens();
+  TESSERA_ASSIGN_OR_RETURN(in.positions, UploadI32(batch.Positions()));
+  if (!default_inv_freq_dev_.defined()) {
+    TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
+  }
+  std::vector<kernels::AttentionSeq> seqs;
+  seqs.reserve(batch.seqs.size());
+  int64_t begin = 0;
+  for (const SeqStep& s : batch.seqs) {
+    const int64_t end = begin + s.num_tokens;
+    const int64_t seq_len =
+        std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
+    // Dynamic NTK rope changes inv_freq once a sequence outgrows
+    // max_position_embeddings; every other type uses the fixed table.
+    Tensor inv = default_inv_freq_dev_;
+    if (config_.rope_scaling.type == RopeType::kDynamic &&
+        seq_len > config_.max_position_embeddings) {
+      TESSERA_ASSIGN_OR_RETURN(inv, UploadF32(RopeInvFreq(config_, seq_len)));
+    }
+    if (!in.rope.empty() && in.rope.back().end == begin &&
+        in.rope.back().inv_freq.raw() == inv.raw() && inv.raw() == default_inv_freq_dev_.raw()) {
+      in.rope.back().end = end;  // consecutive sequences on the fixed table: one launch
+    } else if (end > begin) {
+      in.rope.push_back({begin, end, inv});
+    }
+    seqs.push_back({begin, s.num_tokens, s.start_pos,
+                    std::span<const int32_t>(s.block_table.data(), s.block_table.size())});
+    begin = end;
+  }
+  if (begin != tokens)
+    return InvalidArgument("forward: sequences cover " + std::to_string(begin) +
+                           " tokens, batch has " + std::to_string(tokens));
+  TESSERA_ASSIGN_OR_RETURN(in.attention,
+                           kernels::MakeAttentionBatch(std::move(seqs), tokens, cache.block_size(),
+                                                       cache.num_blocks(), *backend_));
+  return Status::Ok();
+}
+
+Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                           Tensor& hidden_out) {
+  const StageLayout& lay = weights_.layout;
+  const int64_t tokens = batch.total_tokens();
+  const int64_t hidden = config_.hidden_size;
+  if (hidden_out.rank() != 2 || hidden_out.dim(0) != tokens || hidden_out.dim(1) != hidden ||
+      hidden_out.dtype() != dtype_ || hidden_out.device() != backend_->device())
+    return InvalidArgument("forward: hidden_out " + hidden_out.Describe() + " for " +
+                           std::to_string(tokens) + " tokens of " + DTypeName(dtype_) + " on " +
+                           backend_->name());
+  if (lay.is_first) {
+    for (size_t i = 0; i < batch.token_ids.size(); ++i) {
+      if (batch.token_ids[i] < 0 || batch.token_ids[i] >= config_.vocab_size)
+        return OutOfRange("forward: token id " + std::to_string(batch.token_ids[i]) +
+                          " at position " + std::to_string(i) + " is outside the vocab of " +
+                          std::to_string(config_.vocab_size));
+    }
+  } else if (hidden_in.shape() != hidden_out.shape() || hidden_in.dtype() != hidden_out.dtype()) {
+    return InvalidArgument("forward: hidden_in " + hidden_in.Describe() + " vs hidden_out " +
+                           hidden_out.Describe());
+  }
+  if (UseDecodeGraph(batch)) return GraphForward(batch, hidden_in, cache, hidden_out);
+  StepInputs in;
+  TESSERA_RETURN_IF_ERROR(PrepareStep(batch, cache, in));
+  if (lay.is_first) {
+    TESSERA_ASSIGN_OR_RETURN(in.token_ids, UploadI32(batch.token_ids));
+  }
+  return Run(in, hidden_in, cache, hidden_out);
+}
+
+Status LlamaModel::Run(const StepInputs& in, const Tensor& hidden_in, KvCache& cache,
+                       Tensor& hidden_out) {
+  const StageLayout& lay = weights_.layout;
+  if (lay.is_first) {
+    TESSERA_RETURN_IF_ERROR(
+        kernels::EmbeddingLookup(in.token_ids, weights_.embed_tokens, lay.vocab_begin, hidden_out));
+    TESSERA_RETURN_IF_ERROR(AllReduce(hidden_out, "embedding", -1));
+  } else {
+    TESSERA_RETURN_IF_ERROR(backend_->Copy(hidden_out, hidden_in));
+  }
+  Tensor pending;
+  for (int l = 0; l < lay.num_layers(); ++l) {
+    TESSERA_RETURN_IF_ERROR(Layer(l, in, cache, hidden_out, pending));
+  }
+  if (pending.defined())
+    TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(hidden_out, pending, Tensor()));
+  return Status::Ok();
+}
+
+bool LlamaModel::UseDecodeGraph(const StepBatch& batch) const {
+  if (!decode_graphs_ || backend_->device() != Device::kCUDA) return false;
+  const int64_t tokens = batch.total_tokens();
+  if (tokens == 0 || tokens > kMaxGraphBatch) return false;
+  for (const SeqStep& s : batch.seqs) {
+    if (s.num_tokens != 1) return false;
+    const int64_t seq_len = std::max<int64_t>(static_cast<int64_t>(s.start_pos) + 1, s.prompt_len);
+    if (config_.rope_scaling.type == RopeType::kDynamic &&
+        seq_len > config_.max_position_embeddings)
+      return false;
+  }
+  return true;
+}
+
+Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                                Tensor& hidden_out) {
+  const StageLayout& lay = weights_.layout;
+  const int64_t B = batch.total_tokens();
+  const int64_t block_size = cache.block_size();
+  std::vector<kernels::AttentionSeq> seqs;
+  seqs.reserve(batch.seqs.size());
+  int64_t begin = 0;
+  for (const SeqStep& s : batch.seqs) {
+    seqs.push_back({begin, 1, s.start_pos,
+                    std::span<const int32_t>(s.block_table.data(), s.block_table.size())});
+    ++begin;
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      kernels::AttentionBatch ab,
+      kernels::CheckAttentionBatch(std::move(seqs), B, block_size, cache.num_blocks()));
+  const int64_t bucket = kernels::DecodeContextBucket(ab.max_context);
+  const int64_t stride = (bucket + block_size - 1) / block_size;
+  const int64_t meta_len = 6 * B + B * stride;
+  const GraphKey key{B, bucket, cache.layer(0).k.raw()};
+  auto it = graphs_.find(key);
+  const bool fresh = it == graphs_.end();
+  if (fresh) {
+    if (!default_inv_freq_dev_.defined()) {
+      TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
+    }
+    DecodeGraph g;
+    TESSERA_ASSIGN_OR_RETURN(g.inputs, backend_->Zeros({B + meta_len}, DType::kI32));
+    TESSERA_ASSIGN_OR_RETURN(g.hidden_out, NewHidden(B));
+    if (!lay.is_first) {
+      TESSERA_ASSIGN_OR_RETURN(g.hidden_in, NewHidden(B));
+    }
+    g.in.token_ids = g.inputs.Slice0(0, B);
+    const Tensor meta = g.inputs.Slice0(B, B + meta_len);
+    g.in.positions = meta.Slice0(B, 2 * B);  // the layout's token positions
+    g.in.rope.push_back({0, B, default_inv_freq_dev_});
+    // On CUDA only the packed layout and the sizes are read; seqs gives S.
+    g.in.attention.seqs.resize(static_cast<size_t>(B));
+    g.in.attention.num_tokens = B;
+    g.in.attention.max_seq_tokens = 1;
+    g.in.attention.max_context = bucket;
+    g.in.attention.device_meta = meta;
+    it = graphs_.emplace(key, std::move(g)).first;
+  }
+  DecodeGraph& g = it->second;
+  std::vector<int32_t> host(batch.token_ids);  // [B]: total_tokens() is its size
+  const std::vector<int32_t> meta = kernels::PackAttentionMeta(ab, block_size, stride);
+  host.insert(host.end(), meta.begin(), meta.end());
+  TESSERA_RETURN_IF_ERROR(
+      backend_->CopyFromHost(g.inputs, host.data(), host.size() * sizeof(int32_t)));
+  if (!lay.is_first) TESSERA_RETURN_IF_ERROR(backend_->Copy(g.hidden_in, hidden_in));
+  if (fresh) {
+    // The first step of a shape runs eagerly (its result is this step's, and
+    // it sets up GEMM plans and kernel attributes), then is recorded.
+    Status s = Run(g.in, g.hidden_in, cache, g.hidden_out);
+    if (!s.ok()) {
+      graphs_.erase(it);
+      return s;
+    }
+    auto work = backend_->Capture([&] { return Run(g.in, g.hidden_in, cache, g.hidden_out); });
+    if (!work.ok()) {
+      // This step's result is in hand; later steps run eagerly.
+      TESSERA_LOG_WARN("model", "decode CUDA graphs turned off: batch {}, context bucket {}: {}", B,
+                       bucket, work.status().ToString());
+      decode_graphs_ = false;
+      Status copied = backend_->Copy(hidden_out, g.hidden_out);
+      graphs_.erase(it);
+      return copied;
+    }
+    g.work = std::move(*work);
+  } else {
+    TESSERA_RETURN_IF_ERROR(g.work->Replay());
+    ++graph_replays_;
+    if (lay.tp > 1) {
+      Status s =
+          tp_comm_->WatchEnqueued("decode graph of layers [" + std::to_string(lay.first_layer) +
+                                  ", " + std::to_string(lay.end_layer) + ")");
+      if (!s.ok()) return s;
+    }
+  }
+  return backend_->Copy(hidden_out, g.hidden_out);
+}
+
+Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h,
+                         Tensor& pending) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(local)];
+  const StageLayout& lay = weights_.layout;
+  const int layer = lay.first_layer + local;
+  const int64_t tokens = h.dim(0);
+  const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+
+  TESSERA_ASSIGN_OR_RETURN(Tensor x, Alloc({tokens, hidden}));
+  if (pending.defined()) {
+    // The previous layer's MLP residual, fused into this layer's input norm.
+    TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, pending, w.input_norm, eps, x));
+  } else {
+    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(h, w.input_norm, eps, x));
+  }
+  TESSERA_ASSIGN_OR_RETURN(Tensor q, Alloc({tokens, lay.heads_local * head_dim}));
+  TESSERA_ASSIGN_OR_RETURN(Tensor k, Alloc({tokens, lay.kv_heads_local * head_dim}));
+  TESSERA_ASSIGN_OR_RETURN(Tensor v, Alloc({tokens, lay.kv_heads_local * head_dim}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.q_proj, w.q_bias, q));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.k_proj, w.k_bias, k));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.v_proj, w.v_bias, v));
+  Tensor q3 = q.Reshape({tokens, lay.heads_local, head_dim});
+  Tensor k3 = k.Reshape({tokens, lay.kv_heads_local, head_dim});
+  Tensor v3 = v.Reshape({tokens, lay.kv_heads_local, head_dim});
+  for (const RopeSegment& seg : in.rope) {
+    Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
+    const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(qs, pos, seg.inv_freq));
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(ks, pos, seg.inv_freq));
+  }
+  TESSERA_RETURN_IF_ERROR(kernels::WriteKv(cache.layer(local), k3, v3, in.attention));
+  TESSERA_ASSIGN_OR_RETURN(Tensor attn, Alloc({tokens, lay.heads_local * head_dim}));
+  TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(
+      q3, cache.layer(local), in.attention, 1.0f / std::sqrt(static_cast<float>(head_dim)), attn));
+  TESSERA_ASSIGN_OR_RETURN(Tensor o, Alloc({tokens, hidden}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(attn, w.o_proj, Tensor(), o));
+  TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));
+  // Row-parallel biases are added once, after the all-reduce.
+  if (w.o_bias.defined()) TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(o, Tensor(), w.o_bias));
+  TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x));
+
+  TESSERA_ASSIGN_OR_RETURN(Tensor gate, Alloc({tokens, lay.inter_local}));
+  TESSERA_ASSIGN_OR_RETURN(Tensor up, Alloc({tokens, lay.inter_local}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.gate_proj, w.gate_bias, gate));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.up_proj, w.up_bias, up));
+  TESSERA_RETURN_IF_ERROR(kernels::SiluMul(gate, up, gate));
+  TESSERA_ASSIGN_OR_RETURN(Tensor down, Alloc({tokens, hidden}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(gate, w.down_proj, Tensor(), down));
+  TESSERA_RETURN_IF_ERROR(AllReduce(down, "mlp", layer));
+  if (w.down_bias.defined())
+    TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(down, Tensor(), w.down_bias));
+  pending = down;
+  return Status::Ok();
+}
+
+Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& logits) {
+  const StageLayout& lay = weights_.layout;
+  if (!lay.is_last) return FailedPrecondition("logits: this rank is not on the last stage");
+  const int64_t hsize = config_.hidden_size;
+  std::vector<int64_t> rows;
+  int64_t begin = 0;
+  bool leading = true;  // rows == 0, 1, ..., n-1: no gather needed
+  for (const SeqStep& s : batch.seqs) {
+    begin += s.num_tokens;
+    if (s.want_logits) {
+      leading = leading && begin - 1 == static_cast<int64_t>(rows.size());
+      rows.push_back(begin - 1);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (logits.rank() != 2 || logits.dim(0) != n || logits.dim(1) != lay.vocab_size ||
+      logits.dtype() != DType::kF32)
+    return InvalidArgument("logits: output " + logits.Describe() + " for " + std::to_string(n) +
+                           " rows of vocab " + std::to_string(lay.vocab_size) + " (F32)");
+  if (n == 0) return Status::Ok();
+  Tensor picked;
+  if (leading) {
+    picked = hidden.Slice0(0, n);
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(picked, Alloc({n, hsize}));
+    TESSERA_RETURN_IF_ERROR(kernels::GatherRows(hidden, rows, picked));
+  }
+  TESSERA_ASSIGN_OR_RETURN(Tensor normed, Alloc({n, hsize}));
+  TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(picked, weights_.final_norm,
+                                           static_cast<float>(config_.rms_norm_eps), normed));
+  const bool direct = logits.device() == backend_->device();
+  Tensor out = logits;
+  if (!direct) {
+    TESSERA_ASSIGN_OR_RETURN(out, backend_->Allocate({n, lay.vocab_size}, DType::kF32));
+  }
+  if (lay.tp == 1 && lay.vocab_local == lay.vocab_size) {
+    TESSERA_RETURN_IF_ERROR(kernels::Linear(normed, weights_.lm_head, Tensor(), out));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(Tensor local, backend_->Allocate({n, lay.vocab_local}, DType::kF32));
+    TESSERA_RETURN_IF_ERROR(kernels::Linear(normed, weights_.lm_head, Tensor(), local));
+    if (lay.tp == 1) {
+      TESSERA_RETURN_IF_ERROR(kernels::CopyColumns(local, 0, out, 0, lay.vocab_size));
+    } else {
+      // Vocab-parallel lm_head: gather [tp, n, vocab_local] and interleave to
+      // [n, tp * vocab_local], dropping the padded tail.
+      TESSERA_ASSIGN_OR_RETURN(Tensor gathered,
+                               backend_->Allocate({lay.tp, n, lay.vocab_local}, DType::kF32));
+      Status s = tp_comm_->device() != local.device()
+                     ? FailedPrecondition(std::string("the tp communicator works on ") +
+                                          DeviceName(tp_comm_->device()) + " buffers")
+                     : tp_comm_->AllGatherTyped(local.raw(), static_cast<size_t>(local.numel()),
+                                                DType::kF32, gathered.raw());
+      if (!s.ok()) return s.WithContext("lm_head all-gather");
+      for (int r = 0; r < lay.tp; ++r) {
+        const int64_t col0 = r * lay.vocab_local;
+        if (col0 >= lay.vocab_size) break;
+        const int64_t cols = std::min(lay.vocab_local, lay.vocab_size - col0);
+        const Tensor part = gathered.Slice0(r, r + 1).Reshape({n, lay.vocab_local});
+        TESSERA_RETURN_IF_ERROR(kernels::CopyColumns(part, 0, out, col0, cols));
+      }
+    }
+  }
+  if (!direct) TESSERA_RETURN_IF_ERROR(backend_->Copy(logits, out));
+  return Status::Ok();
+}
+
+}  // namespace tessera

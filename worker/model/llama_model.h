@@ -1,0 +1,147 @@
+// LlamaModel: the forward pass of one pipeline stage of a Llama-family
+// decoder (Llama, Mistral, Qwen2), on one tp rank.
+//
+// Per layer (HF LlamaDecoderLayer):
+//   x = RMSNorm(h); q,k,v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)
+//   RoPE(q, k); write k, v to the paged KV cache; a = causal GQA attention
+//   h += AllReduce(a Wo^T) (+bo)          <- row-parallel, one all-reduce
+//   x = RMSNorm(h); h += AllReduce((silu(x Wg^T) * x Wu^T) Wd^T) (+bd)
+// With tp > 1 the q/k/v/gate/up projections are column-parallel and o/down
+// row-parallel (Megatron-LM, Shoeybi et al. 2019), so each layer needs
+// exactly two all-reduces. The embedding and lm_head are vocab-parallel.
+//
+// The model runs on a kernels::Backend: weights, KV cache, activations and
+// temporaries live on its device in its compute dtype (F32 on the CPU; the
+// checkpoint's BF16/F16 on CUDA, fp32 accumulation inside every kernel).
+// Per step the token ids, positions and the attention layout are uploaded
+// once and shared by every layer. The residual add after each MLP is fused
+// into the next layer's input RMSNorm.
+//
+// Decode graphs (CUDA backend): a step in which every sequence has exactly
+// one token runs the stage's layers as a CUDA graph, one per (batch size,
+// context bucket, KV cache); the bucket is the smallest power of two >= 256
+// holding the longest context, and fixes the attention kernel's split of
+// the context. The step's token ids, positions and block tables are copied
+// into the graph's fixed input buffer (one host-to-device copy), the graph
+// is replayed, and the output is copied out: no host synchronisation. The
+// first step of a shape runs eagerly and is then recorded. Steps with
+// prefill chunks, dynamic NTK RoPE past max_position_embeddings, more than
+// kMaxGraphBatch sequences or TESSERA_CUDA_GRAPHS=0 in the environment run
+// eagerly.
+//
+// Thread-safety: a LlamaModel belongs to its rank's owner thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+#include "common/format/model_config.h"
+#include "common/wire/step_batch.h"
+#include "kernels/backend.h"
+#include "kernels/paged_attention.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/kv_cache.h"
+#include "worker/model/stage_weights.h"
+
+namespace tessera {
+
+class LlamaModel {
+ public:
+  // `tp_comm` is the stage's tp group (size == weights.layout.tp); it may be
+  // null when tp == 1. It must outlive the model, and so must `backend`
+  // (null = the CPU backend), which holds `weights`. With tp > 1 the
+  // communicator's buffers must live where the backend computes (NCCL for
+  // CUDA, Gloo for the CPU).
+  LlamaModel(const ModelConfig& config, StageWeights weights, Communicator* tp_comm,
+             kernels::Backend* backend = nullptr);
+
+  const ModelConfig& config() const { return config_; }
+  const StageLayout& layout() const { return weights_.layout; }
+  const StageWeights& weights() const { return weights_; }
+  kernels::Backend& backend() const { return *backend_; }
+
+  // A [tokens, hidden] activation tensor on the backend, in its compute
+  // dtype: what Forward takes and produces.
+  StatusOr<Tensor> NewHidden(int64_t tokens) const;
+
+  // Runs the stage's layers on one micro-batch.
+  // First stage: embeds batch.token_ids and ignores hidden_in. Later stages:
+  // hidden_in [total_tokens, hidden] from the previous stage.
+  // hidden_in/hidden_out are NewHidden tensors (backend device, compute
+  // dtype). hidden_out [total_tokens, hidden] receives the residual stream after the
+  // stage's last layer (before the final norm). KV entries of every sequence
+  // are written at positions [start_pos, start_pos + num_tokens).
+  // Errors: shape mismatches, KV block table errors, communicator failures
+  // (naming the layer).
+  Status Forward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                 Tensor& hidden_out);
+
+  // Last stage only: final norm and lm_head for the last token of each
+  // sequence with want_logits. logits [num_wanted, vocab_size] F32 over the
+  // full vocab (gathered across tp ranks; vocab padding dropped), on the host
+  // or on the backend's device (computed there and copied if needed).
+  Status Logits(const StepBatch& batch, const Tensor& hidden, Tensor& logits);
+
+  // Decode graphs on (default: on for a CUDA backend unless the environment
+  // sets TESSERA_CUDA_GRAPHS=0; never on the CPU).
+  static constexpr int64_t kMaxGraphBatch = 512;
+  void set_decode_graphs(bool on) { decode_graphs_ = on; }
+  bool decode_graphs() const { return decode_graphs_; }
+  // Graphs recorded so far and steps that replayed one.
+  int64_t decode_graphs_recorded() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t decode_graph_replays() const { return graph_replays_; }
+
+ private:
+  // Rows [begin, end) of the step rotate with inv_freq (on the backend).
+  struct RopeSegment {
+    int64_t begin, end;
+    Tensor inv_freq;
+  };
+  struct StepInputs {
+    Tensor token_ids;  // I32 [tokens] on the backend (first stage)
+    Tensor positions;  // I32 [tokens] on the backend
+    std::vector<RopeSegment> rope;
+    kernels::AttentionBatch attention;
+  };
+
+  StatusOr<Tensor> Alloc(const std::vector<int64_t>& shape) const;
+  StatusOr<Tensor> UploadI32(const std::vector<int32_t>& values) const;
+  StatusOr<Tensor> UploadF32(const std::vector<float>& values) const;
+  Status PrepareStep(const StepBatch& batch, KvCache& cache, StepInputs& in);
+  // The stage's layers on prepared inputs (eager, or being recorded).
+  Status Run(const StepInputs& in, const Tensor& hidden_in, KvCache& cache, Tensor& hidden_out);
+  bool UseDecodeGraph(const StepBatch& batch) const;
+  Status GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
+                      Tensor& hidden_out);
+  // One decoder layer. `pending` holds the previous layer's (all-reduced)
+  // MLP output not yet added to h; on return it holds this layer's.
+  Status Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h, Tensor& pending);
+  Status AllReduce(Tensor& t, const char* what, int layer);
+
+  ModelConfig config_;
+  StageWeights weights_;
+  Communicator* tp_comm_;
+  kernels::Backend* backend_;
+  DType dtype_;
+  std::vector<float> default_inv_freq_;
+  Tensor default_inv_freq_dev_;  // on the backend, made on the first step
+
+  // One recorded decode step: fixed input/output buffers and the graph.
+  struct DecodeGraph {
+    Tensor inputs;      // I32 [B + meta]: token ids, then the packed attention layout
+    Tensor hidden_in;   // [B, hidden] (later stages)
+    Tensor hidden_out;  // [B, hidden]
+    StepInputs in;      // views of `inputs`
+    std::unique_ptr<kernels::CapturedWork> work;
+  };
+  using GraphKey = std::tuple<int64_t, int64_t, const void*>;  // (B, context bucket, cache)
+  bool decode_graphs_ = false;
+  std::map<GraphKey, DecodeGraph> graphs_;
+  int64_t graph_replays_ = 0;
+};
+
+}  // namespace tessera

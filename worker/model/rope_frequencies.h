@@ -1,0 +1,23 @@
+// The rotary inverse frequencies of a model (kernels/rope.h applies them).
+//
+// inv_freq follows transformers' modeling_rope_utils.py for each scaling type
+// (see RopeScaling in common/format/model_config.h). Dynamic NTK scaling
+// depends on the sequence length; RopeInvFreq takes it and callers pass
+// max(position)+1 of the sequence being processed, which is what HF's
+// dynamic_rope_update does for one sequence.
+//
+// Thread-safety: pure function.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/format/model_config.h"
+
+namespace tessera {
+
+// inv_freq [head_dim / 2] F32 for `config` at sequence length `seq_len`
+// (tokens).
+std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len);
+
+}  // namespace tessera

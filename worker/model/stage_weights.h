@@ -1,0 +1,64 @@
+// The weights one rank holds for its pipeline stage, already sliced for its
+// tp rank and converted to the compute dtype (F32 on the CPU backend).
+//
+// Shapes use local sizes: heads_local = num_attention_heads / tp,
+// kv_heads_local = max(1, num_key_value_heads / tp), inter_local =
+// intermediate_size / tp, vocab_local = padded_vocab / tp.
+//
+// Thread-safety: immutable after loading; shared by the owner thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/base/tensor.h"
+
+namespace tessera {
+
+struct LayerWeights {
+  Tensor input_norm;          // [hidden]                                replicated
+  Tensor q_proj, q_bias;      // [heads_local * head_dim, hidden], [..]  column-parallel
+  Tensor k_proj, k_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor v_proj, v_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor o_proj;              // [hidden, heads_local * head_dim]        row-parallel
+  Tensor o_bias;              // [hidden] added once after the all-reduce, or undefined
+  Tensor post_norm;           // [hidden]                                replicated
+  Tensor gate_proj;           // [inter_local, hidden]                   column-parallel
+  Tensor up_proj;             // [inter_local, hidden]                   column-parallel
+  Tensor gate_bias, up_bias;  // [inter_local] or undefined (mlp_bias)
+  Tensor down_proj;           // [hidden, inter_local]                   row-parallel
+  Tensor down_bias;           // [hidden] added once after the all-reduce, or undefined
+};
+
+// Where this rank sits in the model and which slices it holds.
+struct StageLayout {
+  int first_layer = 0;   // global index of this stage's first layer
+  int end_layer = 0;     // one past the last layer
+  bool is_first = true;  // holds embed_tokens
+  bool is_last = true;   // holds the final norm and lm_head
+  int tp = 1;
+  int tp_rank = 0;
+  int64_t heads_local = 0;
+  int64_t kv_heads_local = 0;
+  int64_t inter_local = 0;
+  int64_t vocab_begin = 0;  // first vocab row of this rank's embedding/lm_head slice
+  int64_t vocab_local = 0;  // rows per rank (padded vocab / tp)
+  int64_t vocab_size = 0;   // real vocab (logits beyond it are padding, dropped)
+
+  int num_layers() const { return end_layer - first_layer; }
+};
+
+struct StageWeights {
+  StageLayout layout;
+  Tensor embed_tokens;               // [vocab_local, hidden], first stage only
+  std::vector<LayerWeights> layers;  // [num_layers], index 0 = first_layer
+  Tensor final_norm;                 // [hidden], last stage only
+  Tensor lm_head;  // [vocab_local, hidden], last stage only (tied: a slice of embed_tokens)
+  int64_t weight_bytes = 0;  // bytes of every tensor above, counted once
+  // Of weight_bytes: bytes (and tensors) reused from tensors the rank already
+  // held (a re-plan that keeps its layers), not read from the checkpoint.
+  int64_t reused_bytes = 0;
+  int reused_tensors = 0;
+};
+
+}  // namespace tessera
