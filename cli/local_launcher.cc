@@ -112,15 +112,16 @@ Status LocalLauncher::Wait(double grace_seconds, double timeout_seconds) {
       continue;
     }
     if (got < 0 && errno != EINTR && errno != ECHILD) break;
-    if (deadline_set && std::chrono::steady_clock::now() > deadline) {
+    if (deadline_set && std::chrono::steady_clock::now() >= deadline) {
+      const std::string why = failures.empty() ? " did not exit in time and was killed"
+                                               : " was killed after that failure";
       for (size_t i = 0; i < pids_.size(); ++i) {
         if (pids_[i] <= 0) continue;
         kill(pids_[i], SIGKILL);
         waitpid(pids_[i], nullptr, 0);
         pids_[i] = -1;
         --running;
-        failures += (failures.empty() ? "" : "; ") + specs_[i].name +
-                    " did not exit in time and was killed";
+        failures += (failures.empty() ? "" : "; ") + specs_[i].name + why;
       }
       break;
     }

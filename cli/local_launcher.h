@@ -2,9 +2,9 @@
 // watches them.
 //
 // If one child fails (non-zero exit or a signal), the others are given
-// `grace_seconds` to notice through their communicator timeouts and exit on
-// their own; any still running then are killed. The returned Status names
-// every child that failed and how.
+// `grace_seconds` to exit on their own (0: none; `tessera generate` kills
+// them at once); any still running then are killed. The returned Status
+// names every child that failed and how, and those killed because of it.
 //
 // Thread-safety: one thread drives a launcher. ForwardSignal is
 // async-signal-safe.

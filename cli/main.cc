@@ -47,6 +47,7 @@ struct GenerateArgs {
   std::string device = "cpu";  // "cpu" or "cuda[:N]" (single process only)
   std::string dtype = "auto";  // CUDA compute dtype: auto, bf16, f16 or f32
   int logprobs = -1;           // -1 = off; else alternatives per token (SamplingParams::logprobs)
+  bool ignore_eos = false;     // generate max_tokens even past EOS (benchmarks, fault tests)
 };
 
 // id:"text" of one token, its text decoded alone with \\, \" and control
@@ -105,7 +106,7 @@ int Fail(const tessera::Status& s) {
 
 // Spawns one process per rank (this binary with --rank/--store added) and
 // waits for them; rank 0 prints the answer.
-int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
+int Launch(const tessera::ParallelConfig& par) {
   using namespace tessera;
   // The ranks get the store's secret through their environment (readable by
   // this user only), never on the command line.
@@ -140,7 +141,10 @@ int Launch(const GenerateArgs& a, const tessera::ParallelConfig& par) {
   std::signal(SIGTERM, ForwardToRanks);
   Status s = launcher.Start(children);
   unsetenv(kStoreSecretEnv);  // the ranks have it
-  if (s.ok()) s = launcher.Wait(a.timeout + 10.0);
+  // A rank that fails ends the run: the others are killed at once (a
+  // stopped or hung peer would otherwise hold the launch for their own
+  // timeouts), so a fault ends `generate` within --timeout of it.
+  if (s.ok()) s = launcher.Wait(/*grace_seconds=*/0.0);
   g_launcher = nullptr;
   if (!s.ok()) return Fail(s.WithContext("tp=" + par.TpString() + " pp=" + std::to_string(par.pp)));
   return 0;
@@ -189,6 +193,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   req.sampling.seed = a.seed;
   req.sampling.logprobs = a.logprobs;
   req.stop = a.stop;
+  req.ignore_eos = a.ignore_eos;
   if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   const int64_t ctx = static_cast<int64_t>(req.prompt_ids.size()) + a.max_tokens;
   // Dynamic NTK RoPE is made to run past max_position_embeddings.
@@ -244,7 +249,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     result = (*results)[0];
     st = engine.stats();
   } else if (a.rank < 0) {
-    return Launch(a, *par);
+    return Launch(*par);
   } else {
     RankOptions o;
     o.model_dir = a.model;
@@ -318,6 +323,7 @@ int main(int argc, char** argv) {
                   "stderr")
       ->check(CLI::Range(0, 20));
   gen->add_flag("--raw", g.raw, "send the prompt as is, without the chat template");
+  gen->add_flag("--ignore-eos", g.ignore_eos, "keep generating past EOS, up to --max-tokens");
   gen->add_option("--chat-template", g.chat_template,
                   "chatml, llama3 or llama2 (default: detected)");
   gen->add_option("--tp", g.tp,

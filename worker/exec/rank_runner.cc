@@ -35,7 +35,9 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   pgo.tp_per_stage = parallel.tp_per_stage;
   pgo.world_rank = o.rank;
   pgo.timeout_seconds = o.timeout_seconds;
-  pgo.connect_timeout_seconds = std::max(60.0, o.timeout_seconds);
+  // The rendezvous honours --timeout too: a peer that never joins (stopped,
+  // or killed before it registered) fails the launch within it.
+  pgo.connect_timeout_seconds = o.timeout_seconds;
   pgo.hostname = o.bind_host;
   auto pg = ProcessGroup::Create(*store, pgo);
   if (!pg.ok()) return pg.status().WithContext(who);
