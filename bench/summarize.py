@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns the JSON lines of tessera_bench and hf_bench.py into results.json and a markdown table.
+"""Turns the JSON lines of tessera_bench, hf_bench.py and torch_peer.py into results.json and a
+markdown table.
 
   summarize.py bench.jsonl [--out DIR] [--hbm-tb-s 4.8]
 
