@@ -777,8 +777,24 @@ void CoordinatorDaemon::PlanLoop() {
       job_running_ = true;
     }
     RunJob(std::move(job));
-    std::lock_guard<std::mutex> lock(mu_);
-    job_running_ = false;
+    std::vector<std::string> returned;
+    bool replan = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_running_ = false;
+      if (jobs_.empty() && !returning_workers_.empty()) {
+        // Lost workers that registered again during the re-plans are usable
+        // from now on, like any registration.
+        returned.swap(returning_workers_);
+        for (const std::string& id : returned)
+          failed_workers_.erase(std::remove(failed_workers_.begin(), failed_workers_.end(), id),
+                                failed_workers_.end());
+        replan = serving_ && (!degraded_.empty() || parallel_.world_size() < wanted_.world_size());
+      }
+    }
+    for (const std::string& id : returned)
+      TESSERA_LOG_INFO("coordinator", "worker {} (declared lost, registered again) is usable", id);
+    if (replan) RequestReplan("worker " + returned.front() + " registered again", false);
   }
 }
 
@@ -1033,16 +1049,32 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
     return;
   }
   if (e.has_register_worker()) {
-    bool replan = false;
+    bool replan = false, returning = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      failed_workers_.erase(
-          std::remove(failed_workers_.begin(), failed_workers_.end(), peer.worker_id),
-          failed_workers_.end());
-      // A worker joining a degraded cluster, or one running a smaller layout
-      // than wanted, is used at once.
-      replan = serving_ && (!degraded_.empty() || parallel_.world_size() < wanted_.world_size());
+      auto failed = std::find(failed_workers_.begin(), failed_workers_.end(), peer.worker_id);
+      if (failed != failed_workers_.end() && (job_running_ || !jobs_.empty())) {
+        // A lost worker back while the re-plan its loss started is pending
+        // or running (a stopped worker resumed): that re-plan does not use
+        // it (it takes a spare, or shrinks); it is a spare for later plans.
+        returning = true;
+        if (std::find(returning_workers_.begin(), returning_workers_.end(), peer.worker_id) ==
+            returning_workers_.end())
+          returning_workers_.push_back(peer.worker_id);
+      } else {
+        if (failed != failed_workers_.end()) failed_workers_.erase(failed);
+        // A worker joining a degraded cluster, or one running a smaller
+        // layout than wanted, is used at once.
+        replan = serving_ && (!degraded_.empty() || parallel_.world_size() < wanted_.world_size());
+      }
       cv_.notify_all();
+    }
+    if (returning) {
+      TESSERA_LOG_INFO("coordinator",
+                       "worker {} registered again after it was declared lost; the re-plan in "
+                       "progress does not use it",
+                       peer.worker_id);
+      return;
     }
     TESSERA_LOG_INFO("coordinator", "worker {} registered ({}, pid {})", peer.worker_id,
                      e.register_worker().host(), e.register_worker().pid());

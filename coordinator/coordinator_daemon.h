@@ -228,8 +228,11 @@ class CoordinatorDaemon {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Assignment> assignments_;       // protected by mu_
-  std::vector<std::string> failed_workers_;   // protected by mu_: lost, not re-registered
+  std::vector<Assignment> assignments_;      // protected by mu_
+  std::vector<std::string> failed_workers_;  // protected by mu_: lost, not re-registered
+  // Protected by mu_: lost workers that registered again while a re-plan was
+  // pending or running; still in failed_workers_ until the re-plans end.
+  std::vector<std::string> returning_workers_;
   std::vector<std::string> drained_workers_;  // protected by mu_: out of placement by the admin
   Status placement_status_;                   // protected by mu_
   std::string degraded_;                      // protected by mu_: why no plan runs ("" = none)

@@ -125,7 +125,12 @@ struct Stream {
 
 class Cluster : public ::testing::Test {
  protected:
-  void Launch(int tp, int pp, int workers, double drain_timeout) {
+  // Heartbeats every `heartbeat_interval` s, a worker lost after
+  // `heartbeat_timeout` s of silence; `worker_timeout` bounds every
+  // collective (tessera-worker --timeout).
+  void Launch(int tp, int pp, int workers, double drain_timeout, double heartbeat_interval = 0.2,
+              double heartbeat_timeout = 1.0, double worker_timeout = 3.0) {
+    worker_timeout_ = worker_timeout;
     dir_ = ::tessera::testing::MakeTempDir("tessera-reconf");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     // Keys for the first workers and for those a test starts later.
@@ -134,7 +139,8 @@ class Cluster : public ::testing::Test {
         << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = " << tp << "\npp = " << pp
         << "\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
         << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
-        << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 1.0\n"
+        << "[heartbeat]\ninterval_seconds = " << heartbeat_interval
+        << "\ntimeout_seconds = " << heartbeat_timeout << "\n"
         << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
         << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n"
         << "drain_timeout_seconds = " << drain_timeout << "\n"
@@ -167,7 +173,8 @@ class Cluster : public ::testing::Test {
     const pid_t pid = Spawn(
         ::tessera::testing::Concat({::tessera::testing::BinaryDir() + "/tessera-worker",
                                     "--coordinator", "tcp://127.0.0.1:" + std::to_string(control_),
-                                    "--device", std::to_string(i), "--timeout", "3"},
+                                    "--device", std::to_string(i), "--timeout",
+                                    std::to_string(worker_timeout_)},
                                    keys_.WorkerArgs(i)),
         dir_ + "/worker" + std::to_string(i) + ".log");
     pids_.push_back(pid);
@@ -285,6 +292,7 @@ class Cluster : public ::testing::Test {
 
   std::string dir_, model_;
   int port_ = 0, control_ = 0;
+  double worker_timeout_ = 3.0;
   ::tessera::testing::ControlKeys keys_;
   std::vector<pid_t> pids_;  // [0] = coordinator
   std::unique_ptr<Stream> streams_[kRequests];
@@ -620,6 +628,51 @@ TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
   PrintReplan("coordinator restarted", report);
   EXPECT_NE(report["reason"].get<std::string>().find("adopted"), std::string::npos);
   EXPECT_EQ(report["reused_weight_bytes"], report["weight_bytes"]);
+  EXPECT_EQ(Reference(), want);
+}
+
+// SIGSTOP a stage-0 worker, then SIGCONT it just after it was declared lost
+// (the resumed worker still runs the old plan and keeps its next stage's
+// receive alive with keepalives): the lost worker is fenced, every receive
+// wakes on the plan change, the spare takes the rank, and the cluster serves
+// again within the heartbeat timeout + 3 s with every stream exact.
+TEST_F(Cluster, AStoppedWorkerThatResumesAfterBeingDeclaredLostIsFenced) {
+  // The timings of the acceptance run: lost after 3 s, collectives bounded at
+  // 5 s, so the resumed worker's keepalives reach its next stage before that
+  // stage's receive times out.
+  const double heartbeat_timeout = 3.0;
+  Launch(2, 2, 5, 10.0, 0.5, heartbeat_timeout, 5.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(1);  // stage 0, tp_rank 1
+  const pid_t pid = PidOfRank(1);
+  ASSERT_GT(pid, 0);
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  const auto stopped = Clock::now();
+  kill(pid, SIGSTOP);
+  bool declared = false;
+  while (Since(stopped) < heartbeat_timeout + 5 && !declared) {
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
+      if (w["id"] == victim && w["state"] == "failed") declared = true;
+    if (!declared) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(declared) << CoordinatorLog();
+  // Resume it half a second later, as the acceptance run did (SIGCONT at
+  // 3.5 s): the re-plan has placed the spare by then, and the resumed worker
+  // still runs the old plan.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGCONT);
+  std::printf("SIGCONT %.2f s after SIGSTOP, just after the worker was declared lost\n",
+              Since(stopped));
+  // Serving again: a new plan without the victim, within heartbeat timeout
+  // + 3 s of the stop.
+  const json plan = WaitForPlan(2, 90);
+  const double serving = Since(stopped);
+  std::printf("serving plan %d again %.2f s after SIGSTOP\n", plan.value("plan_version", 0),
+              serving);
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim) << CoordinatorLog();
+  EXPECT_LE(serving, heartbeat_timeout + 3.0) << CoordinatorLog();
+  ExpectStreamsMatch(want);
   EXPECT_EQ(Reference(), want);
 }
 

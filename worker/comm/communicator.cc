@@ -19,4 +19,6 @@ Status Communicator::AllGatherTyped(const void* send, size_t count_per_rank, DTy
 
 Status Communicator::WatchEnqueued(const std::string&) { return Status::Ok(); }
 
+void Communicator::Interrupt(const std::string& /*why*/) {}
+
 }  // namespace tessera

@@ -28,8 +28,9 @@
 // Broadcast/Send/Recv.
 //
 // Thread-safety: a communicator is used by one thread at a time (the thread
-// that runs its rank's forward pass). Distinct communicators may be used
-// concurrently from distinct threads.
+// that runs its rank's forward pass), except Interrupt, which any thread may
+// call at any time. Distinct communicators may be used concurrently from
+// distinct threads.
 #pragma once
 
 #include <cstddef>
@@ -98,6 +99,14 @@ class Communicator {
   // host communicators, whose calls complete before they return.
   virtual Status WatchEnqueued(const std::string& what);
   virtual Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv);
+
+  // Thread-safe, from any thread: makes the call blocked now, if any, and
+  // every later call return kUnavailable naming `why` (the communicator is
+  // broken from then on). The worker uses it when its plan ends while a
+  // receive waits on a peer that will never send (a plan change). Host
+  // communicators implement it; the default does nothing (device
+  // communicators are bounded by their watchdog).
+  virtual void Interrupt(const std::string& why);
 };
 
 }  // namespace tessera

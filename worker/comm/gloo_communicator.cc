@@ -197,10 +197,38 @@ Status GlooCommunicator::Break(Status status) {
   return status;
 }
 
+void GlooCommunicator::Interrupt(const std::string& why) {
+  std::lock_guard<std::mutex> lock(interrupt_mu_);
+  if (interrupted_.empty()) interrupted_ = why.empty() ? "interrupted" : why;
+  for (gloo::transport::UnboundBuffer* b : waiting_) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+}
+
 Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& sends,
                                   const std::vector<Transfer>& recvs, Clock::time_point deadline) {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recv_bufs(recvs.size());
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> send_bufs(sends.size());
+  // Interrupt reaches the buffers below while they are waited on; they are
+  // unregistered before they are destroyed.
+  auto interrupted = [&]() -> std::string {
+    std::lock_guard<std::mutex> lock(interrupt_mu_);
+    return interrupted_;
+  };
+  struct Unregister {
+    GlooCommunicator* self;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(self->interrupt_mu_);
+      self->waiting_.clear();
+    }
+  } unregister{this};
+  auto watch = [&](gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> lock(interrupt_mu_);
+    waiting_.push_back(b);
+  };
+  if (std::string why = interrupted(); !why.empty())
+    return Break(Unavailable(fmt::format("{}: interrupted: {}", Where(op), why)));
   int peer = -1;              // the peer of the step in progress
   const char* step = "post";  // "receive from" / "send to" while waiting
   auto remaining = [&] {
@@ -212,12 +240,14 @@ Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& s
       if (recvs[i].bytes == 0) continue;
       peer = recvs[i].peer;
       recv_bufs[i] = context_->createUnboundBuffer(recvs[i].ptr, recvs[i].bytes);
+      watch(recv_bufs[i].get());
       recv_bufs[i]->recv(peer, recvs[i].slot);
     }
     for (size_t i = 0; i < sends.size(); ++i) {
       if (sends[i].bytes == 0) continue;
       peer = sends[i].peer;
       send_bufs[i] = context_->createUnboundBuffer(sends[i].ptr, sends[i].bytes);
+      watch(send_bufs[i].get());
       send_bufs[i]->send(peer, sends[i].slot);
     }
     step = "waiting for";
@@ -225,6 +255,9 @@ Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& s
       if (!recv_bufs[i]) continue;
       peer = recvs[i].peer;
       if (!recv_bufs[i]->waitRecv(nullptr, remaining())) {
+        if (std::string why = interrupted(); !why.empty())
+          return Break(Unavailable(fmt::format("{}: the receive from {} was interrupted: {}",
+                                               Where(op), PeerName(peer), why)));
         return Break(Internal(
             fmt::format("{}: the receive from {} was aborted", Where(op), PeerName(peer))));
       }
@@ -233,6 +266,9 @@ Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& s
       if (!send_bufs[i]) continue;
       peer = sends[i].peer;
       if (!send_bufs[i]->waitSend(nullptr, remaining())) {
+        if (std::string why = interrupted(); !why.empty())
+          return Break(Unavailable(fmt::format("{}: the send to {} was interrupted: {}", Where(op),
+                                               PeerName(peer), why)));
         return Break(
             Internal(fmt::format("{}: the send to {} was aborted", Where(op), PeerName(peer))));
       }

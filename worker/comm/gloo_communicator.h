@@ -23,13 +23,19 @@
 // itself waiting. Gloo exceptions (gloo::IoException, gloo::EnforceNotMet,
 // ...) are caught here and returned as Status.
 //
-// Thread-safety: as Communicator (one thread at a time per communicator).
-// Communicators sharing a TCP device may run on different threads.
+// Interrupt aborts the waits of the operation in progress (Gloo's
+// abortWaitRecv / abortWaitSend on its unbound buffers) and fails every later
+// one with kUnavailable (the message says "interrupted").
+//
+// Thread-safety: as Communicator (one thread at a time per communicator;
+// Interrupt from any thread). Communicators sharing a TCP device may run on
+// different threads.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +47,7 @@ namespace gloo {
 class Context;
 namespace transport {
 class Device;
+class UnboundBuffer;
 }  // namespace transport
 }  // namespace gloo
 
@@ -100,6 +107,7 @@ class GlooCommunicator : public Communicator {
   Status Send(const void* data, size_t bytes, int peer) override;
   Status Recv(void* data, size_t bytes, int peer) override;
   Status Barrier() override;
+  void Interrupt(const std::string& why) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -138,6 +146,11 @@ class GlooCommunicator : public Communicator {
   std::vector<uint64_t> send_seq_;          // Sends to each peer so far
   std::vector<uint64_t> recv_seq_;          // Recvs from each peer so far
   Status broken_;                           // first failure, OK while usable
+
+  // What Interrupt reaches: the buffers the operation in progress waits on.
+  std::mutex interrupt_mu_;
+  std::vector<gloo::transport::UnboundBuffer*> waiting_;  // guarded by interrupt_mu_
+  std::string interrupted_;  // guarded by interrupt_mu_: Interrupt's reason ("" = none)
 };
 
 }  // namespace tessera

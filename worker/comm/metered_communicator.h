@@ -51,6 +51,7 @@ class MeteredCommunicator : public Communicator {
   Status AllReduceSumTyped(void* data, size_t count, DType dtype) override;
   Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv) override;
   Status WatchEnqueued(const std::string& what) override { return inner_->WatchEnqueued(what); }
+  void Interrupt(const std::string& why) override { inner_->Interrupt(why); }
 
  private:
   enum Op { kAllReduce, kAllGather, kBroadcast, kSend, kRecv, kBarrier, kNumOps };

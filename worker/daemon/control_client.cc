@@ -525,7 +525,9 @@ void ControlClient::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
       const control::RegisterAck& ack = envelope.register_ack();
       const bool again = !ack.accepted() && ack.reason().rfind(kRegisterAgainPrefix, 0) == 0;
       if (again) {
-        deliver = false;
+        // Delivered while registered: the worker drops the plan it runs
+        // (the coordinator declared it lost, or restarted), see on_message.
+        deliver = registered;
         if (registered) {
           // The coordinator does not know us (any more): register again,
           // asking for the same id.

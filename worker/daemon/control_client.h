@@ -61,7 +61,10 @@ struct ControlClientOptions {
   std::chrono::milliseconds linger{200};
   // Largest accepted or sent Envelope, bytes.
   size_t max_message_bytes = kDefaultMaxControlMessageBytes;
-  // Every valid message from the coordinator, RegisterAck included. Optional.
+  // Every valid message from the coordinator, RegisterAck included: also
+  // the refusing one (reason kRegisterAgainPrefix...) that says the
+  // coordinator no longer knows this registered worker (it declared it lost,
+  // or restarted); the client then registers again by itself. Optional.
   std::function<void(const control::Envelope& envelope)> on_message;
   // Each dropped frame with the reason (also logged). Optional.
   std::function<void(const Status& reason)> on_dropped;

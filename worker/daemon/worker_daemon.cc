@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "common/base/load_progress.h"
 #include "common/base/logging.h"
@@ -27,9 +28,62 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(opt
 void WorkerDaemon::OnMessage(const control::Envelope& envelope) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    inbox_.push_back(envelope);
+    const bool again = envelope.has_register_ack() && !envelope.register_ack().accepted() &&
+                       envelope.register_ack().reason().rfind(kRegisterAgainPrefix, 0) == 0;
+    if (again) {
+      // The coordinator no longer knows this worker (it declared it lost, or
+      // restarted): drop the plan now. The control client registers again.
+      if (watch_.version != 0 && !watch_.fenced) {
+        watch_.fenced = true;
+        if (!watch_.end_requested) {
+          watch_.end_requested = true;
+          watch_.end_requested_at = std::chrono::steady_clock::now();
+        }
+        control::Envelope drain;
+        drain.mutable_drain()->set_reason("fenced: " + envelope.register_ack().reason());
+        inbox_.push_front(std::move(drain));  // wakes a stage-0 loop waiting in Next
+      }
+    } else {
+      NotePlanEndLocked(envelope);
+      inbox_.push_back(envelope);
+    }
   }
   cv_.notify_all();
+}
+
+void WorkerDaemon::NotePlanEndLocked(const control::Envelope& e) {
+  if (watch_.version == 0 || watch_.end_requested) return;
+  const bool ends = e.has_drain() || e.has_shutdown() ||
+                    (e.has_assign_shard() && e.assign_shard().plan_version() != watch_.version);
+  if (!ends) return;
+  watch_.end_requested = true;
+  watch_.end_requested_at = std::chrono::steady_clock::now();
+}
+
+void WorkerDaemon::WatchPlanEnds() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (watch_.version == 0 || !watch_.end_requested || watch_.interrupted) {
+      cv_.wait(lock);
+      continue;
+    }
+    const auto due = watch_.fenced
+                         ? watch_.end_requested_at
+                         : watch_.end_requested_at +
+                               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(kPlanEndGraceSeconds));
+    if (std::chrono::steady_clock::now() < due) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    const std::string why =
+        "plan " + std::to_string(watch_.version) +
+        (watch_.fenced ? " was dropped: the coordinator declared this worker lost"
+                       : " was ended by the coordinator");
+    for (Communicator* c : watch_.comms) c->Interrupt(why);
+    watch_.interrupted = true;
+    TESSERA_LOG_INFO("worker", "{}: interrupted {} communicator(s)", why, watch_.comms.size());
+  }
 }
 
 StatusOr<control::Envelope> WorkerDaemon::Next(double timeout_seconds) {
@@ -66,6 +120,20 @@ Status WorkerDaemon::Run() {
   copts.curve_server_key = options_.curve_server_key;
   ControlClient client(copts);
   TESSERA_RETURN_IF_ERROR(client.Connect(options_.coordinator));
+  // Interrupts the receives of a plan the coordinator ended (see Fencing).
+  std::thread watcher([this] { WatchPlanEnds(); });
+  struct StopWatcher {
+    WorkerDaemon* self;
+    std::thread& thread;
+    ~StopWatcher() {
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->stopping_ = true;
+      }
+      self->cv_.notify_all();
+      thread.join();
+    }
+  } stop_watcher{this, watcher};
   // What this worker offers: its device (a GPU when the backend is "cuda",
   // or "auto" and GPU `device` is visible) and the host's topology report
   // (worker/daemon/worker_registration.h), and the address its Gloo device uses.
@@ -134,8 +202,33 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
                           ", rank " + std::to_string(assign.world_rank()) + ", stage " +
                           std::to_string(assign.stage()) + ", tp_rank " +
                           std::to_string(assign.tp_rank()) + ")";
+  // The plan is watched (see Fencing) from here to the end of ServePlan.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_ = PlanWatch();
+    watch_.version = assign.plan_version();
+    for (const control::Envelope& e : inbox_) NotePlanEndLocked(e);
+  }
+  struct Unwatch {
+    WorkerDaemon* self;
+    ~Unwatch() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->watch_ = PlanWatch();
+    }
+  } unwatch{this};
+  // True once the coordinator ended the plan and its communicators were
+  // interrupted, or it declared this worker lost: a failure then is the end
+  // of the plan, not a fault to report.
+  auto ended_by_coordinator = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watch_.interrupted || watch_.fenced;
+  };
   auto fail = [&](const Status& s) {
     Status full = s.WithContext(who);
+    if (ended_by_coordinator()) {
+      TESSERA_LOG_INFO("worker", "{}: plan ended by the coordinator ({})", who, full.ToString());
+      return Status::Ok();
+    }
     client.Send(ErrorEnvelope(full, assign.plan_version())).IgnoreError();
     hb.set_state(control::WORKER_STATE_FAILED);
     client.SetHeartbeat(hb);
@@ -169,6 +262,22 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   pgo.key_prefix = assign.gloo().key_prefix();
   auto pg = ProcessGroup::Create(**store, pgo);
   if (!pg.ok()) return fail(pg.status());
+  {
+    // The watcher may interrupt these until `unwatch_comms` (declared after
+    // `pg`, so it runs before they are freed) takes them back.
+    std::lock_guard<std::mutex> lock(mu_);
+    if ((*pg)->tp()) watch_.comms.push_back((*pg)->tp());
+    if ((*pg)->prev_stage()) watch_.comms.push_back((*pg)->prev_stage());
+    for (Communicator* c : (*pg)->next_stage_links()) watch_.comms.push_back(c);
+    for (Communicator* c : (*pg)->return_links()) watch_.comms.push_back(c);
+  }
+  struct UnwatchComms {
+    WorkerDaemon* self;
+    ~UnwatchComms() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->watch_.comms.clear();
+    }
+  } unwatch_comms{this};
   auto config = LoadModelConfig(assign.model_path());
   if (!config.ok()) return fail(config.status());
   auto dtype = ParseRuntimeDType(assign.dtype(), *config);
@@ -339,6 +448,14 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     if (e.has_shutdown() || e.has_drain() || e.has_assign_shard()) {
       const bool drain = e.has_drain();
       if (!drain) PushFront(std::move(e));  // the outer loop acts on it
+      if (ended_by_coordinator()) {
+        // Declared lost: the old plan's peers have moved on; send them nothing.
+        TESSERA_LOG_WARN("worker",
+                         "{}: dropped the plan: the coordinator declared this worker "
+                         "lost",
+                         who);
+        return Status::Ok();
+      }
       Status s = SendShutdownDownstream(sender.get());
       if (!s.ok()) return fail(s.WithContext("ending the plan down the pipeline"));
       TESSERA_LOG_INFO("worker", "{}: plan ended{}", who, drain ? " (drain)" : "");

@@ -26,6 +26,16 @@
 // owner thread per device); the ControlClient's thread owns the ZeroMQ
 // socket and hands messages over through a bounded queue.
 //
+// Fencing: when the coordinator ends a plan (a Drain, a newer AssignShard or
+// a Shutdown) the end normally comes down the pipeline from stage 0; a later
+// stage whose receive waits on a peer that will never send (a stage-0 worker
+// that was declared lost, then resumed, still keepalive-ing the old plan; or
+// one that is stopped) has its plan's communicators interrupted after
+// kPlanEndGraceSeconds, so every receive wakes on a plan change. A worker the
+// coordinator declared lost (its RegisterAck says "register again") drops its
+// plan at once, sending nothing more to the old plan's peers, and registers
+// again as an idle worker. Neither is reported as an Error.
+//
 // Errors: a failed load or step (a lost peer, a collective timeout) is
 // reported to the coordinator as an Error naming this worker's rank and the
 // plan version; the worker then drops the plan's communicators and waits for
@@ -33,11 +43,13 @@
 // Shutdown or when the control plane itself fails.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/base/status.h"
 #include "common/metrics/metrics_registry.h"
@@ -50,6 +62,11 @@
 namespace tessera {
 
 class ControlClient;
+class Communicator;
+
+// After the coordinator ends a plan, how long a rank waits for the end to
+// come down the pipeline before it interrupts its plan's receives.
+inline constexpr double kPlanEndGraceSeconds = 0.5;
 
 struct WorkerDaemonOptions {
   std::string coordinator;  // "tcp://HOST:PORT"
@@ -93,6 +110,11 @@ class WorkerDaemon {
   // the first failure (already reported to the coordinator).
   Status ServePlan(ControlClient& client, control::Heartbeat& hb,
                    const control::AssignShard& assign, const std::string& worker_id);
+  // The watcher thread: interrupts the communicators of a plan whose end was
+  // requested (after kPlanEndGraceSeconds; at once when fenced).
+  void WatchPlanEnds();
+  // Marks the plan served now as ending when `e` ends it. mu_ held.
+  void NotePlanEndLocked(const control::Envelope& e);
 
   WorkerDaemonOptions options_;
   // Main thread only. The rank's backend carries over from plan to plan
@@ -107,6 +129,18 @@ class WorkerDaemon {
   std::condition_variable cv_;
   std::deque<control::Envelope> inbox_;     // protected by mu_
   std::unique_ptr<WorkerMetrics> metrics_;  // when options_.metrics is set
+
+  // The plan being served, as the watcher thread sees it (protected by mu_).
+  struct PlanWatch {
+    uint64_t version = 0;              // 0 = none
+    std::vector<Communicator*> comms;  // the plan's communicators (owned by ServePlan)
+    bool end_requested = false;        // a Drain, newer AssignShard or Shutdown arrived
+    std::chrono::steady_clock::time_point end_requested_at;
+    bool fenced = false;       // the coordinator declared this worker lost
+    bool interrupted = false;  // comms were interrupted
+  };
+  PlanWatch watch_;        // protected by mu_
+  bool stopping_ = false;  // protected by mu_: Run is returning
 };
 
 }  // namespace tessera

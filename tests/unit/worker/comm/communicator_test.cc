@@ -315,6 +315,42 @@ TEST_F(CommunicatorTest, SilentRankTimesOutNamingIt) {
   ExpectAllSucceeded(outcomes);
 }
 
+// Interrupt from another thread wakes a receive that waits on a peer that
+// will never send (the worker's plan ended), long before the timeout, and
+// fails every later call of the communicator.
+TEST_F(CommunicatorTest, InterruptWakesABlockedReceive) {
+  constexpr double kTimeout = 20.0;
+  const int p = port();
+  const std::string group = group_;
+  auto outcomes = testing::RunRanks(2, [&](int rank) -> std::string {
+    auto comm = Join(p, group, rank, 2, kTimeout);
+    RANK_CHECK_OK(comm.status());
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never sends
+      return "";
+    }
+    GlooCommunicator* c = comm->get();
+    std::thread interrupter([c] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c->Interrupt("plan 3 ended");
+    });
+    std::vector<uint8_t> buf(64);
+    const auto start = Clock::now();
+    Status s = c->Recv(buf.data(), buf.size(), 1);
+    const double took = SecondsSince(start);
+    interrupter.join();
+    RANK_CHECK_MSG(s.code() == StatusCode::kUnavailable, s.ToString());
+    RANK_CHECK_MSG(s.message().find("interrupted: plan 3 ended") != std::string::npos,
+                   s.ToString());
+    RANK_CHECK_MSG(took >= 0.15 && took < 2.0, std::to_string(took) + " s: " + s.ToString());
+    Status later = c->Send(buf.data(), buf.size(), 1);
+    RANK_CHECK_MSG(!later.ok() && later.message().find("plan 3 ended") != std::string::npos,
+                   later.ToString());
+    return "";
+  });
+  ExpectAllSucceeded(outcomes);
+}
+
 // A rank that never joins: the others' Create fails within the connect
 // timeout, naming the store key of the missing rank.
 TEST_F(CommunicatorTest, MissingRankFailsRendezvous) {
