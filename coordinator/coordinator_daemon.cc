@@ -223,6 +223,10 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 constexpr double kLoadTimeoutSeconds = 120.0;
 // Consecutive failed re-fits before the cluster is reported degraded.
 constexpr int kMaxFitAttempts = 3;
+// A worker a survivor saw disconnect is declared lost unless it is heard
+// from within this long (a live rank that broke its own communicator reports
+// its own Error at once; a killed one says nothing).
+constexpr double kAccusedSilenceSeconds = 0.2;
 
 }  // namespace
 
@@ -741,7 +745,9 @@ void CoordinatorDaemon::ResumeScheduler() {
   work_cv_.notify_all();
 }
 
-void CoordinatorDaemon::RequestReplan(const std::string& reason, bool fault) {
+void CoordinatorDaemon::RequestReplan(
+    const std::string& reason, bool fault, bool culprit_known,
+    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
   // One pending re-fit covers every fault reported before it runs.
@@ -749,11 +755,15 @@ void CoordinatorDaemon::RequestReplan(const std::string& reason, bool fault) {
     if (!j.target && !j.res) {
       j.reason += "; " + reason;
       j.fault |= fault;
+      j.culprit_known |= culprit_known;
+      for (auto& a : accused) j.accused.push_back(std::move(a));
       return;
     }
   PlanJob job;
   job.reason = reason;
   job.fault = fault;
+  job.culprit_known = culprit_known;
+  job.accused = std::move(accused);
   job.plan_version = plan_version_;
   job.raised = std::chrono::steady_clock::now();
   jobs_.push_back(std::move(job));
@@ -808,6 +818,39 @@ bool CoordinatorDaemon::PlanUnchanged(const ParallelConfig& target,
   for (size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i].worker_id != assignments_[i].worker_id) return false;
   return true;
+}
+
+bool CoordinatorDaemon::SettleAccusations(const PlanJob& job) {
+  bool declared = false;
+  for (const auto& [worker, at] : job.accused) {
+    const auto deadline = at + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(kAccusedSilenceSeconds));
+    bool spoke = false, known = false;
+    while (true) {
+      const double since_accused = SecondsSince(at);
+      known = false;
+      for (const ControlWorkerInfo& w : control_->Workers()) {
+        if (w.worker_id != worker || !w.alive) continue;
+        known = true;
+        spoke = w.seconds_since_last_message < since_accused;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      // An Error of its own (state failed) says it is alive and broke its
+      // communicator itself, whenever it arrived.
+      auto st = states_.find(worker);
+      spoke |= st != states_.end() && st->second == control::WORKER_STATE_FAILED;
+      if (!known || spoke || std::chrono::steady_clock::now() >= deadline) break;
+      if (cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; }))
+        return declared;
+    }
+    if (!known || spoke) continue;  // lost already, or alive
+    const std::string reason = "a survivor saw its connection break and it stayed silent";
+    if (control_->DeclareLost(worker, reason)) {
+      MarkWorkerLost(worker, reason);
+      declared = true;
+    }
+  }
+  return declared;
 }
 
 void CoordinatorDaemon::AwaitLiveness(std::chrono::steady_clock::time_point since) {
@@ -872,7 +915,11 @@ void CoordinatorDaemon::RunJob(PlanJob job) {
   // fault: the plan is broken), the rest are re-queued.
   PauseScheduler(job.fault ? 0.0 : config_.scheduler.drain_timeout_seconds);
   const double drain_seconds = SecondsSince(t0);
-  if (job.fault) AwaitLiveness(job.raised);
+  // A known culprit (declared lost by its heartbeats, or a silent worker a
+  // survivor saw disconnect) needs no wait; otherwise (a timeout) wait until
+  // every worker was heard from, so no rank lands on a dead one.
+  const bool culprit = SettleAccusations(job) || job.culprit_known;
+  if (job.fault && !culprit) AwaitLiveness(job.raised);
   const double detect_seconds = SecondsSince(job.raised);
   int requeued = 0;
   {
@@ -1139,13 +1186,22 @@ void CoordinatorDaemon::OnControlMessage(const ControlPeer& peer, const control:
       cv_.notify_all();
       return;
     }
+    // Peers whose connection to it broke: suspects, declared lost unless
+    // they speak at once (SettleAccusations).
+    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused;
+    const auto now = std::chrono::steady_clock::now();
+    for (uint32_t r : e.error().lost_peer_world_ranks())
+      for (const Assignment& a : assignments_)
+        if (a.world_rank == static_cast<int>(r) && a.worker_id != peer.worker_id)
+          accused.emplace_back(a.worker_id, now);
     lock.unlock();
     {
       std::lock_guard<std::mutex> el(exec_mu_);
       if (executor_) executor_->OnWorkerFailed(peer.worker_id, ErrorToStatus(e.error()));
     }
     // A hung or broken collective: rebuild the plan's communicators.
-    RequestReplan("worker " + peer.worker_id + " reported: " + e.error().message(), true);
+    RequestReplan("worker " + peer.worker_id + " reported: " + e.error().message(), true, false,
+                  std::move(accused));
     return;
   }
   cv_.notify_all();
@@ -1162,22 +1218,28 @@ void CoordinatorDaemon::OnWorkerForgotten(const std::string& worker_id) {
 }
 
 void CoordinatorDaemon::OnWorkerLost(const std::string& worker_id) {
-  TESSERA_LOG_ERROR("coordinator", "worker {} missed its heartbeats: marked failed", worker_id);
+  MarkWorkerLost(worker_id, "missed heartbeats");
+}
+
+void CoordinatorDaemon::MarkWorkerLost(const std::string& worker_id, const std::string& reason) {
+  TESSERA_LOG_ERROR("coordinator", "worker {} lost ({}): marked failed", worker_id, reason);
   bool in_plan = false, serving = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    failed_workers_.push_back(worker_id);
+    if (std::find(failed_workers_.begin(), failed_workers_.end(), worker_id) ==
+        failed_workers_.end())
+      failed_workers_.push_back(worker_id);
     for (const Assignment& a : assignments_) in_plan |= a.worker_id == worker_id;
     serving = serving_;
     cv_.notify_all();
   }
   {
     std::lock_guard<std::mutex> lock(exec_mu_);
-    if (executor_) executor_->OnWorkerFailed(worker_id, Unavailable("missed heartbeats"));
+    if (executor_) executor_->OnWorkerFailed(worker_id, Unavailable(reason));
   }
   if (in_plan && serving) {
     ready_.store(false);
-    RequestReplan("worker " + worker_id + " lost (missed heartbeats)", true);
+    RequestReplan("worker " + worker_id + " lost (" + reason + ")", true, /*culprit_known=*/true);
   }
 }
 

@@ -123,6 +123,14 @@ class CoordinatorDaemon {
     bool fault = false;         // the running plan is broken: no drain wait
     uint64_t plan_version = 0;  // the plan running when the fault was raised
     std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
+    // The fault's lost worker is known (declared lost): the re-plan need not
+    // wait to hear from every worker (AwaitLiveness).
+    bool culprit_known = false;
+    // Workers whose connection a survivor saw break (Error.lost_peer_
+    // world_ranks), with when: declared lost unless they speak within
+    // kAccusedSilenceSeconds (a live rank that broke its own communicator
+    // reports its own Error at once).
+    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused;
   };
   enum class Gate { kRunning, kDraining, kPaused };
 
@@ -180,8 +188,16 @@ class CoordinatorDaemon {
   void AwaitLiveness(std::chrono::steady_clock::time_point since);
   void PauseScheduler(double drain_seconds);
   void ResumeScheduler();
-  // Queues a re-fit of the wanted layout (any thread).
-  void RequestReplan(const std::string& reason, bool fault);
+  // Queues a re-fit of the wanted layout (any thread); merges into a pending
+  // re-fit. See PlanJob for `culprit_known` and `accused`.
+  void RequestReplan(
+      const std::string& reason, bool fault, bool culprit_known = false,
+      std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused = {});
+  // Declares lost the accused workers that stayed silent; true if any was.
+  bool SettleAccusations(const PlanJob& job);
+  // Marks `worker_id` failed (it was declared lost for `reason`) and re-plans
+  // if it ran a rank of the serving plan.
+  void MarkWorkerLost(const std::string& worker_id, const std::string& reason);
   void SchedulerLoop();
   void OnControlMessage(const ControlPeer& peer, const control::Envelope& envelope);
   void OnWorkerLost(const std::string& worker_id);

@@ -274,6 +274,9 @@ Status ValidateError(const control::Error& e) {
   if (e.code() == control::ERROR_CODE_UNSPECIFIED || !control::ErrorCode_IsValid(e.code()))
     return InvalidArgument("code " + SNum(e.code()) + " is unspecified or unknown");
   if (e.message().empty()) return InvalidArgument("message is empty");
+  if (e.lost_peer_world_ranks_size() > kMaxLostPeers)
+    return InvalidArgument("lost_peer_world_ranks has " + SNum(e.lost_peer_world_ranks_size()) +
+                           " entries, more than " + SNum(kMaxLostPeers));
   return Status::Ok();
 }
 

@@ -40,6 +40,9 @@ inline constexpr char kRegisterAgainPrefix[] = "register again: ";
 // Longest accepted worker id, bytes. Ids use [A-Za-z0-9._:@-] only, so they
 // print safely in logs and URLs.
 inline constexpr size_t kMaxWorkerIdBytes = 128;
+// Most Error.lost_peer_world_ranks entries (a rank talks to its tp group,
+// its pipeline neighbours and the stage-0 ranks it returns tokens to).
+inline constexpr int kMaxLostPeers = 1024;
 
 // Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES in nccl.h), bytes.
 inline constexpr size_t kNcclUniqueIdBytes = 128;

@@ -249,6 +249,22 @@ void ControlServer::Stop() {
   s.running = false;
 }
 
+bool ControlServer::DeclareLost(const std::string& worker_id, const std::string& reason) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.registry_mu);
+    auto it = s.by_worker_id.find(worker_id);
+    if (it == s.by_worker_id.end()) return false;
+    Impl::Record& rec = s.records[it->second];
+    if (!rec.alive) return false;
+    rec.alive = false;
+    rec.lost_at = Clock::now();
+  }
+  ++s.counters.workers_lost;
+  TESSERA_LOG_WARN(kLog, "worker '{}' declared lost: {}", worker_id, reason);
+  return true;
+}
+
 Status ControlServer::Send(const std::string& worker_id, control::Envelope envelope) {
   Impl& s = *impl_;
   if (!s.running.load()) return FailedPrecondition("control server is not running");

@@ -179,6 +179,12 @@ class ControlServer {
   std::vector<ControlWorkerInfo> Workers() const;
   ControlServerStats stats() const;
 
+  // Thread-safe: declares `worker_id` lost now, as a heartbeat timeout does
+  // (its later messages are refused with "register again"), logging
+  // `reason`. Does not call on_worker_lost: the caller acts on the loss.
+  // Returns false when no such worker is registered or it was lost already.
+  bool DeclareLost(const std::string& worker_id, const std::string& reason);
+
   // Stops the owner thread and closes the socket, delivering queued messages
   // for up to options.linger. Idempotent. Not from a callback.
   void Stop();

@@ -676,5 +676,42 @@ TEST_F(Cluster, AStoppedWorkerThatResumesAfterBeingDeclaredLostIsFenced) {
   EXPECT_EQ(Reference(), want);
 }
 
+// kill -9 a worker with a long heartbeat timeout (3 s): its peers see the
+// connection break within milliseconds and say so in their Errors, so it is
+// declared lost and the spare takes its rank long before its heartbeats would
+// have timed out, and the re-plan after the fault waits for nothing.
+TEST_F(Cluster, AKilledWorkerIsDeclaredLostWhenItsPeersSeeItsConnectionBreak) {
+  const double heartbeat_timeout = 3.0;
+  Launch(2, 2, 5, 10.0, 0.5, heartbeat_timeout, 5.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(3);  // stage 1, tp_rank 1
+  const pid_t pid = PidOfRank(3);
+  ASSERT_GT(pid, 0);
+  StartStreams();
+  ASSERT_TRUE(StreamsHaveTokens(3));
+  const auto killed = Clock::now();
+  kill(pid, SIGKILL);
+  double declared = -1;
+  while (Since(killed) < heartbeat_timeout + 5 && declared < 0) {
+    for (const json& w : json(Get("/admin/cluster")["workers"]))
+      if (w["id"] == victim && w["state"] == "failed") declared = Since(killed);
+    if (declared < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::printf("killed worker declared lost after %.2f s (heartbeat timeout %.1f s)\n", declared,
+              heartbeat_timeout);
+  ASSERT_GE(declared, 0) << CoordinatorLog();
+  EXPECT_LT(declared, 1.0) << CoordinatorLog();
+  const json plan = WaitForPlan(2, 60);
+  const double serving = Since(killed);
+  std::printf("serving plan %d again %.2f s after kill -9\n", plan.value("plan_version", 0),
+              serving);
+  EXPECT_LT(serving, heartbeat_timeout) << CoordinatorLog();
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
+  const json report = plan["history"].back();
+  PrintReplan("kill -9 rank 3 (3 s heartbeat timeout)", report);
+  EXPECT_LT(report.value("drain_seconds", 99.0), 0.1) << report.dump();
+  ExpectStreamsMatch(want);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -21,4 +21,6 @@ Status Communicator::WatchEnqueued(const std::string&) { return Status::Ok(); }
 
 void Communicator::Interrupt(const std::string& /*why*/) {}
 
+std::vector<int> Communicator::LostPeerWorldRanks() const { return {}; }
+
 }  // namespace tessera

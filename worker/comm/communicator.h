@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
@@ -107,6 +108,11 @@ class Communicator {
   // communicators implement it; the default does nothing (device
   // communicators are bounded by their watchdog).
   virtual void Interrupt(const std::string& why);
+
+  // Thread-safe: the world ranks of peers whose connection broke in a failed
+  // call (kUnavailable: closed or reset, not a timeout), in the order seen;
+  // empty for communicators that do not know world ranks.
+  virtual std::vector<int> LostPeerWorldRanks() const;
 };
 
 }  // namespace tessera

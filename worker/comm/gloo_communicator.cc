@@ -206,6 +206,11 @@ void GlooCommunicator::Interrupt(const std::string& why) {
   }
 }
 
+std::vector<int> GlooCommunicator::LostPeerWorldRanks() const {
+  std::lock_guard<std::mutex> lock(interrupt_mu_);
+  return lost_peers_;
+}
+
 Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& sends,
                                   const std::vector<Transfer>& recvs, Clock::time_point deadline) {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recv_bufs(recvs.size());
@@ -278,6 +283,10 @@ Status GlooCommunicator::Exchange(const char* op, const std::vector<Transfer>& s
     if (Clock::now() >= deadline || msg.find("Timed out") != std::string::npos) {
       return Break(DeadlineExceeded(fmt::format("{}: timed out after {:.1f} s {} {}", Where(op),
                                                 options_.timeout_seconds, step, PeerName(peer))));
+    }
+    if (peer >= 0 && !options_.world_ranks.empty() && interrupted().empty()) {
+      std::lock_guard<std::mutex> lock(interrupt_mu_);
+      lost_peers_.push_back(options_.world_ranks[static_cast<size_t>(peer)]);
     }
     return Break(Unavailable(
         fmt::format("{}: lost the connection to {} ({})", Where(op), PeerName(peer), msg)));

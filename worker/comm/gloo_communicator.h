@@ -108,6 +108,7 @@ class GlooCommunicator : public Communicator {
   Status Recv(void* data, size_t bytes, int peer) override;
   Status Barrier() override;
   void Interrupt(const std::string& why) override;
+  std::vector<int> LostPeerWorldRanks() const override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -148,9 +149,10 @@ class GlooCommunicator : public Communicator {
   Status broken_;                           // first failure, OK while usable
 
   // What Interrupt reaches: the buffers the operation in progress waits on.
-  std::mutex interrupt_mu_;
+  mutable std::mutex interrupt_mu_;
   std::vector<gloo::transport::UnboundBuffer*> waiting_;  // guarded by interrupt_mu_
-  std::string interrupted_;  // guarded by interrupt_mu_: Interrupt's reason ("" = none)
+  std::string interrupted_;      // guarded by interrupt_mu_: Interrupt's reason ("" = none)
+  std::vector<int> lost_peers_;  // guarded by interrupt_mu_: world ranks, see LostPeerWorldRanks
 };
 
 }  // namespace tessera

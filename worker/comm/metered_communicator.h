@@ -52,6 +52,7 @@ class MeteredCommunicator : public Communicator {
   Status AllGatherTyped(const void* send, size_t count_per_rank, DType dtype, void* recv) override;
   Status WatchEnqueued(const std::string& what) override { return inner_->WatchEnqueued(what); }
   void Interrupt(const std::string& why) override { inner_->Interrupt(why); }
+  std::vector<int> LostPeerWorldRanks() const override { return inner_->LostPeerWorldRanks(); }
 
  private:
   enum Op { kAllReduce, kAllGather, kBroadcast, kSend, kRecv, kBarrier, kNumOps };

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -104,10 +105,15 @@ void WorkerDaemon::PushFront(control::Envelope envelope) {
 
 namespace {
 
-control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version) {
+control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version,
+                                const std::vector<int>& lost_peers = {}) {
   control::Envelope e;
   *e.mutable_error() = StatusToError(s);
   e.mutable_error()->set_plan_version(plan_version);
+  for (int r : lost_peers) {
+    if (e.error().lost_peer_world_ranks_size() >= kMaxLostPeers) break;
+    e.mutable_error()->add_lost_peer_world_ranks(static_cast<uint32_t>(r));
+  }
   return e;
 }
 
@@ -229,7 +235,17 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
       TESSERA_LOG_INFO("worker", "{}: plan ended by the coordinator ({})", who, full.ToString());
       return Status::Ok();
     }
-    client.Send(ErrorEnvelope(full, assign.plan_version())).IgnoreError();
+    // Peers whose connection broke: the coordinator may declare them lost
+    // at once (a killed rank) instead of waiting for their heartbeats.
+    std::vector<int> lost_peers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Communicator* c : watch_.comms)
+        for (int r : c->LostPeerWorldRanks())
+          if (std::find(lost_peers.begin(), lost_peers.end(), r) == lost_peers.end())
+            lost_peers.push_back(r);
+    }
+    client.Send(ErrorEnvelope(full, assign.plan_version(), lost_peers)).IgnoreError();
     hb.set_state(control::WORKER_STATE_FAILED);
     client.SetHeartbeat(hb);
     return full;
