@@ -248,20 +248,6 @@ const char* RopeTypeName(RopeType type) {
   return "?";
 }
 
-int64_t ModelConfig::LayerParameterCount() const {
-  const int64_t q = num_attention_heads * head_dim;
-  const int64_t kv = num_key_value_heads * head_dim;
-  int64_t n = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;  // q, k, v, o weights
-  if (attention_bias) {
-    n += q + 2 * kv;                                             // q, k, v biases
-    if (architecture != Architecture::kQwen2) n += hidden_size;  // o bias (Llama only)
-  }
-  n += 3 * hidden_size * intermediate_size;  // gate, up, down
-  if (mlp_bias) n += 2 * intermediate_size + hidden_size;
-  n += 2 * hidden_size;  // input_layernorm, post_attention_layernorm
-  return n;
-}
-
 int64_t ModelConfig::KvBytesPerTokenPerLayer(DType dtype) const {
   return 2 * num_key_value_heads * head_dim * static_cast<int64_t>(DTypeSize(dtype));
 }

@@ -66,12 +66,8 @@ struct ModelConfig {
   // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
   DType torch_dtype = DType::kF32;
 
-  // Number of parameters (elements, not bytes) of one decoder layer:
-  // q/k/v/o projections (hidden x heads*head_dim, hidden x kv_heads*head_dim
-  // twice, heads*head_dim x hidden) plus their biases per attention_bias, the
-  // gate/up/down MLP (3 x hidden x intermediate) plus biases per mlp_bias, and
-  // the two RMSNorm weights (2 x hidden). Multiply by DTypeSize for bytes.
-  int64_t LayerParameterCount() const;
+  // Parameter counts are sums over the family's tensor table:
+  // LayerParameterCount / ModelParameterCount in common/model/tensor_roles.h.
   // Bytes of K and V for one token in one layer at `dtype`:
   // 2 * num_key_value_heads * head_dim * DTypeSize(dtype).
   int64_t KvBytesPerTokenPerLayer(DType dtype) const;

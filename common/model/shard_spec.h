@@ -1,8 +1,10 @@
 // ShardSpec: exactly which slice of which checkpoint tensor one rank loads,
 // for tensor (tp) + pipeline (pp) parallel Llama / Mistral / Qwen2 models.
 //
-// The rules (Megatron-LM style tensor parallelism; docs/shard_spec.md has the
-// diagrams):
+// Which tensors a family has, their HF names, shapes and split kinds come from
+// its table in common/model/tensor_roles.h; ShardSpec turns a table into one
+// rank's ranges. The rules (Megatron-LM style tensor parallelism;
+// docs/shard_spec.md has the diagrams):
 //  - Column-parallel (split output dim 0): q_proj, k_proj, v_proj, gate_proj,
 //    up_proj. A column-parallel bias follows its weight's split.
 //  - Row-parallel (split input dim 1): o_proj, down_proj. Their partial
@@ -15,9 +17,10 @@
 //    vocab_size from the checkpoint. Padding rows are zero; the embedding
 //    lookup never hits them (token ids < vocab_size) and their logits are
 //    masked to -inf before sampling / dropped after the all-gather.
-//  - Biases, as transformers' modeling code has them: Llama q/k/v/o_proj.bias
-//    when attention_bias, gate/up/down_proj.bias when mlp_bias; Qwen2
-//    q/k/v_proj.bias when attention_bias (no o_proj bias); Mistral none.
+//  - Biases, as the family tables have them (from transformers' modeling
+//    code): Llama q/k/v/o_proj.bias when attention_bias, gate/up/down_proj.bias
+//    when mlp_bias; Qwen2 q/k/v_proj.bias when attention_bias (no o_proj bias);
+//    Mistral none.
 //  - Replicated: the RMSNorm weights (input_layernorm,
 //    post_attention_layernorm, model.norm).
 //  - KV heads: with num_key_value_heads >= tp, rank r holds KV heads
@@ -34,7 +37,8 @@
 //    also holds model.embed_tokens, the last stage model.norm and lm_head.
 //    With tie_word_embeddings there is no lm_head.weight in the checkpoint: the
 //    last stage reads its vocab slice of model.embed_tokens.weight and binds it
-//    as the lm_head (name "model.embed_tokens.weight", role "lm_head.weight").
+//    as the lm_head (role kLmHead, name "model.embed_tokens.weight",
+//    role_name "lm_head.weight").
 //    A tied model with pp > 1 thus holds the embedding on the first stage and
 //    again on the last; with pp == 1 the two entries read the same slice and
 //    are held once (WeightBytes counts them once).
@@ -47,34 +51,33 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "common/format/model_config.h"
 #include "common/model/parallel_config.h"
+#include "common/model/tensor_roles.h"
 
 namespace tessera {
 
-enum class SplitKind {
-  kReplicated,      // every rank of the stage holds the whole tensor
-  kColumnParallel,  // split along output dim 0
-  kRowParallel,     // split along input dim 1
-  kVocabParallel,   // split along vocab dim 0, vocab padded to a multiple of tp
-};
-// "replicated", "column-parallel", "row-parallel", "vocab-parallel".
-const char* SplitKindName(SplitKind kind);
-
-// One tensor a rank loads: which checkpoint tensor, which range of it, and the
-// shape it is held in.
+// One tensor a rank loads: which weight of the model it is (role, layer),
+// which checkpoint tensor and which range of it is read, and the shape it is
+// held in.
 struct TensorShard {
+  // The weight this shard is bound to in the model (the loader binds it by
+  // this), and for per-layer roles the global decoder layer (-1 for
+  // embed_tokens, the final norm and lm_head).
+  TensorRole role = TensorRole::kEmbedTokens;
+  int layer = -1;
   // The checkpoint (HF safetensors) tensor to read, e.g.
   // "model.layers.3.self_attn.q_proj.weight".
   std::string name;
-  // The logical weight this shard is bound to in the model: equal to `name`,
-  // except for a tied lm_head, where name is "model.embed_tokens.weight" and
-  // role is "lm_head.weight". ShardSpec::Find looks shards up by role.
-  std::string role;
+  // The role's own HF name (RoleTensorName): equal to `name`, except for a
+  // tied lm_head, where name is "model.embed_tokens.weight" and role_name is
+  // "lm_head.weight". Unique on a rank; ShardSpec::Find(string) looks it up.
+  std::string role_name;
   SplitKind kind = SplitKind::kReplicated;
   // Shape of the whole checkpoint tensor, e.g. [heads*head_dim, hidden].
   std::vector<int64_t> full_shape;
@@ -113,10 +116,14 @@ class ShardSpec {
   // (the tied embedding with pp == 1) are one buffer bound to two roles.
   const std::vector<TensorShard>& tensors() const { return tensors_; }
 
-  // The shard bound to `role` (an HF tensor name, or "lm_head.weight" for the
-  // output projection, tied or not). Errors: kNotFound naming the role, the
+  // The shard bound to `role` of decoder layer `layer` (-1 for the roles that
+  // are not per-layer). Errors: kNotFound naming the role, the layer, the
   // rank, its stage and its layer range.
-  StatusOr<const TensorShard*> Find(std::string_view role) const;
+  StatusOr<const TensorShard*> Find(TensorRole role, int layer = -1) const;
+  // The shard whose role_name is `role_name` (an HF tensor name, or
+  // "lm_head.weight" for the output projection, tied or not). Errors:
+  // kNotFound naming the name, the rank, its stage and its layer range.
+  StatusOr<const TensorShard*> Find(std::string_view role_name) const;
 
   // Bytes this rank holds when weights are stored as `dtype`: the sum of
   // local_numel() * DTypeSize(dtype) over distinct (name, begin, end), padding
@@ -165,9 +172,12 @@ class ShardSpec {
 
  private:
   ShardSpec() = default;
+  // "tensor <what> is not held by rank 3 (stage 1, ...)".
+  std::string NotHeld(const std::string& what) const;
 
   std::vector<TensorShard> tensors_;
-  std::map<std::string, size_t, std::less<>> by_role_;
+  std::map<std::string, size_t, std::less<>> by_role_name_;
+  std::map<std::pair<TensorRole, int>, size_t> by_role_;
   int rank_ = 0;
   int stage_ = 0;
   int tp_rank_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/model/tensor_roles.h"
+
 namespace tessera {
 
 ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_dtype) {
@@ -16,16 +18,12 @@ ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_d
   s.tied = m.tie_word_embeddings;
   s.dtype_bytes = static_cast<double>(DTypeSize(weight_dtype));
   s.kv_dtype_bytes = static_cast<double>(DTypeSize(kv_dtype));
-  s.layer_params = static_cast<double>(m.LayerParameterCount());
+  s.layer_params = static_cast<double>(LayerParameterCount(m));
   s.layer_bytes = s.layer_params * s.dtype_bytes;
   // Replicated on every tp rank: the two RMSNorm weights, and the
   // row-parallel biases (o_proj for Llama with attention_bias, down_proj with
-  // mlp_bias).
-  double replicated = 2.0 * static_cast<double>(m.hidden_size);
-  if (m.attention_bias && m.architecture != Architecture::kQwen2)
-    replicated += static_cast<double>(m.hidden_size);
-  if (m.mlp_bias) replicated += static_cast<double>(m.hidden_size);
-  s.layer_replicated_bytes = replicated * s.dtype_bytes;
+  // mlp_bias), as the family's tensor table has them.
+  s.layer_replicated_bytes = static_cast<double>(LayerReplicatedParameterCount(m)) * s.dtype_bytes;
   s.embed_bytes =
       static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) * s.dtype_bytes;
   return s;

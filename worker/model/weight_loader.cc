@@ -1,57 +1,74 @@
 #include "worker/model/weight_loader.h"
 
-#include <charconv>
 #include <cstring>
 #include <map>
-#include <string_view>
+#include <string>
 #include <tuple>
 
 namespace tessera {
 
 namespace {
 
-// Binds a shard role ("model.layers.3.self_attn.q_proj.weight") to the field
-// of StageWeights it fills. Names are parsed once, here.
-StatusOr<Tensor*> Slot(StageWeights& w, const std::string& role) {
-  if (role == "model.embed_tokens.weight") return &w.embed_tokens;
-  if (role == "model.norm.weight") return &w.final_norm;
-  if (role == "lm_head.weight") return &w.lm_head;
-  constexpr std::string_view kLayers = "model.layers.";
-  if (role.rfind(kLayers, 0) == 0) {
-    std::string_view rest(role);
-    rest.remove_prefix(kLayers.size());
-    int layer = -1;
-    auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
-    if (ec == std::errc() && *ptr == '.') {
-      const int local = layer - w.layout.first_layer;
-      if (local >= 0 && local < w.layout.num_layers()) {
-        LayerWeights& l = w.layers[static_cast<size_t>(local)];
-        const std::string_view field(ptr + 1,
-                                     static_cast<size_t>(rest.data() + rest.size() - (ptr + 1)));
-        static const std::map<std::string_view, Tensor LayerWeights::*> kFields = {
-            {"input_layernorm.weight", &LayerWeights::input_norm},
-            {"self_attn.q_proj.weight", &LayerWeights::q_proj},
-            {"self_attn.q_proj.bias", &LayerWeights::q_bias},
-            {"self_attn.k_proj.weight", &LayerWeights::k_proj},
-            {"self_attn.k_proj.bias", &LayerWeights::k_bias},
-            {"self_attn.v_proj.weight", &LayerWeights::v_proj},
-            {"self_attn.v_proj.bias", &LayerWeights::v_bias},
-            {"self_attn.o_proj.weight", &LayerWeights::o_proj},
-            {"self_attn.o_proj.bias", &LayerWeights::o_bias},
-            {"post_attention_layernorm.weight", &LayerWeights::post_norm},
-            {"mlp.gate_proj.weight", &LayerWeights::gate_proj},
-            {"mlp.gate_proj.bias", &LayerWeights::gate_bias},
-            {"mlp.up_proj.weight", &LayerWeights::up_proj},
-            {"mlp.up_proj.bias", &LayerWeights::up_bias},
-            {"mlp.down_proj.weight", &LayerWeights::down_proj},
-            {"mlp.down_proj.bias", &LayerWeights::down_bias},
-        };
-        auto it = kFields.find(field);
-        if (it != kFields.end()) return &(l.*(it->second));
-      }
-    }
+// The field of StageWeights a shard fills, by its role (and, per-layer roles,
+// its layer). Errors: kInternal when the layer is outside the stage.
+StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
+  switch (t.role) {
+    case TensorRole::kEmbedTokens:
+      return &w.embed_tokens;
+    case TensorRole::kFinalNorm:
+      return &w.final_norm;
+    case TensorRole::kLmHead:
+      return &w.lm_head;
+    default:
+      break;
   }
-  return Internal("weight loader: no slot for shard role '" + role + "'");
+  const int local = t.layer - w.layout.first_layer;
+  if (local < 0 || local >= w.layout.num_layers()) {
+    return Internal("weight loader: shard '" + t.role_name + "' (role " + TensorRoleName(t.role) +
+                    ", layer " + std::to_string(t.layer) + ") is outside the stage's layers [" +
+                    std::to_string(w.layout.first_layer) + ", " +
+                    std::to_string(w.layout.end_layer) + ")");
+  }
+  LayerWeights& l = w.layers[static_cast<size_t>(local)];
+  switch (t.role) {
+    case TensorRole::kInputNorm:
+      return &l.input_norm;
+    case TensorRole::kQProj:
+      return &l.q_proj;
+    case TensorRole::kQBias:
+      return &l.q_bias;
+    case TensorRole::kKProj:
+      return &l.k_proj;
+    case TensorRole::kKBias:
+      return &l.k_bias;
+    case TensorRole::kVProj:
+      return &l.v_proj;
+    case TensorRole::kVBias:
+      return &l.v_bias;
+    case TensorRole::kOProj:
+      return &l.o_proj;
+    case TensorRole::kOBias:
+      return &l.o_bias;
+    case TensorRole::kPostAttentionNorm:
+      return &l.post_norm;
+    case TensorRole::kGateProj:
+      return &l.gate_proj;
+    case TensorRole::kGateBias:
+      return &l.gate_bias;
+    case TensorRole::kUpProj:
+      return &l.up_proj;
+    case TensorRole::kUpBias:
+      return &l.up_bias;
+    case TensorRole::kDownProj:
+      return &l.down_proj;
+    case TensorRole::kDownBias:
+      return &l.down_bias;
+    case TensorRole::kEmbedTokens:
+    case TensorRole::kFinalNorm:
+    case TensorRole::kLmHead:
+      break;
+  }
+  return Internal("weight loader: no slot for shard role " + std::string(TensorRoleName(t.role)));
 }
 
 }  // namespace
@@ -85,7 +102,7 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   // The tied embedding on a single stage is one buffer with two roles.
   std::map<std::tuple<std::string, int64_t, int64_t>, Tensor> read;
   for (const TensorShard& t : spec.tensors()) {
-    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t.role));
+    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t));
     const auto key = std::make_tuple(t.name, t.begin, t.end);
     auto it = read.find(key);
     if (it != read.end()) {
@@ -157,7 +174,7 @@ StatusOr<HeldWeights> HoldWeights(const StageWeights& weights, const ShardSpec& 
   // Slot only reads the layout and hands out addresses; nothing is modified.
   StageWeights& w = const_cast<StageWeights&>(weights);
   for (const TensorShard& t : spec.tensors()) {
-    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t.role));
+    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t));
     if (slot->defined()) out.emplace(std::make_tuple(t.name, t.begin, t.end), *slot);
   }
   return out;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/model/tensor_roles.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -109,7 +110,7 @@ TEST(ModelConfig, Llama31) {
   EXPECT_THAT(c->eos_token_ids, ElementsAre(128001, 128008, 128009));
   EXPECT_EQ(c->torch_dtype, DType::kBF16);
   // 32 layers of these plus 2 x 128256 x 4096 embeddings and a norm = 8.03e9.
-  EXPECT_EQ(c->LayerParameterCount(), 218112000);
+  EXPECT_EQ(LayerParameterCount(*c), 218112000);
   EXPECT_EQ(c->KvBytesPerTokenPerLayer(DType::kBF16), 2 * 8 * 128 * 2);
 }
 
@@ -119,7 +120,7 @@ TEST(ModelConfig, LlamaBiasesCountInLayerParameters) {
   EXPECT_TRUE(c->attention_bias);
   EXPECT_TRUE(c->mlp_bias);
   // q (4096) + k, v (1024 each) + o (4096) biases; gate, up (14336 each) + down (4096).
-  EXPECT_EQ(c->LayerParameterCount(), 218112000 + 4096 + 2048 + 4096 + 2 * 14336 + 4096);
+  EXPECT_EQ(LayerParameterCount(*c), 218112000 + 4096 + 2048 + 4096 + 2 * 14336 + 4096);
 }
 
 TEST(ModelConfig, Mistral) {
@@ -146,7 +147,7 @@ TEST(ModelConfig, Qwen2HasQkvBiasAndTiedEmbeddings) {
   EXPECT_EQ(c->num_key_value_heads, 2);
   EXPECT_THAT(c->bos_token_ids, ElementsAre(151643));
   // 24 layers of these plus 151936 x 896 tied embeddings and a norm = 494.0e6.
-  EXPECT_EQ(c->LayerParameterCount(), 14912384);
+  EXPECT_EQ(LayerParameterCount(*c), 14912384);
   // Explicit false does not remove Qwen2's bias.
   EXPECT_TRUE(Parse(Patched(kQwen2, {{"attention_bias", false}}))->attention_bias);
   // use_sliding_window only on layers >= max_window_layers; 24 of 24 -> none.

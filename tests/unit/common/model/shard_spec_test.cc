@@ -89,72 +89,42 @@ ModelConfig OddVocabBiasedLlama() {
 }
 
 // ---------------------------------------------------------------------------
-// The expected whole-model tensor list, written from the HF modeling code
-// independently of shard_spec.cc.
+// The expected whole-model tensor list, from the family's tensor table
+// (common/model/tensor_roles.h; tensor_roles_test checks the tables against
+// the fixture checkpoints). What is checked here is how ShardSpec splits the
+// table's tensors over stages and tp ranks.
 
 struct FullTensor {
-  std::string role;
+  std::string role;  // TensorShard::role_name
   std::string name;  // checkpoint tensor
   std::vector<int64_t> shape;
   SplitKind kind;
   bool add_after_all_reduce = false;
   int layer = -1;  // -1: embed (stage 0) / -2: norm, lm_head (last stage)
+  TensorRole typed = TensorRole::kEmbedTokens;
+  bool kv_rows = false;  // dim 0 is KV-head rows (replicated when kv < tp)
 };
 
-bool HasQkvBias(const ModelConfig& m) {
-  return m.attention_bias && m.architecture != Architecture::kMistral;
-}
-bool HasOBias(const ModelConfig& m) {
-  return m.attention_bias && m.architecture == Architecture::kLlama;
-}
-bool HasMlpBias(const ModelConfig& m) {
-  return m.mlp_bias && m.architecture == Architecture::kLlama;
-}
-
 std::vector<FullTensor> FullTensors(const ModelConfig& m) {
-  const int64_t h = m.hidden_size, d = m.head_dim, i = m.intermediate_size;
-  const int64_t q = m.num_attention_heads * d, kv = m.num_key_value_heads * d;
   std::vector<FullTensor> out;
-  out.push_back({"model.embed_tokens.weight",
-                 "model.embed_tokens.weight",
-                 {m.vocab_size, h},
-                 SplitKind::kVocabParallel,
-                 false,
-                 -1});
+  auto add = [&](const RoleSpec& rs, int layer, int stage_marker) {
+    if (!RolePresent(rs, m)) return;
+    out.push_back({RoleTensorName(rs, layer), RoleSourceName(rs, m, layer), RoleShape(rs, m),
+                   rs.split, rs.add_after_all_reduce, layer < 0 ? stage_marker : layer, rs.role,
+                   rs.shape[0] == RoleDim::kKvRows});
+  };
+  const FamilyRoles& family = FamilyRolesOf(m.architecture);
+  for (const RoleSpec& rs : family.roles) {
+    if (rs.place == RolePlace::kFirstStage) add(rs, -1, -1);
+  }
   for (int l = 0; l < m.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto add = [&](const std::string& suffix, std::vector<int64_t> shape, SplitKind kind,
-                   bool after = false) {
-      out.push_back({p + suffix, p + suffix, std::move(shape), kind, after, l});
-    };
-    add("input_layernorm.weight", {h}, SplitKind::kReplicated);
-    add("post_attention_layernorm.weight", {h}, SplitKind::kReplicated);
-    add("self_attn.q_proj.weight", {q, h}, SplitKind::kColumnParallel);
-    add("self_attn.k_proj.weight", {kv, h}, SplitKind::kColumnParallel);
-    add("self_attn.v_proj.weight", {kv, h}, SplitKind::kColumnParallel);
-    if (HasQkvBias(m)) {
-      add("self_attn.q_proj.bias", {q}, SplitKind::kColumnParallel);
-      add("self_attn.k_proj.bias", {kv}, SplitKind::kColumnParallel);
-      add("self_attn.v_proj.bias", {kv}, SplitKind::kColumnParallel);
-    }
-    add("self_attn.o_proj.weight", {h, q}, SplitKind::kRowParallel);
-    if (HasOBias(m)) add("self_attn.o_proj.bias", {h}, SplitKind::kReplicated, true);
-    add("mlp.gate_proj.weight", {i, h}, SplitKind::kColumnParallel);
-    add("mlp.up_proj.weight", {i, h}, SplitKind::kColumnParallel);
-    add("mlp.down_proj.weight", {h, i}, SplitKind::kRowParallel);
-    if (HasMlpBias(m)) {
-      add("mlp.gate_proj.bias", {i}, SplitKind::kColumnParallel);
-      add("mlp.up_proj.bias", {i}, SplitKind::kColumnParallel);
-      add("mlp.down_proj.bias", {h}, SplitKind::kReplicated, true);
+    for (const RoleSpec& rs : family.roles) {
+      if (rs.place == RolePlace::kLayer) add(rs, l, l);
     }
   }
-  out.push_back({"model.norm.weight", "model.norm.weight", {h}, SplitKind::kReplicated, false, -2});
-  out.push_back({"lm_head.weight",
-                 m.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
-                 {m.vocab_size, h},
-                 SplitKind::kVocabParallel,
-                 false,
-                 -2});
+  for (const RoleSpec& rs : family.roles) {
+    if (rs.place == RolePlace::kLastStage) add(rs, -1, -2);
+  }
   return out;
 }
 
@@ -184,13 +154,16 @@ int64_t LayerBytes(const ModelConfig& m, DType dtype) {
 }
 
 // What tp sharding adds to one decoder layer, summed over the stage's tp
-// ranks: norms and row-parallel biases held on every rank, KV heads held
-// tp / kv times when kv < tp.
+// ranks: replicated tensors (norms, row-parallel biases) held on every rank,
+// KV heads held tp / kv times when kv < tp.
 int64_t LayerOverheadBytes(const ModelConfig& m, int tp, DType dtype) {
-  const int64_t h = m.hidden_size, d = m.head_dim, kv = m.num_key_value_heads;
-  int64_t n = 2 * h * (tp - 1);                       // input/post_attention norms
-  n += h * (tp - 1) * (HasOBias(m) + HasMlpBias(m));  // row-parallel biases
-  if (kv < tp) n += (tp / kv - 1) * 2 * (kv * d * h + (HasQkvBias(m) ? kv * d : 0));
+  const int64_t kv = m.num_key_value_heads;
+  int64_t n = 0;
+  for (const FullTensor& t : FullTensors(m)) {
+    if (t.layer != 0) continue;
+    if (t.kind == SplitKind::kReplicated) n += Numel(t.shape) * (tp - 1);
+    if (t.kv_rows && kv < tp) n += Numel(t.shape) * (tp / kv - 1);
+  }
   return n * static_cast<int64_t>(DTypeSize(dtype));
 }
 
@@ -280,11 +253,14 @@ TEST(ShardSpec, RangesCoverEveryTensorExactlyOnce) {
         EXPECT_EQ((*v)->end, (*k)->end);
         std::set<std::string> roles;
         for (const TensorShard& t : s.tensors()) {
-          EXPECT_TRUE(roles.insert(t.role).second) << "role twice on rank " << s.rank();
-          by_role[t.role].push_back({s.stage(), s.tp_rank(), &t});
-          auto found = s.Find(t.role);
+          EXPECT_TRUE(roles.insert(t.role_name).second) << "role twice on rank " << s.rank();
+          by_role[t.role_name].push_back({s.stage(), s.tp_rank(), &t});
+          auto found = s.Find(t.role_name);
           ASSERT_TRUE(found.ok()) << found.status().ToString();
           EXPECT_EQ(*found, &t);
+          auto typed = s.Find(t.role, t.layer);
+          ASSERT_TRUE(typed.ok()) << typed.status().ToString();
+          EXPECT_EQ(*typed, &t);
         }
       }
 
@@ -305,6 +281,8 @@ TEST(ShardSpec, RangesCoverEveryTensorExactlyOnce) {
           tp_ranks.insert(h.tp_rank);
           const TensorShard& t = *h.shard;
           EXPECT_EQ(t.name, f.name);
+          EXPECT_EQ(t.role, f.typed);
+          EXPECT_EQ(t.layer, f.layer < 0 ? -1 : f.layer);
           EXPECT_EQ(t.full_shape, f.shape);
           EXPECT_EQ(t.kind, f.kind);
           EXPECT_EQ(t.add_after_all_reduce, f.add_after_all_reduce);
@@ -333,10 +311,8 @@ TEST(ShardSpec, RangesCoverEveryTensorExactlyOnce) {
         if (f.kind == SplitKind::kReplicated) continue;
 
         // Distinct ranges, each held `copies` times, must tile [0, extent).
-        const bool is_kv = f.role.find("k_proj") != std::string::npos ||
-                           f.role.find("v_proj") != std::string::npos;
         const int copies =
-            is_kv && m.num_key_value_heads < pc->tp ? pc->tp / m.num_key_value_heads : 1;
+            f.kv_rows && m.num_key_value_heads < pc->tp ? pc->tp / m.num_key_value_heads : 1;
         std::map<std::pair<int64_t, int64_t>, int> ranges;
         for (const Held& h : held) {
           if (h.shard->end > h.shard->begin) ++ranges[{h.shard->begin, h.shard->end}];
@@ -587,7 +563,8 @@ TEST(ShardSpec, TiedEmbeddingsLoadedOnFirstAndLastStage) {
     auto head = s->Find("lm_head.weight");
     if (s->stage() == 0) {
       ASSERT_TRUE(embed.ok());
-      EXPECT_EQ((*embed)->role, "model.embed_tokens.weight");
+      EXPECT_EQ((*embed)->role_name, "model.embed_tokens.weight");
+      EXPECT_EQ((*embed)->role, TensorRole::kEmbedTokens);
       EXPECT_EQ(head.status().code(), StatusCode::kNotFound);
       EXPECT_EQ(head.status().message(), "tensor 'lm_head.weight' is not held by rank " +
                                              std::to_string(rank) + " (stage 0, tp_rank " +
@@ -597,7 +574,8 @@ TEST(ShardSpec, TiedEmbeddingsLoadedOnFirstAndLastStage) {
       EXPECT_EQ(embed.status().code(), StatusCode::kNotFound);
       ASSERT_TRUE(head.ok()) << head.status().ToString();
       EXPECT_EQ((*head)->name, "model.embed_tokens.weight");
-      EXPECT_EQ((*head)->role, "lm_head.weight");
+      EXPECT_EQ((*head)->role_name, "lm_head.weight");
+      EXPECT_EQ((*head)->role, TensorRole::kLmHead);
       EXPECT_EQ((*head)->begin, s->tp_rank() * 64128);
       EXPECT_EQ((*head)->end, (s->tp_rank() + 1) * 64128);
     }
@@ -617,6 +595,37 @@ TEST(ShardSpec, TiedEmbeddingsLoadedOnFirstAndLastStage) {
   int64_t numel_all = 0;
   for (const TensorShard& t : s->tensors()) numel_all += t.local_numel();
   EXPECT_EQ(s->WeightBytes(DType::kBF16), 2 * (numel_all - (*head)->local_numel()));
+}
+
+// Find(role, layer) and Find(name) return the same shard; a role the rank
+// does not hold is named with its layer.
+TEST(ShardSpec, TypedFindMatchesTheHfName) {
+  const ModelConfig m = Llama32_1B();  // tied, 16 layers
+  auto pc = ParallelConfig::Make(m, 2, 2);
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  auto s = ShardSpec::Make(m, *pc, 3);  // stage 1, tp_rank 1: layers [8, 16)
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto by_role = s->Find(TensorRole::kKProj, 9);
+  auto by_name = s->Find("model.layers.9.self_attn.k_proj.weight");
+  ASSERT_TRUE(by_role.ok() && by_name.ok());
+  EXPECT_EQ(*by_role, *by_name);
+  EXPECT_EQ((*by_role)->layer, 9);
+  auto head = s->Find(TensorRole::kLmHead);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(*head, *s->Find("lm_head.weight"));
+  EXPECT_EQ((*head)->name, "model.embed_tokens.weight");
+
+  auto missing = s->Find(TensorRole::kKProj, 3);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "tensor 'k_proj' of layer 3 is not held by rank 3 (stage 1, tp_rank 1, layers [8, "
+            "16), last stage)");
+  auto no_embed = s->Find(TensorRole::kEmbedTokens);
+  EXPECT_EQ(no_embed.status().message(),
+            "tensor 'embed_tokens' is not held by rank 3 (stage 1, tp_rank 1, layers [8, 16), "
+            "last stage)");
+  // A per-layer role asked for without a layer is not held either.
+  EXPECT_EQ(s->Find(TensorRole::kQProj).status().code(), StatusCode::kNotFound);
 }
 
 TEST(ShardSpec, BiasesFollowTheirLayers) {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/model/stage_handoff.h"
+#include "common/model/tensor_roles.h"
 #include "common/topology/topology_file.h"
 #include "coordinator/placement/cluster_model.h"
 #include "support/test_util.h"
@@ -298,7 +299,7 @@ TEST(CostModel, FormulasByHand) {
 
   const ModelConfig m = Model("llama-2-70b");
   const ModelSizes s = ModelSizes::From(m, DType::kF16, DType::kF16);
-  EXPECT_DOUBLE_EQ(s.layer_bytes, 2.0 * m.LayerParameterCount());
+  EXPECT_DOUBLE_EQ(s.layer_bytes, 2.0 * LayerParameterCount(m));
   EXPECT_DOUBLE_EQ(s.embed_bytes, 2.0 * 32000 * 8192);
   StageShape one;
   one.tp = 8;

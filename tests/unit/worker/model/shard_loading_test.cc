@@ -40,6 +40,7 @@
 #include "common/format/model_config.h"
 #include "common/model/parallel_config.h"
 #include "common/model/shard_spec.h"
+#include "common/model/tensor_roles.h"
 #include "support/test_util.h"
 #include "worker/model/weight_loader.h"
 
@@ -108,31 +109,47 @@ struct PlannedTensor {
   }
 };
 
-std::vector<PlannedTensor> LayerTensors(int layer) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-  return {
-      {p + "input_layernorm.weight", {kHidden}},
-      {p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}},
-      {p + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}},
-      {p + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}},
-      {p + "self_attn.o_proj.weight", {kHidden, kHeads * kHeadDim}},
-      {p + "post_attention_layernorm.weight", {kHidden}},
-      {p + "mlp.gate_proj.weight", {kInter, kHidden}},
-      {p + "mlp.up_proj.weight", {kInter, kHidden}},
-      {p + "mlp.down_proj.weight", {kHidden, kInter}},
-  };
+// The model's config as a ModelConfig (ConfigJson writes the same numbers).
+ModelConfig PlannedConfig(bool tied) {
+  ModelConfig m;
+  m.architecture = Architecture::kLlama;
+  m.hidden_size = kHidden;
+  m.intermediate_size = kInter;
+  m.num_hidden_layers = kLayers;
+  m.num_attention_heads = kHeads;
+  m.num_key_value_heads = kKvHeads;
+  m.head_dim = kHeadDim;
+  m.vocab_size = kVocab;
+  m.tie_word_embeddings = tied;
+  return m;
+}
+
+// The checkpoint tensors of `place` (and `layer`), from Llama's tensor table.
+std::vector<PlannedTensor> PlannedTensors(RolePlace place, int layer) {
+  const ModelConfig m = PlannedConfig(false);
+  std::vector<PlannedTensor> out;
+  for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) {
+    if (rs.place == place && RolePresent(rs, m)) {
+      out.push_back({RoleTensorName(rs, layer), RoleShape(rs, m)});
+    }
+  }
+  return out;
 }
 
 // The three shard files: embed_tokens + the first half of the layers; the
 // second half + model.norm; lm_head.
 std::vector<std::pair<std::string, std::vector<PlannedTensor>>> ShardFiles() {
-  std::vector<PlannedTensor> a = {{"model.embed_tokens.weight", {kVocab, kHidden}}};
+  std::vector<PlannedTensor> a = PlannedTensors(RolePlace::kFirstStage, -1);
   std::vector<PlannedTensor> b;
   for (int l = 0; l < kLayers; ++l) {
-    for (PlannedTensor& t : LayerTensors(l)) (l < kLayers / 2 ? a : b).push_back(std::move(t));
+    for (PlannedTensor& t : PlannedTensors(RolePlace::kLayer, l)) {
+      (l < kLayers / 2 ? a : b).push_back(std::move(t));
+    }
   }
-  b.push_back({"model.norm.weight", {kHidden}});
-  std::vector<PlannedTensor> c = {{"lm_head.weight", {kVocab, kHidden}}};
+  std::vector<PlannedTensor> c;
+  for (PlannedTensor& t : PlannedTensors(RolePlace::kLastStage, -1)) {
+    (t.name == "lm_head.weight" ? c : b).push_back(std::move(t));
+  }
   return {{"model-00001-of-00003.safetensors", a},
           {"model-00002-of-00003.safetensors", b},
           {"model-00003-of-00003.safetensors", c}};
@@ -272,33 +289,35 @@ class ModelEnvironment : public ::testing::Environment {
 
 // ---- What a rank holds ------------------------------------------------------
 
-// Every tensor of `w` bound to its role (checkpoint name, or "lm_head.weight").
-std::map<std::string, const Tensor*> HeldByRole(const StageWeights& w) {
-  std::map<std::string, const Tensor*> out = {{"model.embed_tokens.weight", &w.embed_tokens},
-                                              {"model.norm.weight", &w.final_norm},
-                                              {"lm_head.weight", &w.lm_head}};
-  const std::vector<std::pair<const char*, Tensor LayerWeights::*>> fields = {
-      {"input_layernorm.weight", &LayerWeights::input_norm},
-      {"self_attn.q_proj.weight", &LayerWeights::q_proj},
-      {"self_attn.q_proj.bias", &LayerWeights::q_bias},
-      {"self_attn.k_proj.weight", &LayerWeights::k_proj},
-      {"self_attn.k_proj.bias", &LayerWeights::k_bias},
-      {"self_attn.v_proj.weight", &LayerWeights::v_proj},
-      {"self_attn.v_proj.bias", &LayerWeights::v_bias},
-      {"self_attn.o_proj.weight", &LayerWeights::o_proj},
-      {"self_attn.o_proj.bias", &LayerWeights::o_bias},
-      {"post_attention_layernorm.weight", &LayerWeights::post_norm},
-      {"mlp.gate_proj.weight", &LayerWeights::gate_proj},
-      {"mlp.gate_proj.bias", &LayerWeights::gate_bias},
-      {"mlp.up_proj.weight", &LayerWeights::up_proj},
-      {"mlp.up_proj.bias", &LayerWeights::up_bias},
-      {"mlp.down_proj.weight", &LayerWeights::down_proj},
-      {"mlp.down_proj.bias", &LayerWeights::down_bias},
+// Every tensor of `w` bound to its (role, layer) (layer -1 for embed_tokens,
+// the final norm and lm_head). The fields are named here, independently of
+// the loader's own binding.
+std::map<std::pair<TensorRole, int>, const Tensor*> HeldByRole(const StageWeights& w) {
+  std::map<std::pair<TensorRole, int>, const Tensor*> out = {
+      {{TensorRole::kEmbedTokens, -1}, &w.embed_tokens},
+      {{TensorRole::kFinalNorm, -1}, &w.final_norm},
+      {{TensorRole::kLmHead, -1}, &w.lm_head}};
+  const std::vector<std::pair<TensorRole, Tensor LayerWeights::*>> fields = {
+      {TensorRole::kInputNorm, &LayerWeights::input_norm},
+      {TensorRole::kQProj, &LayerWeights::q_proj},
+      {TensorRole::kQBias, &LayerWeights::q_bias},
+      {TensorRole::kKProj, &LayerWeights::k_proj},
+      {TensorRole::kKBias, &LayerWeights::k_bias},
+      {TensorRole::kVProj, &LayerWeights::v_proj},
+      {TensorRole::kVBias, &LayerWeights::v_bias},
+      {TensorRole::kOProj, &LayerWeights::o_proj},
+      {TensorRole::kOBias, &LayerWeights::o_bias},
+      {TensorRole::kPostAttentionNorm, &LayerWeights::post_norm},
+      {TensorRole::kGateProj, &LayerWeights::gate_proj},
+      {TensorRole::kGateBias, &LayerWeights::gate_bias},
+      {TensorRole::kUpProj, &LayerWeights::up_proj},
+      {TensorRole::kUpBias, &LayerWeights::up_bias},
+      {TensorRole::kDownProj, &LayerWeights::down_proj},
+      {TensorRole::kDownBias, &LayerWeights::down_bias},
   };
   for (size_t i = 0; i < w.layers.size(); ++i) {
-    const std::string p =
-        "model.layers." + std::to_string(w.layout.first_layer + static_cast<int>(i)) + ".";
-    for (const auto& [field, member] : fields) out[p + field] = &(w.layers[i].*member);
+    const int layer = w.layout.first_layer + static_cast<int>(i);
+    for (const auto& [role, member] : fields) out[{role, layer}] = &(w.layers[i].*member);
   }
   return out;
 }
@@ -323,17 +342,18 @@ int64_t SliceFileBytes(const ShardSpec& spec) {
 // generator (padding rows must be zero). Returns the elements checked, or -1
 // with `error` set at the first mismatch.
 int64_t CheckValues(const ShardSpec& spec, const StageWeights& w, std::string* error) {
-  const std::map<std::string, const Tensor*> held = HeldByRole(w);
+  const std::map<std::pair<TensorRole, int>, const Tensor*> held = HeldByRole(w);
   int64_t checked = 0;
   for (const TensorShard& t : spec.tensors()) {
-    auto it = held.find(t.role);
+    auto it = held.find({t.role, t.layer});
     if (it == held.end() || !it->second->defined()) {
-      *error = "role " + t.role + " is not held";
+      *error = "role " + t.role_name + " is not held";
       return -1;
     }
     const Tensor& x = *it->second;
     if (x.shape() != t.local_shape || x.dtype() != DType::kF32) {
-      *error = "role " + t.role + " is " + x.Describe() + ", want " + ShapeToString(t.local_shape);
+      *error =
+          "role " + t.role_name + " is " + x.Describe() + ", want " + ShapeToString(t.local_shape);
       return -1;
     }
     const uint64_t seed = NameSeed(t.name);
@@ -351,7 +371,8 @@ int64_t CheckValues(const ShardSpec& spec, const StageWeights& w, std::string* e
         if (got != want) {
           char buf[256];
           std::snprintf(buf, sizeof buf, "role %s local [%" PRId64 ", %" PRId64 "] = %g, want %g",
-                        t.role.c_str(), i, j, static_cast<double>(got), static_cast<double>(want));
+                        t.role_name.c_str(), i, j, static_cast<double>(got),
+                        static_cast<double>(want));
           *error = buf;
           return -1;
         }

@@ -1,0 +1,380 @@
+#include "common/model/tensor_roles.h"
+
+#include <string_view>
+
+#include "common/base/status.h"
+
+namespace tessera {
+
+namespace {
+
+using D = RoleDim;
+using P = RolePlace;
+using S = SplitKind;
+using C = RoleCondition;
+using R = TensorRole;
+
+// Row builders, so that each row of a table reads as one line:
+//  Matrix: a 2-D weight [out, in] (nn.Linear(in, out).weight, nn.Embedding).
+//  Vector: a 1-D weight or bias [dim].
+//  Norm:   an RMSNorm weight [hidden], replicated.
+//  RowBias: the bias of a row-parallel layer [hidden], held whole and added
+//           after the all-reduce.
+//  LmHead: the output projection [vocab, hidden], vocab-parallel, read from
+//          the embedding when tie_word_embeddings.
+constexpr RoleSpec Matrix(R role, const char* name, P place, D out, D in, S split,
+                          const char* source) {
+  return {role, name, place, 2, {out, in}, split, false, C::kAlways, false, source};
+}
+constexpr RoleSpec Vector(R role, const char* name, D dim, S split, C condition,
+                          const char* source) {
+  return {role, name, P::kLayer, 1, {dim, dim}, split, false, condition, false, source};
+}
+constexpr RoleSpec Norm(R role, const char* name, P place, const char* source) {
+  return {role,           name,  place,      1,     {D::kHidden, D::kHidden},
+          S::kReplicated, false, C::kAlways, false, source};
+}
+constexpr RoleSpec RowBias(R role, const char* name, C condition, const char* source) {
+  return {role,           name, P::kLayer, 1,     {D::kHidden, D::kHidden},
+          S::kReplicated, true, condition, false, source};
+}
+constexpr RoleSpec LmHead(const char* source) {
+  return {R::kLmHead,
+          "lm_head.weight",
+          P::kLastStage,
+          2,
+          {D::kVocab, D::kHidden},
+          S::kVocabParallel,
+          false,
+          C::kAlways,
+          true,
+          source};
+}
+
+// The rows below follow transformers' modeling code (names: the attributes of
+// <Family>Model / <Family>DecoderLayer / <Family>Attention / <Family>MLP /
+// <Family>ForCausalLM; shapes: nn.Linear(in, out) stores weight [out, in],
+// nn.Embedding(vocab, hidden) stores [vocab, hidden], <Family>RMSNorm(hidden)
+// stores [hidden]). The three families share the checkpoint layout and differ
+// only in which biases exist.
+
+// transformers/models/llama/modeling_llama.py
+constexpr RoleSpec kLlama[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel, "LlamaModel.embed_tokens = nn.Embedding(vocab_size, hidden_size)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "LlamaDecoderLayer.input_layernorm = LlamaRMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "LlamaAttention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kQBias, "model.layers.{layer}.self_attn.q_proj.bias", D::kQueryRows,
+           S::kColumnParallel, C::kAttentionBias, "LlamaAttention.q_proj.bias"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "LlamaAttention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kKBias, "model.layers.{layer}.self_attn.k_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "LlamaAttention.k_proj.bias"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "LlamaAttention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kVBias, "model.layers.{layer}.self_attn.v_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "LlamaAttention.v_proj.bias"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "LlamaAttention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=attention_bias)"),
+    RowBias(R::kOBias, "model.layers.{layer}.self_attn.o_proj.bias", C::kAttentionBias,
+            "LlamaAttention.o_proj.bias"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "LlamaDecoderLayer.post_attention_layernorm = LlamaRMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "LlamaMLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=mlp_bias)"),
+    Vector(R::kGateBias, "model.layers.{layer}.mlp.gate_proj.bias", D::kIntermediate,
+           S::kColumnParallel, C::kMlpBias, "LlamaMLP.gate_proj.bias"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "LlamaMLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=mlp_bias)"),
+    Vector(R::kUpBias, "model.layers.{layer}.mlp.up_proj.bias", D::kIntermediate,
+           S::kColumnParallel, C::kMlpBias, "LlamaMLP.up_proj.bias"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "LlamaMLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=mlp_bias)"),
+    RowBias(R::kDownBias, "model.layers.{layer}.mlp.down_proj.bias", C::kMlpBias,
+            "LlamaMLP.down_proj.bias"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "LlamaModel.norm = LlamaRMSNorm(hidden_size)"),
+    LmHead("LlamaForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
+};
+
+// transformers/models/mistral/modeling_mistral.py
+// Llama's layout without biases (MistralAttention's and MistralMLP's
+// nn.Linear all have bias=False).
+constexpr RoleSpec kMistral[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel, "MistralModel.embed_tokens = nn.Embedding(vocab_size, hidden_size)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "MistralDecoderLayer.input_layernorm = MistralRMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "MistralAttention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=False)"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "MistralAttention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=False)"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "MistralAttention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=False)"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "MistralAttention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=False)"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "MistralDecoderLayer.post_attention_layernorm = MistralRMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "MistralMLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "MistralMLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "MistralMLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "MistralModel.norm = MistralRMSNorm(hidden_size)"),
+    LmHead("MistralForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
+};
+
+// transformers/models/qwen2/modeling_qwen2.py
+// q/k/v biases (Qwen2Attention hard-codes bias=True for them, and
+// ParseModelConfig sets attention_bias for every Qwen2 config), none on
+// o_proj or the MLP.
+constexpr RoleSpec kQwen2[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel, "Qwen2Model.embed_tokens = nn.Embedding(vocab_size, hidden_size)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "Qwen2DecoderLayer.input_layernorm = Qwen2RMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen2Attention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=True)"),
+    Vector(R::kQBias, "model.layers.{layer}.self_attn.q_proj.bias", D::kQueryRows,
+           S::kColumnParallel, C::kAttentionBias, "Qwen2Attention.q_proj.bias"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen2Attention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=True)"),
+    Vector(R::kKBias, "model.layers.{layer}.self_attn.k_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Qwen2Attention.k_proj.bias"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen2Attention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=True)"),
+    Vector(R::kVBias, "model.layers.{layer}.self_attn.v_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Qwen2Attention.v_proj.bias"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "Qwen2Attention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=False)"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "Qwen2DecoderLayer.post_attention_layernorm = Qwen2RMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Qwen2MLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Qwen2MLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "Qwen2MLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "Qwen2Model.norm = Qwen2RMSNorm(hidden_size)"),
+    LmHead("Qwen2ForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
+};
+
+const FamilyRoles kFamilies[] = {
+    {Architecture::kLlama, "transformers/models/llama/modeling_llama.py", kLlama},
+    {Architecture::kMistral, "transformers/models/mistral/modeling_mistral.py", kMistral},
+    {Architecture::kQwen2, "transformers/models/qwen2/modeling_qwen2.py", kQwen2},
+};
+
+constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kMistral,
+                                           Architecture::kQwen2};
+
+const RoleSpec& EmbeddingOf(const FamilyRoles& family) {
+  for (const RoleSpec& s : family.roles) {
+    if (s.role == TensorRole::kEmbedTokens) return s;
+  }
+  TESSERA_CHECK(false);  // every family has an embedding
+  return family.roles.front();
+}
+
+}  // namespace
+
+const char* SplitKindName(SplitKind kind) {
+  switch (kind) {
+    case SplitKind::kReplicated:
+      return "replicated";
+    case SplitKind::kColumnParallel:
+      return "column-parallel";
+    case SplitKind::kRowParallel:
+      return "row-parallel";
+    case SplitKind::kVocabParallel:
+      return "vocab-parallel";
+  }
+  return "?";
+}
+
+const char* TensorRoleName(TensorRole role) {
+  switch (role) {
+    case TensorRole::kEmbedTokens:
+      return "embed_tokens";
+    case TensorRole::kInputNorm:
+      return "input_layernorm";
+    case TensorRole::kQProj:
+      return "q_proj";
+    case TensorRole::kQBias:
+      return "q_proj.bias";
+    case TensorRole::kKProj:
+      return "k_proj";
+    case TensorRole::kKBias:
+      return "k_proj.bias";
+    case TensorRole::kVProj:
+      return "v_proj";
+    case TensorRole::kVBias:
+      return "v_proj.bias";
+    case TensorRole::kOProj:
+      return "o_proj";
+    case TensorRole::kOBias:
+      return "o_proj.bias";
+    case TensorRole::kPostAttentionNorm:
+      return "post_attention_layernorm";
+    case TensorRole::kGateProj:
+      return "gate_proj";
+    case TensorRole::kGateBias:
+      return "gate_proj.bias";
+    case TensorRole::kUpProj:
+      return "up_proj";
+    case TensorRole::kUpBias:
+      return "up_proj.bias";
+    case TensorRole::kDownProj:
+      return "down_proj";
+    case TensorRole::kDownBias:
+      return "down_proj.bias";
+    case TensorRole::kFinalNorm:
+      return "norm";
+    case TensorRole::kLmHead:
+      return "lm_head";
+  }
+  return "?";
+}
+
+int64_t RoleDimSize(RoleDim dim, const ModelConfig& model) {
+  switch (dim) {
+    case RoleDim::kHidden:
+      return model.hidden_size;
+    case RoleDim::kQueryRows:
+      return model.num_attention_heads * model.head_dim;
+    case RoleDim::kKvRows:
+      return model.num_key_value_heads * model.head_dim;
+    case RoleDim::kIntermediate:
+      return model.intermediate_size;
+    case RoleDim::kVocab:
+      return model.vocab_size;
+  }
+  return 0;
+}
+
+const FamilyRoles& FamilyRolesOf(Architecture arch) {
+  for (const FamilyRoles& f : kFamilies) {
+    if (f.architecture == arch) return f;
+  }
+  TESSERA_CHECK(false);  // every Architecture has a table (tensor_roles_test checks)
+  return kFamilies[0];
+}
+
+std::span<const Architecture> AllArchitectures() { return kArchitectures; }
+
+bool RolePresent(const RoleSpec& spec, const ModelConfig& model) {
+  switch (spec.condition) {
+    case RoleCondition::kAlways:
+      return true;
+    case RoleCondition::kAttentionBias:
+      return model.attention_bias;
+    case RoleCondition::kMlpBias:
+      return model.mlp_bias;
+  }
+  return false;
+}
+
+bool RoleIsTied(const RoleSpec& spec, const ModelConfig& model) {
+  return spec.tied_to_embedding && model.tie_word_embeddings;
+}
+
+std::string RoleTensorName(const RoleSpec& spec, int layer) {
+  std::string name = spec.hf_name;
+  if (spec.place != RolePlace::kLayer) return name;
+  constexpr std::string_view kLayer = "{layer}";
+  const size_t at = name.find(kLayer);
+  TESSERA_CHECK(at != std::string::npos);  // per-layer patterns name the layer
+  name.replace(at, kLayer.size(), std::to_string(layer));
+  return name;
+}
+
+std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer) {
+  if (RoleIsTied(spec, model)) {
+    return RoleTensorName(EmbeddingOf(FamilyRolesOf(model.architecture)), layer);
+  }
+  return RoleTensorName(spec, layer);
+}
+
+std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model) {
+  std::vector<int64_t> shape;
+  for (int d = 0; d < spec.ndim; ++d) shape.push_back(RoleDimSize(spec.shape[d], model));
+  return shape;
+}
+
+int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model) {
+  int64_t n = 1;
+  for (int d = 0; d < spec.ndim; ++d) n *= RoleDimSize(spec.shape[d], model);
+  return n;
+}
+
+int64_t LayerParameterCount(const ModelConfig& model) {
+  int64_t n = 0;
+  for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
+    if (s.place == RolePlace::kLayer && RolePresent(s, model)) n += RoleNumel(s, model);
+  }
+  return n;
+}
+
+int64_t LayerReplicatedParameterCount(const ModelConfig& model) {
+  int64_t n = 0;
+  for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
+    if (s.place == RolePlace::kLayer && s.split == SplitKind::kReplicated &&
+        RolePresent(s, model)) {
+      n += RoleNumel(s, model);
+    }
+  }
+  return n;
+}
+
+int64_t ModelParameterCount(const ModelConfig& model) {
+  int64_t n = model.num_hidden_layers * LayerParameterCount(model);
+  for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
+    if (s.place != RolePlace::kLayer && RolePresent(s, model) && !RoleIsTied(s, model)) {
+      n += RoleNumel(s, model);
+    }
+  }
+  return n;
+}
+
+}  // namespace tessera

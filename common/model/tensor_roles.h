@@ -1,0 +1,172 @@
+// Tensor roles: every weight tensor of a model family, typed, in one table
+// per family (issue "Tensor roles").
+//
+// A TensorRole names what a weight does in the forward pass (q_proj,
+// post_attention_layernorm, lm_head, ...), independent of its checkpoint
+// name. Each family (Llama, Mistral, Qwen2) has one table of RoleSpecs giving,
+// for each role it has:
+//  - the Hugging Face safetensors name, as a pattern in which "{layer}" stands
+//    for the decoder-layer index ("model.layers.{layer}.self_attn.q_proj.weight");
+//  - where it lives: the first pipeline stage (embed_tokens), every decoder
+//    layer, or the last stage (the final norm, lm_head);
+//  - its shape, in symbolic dimensions (hidden, heads*head_dim, ...) that
+//    resolve against a ModelConfig; the product is the role's parameter count;
+//  - its tensor-parallel split (SplitKind) and the split dimension's symbol,
+//    which also says how the split is aligned: a dimension of query or KV rows
+//    is split on head boundaries (column-parallel by heads), the intermediate
+//    dimension evenly (column-parallel), the vocab padded to a multiple of tp
+//    (vocab-parallel);
+//  - when it exists: always, with ModelConfig::attention_bias, or with
+//    ModelConfig::mlp_bias, and whether a tied model reads it from the
+//    embedding instead (lm_head with tie_word_embeddings);
+//  - the transformers module attribute it comes from, as documentation.
+//
+// The tables are the one home of this knowledge: ShardSpec builds a rank's
+// tensor list from them, the weight loader binds each tensor by its role, the
+// parameter counts (LayerParameterCount, ModelParameterCount) are sums over
+// them, and the tests iterate them (tests/unit/common/model/tensor_roles_test.cc
+// checks them against the fixture checkpoints). Adding a family means adding
+// its table here and its forward-pass differences in worker/model/llama_model.cc
+// (docs/architecture.md, "Adding a model family").
+//
+// Thread-safety: the tables are immutable statics; every function is pure and
+// may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/format/model_config.h"
+
+namespace tessera {
+
+enum class SplitKind {
+  kReplicated,      // every rank of the stage holds the whole tensor
+  kColumnParallel,  // split along output dim 0
+  kRowParallel,     // split along input dim 1
+  kVocabParallel,   // split along vocab dim 0, vocab padded to a multiple of tp
+};
+// "replicated", "column-parallel", "row-parallel", "vocab-parallel".
+const char* SplitKindName(SplitKind kind);
+
+// What a weight does, in model order (the order ShardSpec lists a rank's
+// tensors in). A model family has a subset of these (Mistral has no biases).
+enum class TensorRole {
+  kEmbedTokens,        // token embedding table [vocab, hidden]
+  kInputNorm,          // RMSNorm weight before attention [hidden]
+  kQProj,              // query projection [heads*head_dim, hidden]
+  kQBias,              // its bias [heads*head_dim]
+  kKProj,              // key projection [kv_heads*head_dim, hidden]
+  kKBias,              // its bias [kv_heads*head_dim]
+  kVProj,              // value projection [kv_heads*head_dim, hidden]
+  kVBias,              // its bias [kv_heads*head_dim]
+  kOProj,              // attention output projection [hidden, heads*head_dim]
+  kOBias,              // its bias [hidden]
+  kPostAttentionNorm,  // RMSNorm weight before the MLP [hidden]
+  kGateProj,           // MLP gate projection [intermediate, hidden]
+  kGateBias,           // its bias [intermediate]
+  kUpProj,             // MLP up projection [intermediate, hidden]
+  kUpBias,             // its bias [intermediate]
+  kDownProj,           // MLP down projection [hidden, intermediate]
+  kDownBias,           // its bias [hidden]
+  kFinalNorm,          // RMSNorm weight after the last layer [hidden]
+  kLmHead,             // output projection [vocab, hidden]
+};
+inline constexpr int kNumTensorRoles = 19;
+// "embed_tokens", "input_layernorm", "q_proj", "q_proj.bias", ..., "norm", "lm_head".
+const char* TensorRoleName(TensorRole role);
+
+// Where a role's tensor lives in a pipeline.
+enum class RolePlace {
+  kFirstStage,  // once, on the first stage (embed_tokens)
+  kLayer,       // once per decoder layer, on the layer's stage
+  kLastStage,   // once, on the last stage (the final norm, lm_head)
+};
+
+// A symbolic dimension of a role's shape.
+enum class RoleDim {
+  kHidden,        // hidden_size
+  kQueryRows,     // num_attention_heads * head_dim: split on query-head boundaries
+  kKvRows,        // num_key_value_heads * head_dim: split on KV-head boundaries
+  kIntermediate,  // intermediate_size: split evenly
+  kVocab,         // vocab_size: split by padded vocab rows
+};
+// The size of `dim` for `model` (elements).
+int64_t RoleDimSize(RoleDim dim, const ModelConfig& model);
+
+// When a role's tensor is in a model.
+enum class RoleCondition {
+  kAlways,
+  kAttentionBias,  // ModelConfig::attention_bias
+  kMlpBias,        // ModelConfig::mlp_bias
+};
+
+struct RoleSpec {
+  TensorRole role;
+  // HF safetensors name; "{layer}" (per-layer roles only) is the global
+  // decoder-layer index.
+  const char* hf_name;
+  RolePlace place;
+  int ndim;          // 1 or 2
+  RoleDim shape[2];  // shape[0 .. ndim): [out] or [out, in], as nn.Linear stores it
+  SplitKind split;   // column- and vocab-parallel split dim 0, row-parallel dim 1
+  // Row-parallel biases: held whole (kReplicated) and added once, after the
+  // all-reduce of the layer's partial outputs.
+  bool add_after_all_reduce;
+  RoleCondition condition;
+  // lm_head: with tie_word_embeddings the checkpoint has no tensor of this
+  // role; its values are embed_tokens' (read from that role's tensor) and it
+  // adds no parameters.
+  bool tied_to_embedding;
+  // The transformers module attribute (and how it is constructed) it comes
+  // from, e.g. "LlamaAttention.q_proj = nn.Linear(hidden, heads*head_dim,
+  // bias=attention_bias)".
+  const char* source;
+};
+
+// One model family's roles.
+struct FamilyRoles {
+  Architecture architecture;
+  // The transformers file the table is written from, e.g.
+  // "transformers/models/llama/modeling_llama.py".
+  const char* modeling_file;
+  std::span<const RoleSpec> roles;  // in TensorRole (model) order, each role at most once
+};
+
+// The table of `arch`.
+const FamilyRoles& FamilyRolesOf(Architecture arch);
+// Every supported architecture, in Architecture order (for iterating all tables).
+std::span<const Architecture> AllArchitectures();
+
+// Whether `spec`'s tensor is in `model` (its condition holds).
+bool RolePresent(const RoleSpec& spec, const ModelConfig& model);
+// Whether `spec` reads another role's tensor in `model` (tied lm_head).
+bool RoleIsTied(const RoleSpec& spec, const ModelConfig& model);
+// The role's own HF name: hf_name with "{layer}" replaced by `layer` (ignored
+// for roles that are not per-layer), e.g. "model.layers.3.self_attn.q_proj.weight".
+std::string RoleTensorName(const RoleSpec& spec, int layer);
+// The checkpoint tensor the role is read from: RoleTensorName, or for a tied
+// lm_head the embedding's name ("model.embed_tokens.weight").
+std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer);
+// The role's whole shape for `model`, e.g. [heads*head_dim, hidden].
+std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model);
+// Elements of the role's tensor: the product of RoleShape.
+int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model);
+
+// Parameters (elements, not bytes) of one decoder layer: the sum of RoleNumel
+// over the family's present per-layer roles (q/k/v/o projections, their
+// biases per attention_bias, gate/up/down plus biases per mlp_bias, the two
+// RMSNorm weights). Multiply by DTypeSize for bytes.
+int64_t LayerParameterCount(const ModelConfig& model);
+// Parameters of one decoder layer that every tp rank of its stage holds
+// whole: the present per-layer roles with SplitKind::kReplicated (the two
+// RMSNorm weights and the row-parallel biases).
+int64_t LayerReplicatedParameterCount(const ModelConfig& model);
+// Parameters of the whole model: embed_tokens, num_hidden_layers layers, the
+// final norm and lm_head (not counted again when tied), i.e. the elements of
+// every tensor of the checkpoint.
+int64_t ModelParameterCount(const ModelConfig& model);
+
+}  // namespace tessera

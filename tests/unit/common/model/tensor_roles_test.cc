@@ -1,0 +1,245 @@
+// The family tensor tables (common/model/tensor_roles.h), checked
+//  - for consistency: each role once, in model order, split kinds that fit
+//    the shapes, "{layer}" in exactly the per-layer names;
+//  - against the fixture checkpoints (tests/fixtures/models/*, written by
+//    transformers' save_pretrained through tools/make_fixtures.py): every
+//    role a fixture's config implies resolves to a tensor of that name and
+//    shape, every tensor of the checkpoint is some role's, and the parameter
+//    counts from the table equal the elements in the checkpoint;
+//  - for coverage: every role of every family is met in some fixture, except
+//    the Llama biases listed in kNotInAnyFixture.
+#include "common/model/tensor_roles.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/format/checkpoint.h"
+#include "common/format/model_config.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Roles of a family that no fixture checkpoint has: the fixtures' Llama
+// configs set neither attention_bias nor mlp_bias (adding one needs
+// tools/make_fixtures.py, i.e. torch and transformers). These are checked
+// against the table's own rules only (and by shard_spec_test's literal
+// name list for a biased Llama).
+const std::set<std::pair<Architecture, TensorRole>> kNotInAnyFixture = {
+    {Architecture::kLlama, TensorRole::kQBias},    {Architecture::kLlama, TensorRole::kKBias},
+    {Architecture::kLlama, TensorRole::kVBias},    {Architecture::kLlama, TensorRole::kOBias},
+    {Architecture::kLlama, TensorRole::kGateBias}, {Architecture::kLlama, TensorRole::kUpBias},
+    {Architecture::kLlama, TensorRole::kDownBias},
+};
+
+std::vector<std::string> FixtureModels() {
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(testing::FixturePath("models"))) {
+    if (e.is_directory()) dirs.push_back(e.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
+  ASSERT_EQ(AllArchitectures().size(), 3u);
+  for (Architecture arch : AllArchitectures()) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    const FamilyRoles& family = FamilyRolesOf(arch);
+    EXPECT_EQ(family.architecture, arch);
+    EXPECT_NE(std::string(family.modeling_file).find("transformers/models/"), std::string::npos);
+    ASSERT_FALSE(family.roles.empty());
+    std::set<TensorRole> seen;
+    int previous = -1;
+    for (const RoleSpec& rs : family.roles) {
+      SCOPED_TRACE(TensorRoleName(rs.role));
+      EXPECT_TRUE(seen.insert(rs.role).second) << "role listed twice";
+      EXPECT_GT(static_cast<int>(rs.role), previous) << "not in model order";
+      previous = static_cast<int>(rs.role);
+      EXPECT_FALSE(std::string(rs.source).empty());
+      const std::string name = rs.hf_name;
+      EXPECT_EQ(name.find("{layer}") != std::string::npos, rs.place == RolePlace::kLayer) << name;
+      ASSERT_TRUE(rs.ndim == 1 || rs.ndim == 2) << name;
+      const bool bias = name.size() > 5 && name.substr(name.size() - 5) == ".bias";
+      EXPECT_EQ(bias, rs.condition != RoleCondition::kAlways) << name;
+      switch (rs.split) {
+        case SplitKind::kReplicated:
+          break;
+        case SplitKind::kColumnParallel:
+          EXPECT_TRUE(rs.shape[0] == RoleDim::kQueryRows || rs.shape[0] == RoleDim::kKvRows ||
+                      rs.shape[0] == RoleDim::kIntermediate)
+              << name;
+          break;
+        case SplitKind::kRowParallel:
+          ASSERT_EQ(rs.ndim, 2) << name;
+          EXPECT_TRUE(rs.shape[1] == RoleDim::kQueryRows || rs.shape[1] == RoleDim::kIntermediate)
+              << name;
+          break;
+        case SplitKind::kVocabParallel:
+          EXPECT_EQ(rs.shape[0], RoleDim::kVocab) << name;
+          break;
+      }
+      EXPECT_EQ(rs.add_after_all_reduce, bias && rs.split == SplitKind::kReplicated) << name;
+      EXPECT_EQ(rs.tied_to_embedding, rs.role == TensorRole::kLmHead) << name;
+    }
+    // Every family has the roles a decoder needs.
+    for (TensorRole r : {TensorRole::kEmbedTokens, TensorRole::kInputNorm, TensorRole::kQProj,
+                         TensorRole::kKProj, TensorRole::kVProj, TensorRole::kOProj,
+                         TensorRole::kPostAttentionNorm, TensorRole::kGateProj, TensorRole::kUpProj,
+                         TensorRole::kDownProj, TensorRole::kFinalNorm, TensorRole::kLmHead}) {
+      EXPECT_TRUE(seen.count(r)) << TensorRoleName(r);
+    }
+  }
+}
+
+TEST(TensorRoles, NamesAndShapesResolveAgainstAConfig) {
+  ModelConfig m;
+  m.architecture = Architecture::kQwen2;
+  m.hidden_size = 96;
+  m.intermediate_size = 192;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 6;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = 1001;
+  m.attention_bias = true;
+  m.tie_word_embeddings = true;
+  std::map<TensorRole, const RoleSpec*> by_role;
+  for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) by_role[rs.role] = &rs;
+  ASSERT_EQ(by_role.count(TensorRole::kOBias), 0u);  // Qwen2: no o_proj bias
+  const RoleSpec& k_bias = *by_role.at(TensorRole::kKBias);
+  EXPECT_EQ(RoleTensorName(k_bias, 1), "model.layers.1.self_attn.k_proj.bias");
+  EXPECT_EQ(RoleShape(k_bias, m), (std::vector<int64_t>{32}));
+  const RoleSpec& o = *by_role.at(TensorRole::kOProj);
+  EXPECT_EQ(RoleShape(o, m), (std::vector<int64_t>{96, 96}));
+  EXPECT_EQ(RoleNumel(o, m), 96 * 96);
+  const RoleSpec& head = *by_role.at(TensorRole::kLmHead);
+  EXPECT_TRUE(RoleIsTied(head, m));
+  EXPECT_EQ(RoleTensorName(head, -1), "lm_head.weight");
+  EXPECT_EQ(RoleSourceName(head, m, -1), "model.embed_tokens.weight");
+  EXPECT_EQ(RoleShape(head, m), (std::vector<int64_t>{1001, 96}));
+  m.tie_word_embeddings = false;
+  EXPECT_EQ(RoleSourceName(head, m, -1), "lm_head.weight");
+  m.attention_bias = false;
+  EXPECT_FALSE(RolePresent(k_bias, m));
+
+  // q, k, v, o; q/k/v biases; gate, up, down; two norms.
+  m.attention_bias = true;
+  const int64_t layer = 96 * 96 + 2 * 96 * 32 + 96 * 96 + (96 + 2 * 32) + 3 * 96 * 192 + 2 * 96;
+  EXPECT_EQ(LayerParameterCount(m), layer);
+  EXPECT_EQ(LayerReplicatedParameterCount(m), 2 * 96);
+  EXPECT_EQ(ModelParameterCount(m), 2 * layer + 2 * 1001 * 96 + 96);
+  m.tie_word_embeddings = true;
+  EXPECT_EQ(ModelParameterCount(m), 2 * layer + 1001 * 96 + 96);
+}
+
+TEST(TensorRoles, MistralHasNoBiasesWhateverTheConfigSays) {
+  ModelConfig m;
+  m.architecture = Architecture::kMistral;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 1;
+  m.head_dim = 16;
+  m.attention_bias = true;
+  m.mlp_bias = true;
+  for (const RoleSpec& rs : FamilyRolesOf(Architecture::kMistral).roles) {
+    EXPECT_EQ(rs.condition, RoleCondition::kAlways) << TensorRoleName(rs.role);
+  }
+  EXPECT_EQ(LayerParameterCount(m), 64 * 64 + 2 * 64 * 16 + 64 * 64 + 3 * 64 * 128 + 2 * 64);
+  EXPECT_EQ(LayerReplicatedParameterCount(m), 2 * 64);
+}
+
+// Every fixture checkpoint holds exactly the tensors its family's table and
+// config imply, with the table's shapes; the table's parameter counts equal
+// the checkpoint's elements.
+TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
+  const std::vector<std::string> dirs = FixtureModels();
+  ASSERT_GE(dirs.size(), 5u) << testing::FixturePath("models");
+  std::set<std::pair<Architecture, TensorRole>> met;
+  std::set<Architecture> tied_met, untied_met;
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    const ModelConfig& m = *config;
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    (m.tie_word_embeddings ? tied_met : untied_met).insert(m.architecture);
+
+    std::set<std::string> expected;  // checkpoint tensors the table claims
+    int64_t layer0_elements = 0;
+    auto check = [&](const RoleSpec& rs, int layer) {
+      if (!RolePresent(rs, m)) return;
+      const std::string name = RoleSourceName(rs, m, layer);
+      auto info = (*ckpt)->Find(name);
+      ASSERT_TRUE(info.ok()) << TensorRoleName(rs.role) << ": " << info.status().ToString();
+      EXPECT_EQ(info->shape, RoleShape(rs, m)) << name;
+      met.insert({m.architecture, rs.role});
+      if (RoleIsTied(rs, m)) {
+        EXPECT_FALSE((*ckpt)->Has(RoleTensorName(rs, layer))) << "a tied model has no " << name;
+        return;  // the embedding's tensor, claimed by kEmbedTokens
+      }
+      EXPECT_TRUE(expected.insert(name).second) << name << " claimed twice";
+      if (layer == 0) layer0_elements += info->NumElements();
+    };
+    for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) {
+      if (rs.place != RolePlace::kLayer) {
+        check(rs, -1);
+        continue;
+      }
+      for (int layer = 0; layer < m.num_hidden_layers; ++layer) check(rs, layer);
+    }
+
+    const std::vector<std::string> names = (*ckpt)->TensorNames();
+    int64_t elements = 0;
+    for (const std::string& name : names) {
+      EXPECT_TRUE(expected.count(name)) << name << " is in the checkpoint but no role's";
+      auto info = (*ckpt)->Find(name);
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      elements += info->NumElements();
+    }
+    EXPECT_EQ(expected.size(), names.size());
+    EXPECT_EQ(ModelParameterCount(m), elements);
+    EXPECT_EQ(LayerParameterCount(m), layer0_elements);
+  }
+
+  for (Architecture arch : AllArchitectures()) {
+    for (const RoleSpec& rs : FamilyRolesOf(arch).roles) {
+      const bool exempt = kNotInAnyFixture.count({arch, rs.role}) > 0;
+      EXPECT_EQ(met.count({arch, rs.role}) > 0, !exempt)
+          << ArchitectureName(arch) << " " << TensorRoleName(rs.role)
+          << (exempt ? " is now in a fixture: drop it from kNotInAnyFixture"
+                     : " is in no fixture checkpoint");
+    }
+  }
+  // Tied and untied lm_head both resolve (Llama has fixtures of each).
+  EXPECT_TRUE(tied_met.count(Architecture::kLlama));
+  EXPECT_TRUE(untied_met.count(Architecture::kLlama));
+}
+
+TEST(TensorRoles, RoleAndSplitNames) {
+  EXPECT_STREQ(TensorRoleName(TensorRole::kEmbedTokens), "embed_tokens");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kQBias), "q_proj.bias");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kPostAttentionNorm), "post_attention_layernorm");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kFinalNorm), "norm");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kLmHead), "lm_head");
+  std::set<std::string> names;
+  for (int r = 0; r < kNumTensorRoles; ++r) {
+    names.insert(TensorRoleName(static_cast<TensorRole>(r)));
+  }
+  EXPECT_EQ(names.size(), static_cast<size_t>(kNumTensorRoles));
+  EXPECT_EQ(names.count("?"), 0u);
+}
+
+}  // namespace
+}  // namespace tessera
