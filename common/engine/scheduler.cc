@@ -225,7 +225,7 @@ void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
     Finish(s, FinishReason::kLength);
 }
 
-void Scheduler::Admit() {
+void Scheduler::Admit(StepPlan& plan) {
   std::vector<std::unique_ptr<Seq>> cancelled_waiting;
   std::vector<Seq*> cancelled_running;
   std::vector<Seq*> admitted;
@@ -253,6 +253,7 @@ void Scheduler::Admit() {
       }
       s.waiting = false;
       admitted.push_back(&s);
+      plan.admitted.push_back(s.id);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }
@@ -264,10 +265,7 @@ void Scheduler::Admit() {
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
   for (auto& s : running_)
     if (s->req.max_tokens == 0) Finish(*s, FinishReason::kLength);
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const auto& s) { return s->done && !s->in_flight; }),
-                 running_.end());
-  running_count_.store(running_.size());
+  DropFinished();
 }
 
 void Scheduler::Preempt(Seq& s) {
@@ -287,7 +285,7 @@ void Scheduler::Preempt(Seq& s) {
   running_count_.store(running_.size());
 }
 
-bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
+bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan) {
   while (true) {
     const int64_t need =
         BlockAllocator::BlocksFor(tokens, block_size_) - static_cast<int64_t>(s.blocks.size());
@@ -303,6 +301,7 @@ bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
       }
     }
     if (!victim) return false;
+    plan.preempted.push_back(victim->id);
     Preempt(*victim);
   }
 }
@@ -318,7 +317,7 @@ void Scheduler::FailInFlight(const Status& error) {
 }
 
 int Scheduler::RequeueRunning() {
-  TESSERA_CHECK(in_flight_.empty());
+  TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   int moved = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -341,29 +340,55 @@ int Scheduler::RequeueRunning() {
 }
 
 void Scheduler::SetExecutor(StepExecutor* executor) {
-  TESSERA_CHECK(in_flight_.empty());
+  TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   executor_ = executor;
   finished_ids_.clear();  // the new plan's workers hold no state of earlier sequences
 }
 
 Status Scheduler::CollectInFlight() {
-  while (!in_flight_.empty()) {
-    auto r = CollectOne();
-    if (!r.ok()) return r.status();
-  }
+  TESSERA_CHECK(!plan_open_ && (in_flight_.empty() || executor_ != nullptr));
+  while (!in_flight_.empty()) TESSERA_RETURN_IF_ERROR(ApplyCollected(executor_->Collect(), {}));
   return Status::Ok();
 }
 
+void Scheduler::DropFinished() {
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done && !s->in_flight; }),
+                 running_.end());
+  running_count_.store(running_.size());
+}
+
 StatusOr<bool> Scheduler::RunOnce() {
-  Admit();
+  TESSERA_CHECK(executor_ != nullptr);
+  const StepPlan plan = Schedule(executor_->max_in_flight());
+  if (plan.empty()) {
+    TESSERA_RETURN_IF_ERROR(Apply(plan, StepOutcome{}));
+    return false;
+  }
+  TESSERA_RETURN_IF_ERROR(Apply(plan, ExecutePlan(*executor_, plan)));
+  return true;
+}
+
+StepPlan Scheduler::Schedule() {
+  TESSERA_CHECK(executor_ != nullptr);
+  return Schedule(executor_->max_in_flight());
+}
+
+StepPlan Scheduler::Schedule(int max_in_flight) {
+  TESSERA_CHECK(!plan_open_ && max_in_flight >= 1);
+  plan_open_ = true;
+  StepPlan plan;
+  plan.serial = ++serial_;
+  Admit(plan);
   // Fill the free micro-batch slots.
-  while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
+  const size_t max_slots = static_cast<size_t>(max_in_flight);
+  while (in_flight_.size() + planned_.size() < max_slots) {
     std::vector<Seq*> ready;
     for (auto& s : running_)
       if (!s->done && !s->in_flight && static_cast<int64_t>(s->tokens.size()) > s->cached)
         ready.push_back(s.get());
     if (ready.empty()) break;
-    const size_t slots = static_cast<size_t>(executor_->max_in_flight()) - in_flight_.size();
+    const size_t slots = max_slots - in_flight_.size() - planned_.size();
     const size_t per_batch = (ready.size() + slots - 1) / slots;
     InFlight f;
     int64_t budget = options_.max_batch_tokens;
@@ -374,7 +399,7 @@ StatusOr<bool> Scheduler::RunOnce() {
       const bool decode = pending == 1 && !s->result.tokens.empty();
       int64_t n = std::min(pending, budget);
       if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
-      if (!EnsureBlocks(*s, s->cached + n)) continue;  // waits for blocks to free up
+      if (!EnsureBlocks(*s, s->cached + n, plan)) continue;  // waits for blocks to free up
       s->in_flight = true;  // members of this batch are not preemption victims
       SeqStep step;
       step.seq_id = s->id;
@@ -399,36 +424,62 @@ StatusOr<bool> Scheduler::RunOnce() {
     if (f.members.empty()) break;
     f.batch.finished_seq_ids = std::move(finished_ids_);
     finished_ids_.clear();
-    f.submitted = Now();
-    Status st = executor_->Submit(f.batch);
-    if (!st.ok()) {
-      for (Seq* s : f.members) {
-        s->in_flight = false;
-        if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
-      }
-      FailInFlight(st);
-      return st;
-    }
-    in_flight_.push_back(std::move(f));
-    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight_.size()));
+    PlannedBatch b;
+    b.batch = f.batch;
+    b.prefill_tokens = f.prefill_tokens;
+    b.decode_tokens = f.decode_tokens;
+    plan.submit.push_back(std::move(b));
+    planned_.push_back(std::move(f));
   }
-  if (in_flight_.empty()) {
-    // Drop finished sequences.
-    running_.erase(
-        std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
-        running_.end());
-    running_count_.store(running_.size());
-    return false;
+  if (in_flight_.empty() && planned_.empty()) {
+    DropFinished();
+    return plan;
   }
-  return CollectOne();
+  plan.collect = true;
+  const InFlight& oldest = in_flight_.empty() ? planned_.front() : in_flight_.front();
+  for (const SeqStep& step : oldest.batch.seqs)
+    if (step.want_logits) plan.collect_rows.push_back(step.seq_id);
+  return plan;
 }
 
-StatusOr<bool> Scheduler::CollectOne() {
-  auto tokens = executor_->Collect();
+Status Scheduler::Apply(const StepPlan& plan, StepOutcome outcome) {
+  TESSERA_CHECK(plan_open_ && plan.serial == serial_ && plan.submit.size() == planned_.size());
+  plan_open_ = false;
+  std::vector<InFlight> planned = std::move(planned_);
+  planned_.clear();
+  TESSERA_CHECK(outcome.submitted <= planned.size());
+  const double now = Now();
+  for (size_t k = 0; k < outcome.submitted; ++k) {
+    planned[k].submitted = k < outcome.submit_times.size() ? outcome.submit_times[k] : now;
+    in_flight_.push_back(std::move(planned[k]));
+    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight_.size()));
+  }
+  if (outcome.submitted < planned.size()) {
+    Status st = outcome.submit_error.ok()
+                    ? Internal("executor: micro-batch " + std::to_string(outcome.submitted) +
+                               " of the plan was not submitted")
+                    : outcome.submit_error;
+    for (Seq* s : planned[outcome.submitted].members) {
+      s->in_flight = false;
+      if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
+    }
+    // Later micro-batches of the plan never ran: their sequences stay as they were.
+    for (size_t k = outcome.submitted + 1; k < planned.size(); ++k)
+      for (Seq* s : planned[k].members) s->in_flight = false;
+    FailInFlight(st);
+    return st;
+  }
+  if (!plan.collect) return Status::Ok();
+  return ApplyCollected(std::move(outcome.collected), outcome.row_errors);
+}
+
+Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
+                                 const std::vector<Status>& row_errors) {
   if (!tokens.ok()) {
     FailInFlight(tokens.status());
     return tokens.status();
   }
+  TESSERA_CHECK(!in_flight_.empty());
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   const double now = Now();
@@ -437,23 +488,28 @@ StatusOr<bool> Scheduler::CollectOne() {
   (f.has_decode ? stats_.decode_seconds : stats_.prefill_seconds) += dt;
   stats_.prefill_tokens += f.prefill_tokens;
   stats_.decode_tokens += f.decode_tokens;
+  auto fail_all = [&](const Status& err) {
+    for (Seq* m : f.members) {
+      m->in_flight = false;
+      if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
+    }
+    FailInFlight(err);
+    return err;
+  };
+  if (!row_errors.empty() && row_errors.size() != tokens->size())
+    return fail_all(Internal("executor returned " + std::to_string(row_errors.size()) +
+                             " row errors for " + std::to_string(tokens->size()) + " tokens"));
   size_t row = 0;
   for (size_t k = 0; k < f.members.size(); ++k) {
     Seq& s = *f.members[k];
     s.in_flight = false;
     s.cached += f.batch.seqs[k].num_tokens;
     if (!f.batch.seqs[k].want_logits) continue;
-    if (row >= tokens->size()) {
-      Status err = Internal("executor returned " + std::to_string(tokens->size()) + " tokens for " +
-                            std::to_string(f.members.size()) + " sequences");
-      for (Seq* m : f.members) {
-        m->in_flight = false;
-        if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
-      }
-      FailInFlight(err);
-      return err;
-    }
-    const SampledToken& token = (*tokens)[row++];
+    if (row >= tokens->size())
+      return fail_all(Internal("executor returned " + std::to_string(tokens->size()) +
+                               " tokens for " + std::to_string(f.members.size()) + " sequences"));
+    const size_t r = row++;
+    const SampledToken& token = (*tokens)[r];
     if (s.done) continue;  // cancelled while in flight
     bool cancelled;
     {
@@ -464,13 +520,14 @@ StatusOr<bool> Scheduler::CollectOne() {
       Finish(s, FinishReason::kCancelled);
       continue;
     }
+    if (!row_errors.empty() && !row_errors[r].ok()) {
+      Finish(s, FinishReason::kError, row_errors[r]);
+      continue;
+    }
     ApplyToken(s, token);
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const auto& s) { return s->done && !s->in_flight; }),
-                 running_.end());
-  running_count_.store(running_.size());
-  return true;
+  DropFinished();
+  return Status::Ok();
 }
 
 }  // namespace tessera

@@ -1,5 +1,11 @@
 // Scheduler: continuous batching of generation requests over a StepExecutor.
 //
+// One iteration is Schedule -> ExecutePlan -> Apply (common/engine/
+// step_plan.h): Schedule decides and returns a StepPlan, the executor carries
+// it out, Apply updates the state from the StepOutcome. RunOnce is that
+// iteration on the scheduler's own executor; tests drive Schedule and Apply
+// directly to check policy without one.
+//
 // Requests join and leave at iteration boundaries. Each iteration fills the
 // executor's free micro-batch slots (max_in_flight, i.e. pp for a pipeline)
 // with sequences that can run: decodes of running sequences and prefill
@@ -47,6 +53,7 @@
 #include "common/base/status.h"
 #include "common/engine/block_allocator.h"
 #include "common/engine/step_executor.h"
+#include "common/engine/step_plan.h"
 #include "common/format/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -116,6 +123,8 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // `tokenizer` may be null (then stop strings are refused and text is empty).
+  // `executor` may be null when only Schedule(n)/Apply drive the scheduler
+  // (RunOnce, CollectInFlight need one; SetExecutor sets it).
   Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
             int64_t block_size, const Tokenizer* tokenizer, SchedulerOptions options);
   ~Scheduler();
@@ -144,7 +153,42 @@ class Scheduler {
   // the executor fail every request in flight (on_finish with kError), or
   // with requeue_on_executor_error re-queue every running sequence, and are
   // returned.
+  // Equivalent to Schedule(), ExecutePlan on the executor, Apply: false when
+  // the plan was empty.
   StatusOr<bool> RunOnce();
+
+  // Owner thread: the decision half of an iteration, for `max_in_flight`
+  // micro-batches in flight at once (Schedule(): the executor's). In order:
+  // cancelled requests that are not in flight finish (kCancelled); waiting
+  // requests are admitted in queue order (FIFO, preempted ones first) while
+  // set_admitting(true), the running set is below max_sequences and the
+  // blocks for the whole prompt + generated tokens are free (the first that
+  // does not fit stops admission: no request overtakes another); requests
+  // with max_tokens 0 finish (kLength). Then the free slots are filled: the
+  // ready sequences (running, not in flight, with tokens not yet in the KV
+  // cache) are split evenly over the free slots, each micro-batch taking
+  // them in running order within max_batch_tokens, a prefill chunk being at
+  // most prefill_chunk_tokens; a sequence that needs a KV block when none is
+  // free preempts the newest running sequence that is not in flight (or
+  // waits when there is none). The plan's sequences are marked in flight
+  // (no later plan includes them or preempts them) until Apply. Callbacks
+  // for admissions and cancellations run here. Every Schedule must be
+  // followed by Apply of its plan before the next Schedule, CollectInFlight,
+  // RequeueRunning or SetExecutor.
+  StepPlan Schedule();
+  StepPlan Schedule(int max_in_flight);
+  // Owner thread: the update half. The submitted micro-batches go in
+  // flight; on a submit error the failed micro-batch's sequences and every
+  // micro-batch in flight fail (kError) or, with requeue_on_executor_error,
+  // every running sequence is re-queued, and the error is returned (the
+  // plan's unsubmitted micro-batches are simply not run). When plan.collect,
+  // the collected tokens are applied to the oldest micro-batch in flight:
+  // each sequence appends its token and finishes on EOS (unless
+  // ignore_eos), a stop string or max_tokens; one cancelled while in flight
+  // finishes kCancelled and drops its token; a row error finishes that
+  // sequence alone (kError). A Collect error (or a token count that does not
+  // match the rows) fails everything in flight as a submit error does.
+  Status Apply(const StepPlan& plan, StepOutcome outcome);
 
   // Owner thread. While false, waiting requests stay queued (cancellations
   // are still honoured) and only running sequences make progress.
@@ -171,14 +215,17 @@ class Scheduler {
   struct InFlight;
 
   Status Validate(const GenerationRequest& r) const;
-  void Admit();
-  bool EnsureBlocks(Seq& s, int64_t tokens);
+  void Admit(StepPlan& plan);
+  bool EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan);
   void Preempt(Seq& s);
+  void DropFinished();
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
   void Emit(Seq& s, const SampledToken* sampled);
   void ApplyToken(Seq& s, const SampledToken& sampled);
   void FailInFlight(const Status& error);
-  StatusOr<bool> CollectOne();
+  // Applies Collect's result to the oldest micro-batch in flight.
+  Status ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
+                        const std::vector<Status>& row_errors);
 
   ModelConfig config_;
   StepExecutor* executor_;
@@ -197,6 +244,9 @@ class Scheduler {
   // Owner thread only.
   std::vector<std::unique_ptr<Seq>> running_;
   std::deque<InFlight> in_flight_;
+  std::vector<InFlight> planned_;  // the open plan's micro-batches, not yet submitted
+  bool plan_open_ = false;         // a Schedule awaits its Apply
+  uint64_t serial_ = 0;            // of the latest plan
   std::vector<int64_t> finished_ids_;
   SchedulerStats stats_;
   double last_done_ = 0.0;
