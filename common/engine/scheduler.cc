@@ -29,21 +29,6 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of a stop
-// string: those bytes may still become a stop string and are held back.
-size_t StopHoldback(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& s : stops) {
-    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        hold = n;
-        break;
-      }
-    }
-  }
-  return hold;
-}
-
 }  // namespace
 
 struct Scheduler::Seq {
@@ -54,12 +39,12 @@ struct Scheduler::Seq {
   int32_t prompt_len = 0;       // of the original prompt
   int32_t cached = 0;           // tokens in the KV cache
   std::vector<int32_t> blocks;
-  std::unique_ptr<IncrementalDecoder> decoder;
-  size_t emitted = 0;
+  int32_t generated = 0;    // tokens generated (the tail of `tokens`)
+  int preemptions = 0;      // preemptions and re-queues so far
+  bool registered = false;  // callbacks handed to output_
   bool in_flight = false;
   bool waiting = true;  // in waiting_ (not admitted, or preempted)
   bool done = false;
-  GenerationResult result;
 };
 
 struct Scheduler::InFlight {
@@ -79,11 +64,13 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
       block_size_(block_size),
       tokenizer_(tokenizer),
       options_(options),
-      eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()) {
+      eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()),
+      output_(std::make_unique<OutputProcessor>(tokenizer)) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
 }
 
-Scheduler::~Scheduler() = default;
+// The output thread finishes what was posted before the sequences go.
+Scheduler::~Scheduler() { output_.reset(); }
 
 Status Scheduler::Validate(const GenerationRequest& r) const {
   if (r.prompt_ids.empty()) return InvalidArgument("prompt: must not be empty");
@@ -134,8 +121,6 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     s->callbacks = std::move(callbacks[i]);
     s->tokens = s->req.prompt_ids;
     s->prompt_len = static_cast<int32_t>(s->tokens.size());
-    s->result.prompt_tokens = s->prompt_len;
-    if (tokenizer_) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
     seqs.push_back(std::move(s));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -169,60 +154,52 @@ size_t Scheduler::waiting() const {
   return waiting_.size();
 }
 
-size_t Scheduler::running() const { return running_count_.load(); }
+size_t Scheduler::running() const { return running_count_.load() + output_->pending_finishes(); }
+
+void Scheduler::WaitForOutput() { output_->WaitProcessed(output_->posted()); }
 
 size_t Scheduler::in_flight() const { return in_flight_.size(); }
+
+void Scheduler::Register(Seq& s) {
+  if (s.registered) return;
+  s.registered = true;
+  output_->Register(s.id, std::move(s.callbacks), s.req.stop, s.req.sampling.logprobs >= 0,
+                    s.prompt_len);
+}
 
 void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   if (s.done) return;
   s.done = true;
-  s.result.finish_reason = reason;
-  s.result.error = std::move(error);
-  if ((reason == FinishReason::kLength || reason == FinishReason::kEos) && s.decoder) {
-    s.result.text += s.decoder->Flush();
-  }
   allocator_->Free(s.blocks);
   finished_ids_.push_back(s.id);
-  Emit(s, nullptr);
-  if (s.callbacks.on_finish) s.callbacks.on_finish(s.result);
-}
-
-void Scheduler::Emit(Seq& s, const SampledToken* sampled) {
-  const int32_t token = sampled ? sampled->token_id : -1;
-  const SampledToken* logprobs = sampled && s.req.sampling.logprobs >= 0 ? sampled : nullptr;
-  const size_t hold = s.done ? 0 : StopHoldback(s.result.text, s.req.stop);
-  const size_t ready = s.result.text.size() - hold;
-  if (ready > s.emitted || token >= 0) {
-    std::string delta = ready > s.emitted ? s.result.text.substr(s.emitted, ready - s.emitted) : "";
-    s.emitted = std::max(s.emitted, ready);
-    if (s.callbacks.on_token && (token >= 0 || !delta.empty()))
-      s.callbacks.on_token(delta, token, logprobs);
-  }
+  Register(s);
+  output_->Finish(s.id, reason, std::move(error), s.preemptions);
 }
 
 void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
   const int32_t token = sampled.token_id;
   s.tokens.push_back(token);
-  s.result.tokens.push_back(token);
-  if (s.req.sampling.logprobs >= 0) s.result.logprobs.push_back(sampled);
-  const SampledToken* t = &sampled;
-  if (!s.req.ignore_eos && eos_.count(token)) {
-    Emit(s, t);
+  ++s.generated;
+  const bool eos = !s.req.ignore_eos && eos_.count(token) > 0;
+  Register(s);
+  output_->Token(s.id, sampled, eos, s.preemptions);
+  if (eos) {
     Finish(s, FinishReason::kEos);
-    return;
-  }
-  if (s.decoder) s.result.text += s.decoder->Push(token);
-  size_t cut = std::string::npos;
-  for (const std::string& stop : s.req.stop) cut = std::min(cut, s.result.text.find(stop));
-  if (cut != std::string::npos) {
-    s.result.text.resize(cut);
-    Emit(s, t);
-    Finish(s, FinishReason::kStop);
-    return;
-  }
-  Emit(s, t);
-  if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens)
+  } else if (s.generated >= s.req.max_tokens) {
     Finish(s, FinishReason::kLength);
+  }
+}
+
+void Scheduler::TakeStops(uint64_t upto) {
+  const std::vector<int64_t> ids = output_->TakeStops(upto);
+  if (ids.empty()) return;
+  // Cancel those still alive (one may have finished at max_tokens meanwhile).
+  const std::set<int64_t> stopped(ids.begin(), ids.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : running_)
+    if (!s->done && stopped.count(s->id)) cancelled_.insert(s->id);
+  for (auto& s : waiting_)
+    if (stopped.count(s->id)) cancelled_.insert(s->id);
 }
 
 void Scheduler::Admit(StepPlan& plan) {
@@ -258,9 +235,10 @@ void Scheduler::Admit(StepPlan& plan) {
       waiting_.pop_front();
     }
   }
-  // Callbacks run outside the lock: they may enqueue.
-  for (Seq* s : admitted)
-    if (s->callbacks.on_admit) s->callbacks.on_admit();
+  for (Seq* s : admitted) {
+    Register(*s);
+    output_->Admitted(s->id);
+  }
   for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
   for (auto& s : running_)
@@ -272,7 +250,7 @@ void Scheduler::Preempt(Seq& s) {
   allocator_->Free(s.blocks);
   s.cached = 0;
   s.waiting = true;
-  ++s.result.preemptions;
+  ++s.preemptions;
   ++stats_.preemptions;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -327,7 +305,7 @@ int Scheduler::RequeueRunning() {
       allocator_->Free(s.blocks);
       s.cached = 0;
       s.waiting = true;
-      ++s.result.preemptions;
+      ++s.preemptions;
       ++stats_.preemptions;
       ++stats_.requeued;
       ++moved;
@@ -363,6 +341,10 @@ StatusOr<bool> Scheduler::RunOnce() {
   const StepPlan plan = Schedule(executor_->max_in_flight());
   if (plan.empty()) {
     TESSERA_RETURN_IF_ERROR(Apply(plan, StepOutcome{}));
+    // Idle: let every callback run, and take every stop report.
+    const uint64_t all = output_->posted();
+    output_->WaitProcessed(all);
+    TakeStops(all);
     return false;
   }
   TESSERA_RETURN_IF_ERROR(Apply(plan, ExecutePlan(*executor_, plan)));
@@ -379,6 +361,8 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
   plan_open_ = true;
   StepPlan plan;
   plan.serial = ++serial_;
+  output_->WaitProcessed(stop_barrier_);
+  TakeStops(stop_barrier_);
   Admit(plan);
   // Fill the free micro-batch slots.
   const size_t max_slots = static_cast<size_t>(max_in_flight);
@@ -396,7 +380,7 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
       if (f.members.size() >= per_batch || budget <= 0) break;
       if (s->done || s->waiting) continue;  // preempted by an earlier member's block allocation
       const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->cached;
-      const bool decode = pending == 1 && !s->result.tokens.empty();
+      const bool decode = pending == 1 && s->generated > 0;
       int64_t n = std::min(pending, budget);
       if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
       if (!EnsureBlocks(*s, s->cached + n, plan)) continue;  // waits for blocks to free up
@@ -445,6 +429,14 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
 Status Scheduler::Apply(const StepPlan& plan, StepOutcome outcome) {
   TESSERA_CHECK(plan_open_ && plan.serial == serial_ && plan.submit.size() == planned_.size());
   plan_open_ = false;
+  Status st = ApplyOutcome(plan, std::move(outcome));
+  // The next Schedule waits for the output of the Apply before this one.
+  stop_barrier_ = applied_mark_;
+  applied_mark_ = output_->posted();
+  return st;
+}
+
+Status Scheduler::ApplyOutcome(const StepPlan& plan, StepOutcome outcome) {
   std::vector<InFlight> planned = std::move(planned_);
   planned_.clear();
   TESSERA_CHECK(outcome.submitted <= planned.size());

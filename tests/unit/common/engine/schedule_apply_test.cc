@@ -44,7 +44,9 @@ struct Rig {
       t.push_back(s);
     }
     out.collected = t;
-    return scheduler->Apply(plan, std::move(out));
+    Status st = scheduler->Apply(plan, std::move(out));
+    scheduler->WaitForOutput();  // callbacks run on the output thread
+    return st;
   }
   // Schedule + Run until every request finished (bounded).
   void Drain(int slots = 1) {
@@ -317,6 +319,7 @@ TEST(ScheduleApply, SubmitErrorFailsWhatRan) {
   out.submitted = 1;
   out.submit_error = Unavailable("worker w-1 lost");
   Status st = rig.scheduler->Apply(p, std::move(out));
+  rig.scheduler->WaitForOutput();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   ASSERT_EQ(rig.done.size(), 2u);  // in flight (ids[0]) and the failed batch (ids[1])
   for (int64_t id : {ids[0], ids[1]}) {
@@ -344,6 +347,7 @@ TEST(ScheduleApply, CollectErrorRequeuesWhenAsked) {
   out.submitted = p.submit.size();
   out.collected = Unavailable("missed heartbeats");
   EXPECT_EQ(rig.scheduler->Apply(p, std::move(out)).code(), StatusCode::kUnavailable);
+  rig.scheduler->WaitForOutput();
   EXPECT_TRUE(rig.done.empty());
   EXPECT_EQ(rig.scheduler->running(), 0u);
   EXPECT_EQ(rig.scheduler->waiting(), 2u);
@@ -370,6 +374,7 @@ TEST(ScheduleApply, RowErrorFinishesOneSequence) {
   out.collected = std::vector<SampledToken>{t, t};
   out.row_errors = {Status::Ok(), InvalidArgument("logits of sequence 1 are not finite")};
   ASSERT_TRUE(rig.scheduler->Apply(p, std::move(out)).ok());
+  rig.scheduler->WaitForOutput();
   ASSERT_EQ(rig.done.count(b), 1u);
   EXPECT_EQ(rig.done[b].finish_reason, FinishReason::kError);
   EXPECT_EQ(rig.done[b].error.code(), StatusCode::kInvalidArgument);
@@ -390,6 +395,7 @@ TEST(ScheduleApply, WrongTokenCountFailsTheStep) {
   out.submitted = 1;
   out.collected = std::vector<SampledToken>(1);
   Status st = rig.scheduler->Apply(p, std::move(out));
+  rig.scheduler->WaitForOutput();
   EXPECT_EQ(st.code(), StatusCode::kInternal);
   EXPECT_EQ(rig.done.size(), 2u);
   EXPECT_EQ(rig.done[a].finish_reason, FinishReason::kError);
