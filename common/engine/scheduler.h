@@ -161,8 +161,9 @@ class Scheduler {
   // each sequence appends its token (handed to the output thread) and
   // finishes on EOS (unless ignore_eos) or max_tokens; one cancelled (or
   // stopped by a stop string) while in flight finishes kCancelled and drops
-  // its token; a row error finishes that sequence alone (kError). A Collect error (or a token count that does not
-  // match the rows) fails everything in flight as a submit error does.
+  // its token; a row error finishes that sequence alone (kError). A Collect
+  // error (or a token count that does not match the rows) fails everything
+  // in flight as a submit error does.
   Status Apply(const StepPlan& plan, StepOutcome outcome);
 
   // Owner thread. While false, waiting requests stay queued (cancellations
