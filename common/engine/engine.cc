@@ -1,5 +1,6 @@
 #include "common/engine/engine.h"
 
+#include <atomic>
 #include <limits>
 
 namespace tessera {
@@ -24,8 +25,9 @@ Engine::Engine(const ModelConfig& config, StepExecutor* executor, BlockAllocator
 
 StatusOr<std::vector<GenerationResult>> Engine::Generate(
     const std::vector<GenerationRequest>& requests, const TextCallback& on_text) {
+  // Written on the scheduler's output thread; read here after WaitForOutput.
   std::vector<GenerationResult> results(requests.size());
-  size_t finished = 0;
+  std::atomic<size_t> finished{0};
   for (size_t i = 0; i < requests.size(); ++i) {
     RequestCallbacks cb;
     cb.on_token = [&, i](const std::string& text, int32_t, const SampledToken*) {
@@ -36,14 +38,22 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(
       ++finished;
     };
     auto id = scheduler_.Enqueue(requests[i], std::move(cb));
-    if (!id.ok()) return id.status().WithContext("request " + std::to_string(i));
+    if (!id.ok()) {
+      scheduler_.WaitForOutput();  // the callbacks of earlier requests refer to locals
+      return id.status().WithContext("request " + std::to_string(i));
+    }
   }
-  while (finished < requests.size()) {
-    TESSERA_ASSIGN_OR_RETURN(bool progressed, scheduler_.RunOnce());
-    if (!progressed && finished < requests.size() && scheduler_.running() == 0 &&
+  while (finished.load() < requests.size()) {
+    auto progressed = scheduler_.RunOnce();
+    if (!progressed.ok()) {
+      scheduler_.WaitForOutput();
+      return progressed.status();
+    }
+    if (!*progressed && finished.load() < requests.size() && scheduler_.running() == 0 &&
         scheduler_.waiting() == 0)
       return Internal("engine: requests unfinished with nothing left to run");
   }
+  scheduler_.WaitForOutput();
   for (size_t i = 0; i < results.size(); ++i)
     if (results[i].finish_reason == FinishReason::kError)
       return results[i].error.WithContext("request " + std::to_string(i));

@@ -26,7 +26,9 @@ struct EngineOptions {
   int64_t prefill_chunk_tokens = 2048;  // prompt tokens of one sequence per step
 };
 
-// Streams text as it becomes final: (request index, new text).
+// Streams text as it becomes final: (request index, new text). Runs on the
+// scheduler's output thread (common/engine/output_processor.h), one call at a
+// time, and never after Generate returned.
 using TextCallback = std::function<void(size_t request, const std::string& text)>;
 
 class Engine {

@@ -29,21 +29,6 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of a stop
-// string: those bytes may still become a stop string and are held back.
-size_t StopHoldback(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& s : stops) {
-    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        hold = n;
-        break;
-      }
-    }
-  }
-  return hold;
-}
-
 }  // namespace
 
 struct Scheduler::Seq {
@@ -54,12 +39,12 @@ struct Scheduler::Seq {
   int32_t prompt_len = 0;       // of the original prompt
   int32_t cached = 0;           // tokens in the KV cache
   std::vector<int32_t> blocks;
-  std::unique_ptr<IncrementalDecoder> decoder;
-  size_t emitted = 0;
+  int32_t generated = 0;    // tokens generated (the tail of `tokens`)
+  int preemptions = 0;      // preemptions and re-queues so far
+  bool registered = false;  // callbacks handed to output_
   bool in_flight = false;
   bool waiting = true;  // in waiting_ (not admitted, or preempted)
   bool done = false;
-  GenerationResult result;
 };
 
 struct Scheduler::InFlight {
@@ -79,11 +64,13 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
       block_size_(block_size),
       tokenizer_(tokenizer),
       options_(options),
-      eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()) {
+      eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()),
+      output_(std::make_unique<OutputProcessor>(tokenizer)) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
 }
 
-Scheduler::~Scheduler() = default;
+// The output thread finishes what was posted before the sequences go.
+Scheduler::~Scheduler() { output_.reset(); }
 
 Status Scheduler::Validate(const GenerationRequest& r) const {
   if (r.prompt_ids.empty()) return InvalidArgument("prompt: must not be empty");
@@ -134,8 +121,6 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     s->callbacks = std::move(callbacks[i]);
     s->tokens = s->req.prompt_ids;
     s->prompt_len = static_cast<int32_t>(s->tokens.size());
-    s->result.prompt_tokens = s->prompt_len;
-    if (tokenizer_) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
     seqs.push_back(std::move(s));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -169,63 +154,55 @@ size_t Scheduler::waiting() const {
   return waiting_.size();
 }
 
-size_t Scheduler::running() const { return running_count_.load(); }
+size_t Scheduler::running() const { return running_count_.load() + output_->pending_finishes(); }
+
+void Scheduler::WaitForOutput() { output_->WaitProcessed(output_->posted()); }
 
 size_t Scheduler::in_flight() const { return in_flight_.size(); }
+
+void Scheduler::Register(Seq& s) {
+  if (s.registered) return;
+  s.registered = true;
+  output_->Register(s.id, std::move(s.callbacks), s.req.stop, s.req.sampling.logprobs >= 0,
+                    s.prompt_len);
+}
 
 void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   if (s.done) return;
   s.done = true;
-  s.result.finish_reason = reason;
-  s.result.error = std::move(error);
-  if ((reason == FinishReason::kLength || reason == FinishReason::kEos) && s.decoder) {
-    s.result.text += s.decoder->Flush();
-  }
   allocator_->Free(s.blocks);
   finished_ids_.push_back(s.id);
-  Emit(s, nullptr);
-  if (s.callbacks.on_finish) s.callbacks.on_finish(s.result);
-}
-
-void Scheduler::Emit(Seq& s, const SampledToken* sampled) {
-  const int32_t token = sampled ? sampled->token_id : -1;
-  const SampledToken* logprobs = sampled && s.req.sampling.logprobs >= 0 ? sampled : nullptr;
-  const size_t hold = s.done ? 0 : StopHoldback(s.result.text, s.req.stop);
-  const size_t ready = s.result.text.size() - hold;
-  if (ready > s.emitted || token >= 0) {
-    std::string delta = ready > s.emitted ? s.result.text.substr(s.emitted, ready - s.emitted) : "";
-    s.emitted = std::max(s.emitted, ready);
-    if (s.callbacks.on_token && (token >= 0 || !delta.empty()))
-      s.callbacks.on_token(delta, token, logprobs);
-  }
+  Register(s);
+  output_->Finish(s.id, reason, std::move(error), s.preemptions);
 }
 
 void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
   const int32_t token = sampled.token_id;
   s.tokens.push_back(token);
-  s.result.tokens.push_back(token);
-  if (s.req.sampling.logprobs >= 0) s.result.logprobs.push_back(sampled);
-  const SampledToken* t = &sampled;
-  if (!s.req.ignore_eos && eos_.count(token)) {
-    Emit(s, t);
+  ++s.generated;
+  const bool eos = !s.req.ignore_eos && eos_.count(token) > 0;
+  Register(s);
+  output_->Token(s.id, sampled, eos, s.preemptions);
+  if (eos) {
     Finish(s, FinishReason::kEos);
-    return;
-  }
-  if (s.decoder) s.result.text += s.decoder->Push(token);
-  size_t cut = std::string::npos;
-  for (const std::string& stop : s.req.stop) cut = std::min(cut, s.result.text.find(stop));
-  if (cut != std::string::npos) {
-    s.result.text.resize(cut);
-    Emit(s, t);
-    Finish(s, FinishReason::kStop);
-    return;
-  }
-  Emit(s, t);
-  if (static_cast<int32_t>(s.result.tokens.size()) >= s.req.max_tokens)
+  } else if (s.generated >= s.req.max_tokens) {
     Finish(s, FinishReason::kLength);
+  }
 }
 
-void Scheduler::Admit() {
+void Scheduler::TakeStops(uint64_t upto) {
+  const std::vector<int64_t> ids = output_->TakeStops(upto);
+  if (ids.empty()) return;
+  // Cancel those still alive (one may have finished at max_tokens meanwhile).
+  const std::set<int64_t> stopped(ids.begin(), ids.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : running_)
+    if (!s->done && stopped.count(s->id)) cancelled_.insert(s->id);
+  for (auto& s : waiting_)
+    if (stopped.count(s->id)) cancelled_.insert(s->id);
+}
+
+void Scheduler::Admit(StepPlan& plan) {
   std::vector<std::unique_ptr<Seq>> cancelled_waiting;
   std::vector<Seq*> cancelled_running;
   std::vector<Seq*> admitted;
@@ -253,28 +230,27 @@ void Scheduler::Admit() {
       }
       s.waiting = false;
       admitted.push_back(&s);
+      plan.admitted.push_back(s.id);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }
   }
-  // Callbacks run outside the lock: they may enqueue.
-  for (Seq* s : admitted)
-    if (s->callbacks.on_admit) s->callbacks.on_admit();
+  for (Seq* s : admitted) {
+    Register(*s);
+    output_->Admitted(s->id);
+  }
   for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
   for (auto& s : running_)
     if (s->req.max_tokens == 0) Finish(*s, FinishReason::kLength);
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const auto& s) { return s->done && !s->in_flight; }),
-                 running_.end());
-  running_count_.store(running_.size());
+  DropFinished();
 }
 
 void Scheduler::Preempt(Seq& s) {
   allocator_->Free(s.blocks);
   s.cached = 0;
   s.waiting = true;
-  ++s.result.preemptions;
+  ++s.preemptions;
   ++stats_.preemptions;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -287,7 +263,7 @@ void Scheduler::Preempt(Seq& s) {
   running_count_.store(running_.size());
 }
 
-bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
+bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan) {
   while (true) {
     const int64_t need =
         BlockAllocator::BlocksFor(tokens, block_size_) - static_cast<int64_t>(s.blocks.size());
@@ -303,6 +279,7 @@ bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens) {
       }
     }
     if (!victim) return false;
+    plan.preempted.push_back(victim->id);
     Preempt(*victim);
   }
 }
@@ -318,7 +295,7 @@ void Scheduler::FailInFlight(const Status& error) {
 }
 
 int Scheduler::RequeueRunning() {
-  TESSERA_CHECK(in_flight_.empty());
+  TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   int moved = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -328,7 +305,7 @@ int Scheduler::RequeueRunning() {
       allocator_->Free(s.blocks);
       s.cached = 0;
       s.waiting = true;
-      ++s.result.preemptions;
+      ++s.preemptions;
       ++stats_.preemptions;
       ++stats_.requeued;
       ++moved;
@@ -341,29 +318,61 @@ int Scheduler::RequeueRunning() {
 }
 
 void Scheduler::SetExecutor(StepExecutor* executor) {
-  TESSERA_CHECK(in_flight_.empty());
+  TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   executor_ = executor;
   finished_ids_.clear();  // the new plan's workers hold no state of earlier sequences
 }
 
 Status Scheduler::CollectInFlight() {
-  while (!in_flight_.empty()) {
-    auto r = CollectOne();
-    if (!r.ok()) return r.status();
-  }
+  TESSERA_CHECK(!plan_open_ && (in_flight_.empty() || executor_ != nullptr));
+  while (!in_flight_.empty()) TESSERA_RETURN_IF_ERROR(ApplyCollected(executor_->Collect(), {}));
   return Status::Ok();
 }
 
+void Scheduler::DropFinished() {
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done && !s->in_flight; }),
+                 running_.end());
+  running_count_.store(running_.size());
+}
+
 StatusOr<bool> Scheduler::RunOnce() {
-  Admit();
+  TESSERA_CHECK(executor_ != nullptr);
+  const StepPlan plan = Schedule(executor_->max_in_flight());
+  if (plan.empty()) {
+    TESSERA_RETURN_IF_ERROR(Apply(plan, StepOutcome{}));
+    // Idle: let every callback run, and take every stop report.
+    const uint64_t all = output_->posted();
+    output_->WaitProcessed(all);
+    TakeStops(all);
+    return false;
+  }
+  TESSERA_RETURN_IF_ERROR(Apply(plan, ExecutePlan(*executor_, plan)));
+  return true;
+}
+
+StepPlan Scheduler::Schedule() {
+  TESSERA_CHECK(executor_ != nullptr);
+  return Schedule(executor_->max_in_flight());
+}
+
+StepPlan Scheduler::Schedule(int max_in_flight) {
+  TESSERA_CHECK(!plan_open_ && max_in_flight >= 1);
+  plan_open_ = true;
+  StepPlan plan;
+  plan.serial = ++serial_;
+  output_->WaitProcessed(stop_barrier_);
+  TakeStops(stop_barrier_);
+  Admit(plan);
   // Fill the free micro-batch slots.
-  while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
+  const size_t max_slots = static_cast<size_t>(max_in_flight);
+  while (in_flight_.size() + planned_.size() < max_slots) {
     std::vector<Seq*> ready;
     for (auto& s : running_)
       if (!s->done && !s->in_flight && static_cast<int64_t>(s->tokens.size()) > s->cached)
         ready.push_back(s.get());
     if (ready.empty()) break;
-    const size_t slots = static_cast<size_t>(executor_->max_in_flight()) - in_flight_.size();
+    const size_t slots = max_slots - in_flight_.size() - planned_.size();
     const size_t per_batch = (ready.size() + slots - 1) / slots;
     InFlight f;
     int64_t budget = options_.max_batch_tokens;
@@ -371,10 +380,10 @@ StatusOr<bool> Scheduler::RunOnce() {
       if (f.members.size() >= per_batch || budget <= 0) break;
       if (s->done || s->waiting) continue;  // preempted by an earlier member's block allocation
       const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->cached;
-      const bool decode = pending == 1 && !s->result.tokens.empty();
+      const bool decode = pending == 1 && s->generated > 0;
       int64_t n = std::min(pending, budget);
       if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
-      if (!EnsureBlocks(*s, s->cached + n)) continue;  // waits for blocks to free up
+      if (!EnsureBlocks(*s, s->cached + n, plan)) continue;  // waits for blocks to free up
       s->in_flight = true;  // members of this batch are not preemption victims
       SeqStep step;
       step.seq_id = s->id;
@@ -399,36 +408,70 @@ StatusOr<bool> Scheduler::RunOnce() {
     if (f.members.empty()) break;
     f.batch.finished_seq_ids = std::move(finished_ids_);
     finished_ids_.clear();
-    f.submitted = Now();
-    Status st = executor_->Submit(f.batch);
-    if (!st.ok()) {
-      for (Seq* s : f.members) {
-        s->in_flight = false;
-        if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
-      }
-      FailInFlight(st);
-      return st;
-    }
-    in_flight_.push_back(std::move(f));
-    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight_.size()));
+    PlannedBatch b;
+    b.batch = f.batch;
+    b.prefill_tokens = f.prefill_tokens;
+    b.decode_tokens = f.decode_tokens;
+    plan.submit.push_back(std::move(b));
+    planned_.push_back(std::move(f));
   }
-  if (in_flight_.empty()) {
-    // Drop finished sequences.
-    running_.erase(
-        std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
-        running_.end());
-    running_count_.store(running_.size());
-    return false;
+  if (in_flight_.empty() && planned_.empty()) {
+    DropFinished();
+    return plan;
   }
-  return CollectOne();
+  plan.collect = true;
+  const InFlight& oldest = in_flight_.empty() ? planned_.front() : in_flight_.front();
+  for (const SeqStep& step : oldest.batch.seqs)
+    if (step.want_logits) plan.collect_rows.push_back(step.seq_id);
+  return plan;
 }
 
-StatusOr<bool> Scheduler::CollectOne() {
-  auto tokens = executor_->Collect();
+Status Scheduler::Apply(const StepPlan& plan, StepOutcome outcome) {
+  TESSERA_CHECK(plan_open_ && plan.serial == serial_ && plan.submit.size() == planned_.size());
+  plan_open_ = false;
+  Status st = ApplyOutcome(plan, std::move(outcome));
+  // The next Schedule waits for the output of the Apply before this one.
+  stop_barrier_ = applied_mark_;
+  applied_mark_ = output_->posted();
+  return st;
+}
+
+Status Scheduler::ApplyOutcome(const StepPlan& plan, StepOutcome outcome) {
+  std::vector<InFlight> planned = std::move(planned_);
+  planned_.clear();
+  TESSERA_CHECK(outcome.submitted <= planned.size());
+  const double now = Now();
+  for (size_t k = 0; k < outcome.submitted; ++k) {
+    planned[k].submitted = k < outcome.submit_times.size() ? outcome.submit_times[k] : now;
+    in_flight_.push_back(std::move(planned[k]));
+    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(in_flight_.size()));
+  }
+  if (outcome.submitted < planned.size()) {
+    Status st = outcome.submit_error.ok()
+                    ? Internal("executor: micro-batch " + std::to_string(outcome.submitted) +
+                               " of the plan was not submitted")
+                    : outcome.submit_error;
+    for (Seq* s : planned[outcome.submitted].members) {
+      s->in_flight = false;
+      if (!options_.requeue_on_executor_error) Finish(*s, FinishReason::kError, st);
+    }
+    // Later micro-batches of the plan never ran: their sequences stay as they were.
+    for (size_t k = outcome.submitted + 1; k < planned.size(); ++k)
+      for (Seq* s : planned[k].members) s->in_flight = false;
+    FailInFlight(st);
+    return st;
+  }
+  if (!plan.collect) return Status::Ok();
+  return ApplyCollected(std::move(outcome.collected), outcome.row_errors);
+}
+
+Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
+                                 const std::vector<Status>& row_errors) {
   if (!tokens.ok()) {
     FailInFlight(tokens.status());
     return tokens.status();
   }
+  TESSERA_CHECK(!in_flight_.empty());
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   const double now = Now();
@@ -437,23 +480,28 @@ StatusOr<bool> Scheduler::CollectOne() {
   (f.has_decode ? stats_.decode_seconds : stats_.prefill_seconds) += dt;
   stats_.prefill_tokens += f.prefill_tokens;
   stats_.decode_tokens += f.decode_tokens;
+  auto fail_all = [&](const Status& err) {
+    for (Seq* m : f.members) {
+      m->in_flight = false;
+      if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
+    }
+    FailInFlight(err);
+    return err;
+  };
+  if (!row_errors.empty() && row_errors.size() != tokens->size())
+    return fail_all(Internal("executor returned " + std::to_string(row_errors.size()) +
+                             " row errors for " + std::to_string(tokens->size()) + " tokens"));
   size_t row = 0;
   for (size_t k = 0; k < f.members.size(); ++k) {
     Seq& s = *f.members[k];
     s.in_flight = false;
     s.cached += f.batch.seqs[k].num_tokens;
     if (!f.batch.seqs[k].want_logits) continue;
-    if (row >= tokens->size()) {
-      Status err = Internal("executor returned " + std::to_string(tokens->size()) + " tokens for " +
-                            std::to_string(f.members.size()) + " sequences");
-      for (Seq* m : f.members) {
-        m->in_flight = false;
-        if (!options_.requeue_on_executor_error) Finish(*m, FinishReason::kError, err);
-      }
-      FailInFlight(err);
-      return err;
-    }
-    const SampledToken& token = (*tokens)[row++];
+    if (row >= tokens->size())
+      return fail_all(Internal("executor returned " + std::to_string(tokens->size()) +
+                               " tokens for " + std::to_string(f.members.size()) + " sequences"));
+    const size_t r = row++;
+    const SampledToken& token = (*tokens)[r];
     if (s.done) continue;  // cancelled while in flight
     bool cancelled;
     {
@@ -464,13 +512,14 @@ StatusOr<bool> Scheduler::CollectOne() {
       Finish(s, FinishReason::kCancelled);
       continue;
     }
+    if (!row_errors.empty() && !row_errors[r].ok()) {
+      Finish(s, FinishReason::kError, row_errors[r]);
+      continue;
+    }
     ApplyToken(s, token);
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const auto& s) { return s->done && !s->in_flight; }),
-                 running_.end());
-  running_count_.store(running_.size());
-  return true;
+  DropFinished();
+  return Status::Ok();
 }
 
 }  // namespace tessera

@@ -1,5 +1,11 @@
 // Scheduler: continuous batching of generation requests over a StepExecutor.
 //
+// One iteration is Schedule -> ExecutePlan -> Apply (common/engine/
+// step_plan.h): Schedule decides and returns a StepPlan, the executor carries
+// it out, Apply updates the state from the StepOutcome. RunOnce is that
+// iteration on the scheduler's own executor; tests drive Schedule and Apply
+// directly to check policy without one.
+//
 // Requests join and leave at iteration boundaries. Each iteration fills the
 // executor's free micro-batch slots (max_in_flight, i.e. pp for a pipeline)
 // with sequences that can run: decodes of running sequences and prefill
@@ -28,10 +34,22 @@
 // requests are waiting, and with kInvalidArgument when prompt + max_tokens
 // exceeds max_context (the message names both).
 //
+// Output (common/engine/output_processor.h): the owner thread only decides
+// on token ids (EOS, max_tokens); it hands each sampled token to the
+// scheduler's OutputProcessor, whose thread detokenizes, matches stop
+// strings and runs the request callbacks. A stop-string hit comes back as a
+// finish: the scheduler ends that sequence like a cancellation at a later
+// Schedule (the tokens it generated meanwhile are dropped from the result
+// and never reach a callback). Schedule takes the stop reports of the
+// tokens applied up to the Apply before the previous one (waiting for the
+// output thread to have processed them), so the output thread runs at most
+// one iteration behind and decisions do not depend on thread timing;
+// RunOnce with nothing to do waits for all output.
+//
 // Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce and
 // the other owner-thread methods are called by one owner thread (or another
 // thread while the owner is known to be parked, as the coordinator does while
-// a re-plan pauses it). Callbacks run on the owner thread.
+// a re-plan pauses it). Callbacks run on the output thread (RequestCallbacks).
 #pragma once
 
 #include <atomic>
@@ -46,51 +64,14 @@
 
 #include "common/base/status.h"
 #include "common/engine/block_allocator.h"
+#include "common/engine/generation.h"
+#include "common/engine/output_processor.h"
 #include "common/engine/step_executor.h"
+#include "common/engine/step_plan.h"
 #include "common/format/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace tessera {
-
-struct GenerationRequest {
-  std::vector<int32_t> prompt_ids;
-  SamplingParams sampling;
-  int32_t max_tokens = 64;        // generated tokens at most
-  std::vector<std::string> stop;  // stop strings (need a tokenizer)
-  bool ignore_eos = false;
-};
-
-enum class FinishReason { kLength, kEos, kStop, kCancelled, kError };
-const char* FinishReasonName(FinishReason reason);  // "length", "eos", "stop", "cancelled", "error"
-
-struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated ids (the stop-string token included)
-  // When the request's sampling.logprobs >= 0: one entry per entry of
-  // `tokens` (EOS and the stop-string token included), has_logprobs unless
-  // the executor cannot return them (PipelineExecutor with pp > 1).
-  std::vector<SampledToken> logprobs;
-  std::string text;  // decoded text, cut before a stop string
-  FinishReason finish_reason = FinishReason::kLength;
-  Status error;  // set when finish_reason == kError
-  int64_t prompt_tokens = 0;
-  int preemptions = 0;
-};
-
-// Per-request callbacks, run on the scheduler's owner thread.
-struct RequestCallbacks {
-  // New final text (never half a UTF-8 character, never part of a stop
-  // string) and the token just generated (-1 for text flushed at the finish,
-  // with no new token). `logprobs` is that token's SampledToken when the
-  // request's sampling.logprobs >= 0, else null; text held back (a partial
-  // character or stop-string prefix) arrives in a later call than its
-  // token's logprobs.
-  std::function<void(const std::string& text, int32_t token, const SampledToken* logprobs)>
-      on_token;
-  std::function<void(const GenerationResult& result)> on_finish;
-  // The scheduler admitted the request (gave it KV blocks); called again
-  // after each preemption's re-admission. Optional.
-  std::function<void()> on_admit;
-};
 
 struct SchedulerOptions {
   int64_t max_batch_tokens = 2048;     // tokens per micro-batch
@@ -116,6 +97,8 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // `tokenizer` may be null (then stop strings are refused and text is empty).
+  // `executor` may be null when only Schedule(n)/Apply drive the scheduler
+  // (RunOnce, CollectInFlight need one; SetExecutor sets it).
   Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
             int64_t block_size, const Tokenizer* tokenizer, SchedulerOptions options);
   ~Scheduler();
@@ -143,8 +126,45 @@ class Scheduler {
   // micro-batch). Returns false when there was nothing to do. Errors from
   // the executor fail every request in flight (on_finish with kError), or
   // with requeue_on_executor_error re-queue every running sequence, and are
-  // returned.
+  // returned. Equivalent to Schedule(), ExecutePlan on the executor, Apply:
+  // false when the plan was empty, returned only after every callback so far
+  // has run.
   StatusOr<bool> RunOnce();
+
+  // Owner thread: the decision half of an iteration, for `max_in_flight`
+  // micro-batches in flight at once (Schedule(): the executor's). In order:
+  // cancelled requests that are not in flight finish (kCancelled); waiting
+  // requests are admitted in queue order (FIFO, preempted ones first) while
+  // set_admitting(true), the running set is below max_sequences and the
+  // blocks for the whole prompt + generated tokens are free (the first that
+  // does not fit stops admission: no request overtakes another); requests
+  // with max_tokens 0 finish (kLength). Then the free slots are filled: the
+  // ready sequences (running, not in flight, with tokens not yet in the KV
+  // cache) are split evenly over the free slots, each micro-batch taking
+  // them in running order within max_batch_tokens, a prefill chunk being at
+  // most prefill_chunk_tokens; a sequence that needs a KV block when none is
+  // free preempts the newest running sequence that is not in flight (or
+  // waits when there is none). The plan's sequences are marked in flight
+  // (no later plan includes them or preempts them) until Apply. Stop-string
+  // hits reported by the output thread (see above) are taken first and end
+  // their sequences as cancellations do. Every Schedule must be
+  // followed by Apply of its plan before the next Schedule, CollectInFlight,
+  // RequeueRunning or SetExecutor.
+  StepPlan Schedule();
+  StepPlan Schedule(int max_in_flight);
+  // Owner thread: the update half. The submitted micro-batches go in
+  // flight; on a submit error the failed micro-batch's sequences and every
+  // micro-batch in flight fail (kError) or, with requeue_on_executor_error,
+  // every running sequence is re-queued, and the error is returned (the
+  // plan's unsubmitted micro-batches are simply not run). When plan.collect,
+  // the collected tokens are applied to the oldest micro-batch in flight:
+  // each sequence appends its token (handed to the output thread) and
+  // finishes on EOS (unless ignore_eos) or max_tokens; one cancelled (or
+  // stopped by a stop string) while in flight finishes kCancelled and drops
+  // its token; a row error finishes that sequence alone (kError). A Collect
+  // error (or a token count that does not match the rows) fails everything
+  // in flight as a submit error does.
+  Status Apply(const StepPlan& plan, StepOutcome outcome);
 
   // Owner thread. While false, waiting requests stay queued (cancellations
   // are still honoured) and only running sequences make progress.
@@ -161,9 +181,14 @@ class Scheduler {
   // Owner thread, nothing in flight: runs later micro-batches on `executor`.
   void SetExecutor(StepExecutor* executor);
   size_t in_flight() const;  // owner thread: micro-batches in flight
+  // Owner thread: blocks until every callback for what has happened so far
+  // has run on the output thread.
+  void WaitForOutput();
 
   size_t waiting() const;  // thread-safe
-  size_t running() const;  // thread-safe
+  // Thread-safe: admitted sequences not finished, plus finished requests
+  // whose on_finish has not run yet (0 means every on_finish has returned).
+  size_t running() const;
   const SchedulerStats& stats() const { return stats_; }
 
  private:
@@ -171,14 +196,21 @@ class Scheduler {
   struct InFlight;
 
   Status Validate(const GenerationRequest& r) const;
-  void Admit();
-  bool EnsureBlocks(Seq& s, int64_t tokens);
+  void Admit(StepPlan& plan);
+  bool EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan);
   void Preempt(Seq& s);
+  void DropFinished();
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
-  void Emit(Seq& s, const SampledToken* sampled);
+  void Register(Seq& s);  // hands s's callbacks to output_ once
   void ApplyToken(Seq& s, const SampledToken& sampled);
   void FailInFlight(const Status& error);
-  StatusOr<bool> CollectOne();
+  Status ApplyOutcome(const StepPlan& plan, StepOutcome outcome);
+  // Cancels the live sequences whose stop string the output thread reported
+  // with events up to `upto`.
+  void TakeStops(uint64_t upto);
+  // Applies Collect's result to the oldest micro-batch in flight.
+  Status ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
+                        const std::vector<Status>& row_errors);
 
   ModelConfig config_;
   StepExecutor* executor_;
@@ -187,6 +219,7 @@ class Scheduler {
   const Tokenizer* tokenizer_;
   SchedulerOptions options_;
   std::set<int32_t> eos_;
+  std::unique_ptr<OutputProcessor> output_;  // its own thread
 
   mutable std::mutex mu_;
   std::deque<std::unique_ptr<Seq>> waiting_;  // protected by mu_
@@ -197,10 +230,15 @@ class Scheduler {
   // Owner thread only.
   std::vector<std::unique_ptr<Seq>> running_;
   std::deque<InFlight> in_flight_;
+  std::vector<InFlight> planned_;  // the open plan's micro-batches, not yet submitted
+  bool plan_open_ = false;         // a Schedule awaits its Apply
+  uint64_t serial_ = 0;            // of the latest plan
   std::vector<int64_t> finished_ids_;
   SchedulerStats stats_;
   double last_done_ = 0.0;
   bool admitting_ = true;
+  uint64_t stop_barrier_ = 0;  // Schedule takes the stop reports up to this output event
+  uint64_t applied_mark_ = 0;  // the last output event posted by the latest Apply
 };
 
 }  // namespace tessera
