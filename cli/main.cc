@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/local_launcher.h"
 #include "common/engine/engine.h"
+#include "common/net/endpoint.h"
 #include "common/net/tcp_store.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
@@ -131,7 +132,7 @@ int Launch(const tessera::ParallelConfig& par) {
     c.argv.push_back("--rank");
     c.argv.push_back(std::to_string(r));
     c.argv.push_back("--store");
-    c.argv.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+    c.argv.push_back(FormatHostPort("127.0.0.1", (*server)->port()));
     c.quiet_stdout = r != 0;
     children.push_back(std::move(c));
   }
@@ -258,11 +259,10 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.tp_per_stage = par->tp_per_stage;
     o.layers_per_stage = a.layers;
     o.rank = a.rank;
-    const size_t colon = a.store.rfind(':');
-    if (colon == std::string::npos)
-      return Fail(InvalidArgument("--store must be host:port, got '" + a.store + "'"));
-    o.store_host = a.store.substr(0, colon);
-    o.store_port = std::atoi(a.store.c_str() + colon + 1);
+    StatusOr<TcpEndpoint> store = ParseHostPort(a.store, EndpointUse::kConnect);
+    if (!store.ok()) return Fail(store.status().WithContext("--store"));
+    o.store_host = store->host;
+    o.store_port = store->port;
     auto secret = TakeStoreSecretFromEnv();
     if (!secret.ok()) return Fail(secret.status().WithContext("--rank"));
     o.store_secret = *secret;

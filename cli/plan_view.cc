@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/net/endpoint.h"
+
 namespace tessera::cli {
 
 namespace {
@@ -69,17 +71,16 @@ Status ParseHttpUrl(const std::string& url, std::string* host, int* port) {
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos)
     return InvalidArgument("--cluster " + url + ": expected http://HOST:PORT without a path");
+  // "PORT" and ":PORT" name this host.
   const size_t colon = rest.rfind(':');
-  std::string p = colon == std::string::npos ? rest : rest.substr(colon + 1);
-  *host = colon == std::string::npos || colon == 0 ? "127.0.0.1" : rest.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']')
-    *host = host->substr(1, host->size() - 2);
-  char* end = nullptr;
-  const long v = std::strtol(p.c_str(), &end, 10);
-  if (p.empty() || *end != '\0' || v < 1 || v > 65535)
+  if (colon == std::string::npos || colon == 0)
+    rest = "127.0.0.1:" + rest.substr(colon == 0 ? 1 : 0);
+  StatusOr<TcpEndpoint> parsed = ParseHostPort(rest, EndpointUse::kConnect);
+  if (!parsed.ok())
     return InvalidArgument("--cluster " + url +
-                           ": expected http://HOST:PORT with a port in 1..65535");
-  *port = static_cast<int>(v);
+                           ": expected http://HOST:PORT: " + parsed.status().message());
+  *host = parsed->host;
+  *port = parsed->port;
   return Status::Ok();
 }
 

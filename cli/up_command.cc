@@ -35,6 +35,7 @@
 #include "common/base/load_progress.h"
 #include "common/config/daemon_config.h"
 #include "common/net/curve_keys.h"
+#include "common/net/endpoint.h"
 #include "common/net/http_client.h"
 #include "common/net/ports_file.h"
 
@@ -240,11 +241,15 @@ Subcommand AddUpCommand(CLI::App& app) {
     if (cfg->admin.port != 0)
       listeners.push_back({"admin.port", "<another port>", cfg->admin.host, cfg->admin.port});
     {
-      const std::string& ep = cfg->server.control_endpoint;  // tcp://HOST:PORT, validated
-      const size_t colon = ep.rfind(':');
-      const std::string host = ep.substr(6, colon - 6);
-      listeners.push_back({"server.control_endpoint", "tcp://" + host + ":<another port>", host,
-                           std::stoi(ep.substr(colon + 1))});
+      StatusOr<TcpEndpoint> ep = ParseTcpEndpoint(cfg->server.control_endpoint, EndpointUse::kBind);
+      if (!ep.ok()) {  // validated with the config: not reached
+        std::fprintf(stderr, "tessera up: server.control_endpoint: %s\n",
+                     ep.status().ToString().c_str());
+        return 1;
+      }
+      std::string example = FormatTcpEndpoint(ep->host, 0);  // "tcp://HOST:0"
+      example.replace(example.size() - 1, 1, "<another port>");
+      listeners.push_back({"server.control_endpoint", example, ep->host, ep->port});
     }
     for (const Listener& l : listeners) {
       if (l.port == 0) continue;  // picked when the coordinator binds: nothing to hold it
@@ -285,11 +290,11 @@ Subcommand AddUpCommand(CLI::App& app) {
     {
       // Workers connect to the control port it bound, on its host (a
       // wildcard host is reached on loopback).
-      const std::string& ep = cfg->server.control_endpoint;  // tcp://HOST:PORT, validated
-      std::string host = ep.substr(6, ep.rfind(':') - 6);
+      StatusOr<TcpEndpoint> ep = ParseTcpEndpoint(cfg->server.control_endpoint, EndpointUse::kBind);
+      std::string host = ep.ok() ? ep->host : "127.0.0.1";  // validated with the config
       if (host == "*" || host == "0.0.0.0") host = "127.0.0.1";
-      if (host == "[::]") host = "[::1]";
-      const std::string endpoint = "tcp://" + host + ":" + std::to_string(ports->control);
+      if (host == "::") host = "::1";
+      const std::string endpoint = FormatTcpEndpoint(host, ports->control);
       std::vector<ChildSpec> worker_children;
       for (int d = 0; d < workers; ++d)
         worker_children.push_back(

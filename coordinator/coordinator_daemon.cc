@@ -123,7 +123,7 @@ Status CoordinatorDaemon::Start() {
   // reach the control plane at).
   std::string store_host = "127.0.0.1";
   const std::string& ep = config_.server.control_endpoint;
-  if (ep.rfind("tcp://", 0) == 0) store_host = ep.substr(6, ep.rfind(':') - 6);
+  if (auto p = ParseTcpEndpoint(ep, EndpointUse::kBind); p.ok()) store_host = p->host;
   if (store_host == "*") store_host = "0.0.0.0";
   TESSERA_ASSIGN_OR_RETURN(store_secret_, NewStoreSecret());
   TcpStoreServerOptions so;

@@ -35,6 +35,7 @@
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/net/net_defaults.h"
 #include "common/tokenizer/chat_template.h"
 
 namespace tessera {
@@ -138,17 +139,17 @@ struct ServerSection {
   // Seconds a connection may take to deliver a request's headers and body
   // before it is closed. Lower frees slots held by slow or stalled clients
   // sooner; too low cuts off clients on slow links.
-  double read_timeout_seconds = 30.0;
+  double read_timeout_seconds = kDefaultHttpReadTimeoutSeconds;
   // Largest request body accepted, bytes; larger requests get 413. Bounds
   // the memory one request can take (a 32k-token prompt as token ids is about
   // 200 KiB of JSON).
-  int64_t max_body_bytes = 4 << 20;
+  int64_t max_body_bytes = kDefaultHttpMaxBodyBytes;
   // Connections served at once; further connections are refused until one
   // closes. Each streaming request holds one connection for its whole life.
-  int max_connections = 512;
+  int max_connections = kDefaultHttpMaxConnections;
   // Header fields accepted in one request, >= 1; more get 431. Bounds the
   // work and memory of parsing a hostile request's header.
-  int max_header_count = 100;
+  int max_header_count = kDefaultHttpMaxHeaderCount;
   // Streaming responses (stream: true) open at once, >= 1; a request for
   // another gets 429 naming this key. Bounds the connections and threads'
   // time long-lived streams may hold, leaving room for other clients.
@@ -296,20 +297,20 @@ struct StoreSection {
   // Largest request frame, bytes (header excluded, HMAC tag included).
   // Rendezvous values are a few KiB (Gloo addresses, NCCL ids); larger frames
   // are cut off before the server buffers them. 4096..1073741824.
-  int64_t max_frame_bytes = 1 << 20;
+  int64_t max_frame_bytes = kDefaultStoreMaxFrameBytes;
   // Connections open at once. Every rank holds one while it rendezvouses;
   // at the limit a new connection displaces the oldest one still in its
   // handshake, and is refused when all are authenticated.
-  int max_connections = 512;
+  int max_connections = kDefaultStoreMaxConnections;
   // Keys stored at once. A plan writes a few per rank and pipeline link; a
   // new plan's start erases the previous plan's keys.
-  int64_t max_keys = 65536;
+  int64_t max_keys = kDefaultStoreMaxKeys;
   // Bytes of keys plus values stored at once.
-  int64_t max_bytes = 64 << 20;
+  int64_t max_bytes = kDefaultStoreMaxBytes;
   // Seconds a new connection has to authenticate before it is closed. Short
   // frees slots held by idle clients sooner; too short fails ranks on a
   // loaded host.
-  double handshake_timeout_seconds = 5.0;
+  double handshake_timeout_seconds = kDefaultStoreHandshakeTimeoutSeconds;
 };
 
 enum class LogFormat {

@@ -21,9 +21,10 @@ namespace tessera {
 
 using EngineStats = SchedulerStats;
 
+// Defaults: the [scheduler] section's (common/config/daemon_config.h).
 struct EngineOptions {
-  int64_t max_batch_tokens = 2048;      // tokens per micro-batch
-  int64_t prefill_chunk_tokens = 2048;  // prompt tokens of one sequence per step
+  int64_t max_batch_tokens = SchedulerSection{}.max_batch_tokens;          // tokens per micro-batch
+  int64_t prefill_chunk_tokens = SchedulerSection{}.prefill_chunk_tokens;  // per sequence per step
 };
 
 // Streams text as it becomes final: (request index, new text). Runs on the

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/config/daemon_config.h"
 #include "common/engine/block_allocator.h"
 #include "common/engine/generation.h"
 #include "common/engine/output_processor.h"
@@ -73,12 +74,14 @@
 
 namespace tessera {
 
+// Defaults: the [scheduler] section's (common/config/daemon_config.h), the
+// one home of defaults; max_context has no default there (0 = the model's).
 struct SchedulerOptions {
-  int64_t max_batch_tokens = 2048;     // tokens per micro-batch
-  int64_t max_sequences = 256;         // running sequences at most
-  int64_t queue_limit = 1024;          // waiting requests at most (beyond: kResourceExhausted)
-  int64_t max_context = 4096;          // prompt + max_tokens at most
-  int64_t prefill_chunk_tokens = 512;  // prompt tokens of one sequence per step
+  int64_t max_batch_tokens = SchedulerSection{}.max_batch_tokens;  // tokens per micro-batch
+  int64_t max_sequences = SchedulerSection{}.max_sequences;        // running sequences at most
+  int64_t queue_limit = SchedulerSection{}.queue_limit;  // waiting (beyond: kResourceExhausted)
+  int64_t max_context = 4096;                            // prompt + max_tokens at most
+  int64_t prefill_chunk_tokens = SchedulerSection{}.prefill_chunk_tokens;  // per sequence per step
   // On an executor error, re-queue the running sequences (recompute from
   // prompt + generated tokens later) instead of finishing them with kError.
   bool requeue_on_executor_error = false;

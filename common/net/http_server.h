@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/net/net_defaults.h"
 
 namespace tessera {
 
@@ -70,16 +71,16 @@ struct Core;
 inline constexpr size_t kHttpReadSlackBytes = 64 * 1024;
 
 struct HttpServerOptions {
-  std::string bind_address = "127.0.0.1";   // host name or IP; "0.0.0.0" / "::" for all interfaces
-  int port = 0;                             // 0 picks a free port; see HttpServer::port()
-  int num_threads = 2;                      // io threads running the io_context
-  double read_timeout_seconds = 30.0;       // to receive one whole request, or idle keep-alive
-  double write_timeout_seconds = 30.0;      // for one socket write to complete
-  size_t max_header_bytes = 16 * 1024;      // request line + header fields (431 beyond)
-  size_t max_header_count = 100;            // number of header fields (431 beyond)
-  size_t max_body_bytes = 4 * 1024 * 1024;  // request body (413 beyond)
-  int max_connections = 256;                // open connections (503 beyond)
-  size_t max_queued_events = 4096;          // SSE events queued per stream, not yet written
+  std::string bind_address = "127.0.0.1";  // host name or IP; "0.0.0.0" / "::" for all interfaces
+  int port = 0;                            // 0 picks a free port; see HttpServer::port()
+  int num_threads = 2;                     // io threads running the io_context
+  double read_timeout_seconds = kDefaultHttpReadTimeoutSeconds;  // one whole request, or idle
+  double write_timeout_seconds = 30.0;                           // for one socket write to complete
+  size_t max_header_bytes = 16 * 1024;  // request line + header fields (431 beyond)
+  size_t max_header_count = kDefaultHttpMaxHeaderCount;  // header fields (431 beyond)
+  size_t max_body_bytes = kDefaultHttpMaxBodyBytes;      // request body (413 beyond)
+  int max_connections = kDefaultHttpMaxConnections;      // open connections (503 beyond)
+  size_t max_queued_events = 4096;  // SSE events queued per stream, not yet written
   // HTTPS (TLS 1.2 or later, OpenSSL): PEM certificate chain (leaf first) and
   // private key files, loaded by Start. Both empty = plain HTTP. A plain HTTP
   // request to an HTTPS listener gets a plain-text 400 and the connection

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/base/json_parse.h"
+#include "common/net/endpoint.h"
 
 namespace tessera {
 
@@ -20,15 +21,11 @@ std::string ListenerPortsJson(const ListenerPorts& ports) {
 }
 
 StatusOr<int> EndpointPort(const std::string& endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  const std::string digits = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5 ||
-      digits.find_first_not_of("0123456789") != std::string::npos)
-    return InvalidArgument("bound endpoint '" + endpoint + "' has no numeric port");
-  const int port = std::stoi(digits);
-  if (port < 1 || port > 65535)
-    return InvalidArgument("bound endpoint '" + endpoint + "' has port " + digits);
-  return port;
+  StatusOr<TcpEndpoint> parsed = ParseTcpEndpoint(endpoint, EndpointUse::kBind);
+  if (!parsed.ok())
+    return InvalidArgument("bound endpoint '" + endpoint + "': " + parsed.status().message());
+  if (parsed->port == 0) return InvalidArgument("bound endpoint '" + endpoint + "' has port 0");
+  return parsed->port;
 }
 
 Status WritePortsFile(const std::string& path, const ListenerPorts& ports) {

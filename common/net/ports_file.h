@@ -29,8 +29,9 @@ struct ListenerPorts {
 // The JSON object above.
 std::string ListenerPortsJson(const ListenerPorts& ports);
 
-// The port of a bound ZeroMQ TCP endpoint "tcp://HOST:PORT". Errors:
-// kInvalidArgument naming the endpoint.
+// The port of a bound ZeroMQ TCP endpoint "tcp://HOST:PORT" (ParseTcpEndpoint
+// of common/net/endpoint.h). Errors: kInvalidArgument naming the endpoint
+// and what is wrong with it (port 0: not bound).
 StatusOr<int> EndpointPort(const std::string& endpoint);
 
 // Writes ListenerPortsJson(ports) to `path` atomically (PATH.tmp, then

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 
+#include "common/net/endpoint.h"
 #include "common/net/tcp_store_wire.h"
 
 namespace tessera {
@@ -68,11 +69,6 @@ StatusOr<AddrInfoPtr> Resolve(const std::string& host, int port, bool passive) {
         fmt::format("TcpStore: cannot resolve host '{}': {}", host, gai_strerror(rc)));
   }
   return AddrInfoPtr(res);
-}
-
-std::string HostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
 }
 
 void SetNoDelay(int fd) {
@@ -210,8 +206,8 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::strin
     fd = -1;
   }
   if (fd < 0) {
-    return IoError(fmt::format("TcpStore server: cannot listen on {}: {}", HostPort(host, port),
-                               std::strerror(err)));
+    return IoError(fmt::format("TcpStore server: cannot listen on {}: {}",
+                               FormatHostPort(host, port), std::strerror(err)));
   }
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
@@ -504,7 +500,7 @@ TcpStore::~TcpStore() {
   CloseLocked();
 }
 
-std::string TcpStore::address() const { return HostPort(host_, port_); }
+std::string TcpStore::address() const { return FormatHostPort(host_, port_); }
 
 void TcpStore::CloseLocked() {
   if (fd_ >= 0) close(fd_);

@@ -23,17 +23,19 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/net/net_defaults.h"
 
 namespace tessera {
 
 // The store's bounds; the coordinator takes them from its [store] table
-// (common/config/daemon_config.h documents each).
+// (common/config/daemon_config.h documents each). Defaults: net_defaults.h,
+// shared with [store].
 struct TcpStoreLimits {
-  int64_t max_frame_bytes = 1 << 20;
-  int max_connections = 512;
-  int64_t max_keys = 65536;
-  int64_t max_bytes = 64 << 20;
-  double handshake_timeout_seconds = 5.0;
+  int64_t max_frame_bytes = kDefaultStoreMaxFrameBytes;
+  int max_connections = kDefaultStoreMaxConnections;
+  int64_t max_keys = kDefaultStoreMaxKeys;
+  int64_t max_bytes = kDefaultStoreMaxBytes;
+  double handshake_timeout_seconds = kDefaultStoreHandshakeTimeoutSeconds;
 };
 
 class StoreServerCore {

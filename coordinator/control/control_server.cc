@@ -16,12 +16,12 @@
 
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
+#include "common/net/zmq_loop.h"
 
 namespace tessera {
 namespace {
 
 constexpr const char* kLog = "control-server";
-constexpr const char* kWakeEndpoint = "inproc://tessera-control-server-wake";
 // Where libzmq sends ZAP requests (RFC 27), one handler per context.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "tessera-control";
@@ -93,29 +93,18 @@ struct ControlServer::Impl {
 
   ControlServerOptions options;
   zmq::context_t context{1};
-  std::unique_ptr<zmq::socket_t> router;       // owner thread only, after Start
-  std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Start
-  std::unique_ptr<zmq::socket_t> zap;          // ZAP handler (CURVE only), owner thread
-  std::set<std::string> allowed_keys;          // 32-byte binary public keys (CURVE only)
+  std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
+  std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
+  std::set<std::string> allowed_keys;     // 32-byte binary public keys (CURVE only)
   // Owner thread: refused handshakes are logged at most kRefusalLogBurst
   // times a minute (a flood of unknown keys must not flood the log); the
   // rest are counted and summed up in the next minute's first line.
   std::chrono::steady_clock::time_point refusal_window_start{};
   int refusals_logged = 0;
   uint64_t refusals_unlogged = 0;
-  std::thread thread;
   bool started = false;  // Start succeeded once
-  std::atomic<bool> running{false};
-  std::atomic<bool> stop_requested{false};
   std::atomic<uint64_t> next_seq{1};
   Counters counters;
-
-  // Send queue and the writing end of the wake-up pair.
-  std::mutex queue_mu;
-  std::deque<Outgoing> queue;
-  std::unique_ptr<zmq::socket_t> wake_writer;
-  bool wake_pending = false;
-  bool queue_closed = false;
 
   // Registry: written only by the owner thread, read by Send / Workers.
   mutable std::mutex registry_mu;
@@ -129,9 +118,11 @@ struct ControlServer::Impl {
   // Printable routing ids whose dropped frames were logged (the first one
   // each). Owner thread only; at most kMaxDropLoggedPeers.
   std::set<std::string> drop_logged;
+  // The owner thread of router and zap, and the queue of sends to run
+  // there (common/net/zmq_loop.h). Declared after the sockets: it stops
+  // (and closes them) before they are destroyed.
+  ZmqSocketLoop loop{context, kLog};
 
-  void Run();
-  void Turn(std::chrono::milliseconds poll_timeout);
   void ReadFrames();
   void HandleFrame(std::vector<zmq::message_t>& parts);
   void HandleZap();
@@ -143,7 +134,6 @@ struct ControlServer::Impl {
   void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
               bool log = true);
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
-  void DrainQueue();
   bool SendNow(const Outgoing& out);
   void CheckLiveness();
   // Removes the records `gone` says to drop and rebuilds the indexes.
@@ -208,21 +198,29 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
     s.router->set(zmq::sockopt::maxmsgsize, cap);
     s.router->bind(endpoint);
     bound = s.router->get(zmq::sockopt::last_endpoint);
-    s.wake_reader = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
-    s.wake_reader->bind(kWakeEndpoint);
-    s.wake_writer = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
-    s.wake_writer->set(zmq::sockopt::linger, 0);
-    s.wake_writer->connect(kWakeEndpoint);
   } catch (const zmq::error_t& e) {
     s.router.reset();
-    s.wake_reader.reset();
-    s.wake_writer.reset();
     s.zap.reset();
     return IoError("control server cannot bind '" + endpoint + "': " + e.what());
   }
+  using std::chrono::milliseconds;
+  const milliseconds poll_timeout =
+      std::clamp(s.options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
+  ZmqSocketLoop::Hooks hooks;
+  hooks.watches = {{s.zap.get(), [&s] { s.HandleZap(); }},
+                   {s.router.get(), [&s] { s.ReadFrames(); }}};
+  hooks.poll_timeout = [poll_timeout] { return poll_timeout; };
+  hooks.after_poll = [&s] { s.CheckLiveness(); };
+  hooks.on_exit = [&s] {
+    s.router->close();
+    if (s.zap) s.zap->close();
+  };
+  if (Status st = s.loop.Start(std::move(hooks)); !st.ok()) {
+    s.router.reset();
+    s.zap.reset();
+    return st;
+  }
   s.started = true;
-  s.running = true;
-  s.thread = std::thread([&s] { s.Run(); });
   TESSERA_LOG_INFO(kLog, "listening on {} (heartbeat {} ms, lost after {} missed; {})", bound,
                    s.options.heartbeat_interval.count(), s.options.heartbeat_miss_limit,
                    curve ? fmt::format("CURVE, {} allowed worker keys", s.allowed_keys.size())
@@ -230,24 +228,7 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
   return bound;
 }
 
-void ControlServer::Stop() {
-  Impl& s = *impl_;
-  if (!s.thread.joinable()) return;
-  s.stop_requested = true;
-  {
-    std::lock_guard<std::mutex> lock(s.queue_mu);
-    try {
-      s.wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t&) {
-      // The loop also polls with a timeout, so it sees stop_requested anyway.
-    }
-  }
-  s.thread.join();
-  std::lock_guard<std::mutex> lock(s.queue_mu);
-  s.queue_closed = true;
-  s.wake_writer.reset();
-  s.running = false;
-}
+void ControlServer::Stop() { impl_->loop.Stop(); }
 
 bool ControlServer::DeclareLost(const std::string& worker_id, const std::string& reason) {
   Impl& s = *impl_;
@@ -267,7 +248,7 @@ bool ControlServer::DeclareLost(const std::string& worker_id, const std::string&
 
 Status ControlServer::Send(const std::string& worker_id, control::Envelope envelope) {
   Impl& s = *impl_;
-  if (!s.running.load()) return FailedPrecondition("control server is not running");
+  if (!s.loop.running()) return FailedPrecondition("control server is not running");
   std::string identity;
   {
     std::lock_guard<std::mutex> lock(s.registry_mu);
@@ -326,70 +307,13 @@ ControlServerStats ControlServer::stats() const {
 }
 
 Status ControlServer::Impl::Enqueue(Outgoing out) {
-  std::lock_guard<std::mutex> lock(queue_mu);
-  if (queue_closed || stop_requested.load())
+  if (!loop.Post([this, out = std::move(out)] { SendNow(out); }))
     return FailedPrecondition("control server is stopping");
-  queue.push_back(std::move(out));
-  if (!wake_pending) {
-    wake_pending = true;
-    try {
-      wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      // The loop drains the queue every turn regardless; the wake-up only
-      // shortens the wait.
-      TESSERA_LOG_DEBUG(kLog, "wake-up send failed: {}", e.what());
-    }
-  }
   return Status::Ok();
 }
 
-void ControlServer::Impl::Run() {
-  using std::chrono::milliseconds;
-  const milliseconds poll_timeout =
-      std::clamp(options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
-  while (!stop_requested.load()) {
-    try {
-      Turn(poll_timeout);
-    } catch (const zmq::error_t& e) {
-      if (e.num() == ETERM) break;
-      if (e.num() != EINTR) {
-        TESSERA_LOG_ERROR(kLog, "poll loop: ZeroMQ error: {}", e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy error loop
-      }
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "poll loop: {}", e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  try {
-    DrainQueue();  // what was queued before Stop still goes out (within linger)
-  } catch (const std::exception& e) {
-    TESSERA_LOG_ERROR(kLog, "final send: {}", e.what());
-  }
-  router->close();
-  wake_reader->close();
-  if (zap) zap->close();
-  TESSERA_LOG_INFO(kLog, "stopped");
-}
-
-void ControlServer::Impl::Turn(std::chrono::milliseconds poll_timeout) {
-  zmq_pollitem_t items[3] = {{router->handle(), 0, ZMQ_POLLIN, 0},
-                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0},
-                             {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, zap ? 3 : 2, poll_timeout);
-  if (zap && (items[2].revents & ZMQ_POLLIN)) HandleZap();
-  if (items[1].revents & ZMQ_POLLIN) {
-    zmq::message_t ignored;
-    while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
-    }
-  }
-  if (items[0].revents & ZMQ_POLLIN) ReadFrames();
-  DrainQueue();
-  CheckLiveness();
-}
-
 void ControlServer::Impl::ReadFrames() {
-  for (int i = 0; i < kMaxFramesPerTurn && !stop_requested.load(); ++i) {
+  for (int i = 0; i < kMaxFramesPerTurn && !loop.stopping(); ++i) {
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(*router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
     ++counters.frames_received;
@@ -755,16 +679,6 @@ bool ControlServer::Impl::SendNow(const Outgoing& out) {
   }
   ++counters.send_failures;
   return false;
-}
-
-void ControlServer::Impl::DrainQueue() {
-  std::deque<Outgoing> batch;
-  {
-    std::lock_guard<std::mutex> lock(queue_mu);
-    batch.swap(queue);
-    wake_pending = false;
-  }
-  for (const Outgoing& out : batch) SendNow(out);
 }
 
 void ControlServer::Impl::CheckLiveness() {

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/config/daemon_config.h"
 #include "common/wire/control.pb.h"
 #include "common/wire/control_codec.h"
 
@@ -76,7 +77,9 @@ struct ControlPeer {
 
 struct ControlServerOptions {
   // Heartbeat period announced to workers (RegisterAck.heartbeat_interval_ms).
-  std::chrono::milliseconds heartbeat_interval{1000};
+  // Default: heartbeat.interval_seconds'.
+  std::chrono::milliseconds heartbeat_interval{
+      static_cast<int64_t>(HeartbeatSection{}.interval_seconds * 1000)};
   // A worker silent for heartbeat_miss_limit * heartbeat_interval is lost.
   int heartbeat_miss_limit = 3;
   // Largest accepted or sent Envelope, bytes. ZeroMQ itself disconnects a
@@ -102,8 +105,9 @@ struct ControlServerOptions {
   std::function<void(const std::string& worker_id)> on_worker_forgotten;
 
   // Worker records kept at once, live and lost (not yet forgotten); a
-  // Register that would add one more is refused. 0 = no bound.
-  size_t max_workers = 256;
+  // Register that would add one more is refused. 0 = no bound. Default:
+  // server.max_workers'.
+  size_t max_workers = static_cast<size_t>(ServerSection{}.max_workers);
   // How long a lost worker's record is kept before it is forgotten;
   // 0 = until the worker registers again.
   std::chrono::milliseconds forget_lost_after{0};

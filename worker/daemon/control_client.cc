@@ -18,12 +18,12 @@
 
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
+#include "common/net/zmq_loop.h"
 
 namespace tessera {
 namespace {
 
 constexpr const char* kLog = "control-client";
-constexpr const char* kWakeEndpoint = "inproc://tessera-control-client-wake";
 // Handshake events of the DEALER (zmq_socket_monitor).
 constexpr const char* kMonitorEndpoint = "inproc://tessera-control-client-monitor";
 constexpr int kMaxFramesPerTurn = 256;
@@ -69,22 +69,20 @@ struct ControlClient::Impl {
   ControlClientOptions options;
   const std::string routing_id;
   zmq::context_t context{1};
-  std::unique_ptr<zmq::socket_t> dealer;       // owner thread only, after Connect
-  std::unique_ptr<zmq::socket_t> wake_reader;  // owner thread only, after Connect
-  std::unique_ptr<zmq::socket_t> monitor;      // handshake events, owner thread
-  std::string curve_public_key;                // this worker's Z85 public key (CURVE only)
-  std::thread thread;
+  std::unique_ptr<zmq::socket_t> dealer;   // loop thread only, after Connect
+  std::unique_ptr<zmq::socket_t> monitor;  // handshake events, loop thread
+  std::string curve_public_key;            // this worker's Z85 public key (CURVE only)
   bool connected_once = false;
-  std::atomic<bool> stop_requested{false};
   Counters counters;
+  // The owner thread of dealer and monitor, and the queue of sends to run
+  // there (common/net/zmq_loop.h). Declared after the sockets: it stops
+  // (and closes them) before they are destroyed.
+  ZmqSocketLoop loop{context, kLog};
 
   // Everything below is guarded by mu.
   mutable std::mutex mu;
   std::condition_variable registration_cv;
-  std::unique_ptr<zmq::socket_t> wake_writer;
-  bool wake_pending = false;
   bool closed = true;  // not connected yet, or stopped
-  std::deque<std::string> queue;
   uint64_t next_seq = 1;
   std::optional<control::Envelope> register_envelope;  // set by Register()
   bool register_pending = false;                       // no ack yet
@@ -100,16 +98,13 @@ struct ControlClient::Impl {
   Clock::time_point next_heartbeat;
   control::Heartbeat heartbeat;
 
-  void Run();
-  void Turn();
+  std::chrono::milliseconds PollTimeout();
   void ReadFrames();
   void ReadMonitor();
   void HandleFrame(std::vector<zmq::message_t>& parts);
   void Drop(const Status& reason);
   void RunTimers();
-  void DrainQueue();
   bool SendNow(const std::string& bytes, const char* body);
-  void WakeLocked();
   std::string EncodeLocked(control::Envelope& envelope);
 };
 
@@ -160,25 +155,37 @@ Status ControlClient::Connect(const std::string& endpoint) {
                             : static_cast<int64_t>(c.options.max_message_bytes) * 2;
     c.dealer->set(zmq::sockopt::maxmsgsize, cap);
     c.dealer->connect(endpoint);
-    c.wake_reader = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::pair);
-    c.wake_reader->bind(kWakeEndpoint);
-    auto writer = std::make_unique<zmq::socket_t>(c.context, zmq::socket_type::pair);
-    writer->set(zmq::sockopt::linger, 0);
-    writer->connect(kWakeEndpoint);
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.wake_writer = std::move(writer);
   } catch (const zmq::error_t& e) {
     c.monitor.reset();
     c.dealer.reset();
-    c.wake_reader.reset();
     return IoError("control client cannot connect to '" + endpoint + "': " + e.what());
   }
-  c.connected_once = true;
+  ZmqSocketLoop::Hooks hooks;
+  hooks.watches = {{c.monitor.get(), [&c] { c.ReadMonitor(); }},
+                   {c.dealer.get(), [&c] { c.ReadFrames(); }}};
+  hooks.poll_timeout = [&c] { return c.PollTimeout(); };
+  hooks.after_poll = [&c] { c.RunTimers(); };
+  hooks.on_exit = [&c] {
+    if (c.monitor) {
+      zmq_socket_monitor(c.dealer->handle(), nullptr, 0);
+      c.monitor->close();
+    }
+    c.dealer->close();
+  };
   {
+    // Opened before the loop runs: a Register right after Connect finds
+    // the client connected.
     std::lock_guard<std::mutex> lock(c.mu);
     c.closed = false;
   }
-  c.thread = std::thread([&c] { c.Run(); });
+  if (Status st = c.loop.Start(std::move(hooks)); !st.ok()) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.closed = true;
+    c.monitor.reset();
+    c.dealer.reset();
+    return st;
+  }
+  c.connected_once = true;
   TESSERA_LOG_INFO(kLog, "connecting to {} as peer {}{}", endpoint, c.routing_id,
                    curve ? " with CURVE key " + c.curve_public_key : std::string());
   return Status::Ok();
@@ -200,7 +207,7 @@ Status ControlClient::Register(control::Register registration,
   c.register_pending = c.auth_refusal.empty();  // a refused key cannot register
   c.refusal.clear();
   c.next_register = Clock::now();
-  c.WakeLocked();
+  c.loop.Wake();
   return Status::Ok();
 }
 
@@ -247,8 +254,9 @@ Status ControlClient::Send(control::Envelope envelope) {
   envelope.set_seq(c.next_seq++);
   TESSERA_ASSIGN_OR_RETURN(std::string bytes,
                            EncodeEnvelope(envelope, c.options.max_message_bytes));
-  c.queue.push_back(std::move(bytes));
-  c.WakeLocked();
+  // Posted under mu: the loop sends in seq order.
+  if (!c.loop.Post([&c, bytes = std::move(bytes)] { c.SendNow(bytes, "message"); }))
+    return FailedPrecondition("control client is not connected or stopped");
   return Status::Ok();
 }
 
@@ -278,28 +286,11 @@ ControlClientStats ControlClient::stats() const {
 
 void ControlClient::Stop() {
   Impl& c = *impl_;
-  if (!c.thread.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.stop_requested = true;
-    c.WakeLocked();
-  }
-  c.thread.join();
+  if (!c.loop.running()) return;
+  c.loop.Stop();
   std::lock_guard<std::mutex> lock(c.mu);
   c.closed = true;
-  c.wake_writer.reset();
   c.registration_cv.notify_all();
-}
-
-void ControlClient::Impl::WakeLocked() {
-  if (wake_pending || !wake_writer) return;
-  wake_pending = true;
-  try {
-    wake_writer->send(zmq::message_t(), zmq::send_flags::dontwait);
-  } catch (const zmq::error_t& e) {
-    // The loop wakes on its own timeout anyway.
-    TESSERA_LOG_DEBUG(kLog, "wake-up send failed: {}", e.what());
-  }
 }
 
 std::string ControlClient::Impl::EncodeLocked(control::Envelope& envelope) {
@@ -313,61 +304,17 @@ std::string ControlClient::Impl::EncodeLocked(control::Envelope& envelope) {
   return std::move(*bytes);
 }
 
-void ControlClient::Impl::Run() {
-  while (!stop_requested.load()) {
-    try {
-      Turn();
-    } catch (const zmq::error_t& e) {
-      if (e.num() == ETERM) break;
-      if (e.num() != EINTR) {
-        TESSERA_LOG_ERROR(kLog, "poll loop: ZeroMQ error: {}", e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy error loop
-      }
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "poll loop: {}", e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  try {
-    DrainQueue();
-  } catch (const std::exception& e) {
-    TESSERA_LOG_ERROR(kLog, "final send: {}", e.what());
-  }
-  if (monitor) {
-    zmq_socket_monitor(dealer->handle(), nullptr, 0);
-    monitor->close();
-  }
-  dealer->close();
-  wake_reader->close();
-  TESSERA_LOG_INFO(kLog, "stopped");
-}
-
-void ControlClient::Impl::Turn() {
+std::chrono::milliseconds ControlClient::Impl::PollTimeout() {
   using std::chrono::milliseconds;
   milliseconds timeout(100);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const Clock::time_point now = Clock::now();
-    auto until = [&](Clock::time_point t) {
-      return std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1);
-    };
-    if (register_pending) timeout = std::min(timeout, until(next_register));
-    if (registered) timeout = std::min(timeout, until(next_heartbeat));
-    timeout = std::max(timeout, milliseconds(0));
-  }
-  zmq_pollitem_t items[3] = {{dealer->handle(), 0, ZMQ_POLLIN, 0},
-                             {wake_reader->handle(), 0, ZMQ_POLLIN, 0},
-                             {monitor ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, monitor ? 3 : 2, timeout);
-  if (monitor && (items[2].revents & ZMQ_POLLIN)) ReadMonitor();
-  if (items[1].revents & ZMQ_POLLIN) {
-    zmq::message_t ignored;
-    while (wake_reader->recv(ignored, zmq::recv_flags::dontwait)) {
-    }
-  }
-  if (items[0].revents & ZMQ_POLLIN) ReadFrames();
-  RunTimers();
-  DrainQueue();
+  std::lock_guard<std::mutex> lock(mu);
+  const Clock::time_point now = Clock::now();
+  auto until = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1);
+  };
+  if (register_pending) timeout = std::min(timeout, until(next_register));
+  if (registered) timeout = std::min(timeout, until(next_heartbeat));
+  return std::max(timeout, milliseconds(0));
 }
 
 void ControlClient::Impl::RunTimers() {
@@ -394,16 +341,6 @@ void ControlClient::Impl::RunTimers() {
   if (!heartbeat_bytes.empty() && SendNow(heartbeat_bytes, "heartbeat")) ++counters.heartbeats_sent;
 }
 
-void ControlClient::Impl::DrainQueue() {
-  std::deque<std::string> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    batch.swap(queue);
-    wake_pending = false;
-  }
-  for (const std::string& bytes : batch) SendNow(bytes, "message");
-}
-
 bool ControlClient::Impl::SendNow(const std::string& bytes, const char* body) {
   try {
     zmq::message_t payload(bytes.data(), bytes.size());
@@ -419,7 +356,7 @@ bool ControlClient::Impl::SendNow(const std::string& bytes, const char* body) {
 }
 
 void ControlClient::Impl::ReadFrames() {
-  for (int i = 0; i < kMaxFramesPerTurn && !stop_requested.load(); ++i) {
+  for (int i = 0; i < kMaxFramesPerTurn && !loop.stopping(); ++i) {
     std::vector<zmq::message_t> parts;
     zmq::message_t part;
     bool more = true;
@@ -537,7 +474,7 @@ void ControlClient::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
           register_pending = true;
           if (register_envelope) register_envelope->set_worker_id(worker_id);
           next_register = Clock::now();
-          WakeLocked();
+          loop.Wake();
         }  // else: a Register is on its way already
       } else if (registered) {
         if (ack.accepted() && ack.worker_id() == worker_id) {

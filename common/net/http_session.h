@@ -1,0 +1,765 @@
+// Internals of HttpServer (common/net/http_server.h), not a public API:
+// the state the server, its connections and their responders share (Core),
+// one request/response exchange (Exchange), and one accepted connection's
+// state machine (Session: TLS handshake, deadlines, reading and routing a
+// request, writing responses and streams, lingering close), with the
+// parsing helpers it uses. Included by http_server.cc only.
+//
+// Thread-safety: as documented on each member; a Session runs on its
+// connection's strand except its Post* methods.
+#pragma once
+
+#include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/net/http_request_checks.h"
+#include "common/net/http_server.h"
+
+namespace tessera::http_internal {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = net::ssl;
+using tcp = net::ip::tcp;
+
+// A refused or finished connection is shut down for sending, then its unread
+// input is drained for at most this long (and this many bytes) before the
+// socket closes, so the client reads the response instead of a reset.
+inline constexpr double kLingerSeconds = 1.0;
+inline constexpr size_t kLingerMaxBytes = 1 << 20;
+// How long Stop() waits for connections to close before stopping the loop.
+inline constexpr double kStopGraceSeconds = 2.0;
+// Bytes read per call while watching a connection for a disconnect.
+inline constexpr size_t kWatchReadBytes = 4096;
+
+inline int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Decodes %XX escapes and '+' (a space in a query component). A malformed
+// escape is kept as written.
+inline std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
+               HexValue(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+inline std::map<std::string, std::string> ParseQuery(std::string_view query) {
+  std::map<std::string, std::string> out;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    std::string key = PercentDecode(part.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : PercentDecode(part.substr(eq + 1));
+    out.emplace(std::move(key), std::move(value));
+  }
+  return out;
+}
+
+// The bytes of a complete response with Content-Length.
+inline std::string SerializeResponse(
+    int status, const std::string& content_type, std::string body,
+    const std::vector<std::pair<std::string, std::string>>& headers, unsigned version,
+    bool keep_alive) {
+  if (status < 100 || status > 599) status = 500;
+  http::response<http::string_body> res;
+  res.version(version);
+  res.result(static_cast<unsigned>(status));
+  res.set(http::field::server, "tessera");
+  res.set(http::field::content_type, content_type);
+  for (const auto& [name, value] : headers) res.set(name, value);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  std::ostringstream os;
+  os << res;
+  return os.str();
+}
+
+// The header of a Server-Sent Events response.
+inline std::string SerializeStreamHeader(int status, unsigned version, bool chunked,
+                                         bool keep_alive) {
+  if (status < 100 || status > 599) status = 500;
+  http::response<http::empty_body> res;
+  res.version(version);
+  res.result(static_cast<unsigned>(status));
+  res.set(http::field::server, "tessera");
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-cache");
+  res.set("X-Accel-Buffering", "no");
+  if (chunked) res.chunked(true);
+  res.keep_alive(keep_alive);
+  std::ostringstream os;
+  os << res.base();
+  return os.str();
+}
+
+// "data: <line>\n" per line of `data`, then a blank line.
+inline std::string SseEvent(std::string_view data) {
+  std::string out;
+  out.reserve(data.size() + 16);
+  size_t start = 0;
+  while (true) {
+    size_t nl = data.find('\n', start);
+    std::string_view line = data.substr(start, nl == std::string_view::npos ? nl : nl - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    out += "data: ";
+    out += line;
+    out += '\n';
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  out += '\n';
+  return out;
+}
+
+inline std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
+
+inline bool IsHttpCategory(const beast::error_code& ec) {
+  return &ec.category() == &http::make_error_code(http::error::end_of_stream).category();
+}
+
+// State shared by the server, its sessions and their responders. Owned
+// through shared_ptr so that a Responder kept by a producer thread after the
+// server is gone still refers to a live (stopped) io_context.
+struct Core {
+  explicit Core(HttpServerOptions opts)
+      : options(std::move(opts)),
+        ioc(std::max(1, options.num_threads)),
+        work(net::make_work_guard(ioc)) {}
+
+  // Runs `fn` on `executor` unless the server stopped; false if it did.
+  template <class Executor, class Fn>
+  bool Post(const Executor& executor, Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopped) return false;
+    net::post(executor, std::forward<Fn>(fn));
+    return true;
+  }
+
+  const HttpServerOptions options;
+  std::optional<ssl::context> tls;  // set by Start when options.tls_cert_file is given
+  net::io_context ioc;
+  net::executor_work_guard<net::io_context::executor_type> work;
+  std::map<std::string, std::map<std::string, HttpServer::Handler>> routes;  // path -> method
+  std::optional<tcp::acceptor> acceptor;          // touched on its own strand
+  std::optional<net::steady_timer> accept_retry;  // after a failed accept (e.g. EMFILE)
+
+  std::mutex mu;
+  std::condition_variable cv;                           // signalled when a connection closes
+  bool stopping = false;                                // guarded by mu: accept nothing more
+  bool stopped = false;                                 // guarded by mu: post nothing more
+  int open_connections = 0;                             // guarded by mu
+  int rejecting_connections = 0;                        // guarded by mu
+  uint64_t next_session_id = 0;                         // guarded by mu
+  std::map<uint64_t, std::weak_ptr<Session>> sessions;  // guarded by mu
+};
+
+// One request/response exchange on a connection.
+struct Exchange {
+  unsigned version = 11;   // the request's HTTP version (11 = 1.1); const once shared
+  bool keep_alive = true;  // the request allows another on this connection; const once shared
+  bool chunked = true;     // streams use chunked encoding (HTTP/1.1); const once shared
+
+  std::mutex mu;
+  bool gone = false;              // guarded by mu: client left before the response completed
+  bool complete = false;          // guarded by mu: the final bytes are queued
+  std::function<void()> on_gone;  // guarded by mu
+};
+
+// One accepted connection. Everything except the Post* methods runs on the
+// connection's strand (`executor_`).
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<Core> core, tcp::socket socket, uint64_t id, bool counted)
+      : core_(std::move(core)),
+        executor_(socket.get_executor()),
+        socket_(std::move(socket)),
+        deadline_(executor_),
+        id_(id),
+        counted_(counted),
+        buffer_(core_->options.max_header_bytes + kHttpReadSlackBytes) {
+    beast::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    if (!ec) remote_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    socket_.set_option(tcp::no_delay(true), ec);
+  }
+
+  // A session dropped without Close() (the server stopped before it ran)
+  // still gives back its connection slot.
+  ~Session() { Close(); }
+
+  // Entry points, called once on the strand after construction. Over TLS
+  // the handshake comes first (under the read timeout), so that even a
+  // refusal reaches the client encrypted.
+  void Start() {
+    if (!core_->tls) return BeginRequest();
+    Handshake([self = shared_from_this()] { self->BeginRequest(); });
+  }
+  void Reject() {
+    if (!core_->tls) return RejectNow();
+    Handshake([self = shared_from_this()] { self->RejectNow(); });
+  }
+
+  // ---- Called by Responder from any thread ----
+  bool PostFinal(std::shared_ptr<Exchange> ex, std::string bytes) {
+    return core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex),
+                                   bytes = std::move(bytes)]() mutable {
+      self->OnFinal(ex, std::move(bytes), ex->keep_alive);
+    });
+  }
+  bool PostStreamStart(std::shared_ptr<Exchange> ex, std::string bytes) {
+    return core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex),
+                                   bytes = std::move(bytes)]() mutable {
+      if (self->closed_ || ex != self->current_) return;
+      self->Enqueue(std::move(bytes), 0);
+    });
+  }
+  bool PostEvent(std::shared_ptr<Exchange> ex, std::string bytes) {
+    queued_events_.fetch_add(1);
+    const bool posted = core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex),
+                                                bytes = std::move(bytes)]() mutable {
+      if (self->closed_ || ex != self->current_) {
+        self->queued_events_.fetch_sub(1);
+        return;
+      }
+      self->Enqueue(std::move(bytes), 1);
+    });
+    if (!posted) queued_events_.fetch_sub(1);
+    return posted;
+  }
+  bool PostFinish(std::shared_ptr<Exchange> ex) {
+    return core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex)]() mutable {
+      const bool chunked = ex->chunked;
+      self->OnFinal(ex, chunked ? std::string("0\r\n\r\n") : std::string(),
+                    chunked && ex->keep_alive);
+    });
+  }
+  // The producer outran the client: drop the connection.
+  void PostAbort(std::shared_ptr<Exchange> ex) {
+    core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex)] {
+      if (ex == self->current_) self->Close();
+    });
+  }
+  size_t queued_events() const { return queued_events_.load(); }
+  const HttpServerOptions& options() const { return core_->options; }
+
+  // Closes the socket now (on the strand). Idempotent.
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    ClientGone();
+    CancelDeadline();
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    out_.clear();
+    std::lock_guard<std::mutex> lock(core_->mu);
+    if (counted_) {
+      --core_->open_connections;
+    } else {
+      --core_->rejecting_connections;
+    }
+    core_->sessions.erase(id_);
+    core_->cv.notify_all();
+  }
+
+  const net::any_io_executor& executor() const { return executor_; }
+
+ private:
+  enum class Phase { kReading, kResponding, kClosing };
+  enum class AfterDrain { kNothing, kNextRequest, kClose };
+  enum class DeadlineKind { kRead, kWrite, kLinger };
+
+  void RejectNow() {
+    FailRequest(503,
+                fmt::format("the server has {} open connections, its limit; retry later",
+                            core_->options.max_connections),
+                "server_overloaded");
+  }
+
+  // ---- TLS ----
+  // Calls fn(stream) with the connection's byte stream: the TLS stream over
+  // the socket, or the socket itself.
+  template <class Fn>
+  void WithStream(Fn&& fn) {
+    if (tls_) {
+      fn(*tls_);
+    } else {
+      fn(socket_);
+    }
+  }
+
+  template <class Next>
+  void Handshake(Next next) {
+    tls_.emplace(socket_, *core_->tls);
+    ArmDeadline(core_->options.read_timeout_seconds, DeadlineKind::kRead);
+    tls_->async_handshake(ssl::stream_base::server,
+                          [self = shared_from_this(), next](beast::error_code ec) {
+                            if (self->closed_) return;
+                            self->CancelDeadline();
+                            if (!ec) return next();
+                            self->OnHandshakeError(ec);
+                          });
+  }
+
+  void OnHandshakeError(beast::error_code ec) {
+    if (&ec.category() == &net::error::get_ssl_category() &&
+        ERR_GET_LIB(static_cast<unsigned long>(ec.value())) == ERR_LIB_SSL &&
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
+      // Plain HTTP sent to the HTTPS port: say so in plain HTTP, then close.
+      tls_.reset();
+      return FailRequest(400,
+                         "this port serves HTTPS; the request was sent as plain HTTP (use "
+                         "https://)",
+                         "https_required");
+    }
+    // Not TLS at all, an untrusted certificate on the client's side, a
+    // timeout: nothing can be answered; close.
+    Close();
+  }
+
+  // ---- Deadlines ----
+  void ArmDeadline(double seconds, DeadlineKind kind) {
+    const uint64_t gen = ++deadline_gen_;
+    deadline_kind_ = kind;
+    deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(seconds)));
+    deadline_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->deadline_gen_ || self->closed_) return;
+      self->OnDeadline();
+    });
+  }
+  void CancelDeadline() {
+    ++deadline_gen_;
+    deadline_.cancel();
+  }
+  void OnDeadline() {
+    switch (deadline_kind_) {
+      case DeadlineKind::kRead: {
+        // Abort the pending read; its handler answers 408 or closes.
+        timed_out_ = true;
+        beast::error_code ec;
+        socket_.cancel(ec);
+        return;
+      }
+      case DeadlineKind::kWrite:
+      case DeadlineKind::kLinger:
+        Close();
+        return;
+    }
+  }
+
+  // ---- Reading a request ----
+  void BeginRequest() {
+    phase_ = Phase::kReading;
+    current_.reset();
+    timed_out_ = false;
+    ArmDeadline(core_->options.read_timeout_seconds, DeadlineKind::kRead);
+    if (watching_) {
+      // The watch read may wait for bytes that are already buffered (a
+      // pipelined request): cancel it, and let its handler resume us. No
+      // write is pending here, so the cancel touches only that read.
+      resume_after_watch_ = true;
+      beast::error_code ec;
+      socket_.cancel(ec);
+      return;
+    }
+    ReadHeader();
+  }
+
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(
+        static_cast<uint32_t>(std::min<size_t>(core_->options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(core_->options.max_body_bytes);
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); };
+    WithStream([&](auto& stream) { http::async_read_header(stream, buffer_, *parser_, done); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (closed_) return;
+    if (ec) return OnReadError(ec);
+    const auto& req = parser_->get();
+    const size_t fields = static_cast<size_t>(std::distance(req.begin(), req.end()));
+    if (fields > core_->options.max_header_count) {
+      return FailRequest(431,
+                         fmt::format("the request has {} header fields; the limit is {}", fields,
+                                     core_->options.max_header_count),
+                         "request_header_fields_too_large");
+    }
+    {
+      // Framing a proxy could read differently, ambiguous repeated fields:
+      // refused, and the connection closes unread (http_request_checks.h).
+      std::vector<std::pair<std::string_view, std::string_view>> named;
+      named.reserve(fields);
+      for (const auto& field : req)
+        named.emplace_back(View(field.name_string()), View(field.value()));
+      if (auto refusal = CheckRequestHeader(req.version(), named))
+        return FailRequest(refusal->status, refusal->message, refusal->code);
+    }
+    if (auto length = parser_->content_length();
+        length && *length > core_->options.max_body_bytes) {
+      return FailRequest(413,
+                         fmt::format("the request body has {} bytes; the limit is {} bytes",
+                                     *length, core_->options.max_body_bytes),
+                         "request_too_large");
+    }
+    auto expect = req.find(http::field::expect);
+    if (expect != req.end() && AsciiIEquals(View(expect->value()), "100-continue") &&
+        req.version() >= 11) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (self->closed_) return;
+        if (ec) return self->Close();
+        self->ReadBody();
+      };
+      WithStream([&](auto& stream) { net::async_write(stream, net::buffer(kContinue), done); });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); };
+    WithStream([&](auto& stream) { http::async_read(stream, buffer_, *parser_, done); });
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (closed_) return;
+    if (ec) return OnReadError(ec);
+    CancelDeadline();
+    Dispatch();
+  }
+
+  bool RequestStarted() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
+
+  void OnReadError(beast::error_code ec) {
+    if (timed_out_) {
+      if (!RequestStarted()) return Close();  // idle keep-alive connection
+      return FailRequest(408,
+                         fmt::format("the request did not arrive within {} seconds",
+                                     core_->options.read_timeout_seconds),
+                         "request_timeout");
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+      return Close();
+    }
+    if (ec == http::error::header_limit) {
+      return FailRequest(
+          431, fmt::format("the request header exceeds {} bytes", core_->options.max_header_bytes),
+          "request_header_fields_too_large");
+    }
+    if (ec == http::error::buffer_overflow) {
+      return FailRequest(
+          400,
+          fmt::format("a chunk-size line, chunk extension or trailer exceeds {} bytes",
+                      core_->options.max_header_bytes + kHttpReadSlackBytes),
+          "bad_request");
+    }
+    if (ec == http::error::body_limit) {
+      return FailRequest(
+          413, fmt::format("the request body exceeds {} bytes", core_->options.max_body_bytes),
+          "request_too_large");
+    }
+    if (IsHttpCategory(ec)) {
+      return FailRequest(400, "malformed HTTP request: " + ec.message(), "bad_request");
+    }
+    Close();
+  }
+
+  // Answers an error the server found itself, then closes the connection
+  // (the rest of the request is not read).
+  void FailRequest(int status, const std::string& message, const std::string& code) {
+    if (closed_) return;
+    CancelDeadline();
+    current_.reset();
+    phase_ = Phase::kResponding;
+    const unsigned version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+    after_drain_ = AfterDrain::kClose;
+    Enqueue(SerializeResponse(status, "application/json",
+                              ErrorJson(message, DefaultErrorType(status), std::nullopt, code), {},
+                              version == 10 ? 10 : 11, false),
+            0);
+  }
+
+  // ---- Handling a request ----
+  using RouteMap = std::map<std::string, std::map<std::string, HttpServer::Handler>>;
+
+  // The first route with "*" segments that matches request.path segment by
+  // segment; the segments under the stars go to request.path_params.
+  RouteMap::iterator MatchPattern(HttpRequest& request) {
+    auto split = [](std::string_view p) {
+      std::vector<std::string_view> out;
+      size_t start = 0;
+      while (start <= p.size()) {
+        const size_t slash = p.find('/', start);
+        const size_t end = slash == std::string_view::npos ? p.size() : slash;
+        out.push_back(p.substr(start, end - start));
+        start = end + 1;
+      }
+      return out;
+    };
+    const auto want = split(request.path);
+    for (auto it = core_->routes.begin(); it != core_->routes.end(); ++it) {
+      if (it->first.find('*') == std::string::npos) continue;
+      const auto have = split(it->first);
+      if (have.size() != want.size()) continue;
+      std::vector<std::string> params;
+      bool ok = true;
+      for (size_t i = 0; i < have.size() && ok; ++i) {
+        if (have[i] == "*" && !want[i].empty())
+          params.emplace_back(want[i]);
+        else
+          ok = have[i] == want[i];
+      }
+      if (!ok) continue;
+      request.path_params = std::move(params);
+      return it;
+    }
+    return core_->routes.end();
+  }
+
+  void Dispatch() {
+    auto msg = parser_->release();
+    parser_.reset();
+    HttpRequest request;
+    request.method = std::string(View(msg.method_string()));
+    request.target = std::string(View(msg.target()));
+    const size_t q = request.target.find('?');
+    request.path = request.target.substr(0, q);
+    if (q != std::string::npos)
+      request.query = ParseQuery(std::string_view(request.target).substr(q + 1));
+    for (const auto& field : msg) {
+      request.headers.emplace_back(View(field.name_string()), View(field.value()));
+    }
+    request.body = std::move(msg.body());
+    request.remote_address = remote_;
+
+    auto ex = std::make_shared<Exchange>();
+    ex->version = msg.version() == 10 ? 10 : 11;
+    ex->keep_alive = msg.keep_alive();
+    ex->chunked = ex->version >= 11;
+    current_ = ex;
+    phase_ = Phase::kResponding;
+    StartWatch();
+
+    std::shared_ptr<Responder> responder(new Responder(shared_from_this(), ex));
+    auto route = core_->routes.find(request.path);
+    if (route == core_->routes.end()) route = MatchPattern(request);
+    if (route == core_->routes.end()) {
+      responder->SendError(404, fmt::format("no route for {} {}", request.method, request.path),
+                           std::nullopt, "unknown_url");
+      return;
+    }
+    auto method = route->second.find(request.method);
+    if (method == route->second.end()) {
+      std::string allow;
+      for (const auto& [name, unused] : route->second) allow += (allow.empty() ? "" : ", ") + name;
+      responder->Send(405, "application/json",
+                      ErrorJson(fmt::format("{} is not allowed on {}; use {}", request.method,
+                                            request.path, allow),
+                                "invalid_request_error", std::nullopt, "method_not_allowed"),
+                      {{"Allow", allow}});
+      return;
+    }
+    try {
+      method->second(request, responder);
+    } catch (const std::exception& e) {
+      responder->SendError(500, fmt::format("internal error while handling {} {}: {}",
+                                            request.method, request.path, e.what()));
+    } catch (...) {
+      responder->SendError(
+          500, fmt::format("internal error while handling {} {}", request.method, request.path));
+    }
+  }
+
+  // While a response is pending, a read stays posted on the socket so that a
+  // disconnect is noticed. Bytes that arrive (a pipelined next request) stay
+  // in buffer_ for the next parse.
+  void StartWatch() {
+    if (watching_ || closed_) return;
+    if (phase_ == Phase::kClosing) {
+      buffer_.consume(buffer_.size());
+    } else if (buffer_.size() + kWatchReadBytes > buffer_.max_size()) {
+      return;  // enough buffered; stop watching until the next request is read
+    }
+    watching_ = true;
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->OnWatch(ec, n);
+    };
+    WithStream(
+        [&](auto& stream) { stream.async_read_some(buffer_.prepare(kWatchReadBytes), done); });
+  }
+
+  void OnWatch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (closed_) return;
+    if (ec && resume_after_watch_) {
+      resume_after_watch_ = false;
+      if (ec == net::error::operation_aborted && !timed_out_) return ReadHeader();
+      return OnReadError(ec);  // idle timeout or the client left between requests
+    }
+    if (ec) return Close();  // EOF or reset: Close() reports a pending response's client gone
+    buffer_.commit(n);
+    if (resume_after_watch_) {
+      resume_after_watch_ = false;
+      return ReadHeader();
+    }
+    if (phase_ == Phase::kClosing) {
+      lingered_bytes_ += n;
+      if (lingered_bytes_ > kLingerMaxBytes) return Close();
+    }
+    if (phase_ != Phase::kReading) StartWatch();
+  }
+
+  void ClientGone() {
+    auto ex = current_;
+    if (!ex) return;
+    std::function<void()> callback;
+    {
+      std::lock_guard<std::mutex> lock(ex->mu);
+      if (ex->complete || ex->gone) return;
+      ex->gone = true;
+      callback = std::move(ex->on_gone);
+    }
+    if (callback) {
+      try {
+        callback();
+      } catch (...) {
+        // A producer's callback must not take the connection loop down.
+      }
+    }
+  }
+
+  // ---- Writing ----
+  void OnFinal(const std::shared_ptr<Exchange>& ex, std::string bytes, bool keep_alive) {
+    if (closed_ || ex != current_) return;
+    {
+      std::lock_guard<std::mutex> lock(ex->mu);
+      ex->complete = true;
+    }
+    after_drain_ = keep_alive ? AfterDrain::kNextRequest : AfterDrain::kClose;
+    Enqueue(std::move(bytes), 0);
+  }
+
+  void Enqueue(std::string bytes, size_t events) {
+    out_.push_back(std::move(bytes));
+    out_events_ += events;
+    DoWrite();
+  }
+
+  void DoWrite() {
+    if (writing_ || closed_ || out_.empty()) return;
+    write_buf_.clear();
+    for (auto& piece : out_) write_buf_ += piece;
+    out_.clear();
+    writing_events_ = out_events_;
+    out_events_ = 0;
+    writing_ = true;
+    ArmDeadline(core_->options.write_timeout_seconds, DeadlineKind::kWrite);
+    auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); };
+    WithStream([&](auto& stream) { net::async_write(stream, net::buffer(write_buf_), done); });
+  }
+
+  void OnWrite(beast::error_code ec) {
+    writing_ = false;
+    queued_events_.fetch_sub(writing_events_);
+    writing_events_ = 0;
+    if (closed_) return;
+    CancelDeadline();
+    if (ec) {
+      ClientGone();
+      return Close();
+    }
+    if (!out_.empty()) return DoWrite();
+    const AfterDrain next = after_drain_;
+    after_drain_ = AfterDrain::kNothing;
+    if (next == AfterDrain::kNextRequest) {
+      BeginRequest();
+    } else if (next == AfterDrain::kClose) {
+      Linger();
+    }
+  }
+
+  // Half-closes and drains the client's remaining bytes briefly, so that it
+  // reads our last response rather than a connection reset. Over TLS the
+  // half-close is the TCP one (no close_notify: a read is usually pending,
+  // and responses are framed by Content-Length or chunks, so a client
+  // cannot mistake a truncated one for a complete one).
+  void Linger() {
+    phase_ = Phase::kClosing;
+    current_.reset();
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return Close();
+    ArmDeadline(kLingerSeconds, DeadlineKind::kLinger);
+    StartWatch();
+  }
+
+  const std::shared_ptr<Core> core_;
+  const net::any_io_executor executor_;
+  tcp::socket socket_;
+  std::optional<ssl::stream<tcp::socket&>> tls_;  // over socket_, when the server speaks TLS
+  net::steady_timer deadline_;
+  const uint64_t id_;
+  const bool counted_;  // counts against max_connections (false: being refused)
+  std::string remote_;
+  std::atomic<size_t> queued_events_{0};  // events posted by a Responder, not yet written
+
+  // Strand-only state.
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Phase phase_ = Phase::kReading;
+  std::shared_ptr<Exchange> current_;
+  bool closed_ = false;
+  bool timed_out_ = false;
+  bool watching_ = false;
+  bool resume_after_watch_ = false;
+  size_t lingered_bytes_ = 0;
+  uint64_t deadline_gen_ = 0;
+  DeadlineKind deadline_kind_ = DeadlineKind::kRead;
+  std::deque<std::string> out_;
+  size_t out_events_ = 0;
+  std::string write_buf_;
+  size_t writing_events_ = 0;
+  bool writing_ = false;
+  AfterDrain after_drain_ = AfterDrain::kNothing;
+};
+
+}  // namespace tessera::http_internal
