@@ -29,9 +29,12 @@
 // exceeds max_context (the message names both).
 //
 // Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce and
-// the other owner-thread methods are called by one owner thread (or another
-// thread while the owner is known to be parked, as the coordinator does while
-// a re-plan pauses it). Callbacks run on the owner thread.
+// the other owner-thread methods (set_admitting, CollectInFlight,
+// RequeueRunning, SetExecutor, in_flight, stats) are called by the owner
+// thread only, never by another thread, parked owner or not: the coordinator
+// pauses, swaps and resumes through commands its serving loop runs on that
+// thread (coordinator/serving/serving_loop.h). Callbacks run on the owner
+// thread.
 #pragma once
 
 #include <atomic>
