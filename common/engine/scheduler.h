@@ -47,9 +47,12 @@
 // RunOnce with nothing to do waits for all output.
 //
 // Thread-safety: Enqueue, Cancel and the counters are thread-safe. RunOnce and
-// the other owner-thread methods are called by one owner thread (or another
-// thread while the owner is known to be parked, as the coordinator does while
-// a re-plan pauses it). Callbacks run on the output thread (RequestCallbacks).
+// the other owner-thread methods (set_admitting, CollectInFlight,
+// RequeueRunning, SetExecutor, in_flight, stats) are called by the owner
+// thread only, never by another thread, parked owner or not: the coordinator
+// pauses, swaps and resumes through commands its serving loop runs on that
+// thread (coordinator/serving/serving_loop.h). Callbacks run on the output
+// thread (RequestCallbacks).
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // PlanChange: the computation half of live reconfiguration, kept apart from
-// its application (CoordinatorDaemon drains, loads and resumes):
+// its application (coordinator/serving/plan_runner.h drains, loads and resumes):
 //  - ParsePlanRequest: the body of POST /admin/plan;
 //  - FitLayout: the layout a re-plan runs when the wanted one needs more
 //    workers than are usable (the fault rule, docs/operations.md);

@@ -1,0 +1,101 @@
+#include "coordinator/api/admin_api.h"
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "coordinator/placement/plan_change.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res) {
+  auto parsed = ParsePlanRequest(req.body);
+  if (!parsed.ok()) {
+    res->SendError(
+        400, parsed.status().message(), std::nullopt,
+        parsed.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
+    return;
+  }
+  auto proposal = plans.Propose(*parsed);
+  if (!proposal.ok()) {
+    res->SendError(
+        400, proposal.status().message(), std::nullopt,
+        proposal.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
+    return;
+  }
+  // The query is checked as strictly as the body: a misspelt dry run must
+  // not apply the plan.
+  bool dry_run = false;
+  for (const auto& [key, value] : req.query) {
+    if (key != "dry_run") {
+      res->SendError(400, "unknown query parameter '" + key + "' (POST /admin/plan takes dry_run)",
+                     key, "invalid_plan");
+      return;
+    }
+    if (value.empty() || value == "true" || value == "1") {
+      dry_run = true;
+    } else if (value != "false" && value != "0") {
+      res->SendError(400, "dry_run: expected true, false, 1 or 0, got '" + value + "'",
+                     std::string("dry_run"), "invalid_plan");
+      return;
+    }
+  }
+  if (dry_run) {
+    res->SendJson(200, plans.DryRunJson(*proposal));
+    return;
+  }
+  // Answered by the plan runner once the change serves or fails.
+  Status queued = plans.Apply(std::move(proposal).value(), res);
+  if (!queued.ok()) res->SendError(409, queued.message(), std::nullopt, "conflict");
+}
+
+void HandleWorkerDrain(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res,
+                       bool drain) {
+  const std::string id = req.path_params.empty() ? "" : req.path_params[0];
+  const PlanControl::DrainOutcome out = plans.SetDrained(id, drain);
+  if (!out.known) {
+    res->SendError(404, "no worker '" + id + "' has registered", std::nullopt, "unknown_worker");
+    return;
+  }
+  res->SendJson(
+      200,
+      json{{"worker", id}, {"drained", drain}, {"changed", out.changed}, {"replan", out.replan}}
+          .dump());
+}
+
+}  // namespace
+
+void RegisterAdminRoutes(HttpServer& admin, const std::string& token, PlanControl* plans,
+                         const ClusterStatus* status) {
+  // No token: the config only allows that when the admin listener is on
+  // loopback (ValidateDaemonConfig), so the endpoints are open to this host.
+  auto guard = [token](HttpServer::Handler h) {
+    return token.empty() ? h : RequireBearerToken(token, std::move(h));
+  };
+  admin.Handle("GET", "/admin/cluster",
+               guard([status](const HttpRequest&, std::shared_ptr<Responder> res) {
+                 res->Send(200, "application/json", status->ClusterJson());
+               }));
+  admin.Handle("GET", "/admin/plan",
+               guard([status](const HttpRequest&, std::shared_ptr<Responder> res) {
+                 res->Send(200, "application/json", status->PlanJson());
+               }));
+  admin.Handle("POST", "/admin/plan",
+               guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandlePlanPost(*plans, r, std::move(res));
+               }));
+  admin.Handle("POST", "/admin/workers/*/drain",
+               guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(*plans, r, std::move(res), true);
+               }));
+  admin.Handle("POST", "/admin/workers/*/undrain",
+               guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleWorkerDrain(*plans, r, std::move(res), false);
+               }));
+}
+
+}  // namespace tessera

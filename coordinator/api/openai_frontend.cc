@@ -1,0 +1,377 @@
+#include "coordinator/api/openai_frontend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "coordinator/api/openai_api.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+// A streamed choice: whether its first chunk went out, the logprobs of
+// tokens whose text has not been sent yet, and the text_offset of the next
+// token (bytes of the choice's earlier token texts).
+struct ChoiceStream {
+  bool first = true;
+  std::vector<TokenLogprob> pending;
+  int64_t offset = 0;
+};
+
+// The API's view of one sampled token: the texts of it and of its
+// alternatives are single-token decodes, special tokens included (a token
+// holding part of a UTF-8 character reads as U+FFFD).
+TokenLogprob ApiLogprob(const SampledToken& t, const Tokenizer& tokenizer) {
+  TokenLogprob out;
+  out.token = tokenizer.Decode(&t.token_id, 1, false);
+  out.logprob = t.logprob;
+  for (const TopLogprob& top : t.top)
+    out.top.emplace_back(tokenizer.Decode(&top.token_id, 1, false), top.logprob);
+  return out;
+}
+
+// The logprobs of a finished choice, when the request asked for them.
+std::optional<std::vector<TokenLogprob>> ResultLogprobs(const GenerationResult& r, bool asked,
+                                                        const Tokenizer& tokenizer) {
+  if (!asked) return std::nullopt;
+  std::vector<TokenLogprob> out;
+  for (const SampledToken& t : r.logprobs)
+    if (t.has_logprobs) out.push_back(ApiLogprob(t, tokenizer));
+  return out;
+}
+
+// The state one HTTP request shares with the scheduler callbacks of its
+// prompts (run on the scheduler thread).
+struct Exchange {
+  std::shared_ptr<Responder> res;
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  bool logprobs = false;                 // the request asked for log-probabilities
+  const Tokenizer* tokenizer = nullptr;  // for token texts
+  std::mutex mu;
+  std::vector<GenerationResult> results;  // protected by mu
+  std::vector<ChoiceStream> streams;      // protected by mu; one per choice when streaming
+  int remaining = 0;                      // protected by mu
+  Usage usage;                            // protected by mu
+  bool failed = false;                    // protected by mu
+  Gauge* depth = nullptr;                 // tessera_scheduler_queue_depth, while accepted
+  // The daemon's count of open streams, when this exchange holds one of its
+  // slots (server.max_streams); given back when the exchange ends.
+  std::atomic<int>* stream_slot = nullptr;
+
+  ~Exchange() {
+    if (depth) depth->Add(-1);
+    if (stream_slot) stream_slot->fetch_sub(1);
+  }
+};
+
+void SendFinal(Exchange& x) {
+  if (x.failed) return;
+  if (x.stream) {
+    if (x.include_usage && x.chat)
+      x.res->SendEvent(ChatCompletionUsageChunkJson(x.id, x.created, x.model, x.usage));
+    if (x.include_usage && !x.chat)
+      x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
+    x.res->SendEvent(kSseDone);
+    x.res->Finish();
+    return;
+  }
+  if (x.chat) {
+    std::vector<ChatChoice> choices;
+    for (size_t i = 0; i < x.results.size(); ++i) {
+      ChatChoice c;
+      c.index = static_cast<int>(i);
+      c.content = x.results[i].text;
+      c.finish_reason = x.results[i].finish_reason;
+      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
+      choices.push_back(c);
+    }
+    x.res->SendJson(200, ChatCompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
+  } else {
+    std::vector<CompletionChoice> choices;
+    for (size_t i = 0; i < x.results.size(); ++i) {
+      CompletionChoice c;
+      c.index = static_cast<int>(i);
+      c.text = x.results[i].text;
+      c.finish_reason = x.results[i].finish_reason;
+      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
+      choices.push_back(c);
+    }
+    x.res->SendJson(200, CompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
+  }
+}
+
+}  // namespace
+
+void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res,
+                                       bool chat) {
+  const auto arrival = std::chrono::steady_clock::now();
+  if (!status_->ready()) {
+    res->SendError(503, "no plan is loaded and serving yet; see /readyz", std::nullopt,
+                   "not_ready");
+    return;
+  }
+  auto x = std::make_shared<Exchange>();
+  x->res = res;
+  x->chat = chat;
+  x->created = UnixSeconds();
+  x->model = model_name_;
+  x->tokenizer = tokenizer_;
+  std::vector<GenerationRequest> gens;
+  std::string requested_model;
+  if (chat) {
+    auto parsed = ParseChatCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      const ApiError& e = parsed.error();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const ChatCompletionRequest& r = parsed.value();
+    requested_model = r.model;
+    if (!chat_template_) {
+      res->SendError(
+          400,
+          "the model has no recognised chat template; set model.chat_template (chatml, llama3, "
+          "llama2) in the config",
+          std::string("messages"), "unknown_chat_template");
+      return;
+    }
+    auto text = chat_template_->Render(r.messages);
+    if (!text.ok()) {
+      res->SendError(400, text.status().message(), std::string("messages"), std::nullopt);
+      return;
+    }
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (r.max_tokens && max_completion > 0 && *r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, *r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    GenerationRequest g;
+    g.prompt_ids = tokenizer_->Encode(*text, chat_template_->format() == ChatFormat::kChatML);
+    int64_t room = std::max<int64_t>(max_context_ - static_cast<int64_t>(g.prompt_ids.size()), 0);
+    if (max_completion > 0) room = std::min(room, max_completion);
+    g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);
+    g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+    g.sampling.logprobs = r.logprobs ? r.top_logprobs : -1;
+    g.stop = r.gen.stop;
+    g.ignore_eos = r.gen.ignore_eos;
+    gens.push_back(std::move(g));
+    x->stream = r.gen.stream;
+    x->include_usage = r.gen.include_usage;
+    x->logprobs = r.logprobs;
+    x->id = NewResponseId("chatcmpl");
+  } else {
+    auto parsed = ParseCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      const ApiError& e = parsed.error();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const CompletionRequest& r = parsed.value();
+    requested_model = r.model;
+    const int64_t max_completion = config_.scheduler.max_completion_tokens;
+    if (max_completion > 0 && r.max_tokens > max_completion) {
+      const ApiError e =
+          MaxTokensLimitError(max_completion, r.max_tokens, "scheduler.max_completion_tokens");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    for (const Prompt& p : r.prompts) {
+      GenerationRequest g;
+      g.prompt_ids = p.is_tokens ? p.token_ids : tokenizer_->Encode(p.text, true);
+      g.max_tokens = r.max_tokens;
+      g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+      g.sampling.logprobs = r.logprobs.value_or(-1);
+      g.stop = r.gen.stop;
+      g.ignore_eos = r.gen.ignore_eos;
+      gens.push_back(std::move(g));
+    }
+    x->stream = r.gen.stream;
+    x->include_usage = r.gen.include_usage;
+    x->logprobs = r.logprobs.has_value();
+    x->id = NewResponseId("cmpl");
+  }
+  if (!requested_model.empty() && requested_model != model_name_) {
+    const ApiError e = UnknownModelError(requested_model, model_name_);
+    res->Send(e.http_status, "application/json", e.ToJson());
+    return;
+  }
+  if (static_cast<int64_t>(gens.size()) > config_.scheduler.queue_limit) {
+    metrics_->Rejected();
+    const ApiError e = TooManyPromptsError(
+        config_.scheduler.queue_limit, static_cast<int64_t>(gens.size()), "scheduler.queue_limit");
+    res->Send(e.http_status, "application/json", e.ToJson());
+    return;
+  }
+  for (const GenerationRequest& g : gens) {
+    if (g.prompt_ids.empty()) {
+      metrics_->Rejected();
+      const ApiError e = EmptyPromptError(chat ? "messages" : "prompt");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const int64_t prompt_limit = config_.scheduler.max_prompt_tokens;
+    if (prompt_limit > 0 && static_cast<int64_t>(g.prompt_ids.size()) > prompt_limit) {
+      const ApiError e =
+          PromptLimitError(prompt_limit, static_cast<int64_t>(g.prompt_ids.size()),
+                           chat ? "messages" : "prompt", "scheduler.max_prompt_tokens");
+      metrics_->Rejected();
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    const int64_t total = static_cast<int64_t>(g.prompt_ids.size()) + g.max_tokens;
+    if (total > max_context_) {
+      metrics_->Rejected();
+      const ApiError e = ContextLengthError(max_context_, static_cast<int64_t>(g.prompt_ids.size()),
+                                            g.max_tokens, chat ? "messages" : "prompt");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+  }
+  if (x->stream) {
+    if (open_streams_.fetch_add(1) >= config_.server.max_streams) {
+      open_streams_.fetch_sub(1);
+      metrics_->Rejected();
+      const ApiError e = StreamLimitError(config_.server.max_streams, "server.max_streams");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
+    x->stream_slot = &open_streams_;
+  }
+  x->depth = &metrics_->queue_depth();
+  x->depth->Add(1);
+  x->results.resize(gens.size());
+  x->streams.resize(gens.size());
+  x->remaining = static_cast<int>(gens.size());
+  // Admission happens before the response starts, so a full queue is a real
+  // HTTP 429 even for streamed requests. The callbacks lock x->mu, so none
+  // emits before the stream has started (or after the request was refused).
+  std::unique_lock<std::mutex> admit(x->mu);
+  std::vector<RequestCallbacks> callbacks;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    RequestCallbacks cb;
+    const int index = static_cast<int>(i);
+    if (x->stream) {
+      // A chunk goes out with new text and carries the logprobs of every
+      // token since the previous chunk (text held back for a partial
+      // character or a stop-string prefix delays its tokens' logprobs).
+      cb.on_token = [x, index](const std::string& text, int32_t, const SampledToken* lp) {
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (x->failed) return;
+        ChoiceStream& st = x->streams[static_cast<size_t>(index)];
+        if (lp && lp->has_logprobs) st.pending.push_back(ApiLogprob(*lp, *x->tokenizer));
+        if (text.empty()) return;
+        std::optional<std::vector<TokenLogprob>> logprobs;
+        if (x->logprobs) logprobs = std::move(st.pending);
+        st.pending.clear();
+        if (x->chat) {
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, st.first,
+                                                    text, std::nullopt, logprobs,
+                                                    x->include_usage));
+        } else {
+          CompletionChoice c;
+          c.index = index;
+          c.text = text;
+          c.logprobs = logprobs;
+          c.logprobs_offset = st.offset;
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
+                                                x->include_usage));
+        }
+        if (logprobs)
+          for (const TokenLogprob& t : *logprobs) st.offset += static_cast<int64_t>(t.token.size());
+        st.first = false;
+      };
+    }
+    cb.on_finish = [x, index](const GenerationResult& r) {
+      std::lock_guard<std::mutex> lock(x->mu);
+      if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
+      x->results[static_cast<size_t>(index)] = r;
+      x->usage.prompt_tokens += r.prompt_tokens;
+      x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
+      if (r.finish_reason == FinishReason::kError) {
+        if (!x->failed) {
+          x->failed = true;
+          const std::string err =
+              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
+                        std::nullopt, std::string("worker_failed"));
+          if (x->stream) {
+            x->res->SendEvent(err);
+            x->res->Finish();
+          } else {
+            x->res->Send(503, "application/json", err);
+          }
+        }
+      } else if (x->stream) {
+        // Tokens whose text never went out (EOS, a stop string's last
+        // token) have their logprobs in the finish chunk.
+        ChoiceStream& st = x->streams[static_cast<size_t>(index)];
+        std::optional<std::vector<TokenLogprob>> logprobs;
+        if (x->logprobs && !st.pending.empty()) logprobs = std::move(st.pending);
+        st.pending.clear();
+        if (x->chat) {
+          x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false,
+                                                    std::nullopt, r.finish_reason, logprobs,
+                                                    x->include_usage));
+        } else {
+          CompletionChoice c;
+          c.index = index;
+          c.finish_reason = r.finish_reason;
+          c.logprobs = logprobs;
+          c.logprobs_offset = st.offset;
+          x->res->SendEvent(CompletionChunkJson(x->id, x->created, x->model, {c}, std::nullopt,
+                                                x->include_usage));
+        }
+      }
+      if (--x->remaining == 0) SendFinal(*x);
+    };
+    callbacks.push_back(metrics_->Instrument(std::move(cb), arrival));
+  }
+  // All prompts of the request join the queue, or none does: a refused
+  // request takes no queue slot, even briefly, and nothing is cancelled.
+  auto enqueued = sink_->Submit(std::move(gens), std::move(callbacks));
+  if (!enqueued.ok()) {
+    metrics_->Rejected();
+    const ApiError e = enqueued.status().code() == StatusCode::kResourceExhausted
+                           ? QueueFullError(config_.scheduler.queue_limit)
+                           : ApiErrorFromStatus(enqueued.status());
+    res->Send(e.http_status, "application/json", e.ToJson());
+    x->failed = true;
+    return;
+  }
+  const std::vector<int64_t> ids = std::move(*enqueued);
+  if (x->stream) res->StartStream(200);
+  admit.unlock();
+  RequestSink* sink = sink_;
+  res->OnClientGone([sink, ids] { sink->Cancel(ids); });
+}
+
+void OpenAIFrontend::Register(HttpServer& api) {
+  api.Handle("POST", "/v1/completions",
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+               HandleCompletions(r, res, false);
+             });
+  api.Handle("POST", "/v1/chat/completions",
+             [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+               HandleCompletions(r, res, true);
+             });
+  api.Handle("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
+    ModelCard card;
+    card.id = model_name_;
+    res->Send(200, "application/json", ModelListJson({card}));
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+// OpenAIFrontend: the OpenAI-compatible endpoints of the coordinator,
+// POST /v1/completions, POST /v1/chat/completions and GET /v1/models.
+//
+// A request is parsed and checked (coordinator/api/openai_api.h: the model
+// name, scheduler.max_completion_tokens, max_prompt_tokens, queue_limit,
+// max_context, server.max_streams), its prompts are submitted to the
+// RequestSink all or none (a full queue is a real 429, even for a stream),
+// and the sink's callbacks answer it: one JSON body, or Server-Sent Events
+// ending with [DONE]. A client that goes away cancels its requests. Before
+// a plan serves (ClusterStatus::ready) every request gets a 503.
+//
+// Thread-safety: handlers run on the HTTP server's threads; the callbacks on
+// the serving loop's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/config/daemon_config.h"
+#include "common/net/http_server.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/plan_control.h"
+#include "coordinator/api/request_metrics.h"
+#include "coordinator/api/request_sink.h"
+
+namespace tessera {
+
+class OpenAIFrontend {
+ public:
+  // Everything pointed to outlives the frontend. `chat_template`: none when
+  // the model has no recognised one (chat requests then get a 400 naming
+  // model.chat_template). `max_context`: prompt + completion tokens at most.
+  OpenAIFrontend(const DaemonConfig* config, std::string model_name, int64_t max_context,
+                 const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
+                 RequestSink* sink, const ClusterStatus* status, RequestMetrics* metrics)
+      : config_(*config),
+        model_name_(std::move(model_name)),
+        max_context_(max_context),
+        tokenizer_(tokenizer),
+        chat_template_(std::move(chat_template)),
+        sink_(sink),
+        status_(status),
+        metrics_(metrics) {}
+
+  // Registers the three routes on `api`.
+  void Register(HttpServer& api);
+
+ private:
+  void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
+
+  const DaemonConfig& config_;
+  const std::string model_name_;
+  const int64_t max_context_;
+  const Tokenizer* const tokenizer_;
+  const std::optional<ChatTemplate> chat_template_;
+  RequestSink* const sink_;
+  const ClusterStatus* const status_;
+  RequestMetrics* const metrics_;
+  std::atomic<int> open_streams_{0};  // streaming responses open (server.max_streams)
+};
+
+}  // namespace tessera

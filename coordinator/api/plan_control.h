@@ -1,0 +1,67 @@
+// PlanControl and ClusterStatus: what the admin API (coordinator/api/
+// admin_api.h) and the health endpoints see of the coordinator. The plan
+// runner (coordinator/serving/plan_runner.h) implements PlanControl, the
+// cluster view (coordinator/serving/cluster_view.h) ClusterStatus.
+//
+// Thread-safety: every method is safe from any thread (the HTTP threads).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/model/parallel_config.h"
+#include "common/net/http_server.h"
+#include "coordinator/placement/plan_change.h"
+#include "coordinator/placement/planner.h"
+
+namespace tessera {
+
+// A layout and its placement, computed for POST /admin/plan.
+struct PlanProposal {
+  ParallelConfig parallel;
+  std::vector<RankPlacement> ranks;
+  std::optional<PlanResult> planned;  // the planner's result for {"auto": true}
+};
+
+class PlanControl {
+ public:
+  virtual ~PlanControl() = default;
+  // Validates `request` and computes its layout and placement on the usable
+  // workers. Errors: kInvalidArgument naming why the layout or the cluster
+  // cannot take it.
+  virtual StatusOr<PlanProposal> Propose(const PlanRequest& request) const = 0;
+  // The dry-run answer: what applying `proposal` would change
+  // (PlanChangeJson, "dry_run": true, the drain timeout, the planner's text).
+  virtual std::string DryRunJson(const PlanProposal& proposal) const = 0;
+  // Queues `proposal` for the plan runner; `res` gets the change's report
+  // (200) or its failure (503) once applied. Errors: kFailedPrecondition
+  // with the message of a 409 (a change is in progress, or the first
+  // placement is), and then `res` is not kept.
+  virtual Status Apply(PlanProposal proposal, std::shared_ptr<Responder> res) = 0;
+
+  struct DrainOutcome {
+    bool known = false;    // the worker has registered
+    bool changed = false;  // it was not already (un)drained
+    bool replan = false;   // a re-plan was queued
+  };
+  // Takes worker `id` out of placement (drain) or puts it back, re-planning
+  // when that moves ranks.
+  virtual DrainOutcome SetDrained(const std::string& id, bool drain) = 0;
+};
+
+class ClusterStatus {
+ public:
+  virtual ~ClusterStatus() = default;
+  // A plan is loaded and served.
+  virtual bool ready() const = 0;
+  // GET /readyz's 503 body when not ready: {"status","reason"}.
+  virtual std::string NotReadyJson() const = 0;
+  // GET /admin/cluster and GET /admin/plan.
+  virtual std::string ClusterJson() const = 0;
+  virtual std::string PlanJson() const = 0;
+};
+
+}  // namespace tessera

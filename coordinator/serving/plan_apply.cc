@@ -1,0 +1,206 @@
+// PlanRunner, applying a plan: Drain the old plan's workers, open the plan
+// in the rendezvous store, AssignShard to every rank under the new version,
+// wait for every Loaded, swap the executor.
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "common/base/logging.h"
+#include "common/metrics/metric_catalog.h"
+#include "common/model/shard_spec.h"
+#include "common/net/endpoint.h"
+#include "common/net/store_auth.h"
+#include "coordinator/api/openai_api.h"
+#include "coordinator/placement/cost_model.h"
+#include "coordinator/serving/plan_runner.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// How long a plan's workers get to load and report Loaded.
+constexpr double kLoadTimeoutSeconds = 120.0;
+
+}  // namespace
+
+std::string PlanRunner::StoreHostFor(const std::string& worker_address) const {
+  if (store_->host() != "0.0.0.0") return store_->host();
+  // The store listens on every interface: name the one that routes to the
+  // worker (its Gloo address is on the network it shares with us).
+  if (!worker_address.empty()) {
+    auto local = LocalAddressToward("tcp://" + worker_address + ":1");
+    if (local.ok()) return *local;
+  }
+  return "127.0.0.1";
+}
+
+int64_t PlanRunner::PredictedKvBytes(const ParallelConfig& parallel, int stage,
+                                     int64_t blocks) const {
+  StageShape shape;
+  shape.tp = parallel.TpOfStage(stage);
+  shape.layers = parallel.EndLayer(stage) - parallel.FirstLayer(stage);
+  return static_cast<int64_t>(
+      static_cast<double>(blocks * config_.kv_cache.block_size) *
+      KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
+}
+
+Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
+                             const std::vector<RankPlacement>& ranks, const std::string& reason,
+                             json& report, std::optional<PlanResult> planned,
+                             const std::vector<Assignment>* predicted) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Assignment> plan;
+  const std::vector<ControlWorkerInfo> infos = control_->Workers();
+  int64_t kv_blocks = 0;
+  {
+    MutexLock lock(&state_.mu);
+    kv_blocks = state_.kv_blocks;
+  }
+  for (const RankPlacement& r : ranks) {
+    Assignment a;
+    a.worker_id = r.worker_id;
+    for (const ControlWorkerInfo& w : infos) {
+      if (w.worker_id != a.worker_id || !w.alive) continue;
+      a.host = w.registration.host();
+      a.data_address = w.registration.data_address();
+      a.device_index = w.registration.devices_size() ? w.registration.devices(0).index() : 0;
+    }
+    a.world_rank = r.world_rank;
+    a.stage = r.stage;
+    a.tp_rank = r.tp_rank;
+    TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
+    a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    // The KV pool keeps its kv_blocks across re-plans; this rank's part of it.
+    a.predicted_kv_bytes = PredictedKvBytes(parallel, a.stage, kv_blocks);
+    // The planner's predictions for this rank, when it placed the plan.
+    if (predicted)
+      for (const Assignment& p : *predicted)
+        if (p.world_rank == a.world_rank && p.worker_id == a.worker_id) {
+          a.predicted_weight_bytes = p.predicted_weight_bytes;
+          if (p.predicted_kv_bytes > 0) a.predicted_kv_bytes = p.predicted_kv_bytes;
+        }
+    plan.push_back(a);
+  }
+  std::vector<std::string> old_workers;
+  uint64_t version = 0;
+  {
+    MutexLock lock(&state_.mu);
+    for (const Assignment& a : state_.assignments) old_workers.push_back(a.worker_id);
+    version = ++state_.plan_version;
+    metrics_->Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(version));
+    state_.parallel = parallel;
+    state_.assignments = plan;
+    state_.plan_result = std::move(planned);  // the planner's explanation, when it placed this plan
+    for (const Assignment& a : plan) state_.states[a.worker_id] = control::WORKER_STATE_LOADING;
+    state_.load_error.clear();
+  }
+  TESSERA_LOG_INFO("coordinator", "plan {}: applying {} ({}) on {} workers", version,
+                   parallel.ToString(), reason, plan.size());
+  // End the old plan on its workers: stage-0 ranks pass the end down their
+  // pipelines, everyone drops the plan's communicators and keeps its weights.
+  for (const std::string& w : old_workers) {
+    control::Envelope e;
+    e.mutable_drain()->set_reason("plan " + std::to_string(version) + ": " + reason);
+    control_->Send(w, std::move(e)).IgnoreError();  // a lost worker cannot be drained
+  }
+  // The store admits this plan's ranks (and erases the last plan's keys)
+  // before any of them hears of it.
+  const std::string key_prefix = "plan" + std::to_string(version) + "/";
+  store_->OpenPlan(version, static_cast<int>(plan.size()), key_prefix);
+  for (const Assignment& a : plan) {
+    control::Envelope e;
+    control::AssignShard* s = e.mutable_assign_shard();
+    s->set_plan_version(version);
+    s->set_tp(static_cast<uint32_t>(parallel.tp));  // 0 when stages differ in tp
+    for (int t : parallel.tp_per_stage) s->add_tp_per_stage(static_cast<uint32_t>(t));
+    s->set_pp(static_cast<uint32_t>(parallel.pp));
+    for (int n : parallel.layers_per_stage) s->add_layers_per_stage(static_cast<uint32_t>(n));
+    s->set_stage(static_cast<uint32_t>(a.stage));
+    s->set_tp_rank(static_cast<uint32_t>(a.tp_rank));
+    s->set_world_rank(static_cast<uint32_t>(a.world_rank));
+    s->set_first_layer(static_cast<uint32_t>(parallel.FirstLayer(a.stage)));
+    s->set_end_layer(static_cast<uint32_t>(parallel.EndLayer(a.stage)));
+    s->set_model_path(config_.model.path);
+    // model.dtype, or the checkpoint's; CPU workers compute in F32 regardless.
+    s->set_dtype(DTypeName(config_.model.dtype.value_or(model_.torch_dtype)));
+    s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));
+    s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks));
+    s->set_device_index(a.device_index);
+    control::GlooRendezvous* g = s->mutable_gloo();
+    g->set_store_host(StoreHostFor(a.data_address));
+    g->set_store_port(static_cast<uint32_t>(store_->port()));
+    g->set_key_prefix(key_prefix);
+    g->set_store_key(StoreCredentials::Rank(store_secret_, version, a.world_rank).key);
+    TESSERA_RETURN_IF_ERROR(control_->Send(a.worker_id, std::move(e))
+                                .WithContext("assigning rank " + std::to_string(a.world_rank) +
+                                             " of plan " + std::to_string(version)));
+  }
+  // Wait for every Loaded of this version.
+  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(kLoadTimeoutSeconds));
+  int64_t reused = 0, weights = 0;
+  {
+    MutexLock lock(&state_.mu);
+    while (true) {
+      if (state_.stopping) return Unavailable("stopping");
+      for (const Assignment& a : state_.assignments)
+        if (std::find(state_.failed_workers.begin(), state_.failed_workers.end(), a.worker_id) !=
+            state_.failed_workers.end())
+          return Unavailable("worker " + a.worker_id + " was lost while loading plan " +
+                             std::to_string(version));
+      if (!state_.load_error.empty())
+        return Unavailable("loading plan " + std::to_string(version) + ": " + state_.load_error);
+      if (std::all_of(state_.assignments.begin(), state_.assignments.end(),
+                      [](const Assignment& a) { return a.loaded_weight_bytes >= 0; }))
+        break;
+      if (std::chrono::steady_clock::now() > deadline)
+        return DeadlineExceeded("plan " + std::to_string(version) +
+                                ": not every worker loaded within " +
+                                std::to_string(kLoadTimeoutSeconds) + " s");
+      state_.cv.wait_for(state_.mu, std::chrono::milliseconds(50));
+    }
+    for (const Assignment& a : state_.assignments) {
+      reused += a.reused_weight_bytes;
+      weights += a.loaded_weight_bytes;
+    }
+  }
+  std::vector<std::string> first, all;
+  std::string sampler;  // tp rank 0 of the last stage returns the tokens
+  for (const Assignment& a : plan) {
+    all.push_back(a.worker_id);
+    if (a.stage == 0) first.push_back(a.worker_id);
+    if (a.stage == parallel.pp - 1 && a.tp_rank == 0) sampler = a.worker_id;
+  }
+  auto executor =
+      std::make_shared<RemoteExecutor>(control_, version, first, all, sampler, parallel.pp,
+                                       model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
+  {
+    MutexLock lock(&state_.exec_mu);
+    state_.executor = executor;
+  }
+  // The loop is paused (or not started yet): its thread swaps the executor.
+  if (loop_->started()) loop_->SwapExecutor(executor, [executor] { return executor->health(); });
+  const double seconds = SecondsSince(t0);
+  report = {{"plan_version", version},        {"reason", reason},
+            {"layout", LayoutJson(parallel)}, {"workers", all},
+            {"load_seconds", seconds},        {"weight_bytes", weights},
+            {"reused_weight_bytes", reused},  {"unix_time", UnixSeconds()}};
+  {
+    MutexLock lock(&state_.mu);
+    state_.history.push_back(report);
+    if (state_.history.size() > 32) state_.history.erase(state_.history.begin());
+  }
+  TESSERA_LOG_INFO("coordinator",
+                   "plan {} loaded on {} workers in {:.2f} s ({:.1f} of {:.1f} MB reused); serving",
+                   version, plan.size(), seconds, static_cast<double>(reused) / 1e6,
+                   static_cast<double>(weights) / 1e6);
+  return Status::Ok();
+}
+
+}  // namespace tessera

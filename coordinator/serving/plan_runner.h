@@ -1,0 +1,184 @@
+// PlanRunner: places the first plan and applies every later plan change, on
+// its own thread, one change at a time.
+//
+//  1. Waits for the workers (parallel.workers; tp * pp in explicit mode), or
+//     adopts the complete plan that re-registered workers hold (a restarted
+//     coordinator: same layout and ranks, version + 1, weights reused).
+//  2. Plans (the Planner; an explicit tp per stage in registration order),
+//     applies the plan (ApplyPlan: Drain the old plan's workers, AssignShard
+//     under plan version + 1, wait for every Loaded), starts the serving
+//     loop and marks the cluster ready.
+//  3. Runs the queued changes (POST /admin/plan, drain / undrain, a lost or
+//     failing worker, a registration while degraded or shrunk): pause
+//     command on the serving loop (drain and re-queue), ApplyPlan, swap
+//     command, resume command. A failed re-fit after kMaxFitAttempts leaves
+//     the cluster degraded until a worker registers.
+//
+// It implements PlanControl for the admin API.
+//
+// Thread-safety: Start and Stop from one thread (Stop after
+// ClusterState::stopping is set and the serving loop stopped); the rest from
+// any thread. Its job queue is guarded by the cluster state's mutex.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/config/daemon_config.h"
+#include "common/format/model_config.h"
+#include "common/metrics/metrics_registry.h"
+#include "common/net/tcp_store.h"
+#include "coordinator/api/plan_control.h"
+#include "coordinator/control/control_server.h"
+#include "coordinator/placement/plan_change.h"
+#include "coordinator/placement/planner.h"
+#include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/serving_loop.h"
+
+namespace tessera {
+
+class PlanRunner : public PlanControl {
+ public:
+  // Everything here outlives the runner.
+  struct Context {
+    const DaemonConfig* config = nullptr;
+    const ModelConfig* model = nullptr;
+    int expected_workers = 1;
+    // Explicit mode: the configured layout (the planner's fixed tp, pp and
+    // layer split).
+    ParallelConfig configured;
+    int64_t max_context = 0;
+    ControlServer* control = nullptr;
+    TcpStoreServer* store = nullptr;
+    std::string store_secret;  // the store's deployment secret (per-rank keys derive from it)
+    MetricsRegistry* metrics = nullptr;
+    Planner* planner = nullptr;
+    ClusterState* state = nullptr;
+    ServingLoop* loop = nullptr;
+  };
+  explicit PlanRunner(Context context);
+  ~PlanRunner() override;
+
+  void Start();  // the plan thread: steps 1 to 3 of the header comment
+  void Stop();   // joins it; queued admin requests get a 503
+
+  // Queues a re-fit of the wanted layout to the usable workers (`fault`: the
+  // running plan is broken, no drain wait). One pending re-fit covers every
+  // fault reported before it runs.
+  // `culprit_known`: the lost worker is known (declared lost), so the
+  // re-plan waits for nothing; `accused`: workers a survivor saw disconnect
+  // (see PlanJob).
+  void RequestReplan(const std::string& reason, bool fault, bool culprit_known = false,
+                     std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>>
+                         accused = {}) EXCLUDES(state_.mu);
+  // A change is queued or running.
+  bool reconfiguring() const EXCLUDES(state_.mu);
+
+  // PlanControl.
+  StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
+  std::string DryRunJson(const PlanProposal& proposal) const override;
+  Status Apply(PlanProposal proposal, std::shared_ptr<Responder> res) override;
+  DrainOutcome SetDrained(const std::string& id, bool drain) override;
+
+ private:
+  // One re-plan. `target` set: an admin layout, already validated; empty:
+  // re-fit the wanted layout to the usable workers.
+  struct PlanJob {
+    std::optional<ParallelConfig> target;
+    std::string reason;
+    std::shared_ptr<Responder> res;  // answered when done (admin requests)
+    // With `target` from the planner (auto): its worker per rank (used while
+    // they are all usable, else PlaceRanks) and its explanation.
+    std::vector<RankPlacement> ranks;
+    std::optional<PlanResult> planned;
+    bool fault = false;         // the running plan is broken: no drain wait
+    uint64_t plan_version = 0;  // the plan running when the fault was raised
+    std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
+    // The fault's lost worker is known (declared lost): no AwaitLiveness.
+    bool culprit_known = false;
+    // Workers whose connection a survivor saw break (Error.lost_peer_
+    // world_ranks), with when: declared lost unless they speak within
+    // kAccusedSilenceSeconds (a live rank that broke its own communicator
+    // reports its own Error at once; a killed one says nothing).
+    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused;
+  };
+
+  // plan_runner.cc: the thread and the changes.
+  void PlaceAndServe();
+  void PlanLoop();
+  void RunJob(PlanJob job);
+  ParallelConfig Wanted() const EXCLUDES(state_.mu);
+  // Waits until every worker was heard from after `since` or declared lost.
+  void AwaitLiveness(std::chrono::steady_clock::time_point since);
+  // Declares lost the accused workers of `job` that stayed silent (and
+  // fails their steps); true if any was.
+  bool SettleAccusations(const PlanJob& job) EXCLUDES(state_.mu);
+  // After the last queued re-plan: the returning workers become usable.
+  void ReleaseReturningWorkers() EXCLUDES(state_.mu);
+
+  // plan_apply.cc. Loads `ranks` of `parallel` under a new plan version
+  // (the loop paused or not started), swaps the executor and fills
+  // `report`. `planned`: the planner's result when it chose this plan
+  // (GET /admin/plan shows it); `predicted`: its per-rank predictions.
+  // Errors: a worker lost or failing while loading, the load deadline,
+  // stopping.
+  Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
+                   const std::string& reason, nlohmann::json& report,
+                   std::optional<PlanResult> planned = std::nullopt,
+                   const std::vector<Assignment>* predicted = nullptr);
+  // Bytes of a KV pool of `blocks` blocks on one rank of `stage` in
+  // `parallel` (F32 cache: the CPU backend's; the cost model's formula).
+  int64_t PredictedKvBytes(const ParallelConfig& parallel, int stage, int64_t blocks) const;
+  // The rendezvous store's address as the worker at `worker_address` reaches
+  // it: the store's host, or, when it listens on every interface, this
+  // host's address on the route to the worker.
+  std::string StoreHostFor(const std::string& worker_address) const;
+
+  // plan_proposal.cc: computing layouts and placements.
+  // Plans on `workers`; fills the state's assignments, parallel, kv_blocks
+  // and plan_result. Errors: the cluster cannot be modelled, no layout fits.
+  Status Plan(const std::vector<ControlWorkerInfo>& workers);
+  Status PlanPerStageTp(const std::vector<ControlWorkerInfo>& workers);
+  PlanOptions PlanOptionsFor(bool cpu) const;
+  // The complete plan the `usable` workers hold (their re-registrations'
+  // held_shard, the newest version, one worker per rank), with its version
+  // and KV blocks per rank; nullopt when there is none.
+  std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> HeldPlan(
+      const std::vector<std::string>& usable, uint64_t* version, int64_t* kv_blocks) const;
+  std::vector<std::string> UsableWorkers() const;
+  // The registrations of the workers `ids`, in that order.
+  std::vector<ControlWorkerInfo> WorkerInfos(const std::vector<std::string>& ids) const;
+  std::map<std::string, HeldSlice> HeldSlices() const;  // what each worker holds
+  // {"auto": true}: the placement planner's choice for `objective` over the
+  // usable workers. Errors: kInvalidArgument naming why.
+  StatusOr<PlanProposal> ProposeAuto(Objective objective) const;
+  // Whether `ranks` of `target` are exactly the running plan.
+  bool PlanUnchanged(const ParallelConfig& target, const std::vector<RankPlacement>& ranks) const;
+
+  const DaemonConfig& config_;
+  const ModelConfig& model_;
+  const int expected_workers_;
+  const ParallelConfig configured_;
+  const int64_t max_context_;
+  ControlServer* const control_;
+  TcpStoreServer* const store_;
+  const std::string store_secret_;
+  MetricsRegistry* const metrics_;
+  Planner* const planner_;
+  ClusterState& state_;
+  ServingLoop* const loop_;
+
+  std::deque<PlanJob> jobs_ GUARDED_BY(state_.mu);
+  bool job_running_ GUARDED_BY(state_.mu) = false;  // a re-plan is in progress
+  std::thread thread_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,202 @@
+#include "coordinator/serving/serving_loop.h"
+
+#include <utility>
+
+#include "common/base/logging.h"
+#include "common/metrics/metric_catalog.h"
+
+namespace tessera {
+
+ServingLoop::ServingLoop(const ModelConfig& model, const Tokenizer* tokenizer, int64_t block_size,
+                         SchedulerOptions options, MetricsRegistry* metrics,
+                         std::function<void(const Status&)> on_step_failed)
+    : model_(model),
+      tokenizer_(tokenizer),
+      block_size_(block_size),
+      options_(options),
+      metrics_(metrics),
+      on_step_failed_(std::move(on_step_failed)) {}
+
+ServingLoop::~ServingLoop() { Stop(); }
+
+void ServingLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks) {
+  TESSERA_CHECK(!started() && executor && health);
+  health_ = std::move(health);
+  allocator_ = std::make_unique<BlockAllocator>(kv_blocks);
+  executor_ = std::move(executor);
+  scheduler_ = std::make_unique<Scheduler>(model_, executor_.get(), allocator_.get(), block_size_,
+                                           tokenizer_, options_);
+  started_.store(true, std::memory_order_release);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ServingLoop::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  state_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+StatusOr<std::vector<int64_t>> ServingLoop::Submit(std::vector<GenerationRequest> requests,
+                                                   std::vector<RequestCallbacks> callbacks) {
+  if (!started()) return Unavailable("no plan is serving yet");
+  auto ids = scheduler_->EnqueueAll(std::move(requests), std::move(callbacks));
+  if (ids.ok()) Wake();
+  return ids;
+}
+
+void ServingLoop::Cancel(const std::vector<int64_t>& ids) {
+  if (!started()) return;
+  for (int64_t id : ids) scheduler_->Cancel(id);
+  Wake();
+}
+
+size_t ServingLoop::waiting() const { return started() ? scheduler_->waiting() : 0; }
+size_t ServingLoop::running() const { return started() ? scheduler_->running() : 0; }
+
+void ServingLoop::Wake() {
+  {
+    MutexLock lock(&mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool ServingLoop::RunOnLoop(std::function<void()> fn) {
+  if (!started()) return false;
+  MutexLock lock(&mu_);
+  if (stop_) return false;
+  commands_.push_back(std::move(fn));
+  const uint64_t id = ++commands_posted_;
+  cv_.notify_all();
+  state_cv_.wait(mu_, [&]() REQUIRES(mu_) { return commands_done_ >= id || stop_; });
+  return commands_done_ >= id;
+}
+
+bool ServingLoop::RunCommands() {
+  std::deque<std::function<void()>> todo;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return false;
+    todo.swap(commands_);
+  }
+  if (todo.empty()) return true;
+  for (auto& fn : todo) fn();
+  {
+    MutexLock lock(&mu_);
+    commands_done_ += todo.size();
+  }
+  state_cv_.notify_all();
+  return true;
+}
+
+std::optional<int> ServingLoop::Pause(double drain_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(drain_seconds));
+  const bool ran = RunOnLoop([this, deadline] {
+    scheduler_->set_admitting(false);
+    MutexLock lock(&mu_);
+    mode_ = Mode::kDraining;
+    drain_deadline_ = deadline;
+  });
+  if (!ran) return std::nullopt;
+  MutexLock lock(&mu_);
+  state_cv_.wait(mu_, [&]() REQUIRES(mu_) { return mode_ == Mode::kPaused || stop_; });
+  if (mode_ != Mode::kPaused) return std::nullopt;
+  return requeued_last_;
+}
+
+bool ServingLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health) {
+  return RunOnLoop([this, executor = std::move(executor), health = std::move(health)]() mutable {
+    // Paused: nothing is in flight (Scheduler::SetExecutor checks).
+    scheduler_->SetExecutor(executor.get());
+    executor_ = std::move(executor);
+    health_ = std::move(health);
+  });
+}
+
+bool ServingLoop::Resume() {
+  return RunOnLoop([this] {
+    scheduler_->set_admitting(true);
+    MutexLock lock(&mu_);
+    mode_ = Mode::kRunning;
+  });
+}
+
+void ServingLoop::Publish() {
+  const int64_t preempted = scheduler_->stats().preemptions;
+  metrics_->Counter(metric::kPreemptionsTotal)
+      .WithLabels({})
+      .Inc(static_cast<double>(preempted - preemptions_seen_));
+  preemptions_seen_ = preempted;
+  metrics_->Gauge(metric::kKvCacheUsedBlocks)
+      .WithLabels({})
+      .Set(static_cast<double>(allocator_->num_blocks() - allocator_->num_free()));
+}
+
+void ServingLoop::Loop() {
+  while (RunCommands()) {
+    Mode mode;
+    std::chrono::steady_clock::time_point deadline;
+    {
+      MutexLock lock(&mu_);
+      mode = mode_;
+      deadline = drain_deadline_;
+      wake_ = false;  // what arrives from here on wakes the next sleep
+    }
+    if (mode == Mode::kPaused) {
+      MutexLock lock(&mu_);
+      cv_.wait(mu_, [&]() REQUIRES(mu_) { return stop_ || !commands_.empty(); });
+      continue;
+    }
+    auto idle = [&] { return scheduler_->running() == 0 && scheduler_->in_flight() == 0; };
+    if (mode == Mode::kDraining &&
+        (idle() || !health_().ok() || std::chrono::steady_clock::now() >= deadline)) {
+      // Collect what is in flight (a broken executor fails it back, and its
+      // sequences are re-queued), then re-queue the unfinished rest.
+      scheduler_->CollectInFlight().IgnoreError();
+      scheduler_->RequeueRunning();
+      // Every sequence re-queued since the last pause: by an executor error
+      // (a fault) or by this drain.
+      const int64_t requeued = scheduler_->stats().requeued;
+      {
+        MutexLock lock(&mu_);
+        requeued_last_ = static_cast<int>(requeued - requeued_seen_);
+        mode_ = Mode::kPaused;
+      }
+      requeued_seen_ = requeued;
+      state_cv_.notify_all();
+      continue;
+    }
+    auto progressed = scheduler_->RunOnce();
+    Publish();
+    if (!progressed.ok()) {
+      // The sequences in flight were re-queued (requeue_on_executor_error).
+      TESSERA_LOG_ERROR("coordinator", "step failed: {}", progressed.status().ToString());
+      if (mode == Mode::kRunning) {
+        if (on_step_failed_) on_step_failed_(progressed.status());
+        // Wait for the re-plan's pause instead of failing every step.
+        MutexLock lock(&mu_);
+        cv_.wait_for(mu_, std::chrono::seconds(1),
+                     [&]() REQUIRES(mu_) { return stop_ || !commands_.empty(); });
+      }
+      continue;
+    }
+    if (*progressed || (mode == Mode::kDraining && idle())) continue;
+    // Nothing to do: sleep until a request, a cancellation, a command, a
+    // health change or stop (a drain also until its deadline).
+    MutexLock lock(&mu_);
+    auto woken = [&]() REQUIRES(mu_) { return stop_ || wake_ || !commands_.empty(); };
+    if (mode == Mode::kDraining) {
+      cv_.wait_until(mu_, deadline, woken);
+    } else {
+      cv_.wait(mu_, woken);
+    }
+  }
+}
+
+}  // namespace tessera
