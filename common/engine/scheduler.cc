@@ -464,6 +464,16 @@ StatusOr<bool> Scheduler::CollectOne() {
       Finish(s, FinishReason::kCancelled);
       continue;
     }
+    if (token.token_id == kNonFiniteLogitsToken) {
+      // The sampling rank saw a NaN or an infinity in this sequence's
+      // logits: no token exists, this sequence alone fails.
+      Finish(s, FinishReason::kError,
+             DataLoss(fmt::format("the model produced non-finite logits (NaN or inf) for "
+                                  "request {} at position {}: its activations overflowed "
+                                  "(the sampling worker's log names the layers)",
+                                  s.id, s.cached)));
+      continue;
+    }
     ApplyToken(s, token);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),

@@ -304,14 +304,18 @@ void CoordinatorDaemon::HandleCompletions(const HttpRequest& req, std::shared_pt
       if (r.finish_reason == FinishReason::kError) {
         if (!x->failed) {
           x->failed = true;
+          // kDataLoss: the model itself produced NaN/inf logits (a server
+          // error, 500); anything else is a worker or transport failure.
+          const bool nonfinite = r.error.code() == StatusCode::kDataLoss;
+          const int http = nonfinite ? 500 : 503;
           const std::string err =
-              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
-                        std::nullopt, std::string("worker_failed"));
+              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(http),
+                        std::nullopt, std::string(nonfinite ? "internal_error" : "worker_failed"));
           if (x->stream) {
             x->res->SendEvent(err);
             x->res->Finish();
           } else {
-            x->res->Send(503, "application/json", err);
+            x->res->Send(http, "application/json", err);
           }
         }
       } else if (x->stream) {
