@@ -385,13 +385,18 @@ class NonFiniteExecutor : public StepExecutor {
     const std::vector<int64_t> ids = std::move(submitted_.front());
     submitted_.pop_front();
     for (size_t i = 0; i < ids.size() && i < r->size(); ++i)
-      if (ids[i] == seq_id_ && left_-- <= 0) (*r)[i] = SampledToken{kNonFiniteLogitsToken};
+      if (ids[i] == seq_id_ && left_-- <= 0) (*r)[i] = NonFinite();
     return r;
   }
   int max_in_flight() const override { return inner_->max_in_flight(); }
   int64_t vocab_size() const override { return inner_->vocab_size(); }
 
  private:
+  static SampledToken NonFinite() {
+    SampledToken t;
+    t.token_id = kNonFiniteLogitsToken;
+    return t;
+  }
   StepExecutor* inner_;
   int64_t seq_id_;
   int left_;
