@@ -197,12 +197,12 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   req.ignore_eos = a.ignore_eos;
   if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   const int64_t ctx = static_cast<int64_t>(req.prompt_ids.size()) + a.max_tokens;
-  // Dynamic NTK RoPE is made to run past max_position_embeddings.
-  if (ctx > cfg->max_position_embeddings && cfg->rope_scaling.type != RopeType::kDynamic)
+  // The coordinator's rule (common/format/model_config.h: dynamic NTK RoPE
+  // runs past max_position_embeddings).
+  if (const ContextLimit limit = ModelContextLimit(*cfg); ctx > limit.max_tokens)
     return Fail(InvalidArgument("prompt (" + std::to_string(req.prompt_ids.size()) +
                                 " tokens) + --max-tokens " + std::to_string(a.max_tokens) +
-                                " exceeds the model's max_position_embeddings " +
-                                std::to_string(cfg->max_position_embeddings)));
+                                " exceeds the model's " + limit.bound));
 
   const int64_t blocks = BlockAllocator::BlocksFor(ctx, a.block_size);
   auto print_text = [](size_t, const std::string& delta) {

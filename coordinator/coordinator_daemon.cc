@@ -88,13 +88,12 @@ Status CoordinatorDaemon::Start() {
   }
   TESSERA_RETURN_IF_ERROR(CheckLayout());
   planner_ = std::make_unique<PlacementPlanner>();
-  max_context_ = config_.scheduler.max_context > 0 ? config_.scheduler.max_context
-                                                   : model_.max_position_embeddings;
-  if (max_context_ > model_.max_position_embeddings)
+  const ContextLimit limit = ModelContextLimit(model_);  // common/format/model_config.h
+  max_context_ =
+      config_.scheduler.max_context > 0 ? config_.scheduler.max_context : limit.default_tokens;
+  if (max_context_ > limit.max_tokens)
     return InvalidArgument(ConfigKeyContext(config_, "scheduler.max_context") + ": " +
-                           std::to_string(max_context_) +
-                           " exceeds the model's max_position_embeddings " +
-                           std::to_string(model_.max_position_embeddings));
+                           std::to_string(max_context_) + " exceeds the model's " + limit.bound);
   model_name_ = ServedModelName(config_.model);
 
   SchedulerOptions sched;

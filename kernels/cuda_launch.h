@@ -93,13 +93,18 @@ struct SampleRowDev {
   int32_t top_k;
   int32_t greedy;
 };
-// First index of each row's maximum.
+// kNonFiniteLogitsToken of common/base/sampled_token.h (which nvcc's C++17
+// cannot include; kernels/sampling_cuda.cc checks they agree).
+inline constexpr int32_t kNonFiniteRowToken = -1;
+// First index of each row's maximum, or kNonFiniteRowToken for a row holding
+// a NaN or an infinity.
 cudaError_t LaunchArgmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                          cudaStream_t stream);
 // Device scratch bytes LaunchSampleRows needs for `rows` x `vocab`.
 size_t SampleScratchBytes(int64_t rows, int64_t vocab);
 // Sorts every row (descending, stable) and draws the non-greedy rows' tokens
-// into out (greedy rows are left alone).
+// into out (greedy rows, and rows LaunchArgmax marked kNonFiniteRowToken,
+// are left alone; LaunchArgmax must have run first on `stream`).
 cudaError_t LaunchSampleRows(const float* logits, int64_t rows, int64_t vocab,
                              const SampleRowDev* params, int32_t* out, void* scratch,
                              size_t scratch_bytes, cudaStream_t stream);

@@ -13,6 +13,13 @@
 // the sequence's seeded generator), so the CPU and CUDA paths draw the same
 // token from the same logits, up to summation order near a boundary.
 //
+// Non-finite logits: a row holding a NaN or an infinity (+inf included: the
+// model's activations overflowed, so no distribution is defined) yields
+// kNonFiniteLogitsToken (common/base/sampled_token.h) instead of a token, on
+// both backends. On CUDA the argmax kernel, which reads every logit of every
+// row anyway, writes it (a block-wide OR of !isfinite) and the sort-and-draw
+// kernel leaves such rows alone: no extra pass and no extra host sync.
+//
 // Log-probabilities (TokenLogprobs) are those of the model's raw
 // distribution over the full vocab, as OpenAI and vLLM report them:
 // logprob_i = l_i - log(sum_j exp(l_j)) (log_softmax of the logits, computed
@@ -44,13 +51,14 @@ struct SampleRow {
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 };
 
-// tokens[i] = the token drawn for row i of logits [rows.size(), vocab] F32
-// (on the CPU or CUDA; tokens is host memory). On CUDA this is the step's
-// one host synchronisation. Errors: kInvalidArgument on shapes.
+// tokens[i] = the token drawn for row i (or kNonFiniteLogitsToken) of logits [rows.size(), vocab]
+// F32 (on the CPU or CUDA; tokens is host memory). On CUDA this is the step's one host
+// synchronisation. Errors: kInvalidArgument on shapes.
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
 
-// One row on the host: logits [vocab].
+// One row on the host: logits [vocab]; kNonFiniteLogitsToken when a logit
+// is NaN or infinite.
 int32_t SampleRowCpu(const float* logits, int64_t vocab, const SampleRow& row);
 
 // A row that wants log-probabilities: logits row `row`, the token drawn

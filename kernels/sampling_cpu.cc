@@ -8,6 +8,8 @@
 namespace tessera::kernels {
 
 int32_t SampleRowCpu(const float* logits, int64_t vocab, const SampleRow& row) {
+  if (!std::all_of(logits, logits + vocab, [](float v) { return std::isfinite(v); }))
+    return kNonFiniteLogitsToken;
   if (row.greedy()) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);

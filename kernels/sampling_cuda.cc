@@ -10,6 +10,8 @@
 
 namespace tessera::kernels::cuda {
 
+static_assert(kNonFiniteRowToken == kNonFiniteLogitsToken);
+
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(logits, 2, DType::kF32, "sampling logits"));

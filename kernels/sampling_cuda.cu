@@ -1,6 +1,9 @@
 // Token sampling on the device (kernels/sampling.h).
 //
-// Greedy rows: a block-wide argmax (first index of the maximum). Other rows:
+// Greedy rows: a block-wide argmax (first index of the maximum). Every row
+// goes through the argmax first, which also ORs !isfinite over the row and
+// writes kNonFiniteRowToken (-1, kernels/cuda_launch.h) for a row with a NaN or an infinity; the
+// draw below skips such rows. Other rows:
 // CUB's segmented radix sort orders every row by logit, descending and
 // stable (equal logits keep the lower id first, as the CPU sort does); then
 // one block per row computes the temperature-scaled probabilities of the
@@ -33,13 +36,16 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   const float* l = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
   int idx = INT_MAX;
+  bool bad = false;  // a NaN or an infinity in this row
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = l[i];
+    bad |= !isfinite(v);
     if (v > best) {
       best = v;
       idx = static_cast<int>(i);
     }
   }
+  const bool row_bad = __syncthreads_or(bad) != 0;
   for (int o = 16; o > 0; o >>= 1)
     Better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -55,7 +61,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     for (int o = 16; o > 0; o >>= 1)
       Better(best, idx, __shfl_xor_sync(0xffffffffu, best, o),
              __shfl_xor_sync(0xffffffffu, idx, o));
-    if (lane == 0) out[blockIdx.x] = idx == INT_MAX ? 0 : idx;
+    if (lane == 0) out[blockIdx.x] = row_bad ? kNonFiniteRowToken : (idx == INT_MAX ? 0 : idx);
   }
 }
 
@@ -115,6 +121,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   __shared__ int iscratch[32];
   const SampleRowDev p = params[blockIdx.x];
   if (p.greedy) return;
+  // The argmax kernel ran first on this stream and flagged a row with a NaN
+  // or an infinity: no token is drawn from it.
+  if (out[blockIdx.x] == kNonFiniteRowToken) return;
   const float* k = keys + static_cast<int64_t>(blockIdx.x) * vocab;
   const int32_t* id = ids + static_cast<int64_t>(blockIdx.x) * vocab;
   const int keep = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : static_cast<int>(vocab);

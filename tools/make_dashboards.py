@@ -270,6 +270,8 @@ def requests():
     d.panel("Requests per second by final status",
             [(f"sum by (status) (rate(tessera_requests_total[{RATE}]))", "{{status}}")],
             unit="reqps", stack=True)
+    d.panel("Non-finite logits (NaN/inf) per second",
+            [(f"sum(rate(tessera_nonfinite_logits_total[{RATE}]))", "sequences failed")])
     d.panel("Queue time", quantiles("tessera_request_queue_time_seconds"), unit="s")
     d.panel("Prompt tokens per request",
             [(f"sum(rate(tessera_prompt_tokens_total[{RATE}])) / "

@@ -18,7 +18,17 @@ struct TopLogprob {
   bool operator==(const TopLogprob&) const = default;
 };
 
+// The token id a sampler returns for a row of logits holding a NaN or an
+// infinity (the model's activations overflowed): no token is drawn from such
+// a row. It travels as an ordinary id (tp broadcast, pipeline return frame,
+// StepResult), and the scheduler finishes that sequence alone with
+// FinishReason::kError and kDataLoss (common/engine/scheduler.h); the other
+// sequences of the batch go on.
+inline constexpr int32_t kNonFiniteLogitsToken = -1;
+
 struct SampledToken {
+  // The drawn id in [0, vocab), or kNonFiniteLogitsToken (then has_logprobs
+  // is false).
   int32_t token_id = 0;
   // logprob and top are set (the sequence asked for log-probabilities).
   bool has_logprobs = false;

@@ -30,6 +30,7 @@ enum class StatusCode {
   kUnavailable,        // a peer (rank, worker) is gone
   kResourceExhausted,  // out of KV blocks, queue full
   kInternal,
+  kDataLoss,  // a computation produced unusable numbers (NaN or inf logits)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -76,6 +77,7 @@ inline Status ResourceExhausted(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

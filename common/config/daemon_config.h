@@ -208,8 +208,10 @@ struct SchedulerSection {
   // HTTP 429. Higher absorbs bursts; lower bounds queueing latency.
   int64_t queue_limit = 256;
   // Longest sequence (prompt + generated tokens) accepted, tokens; longer
-  // prompts get HTTP 400 naming the limit. 0 = the model's
-  // max_position_embeddings; a larger value is refused when the model loads.
+  // prompts get HTTP 400 naming the limit. 0 = the model's default context;
+  // a value over the model's limit is refused when the model loads (both
+  // from ModelContextLimit, common/format/model_config.h: dynamic NTK RoPE
+  // runs past max_position_embeddings).
   int64_t max_context = 0;
   // Prompt tokens prefilled per sequence per iteration (chunked prefill). Smaller
   // chunks keep decode latency steady while long prompts are prefilled; larger

@@ -37,7 +37,10 @@ struct GenerationResult {
   std::vector<SampledToken> logprobs;
   std::string text;  // decoded text, cut before a stop string
   FinishReason finish_reason = FinishReason::kLength;
-  Status error;  // set when finish_reason == kError
+  // Set when finish_reason == kError: the executor's error, or kDataLoss
+  // when the sampling rank found non-finite logits for this sequence
+  // (kNonFiniteLogitsToken; only that sequence of its batch fails).
+  Status error;
   int64_t prompt_tokens = 0;
   int preemptions = 0;
 };

@@ -516,6 +516,16 @@ Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
       Finish(s, FinishReason::kError, row_errors[r]);
       continue;
     }
+    if (token.token_id == kNonFiniteLogitsToken) {
+      // The sampling rank saw a NaN or an infinity in this sequence's
+      // logits: no token exists, this sequence alone fails.
+      Finish(s, FinishReason::kError,
+             DataLoss(fmt::format("the model produced non-finite logits (NaN or inf) for "
+                                  "request {} at position {}: its activations overflowed "
+                                  "(the sampling worker's log names the layers)",
+                                  s.id, s.cached)));
+      continue;
+    }
     ApplyToken(s, token);
   }
   DropFinished();

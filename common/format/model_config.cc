@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -376,12 +377,36 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
       }
     }
   }
+  if (sliding) c.sliding_window = window;
   if (sliding && window < c.max_position_embeddings) {
     return Unimplemented(path + ": key '" + sliding_key + "': sliding-window attention (window " +
                          std::to_string(window) + " < max_position_embeddings " +
                          std::to_string(c.max_position_embeddings) + ") is not supported");
   }
   return c;
+}
+
+bool ContextLimit::unbounded() const { return max_tokens == std::numeric_limits<int64_t>::max(); }
+
+ContextLimit ModelContextLimit(const ModelConfig& c) {
+  ContextLimit l;
+  const int64_t mpe = c.max_position_embeddings;
+  if (c.rope_scaling.type != RopeType::kDynamic) {
+    l.default_tokens = l.max_tokens = mpe;
+    l.bound = "max_position_embeddings " + std::to_string(mpe);
+    return l;
+  }
+  const double scaled = static_cast<double>(mpe) * std::max(1.0, c.rope_scaling.factor);
+  l.default_tokens =
+      scaled >= 9.0e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(scaled);
+  if (c.sliding_window > 0) {
+    l.max_tokens = c.sliding_window;
+    l.bound = "sliding_window " + std::to_string(c.sliding_window) + " (dynamic NTK RoPE)";
+    l.default_tokens = std::min(l.default_tokens, l.max_tokens);
+  } else {
+    l.max_tokens = std::numeric_limits<int64_t>::max();
+  }
+  return l;
 }
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {

@@ -65,6 +65,10 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // "eos_token_id" (int, list or null -> empty)
   // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
   DType torch_dtype = DType::kF32;
+  // The sliding-attention window in effect (0 = none); when set it is >=
+  // max_position_embeddings (a narrower one is refused), so it masks nothing
+  // within max_position_embeddings but bounds a context extended past it.
+  int64_t sliding_window = 0;
 
   // Parameter counts are sums over the family's tensor table:
   // LayerParameterCount / ModelParameterCount in common/model/tensor_roles.h.
@@ -72,6 +76,27 @@ struct ModelConfig {
   // 2 * num_key_value_heads * head_dim * DTypeSize(dtype).
   int64_t KvBytesPerTokenPerLayer(DType dtype) const;
 };
+
+// The context a model takes (prompt + generated tokens), the one rule the
+// coordinator (scheduler.max_context) and the CLI (prompt + --max-tokens)
+// apply, as transformers does:
+//  - default, linear and llama3 RoPE: max_position_embeddings (for llama3 it
+//    is already the extended context; original_max_position_embeddings is
+//    the pre-training one), both the default and the most accepted;
+//  - dynamic NTK RoPE: the inverse frequencies are recomputed for the
+//    sequence length once it passes max_position_embeddings, so transformers
+//    sets no bound; the most accepted is unbounded (INT64_MAX), or the
+//    sliding window when one is set (sliding_window), and the default (what
+//    scheduler.max_context = 0 means) is max_position_embeddings x factor.
+struct ContextLimit {
+  int64_t default_tokens = 0;  // the context when none is configured
+  int64_t max_tokens = 0;      // the most accepted; INT64_MAX = unbounded
+  // What sets max_tokens, for messages: "max_position_embeddings 16" or
+  // "sliding_window 4096 (dynamic NTK RoPE)"; "" when unbounded.
+  std::string bound;
+  bool unbounded() const;
+};
+ContextLimit ModelContextLimit(const ModelConfig& config);
 
 // Parses `json_text` (the contents of `path`, used only in error messages).
 // Errors: kInvalidArgument naming the path and line:col for malformed JSON,

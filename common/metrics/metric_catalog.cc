@@ -129,6 +129,13 @@ std::vector<MetricSpec> Build() {
        {"status"},
        {},
        c},
+      {metric::kNonfiniteLogitsTotal,
+       T::kCounter,
+       "Sequences failed because the sampling rank found NaN or inf in their logits (the "
+       "model's activations overflowed); the worker's log names the model, layers and rank.",
+       {},
+       {},
+       c},
       {metric::kRequestTtftSeconds,
        T::kHistogram,
        "Time to first token: from the request's arrival to its first generated token.",

@@ -65,6 +65,7 @@ inline constexpr const char* kWorkerPlanVersion = "tessera_worker_plan_version";
 inline constexpr const char* kWorkerInfo = "tessera_worker_info";
 // Coordinator: requests and scheduler.
 inline constexpr const char* kRequestsTotal = "tessera_requests_total";
+inline constexpr const char* kNonfiniteLogitsTotal = "tessera_nonfinite_logits_total";
 inline constexpr const char* kRequestTtftSeconds = "tessera_request_ttft_seconds";
 inline constexpr const char* kRequestInterTokenSeconds =
     "tessera_request_inter_token_latency_seconds";

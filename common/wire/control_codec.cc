@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/base/dtype.h"
+#include "common/base/sampled_token.h"
 #include "common/base/sampling_params.h"
 #include "common/model/parallel_rank.h"
 
@@ -31,6 +32,7 @@ static_assert(static_cast<int>(StatusCode::kUnavailable) == control::ERROR_CODE_
 static_assert(static_cast<int>(StatusCode::kResourceExhausted) ==
               control::ERROR_CODE_RESOURCE_EXHAUSTED);
 static_assert(static_cast<int>(StatusCode::kInternal) == control::ERROR_CODE_INTERNAL);
+static_assert(static_cast<int>(StatusCode::kDataLoss) == control::ERROR_CODE_DATA_LOSS);
 
 std::string Num(uint64_t v) { return std::to_string(v); }
 std::string SNum(int64_t v) { return std::to_string(v); }
@@ -298,6 +300,13 @@ Status ValidateStepResult(const control::StepResult& r) {
     const control::SampledToken& t = r.tokens(i);
     const std::string at =
         Idx("tokens", static_cast<size_t>(i)) + " (seq_id " + SNum(t.seq_id()) + ")";
+    // kNonFiniteLogitsToken: the sampling rank found NaN/inf logits for this
+    // sequence (no token, no log-probabilities; the scheduler fails it).
+    if (t.token_id() == kNonFiniteLogitsToken) {
+      if (t.has_logprobs() || t.top_logprobs_size() > 0)
+        return InvalidArgument(at + ": non-finite-logits token with log-probabilities");
+      continue;
+    }
     if (t.token_id() < 0) return InvalidArgument(at + ": token_id " + SNum(t.token_id()) + " < 0");
     TESSERA_RETURN_IF_ERROR(CheckLogprob(t.logprob(), at));
     if (!t.has_logprobs() && (t.logprob() != 0.0f || t.top_logprobs_size() > 0))
@@ -496,7 +505,7 @@ control::Error StatusToError(const Status& status, uint64_t in_reply_to_seq) {
     e.set_message("OK");
     return e;
   }
-  // StatusCode values 1..10 and ErrorCode values 1..10 name the same codes.
+  // StatusCode values 1..11 and ErrorCode values 1..11 name the same codes.
   e.set_code(static_cast<control::ErrorCode>(static_cast<int>(status.code())));
   e.set_message(status.message());
   return e;

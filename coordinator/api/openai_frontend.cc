@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator/api/openai_api.h"
+#include "coordinator/api/token_texts.h"
 
 namespace tessera {
 
@@ -23,6 +24,8 @@ struct ChoiceStream {
   bool first = true;
   std::vector<TokenLogprob> pending;
   int64_t offset = 0;
+  // Completions: each token's text as emitted (coordinator/api/token_texts.h).
+  std::shared_ptr<TokenTextStream> texts;
 };
 
 // The API's view of one sampled token: the texts of it and of its
@@ -37,13 +40,21 @@ TokenLogprob ApiLogprob(const SampledToken& t, const Tokenizer& tokenizer) {
   return out;
 }
 
-// The logprobs of a finished choice, when the request asked for them.
+// The logprobs of a finished choice, when the request asked for them. For
+// completions (`offsets`: text_offset indexes the text) each token's text is
+// the incremental text it emitted (token_texts.h).
 std::optional<std::vector<TokenLogprob>> ResultLogprobs(const GenerationResult& r, bool asked,
-                                                        const Tokenizer& tokenizer) {
+                                                        const Tokenizer& tokenizer,
+                                                        bool offsets = false) {
   if (!asked) return std::nullopt;
+  std::vector<std::string> texts;
+  if (offsets) texts = IncrementalTokenTexts(tokenizer, r.tokens, r.text);
   std::vector<TokenLogprob> out;
-  for (const SampledToken& t : r.logprobs)
-    if (t.has_logprobs) out.push_back(ApiLogprob(t, tokenizer));
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    if (!r.logprobs[i].has_logprobs) continue;
+    out.push_back(ApiLogprob(r.logprobs[i], tokenizer));
+    if (offsets && i < texts.size()) out.back().token = texts[i];
+  }
   return out;
 }
 
@@ -105,7 +116,7 @@ void SendFinal(Exchange& x) {
       c.index = static_cast<int>(i);
       c.text = x.results[i].text;
       c.finish_reason = x.results[i].finish_reason;
-      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
+      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer, true);
       choices.push_back(c);
     }
     x.res->SendJson(200, CompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
@@ -268,11 +279,19 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       // A chunk goes out with new text and carries the logprobs of every
       // token since the previous chunk (text held back for a partial
       // character or a stop-string prefix delays its tokens' logprobs).
-      cb.on_token = [x, index](const std::string& text, int32_t, const SampledToken* lp) {
+      cb.on_token = [x, index](const std::string& text, int32_t token, const SampledToken* lp) {
         std::lock_guard<std::mutex> lock(x->mu);
         if (x->failed) return;
         ChoiceStream& st = x->streams[static_cast<size_t>(index)];
-        if (lp && lp->has_logprobs) st.pending.push_back(ApiLogprob(*lp, *x->tokenizer));
+        if (lp && lp->has_logprobs) {
+          st.pending.push_back(ApiLogprob(*lp, *x->tokenizer));
+          if (!x->chat) {  // text_offset must index the text (token_texts.h)
+            if (!st.texts) st.texts = std::make_shared<TokenTextStream>(*x->tokenizer);
+            st.pending.back().token = st.texts->Push(token);
+          }
+        } else if (token < 0 && st.texts && !st.pending.empty()) {
+          st.pending.back().token += st.texts->Flush();  // held back to the end
+        }
         if (text.empty()) return;
         std::optional<std::vector<TokenLogprob>> logprobs;
         if (x->logprobs) logprobs = std::move(st.pending);
@@ -304,14 +323,18 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       if (r.finish_reason == FinishReason::kError) {
         if (!x->failed) {
           x->failed = true;
+          // kDataLoss: the model itself produced NaN/inf logits (a server
+          // error, 500); anything else is a worker or transport failure.
+          const bool nonfinite = r.error.code() == StatusCode::kDataLoss;
+          const int http = nonfinite ? 500 : 503;
           const std::string err =
-              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(503),
-                        std::nullopt, std::string("worker_failed"));
+              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(http),
+                        std::nullopt, std::string(nonfinite ? "internal_error" : "worker_failed"));
           if (x->stream) {
             x->res->SendEvent(err);
             x->res->Finish();
           } else {
-            x->res->Send(503, "application/json", err);
+            x->res->Send(http, "application/json", err);
           }
         }
       } else if (x->stream) {

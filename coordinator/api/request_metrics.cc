@@ -25,6 +25,7 @@ struct Timing {
 
 RequestMetrics::RequestMetrics(MetricsRegistry& r)
     : requests_(r.Counter(metric::kRequestsTotal)),
+      nonfinite_(r.Counter(metric::kNonfiniteLogitsTotal).WithLabels({})),
       ttft_(r.Histogram(metric::kRequestTtftSeconds).WithLabels({})),
       itl_(r.Histogram(metric::kRequestInterTokenSeconds).WithLabels({})),
       e2e_(r.Histogram(metric::kRequestE2eSeconds).WithLabels({})),
@@ -64,6 +65,8 @@ RequestCallbacks RequestMetrics::Instrument(RequestCallbacks cb, Clock::time_poi
   out.on_finish = [this, t, inner = std::move(cb.on_finish)](const GenerationResult& r) {
     e2e_.Observe(Seconds(t->arrival, Clock::now()));
     requests_.WithLabels({FinishReasonName(r.finish_reason)}).Inc();
+    if (r.finish_reason == FinishReason::kError && r.error.code() == StatusCode::kDataLoss)
+      nonfinite_.Inc();
     prompt_tokens_.Inc(static_cast<double>(r.prompt_tokens));
     generated_tokens_.Inc(static_cast<double>(r.tokens.size()));
     if (inner) inner(r);

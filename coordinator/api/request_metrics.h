@@ -5,7 +5,9 @@
 //   TTFT         arrival -> first generated token
 //   inter-token  between consecutive generated tokens
 //   e2e latency  arrival -> finish; requests_total{status}; prompt and
-//                generated token counters
+//                generated token counters; tessera_nonfinite_logits_total
+//                for a request finished with kError / kDataLoss (the
+//                sampling rank found NaN or inf logits)
 //
 // Thread-safety: Instrument and Rejected may be called from any thread; the
 // wrapped callbacks run on the scheduler's owner thread, as the originals.
@@ -36,6 +38,7 @@ class RequestMetrics {
 
  private:
   CounterFamily& requests_;
+  Counter& nonfinite_;  // sequences failed with kDataLoss (non-finite logits)
   Histogram& ttft_;
   Histogram& itl_;
   Histogram& e2e_;

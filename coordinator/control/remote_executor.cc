@@ -84,7 +84,10 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
     const control::SampledToken& t = result.tokens(static_cast<int>(i));
     SampledToken& out = tokens[i];
     out.token_id = t.token_id();
-    if (t.token_id() >= vocab_size_)
+    // Non-finite logits: no token and no log-probabilities; the scheduler
+    // fails this sequence alone.
+    if (t.token_id() == kNonFiniteLogitsToken) continue;
+    if (t.token_id() < 0 || t.token_id() >= vocab_size_)
       return Internal(what + ": token " + std::to_string(t.token_id()) + " of seq_id " +
                       std::to_string(t.seq_id()) + " is outside the vocab of " +
                       std::to_string(vocab_size_));

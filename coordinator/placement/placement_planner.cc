@@ -107,7 +107,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   c.sizes = ModelSizes::From(model, wdt, kdt);
   c.work.prefill_chunk_tokens = o.prefill_chunk_tokens;
   c.work.max_batch = o.max_batch;
-  c.max_context = o.max_context > 0 ? o.max_context : model.max_position_embeddings;
+  c.max_context = o.max_context > 0 ? o.max_context : ModelContextLimit(model).default_tokens;
   c.min_kv = o.min_kv_tokens > 0 ? o.min_kv_tokens : c.max_context;
   PlanResult result;
   Explanation& ex = result.explanation;

@@ -62,7 +62,7 @@ struct ClusterState {
   int64_t kv_blocks GUARDED_BY(mu) = 0;  // KV blocks per rank
   uint64_t plan_version GUARDED_BY(mu) = 0;
   std::vector<Assignment> assignments GUARDED_BY(mu);
-  std::vector<std::string> failed_workers GUARDED_BY(mu);   // lost, not re-registered
+  std::vector<std::string> failed_workers GUARDED_BY(mu);  // lost, not re-registered
   // Lost workers that registered again while a re-plan was pending or
   // running (a stopped worker resumed): still in failed_workers, so that
   // re-plan does not place them; usable once the re-plans end.

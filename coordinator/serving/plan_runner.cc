@@ -281,8 +281,7 @@ bool PlanRunner::SettleAccusations(const PlanJob& job) {
       // communicator itself, whenever that Error arrived.
       auto st = state_.states.find(worker);
       spoke |= st != state_.states.end() && st->second == control::WORKER_STATE_FAILED;
-      if (!known || spoke || std::chrono::steady_clock::now() >= deadline || state_.stopping)
-        break;
+      if (!known || spoke || std::chrono::steady_clock::now() >= deadline || state_.stopping) break;
       state_.cv.wait_for(state_.mu, std::chrono::milliseconds(5));
     }
     if (!known || spoke) continue;  // lost already, or alive

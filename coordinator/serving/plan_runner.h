@@ -76,9 +76,10 @@ class PlanRunner : public PlanControl {
   // `culprit_known`: the lost worker is known (declared lost), so the
   // re-plan waits for nothing; `accused`: workers a survivor saw disconnect
   // (see PlanJob).
-  void RequestReplan(const std::string& reason, bool fault, bool culprit_known = false,
-                     std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>>
-                         accused = {}) EXCLUDES(state_.mu);
+  void RequestReplan(
+      const std::string& reason, bool fault, bool culprit_known = false,
+      std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused = {})
+      EXCLUDES(state_.mu);
   // A change is queued or running.
   bool reconfiguring() const EXCLUDES(state_.mu);
 

@@ -18,6 +18,7 @@
 #include "common/net/http_client.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/token_texts.h"
 #include "support/daemons_fixture.h"
 #include "support/model_harness.h"
 #include "support/test_util.h"
@@ -363,16 +364,23 @@ TEST_F(Daemons, LogprobsMatchTheSingleProcessEngine) {
   for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
     ASSERT_EQ(lp[key].size(), static_cast<size_t>(n)) << key << ": " << lp;
   int64_t offset = 0;
+  // tokens[i] is the text token i added to the choice text (issue 16: so
+  // text_offset indexes the text; a partial UTF-8 byte adds ""), the
+  // alternatives stay single-token decodes.
+  const std::string choice_text = json::parse(r.body)["choices"][0]["text"].get<std::string>();
+  const std::vector<std::string> added = IncrementalTokenTexts(tok, ref.tokens, choice_text);
   for (int i = 0; i < n; ++i) {
     SCOPED_TRACE("completion token " + std::to_string(i));
     const int32_t id = ref.tokens[static_cast<size_t>(i)];
     const std::string text = tok.Decode(&id, 1, false);
-    EXPECT_EQ(lp["tokens"][i].get<std::string>(), text);
+    EXPECT_EQ(lp["tokens"][i].get<std::string>(), added[static_cast<size_t>(i)]);
+    EXPECT_EQ(choice_text.substr(static_cast<size_t>(offset), added[static_cast<size_t>(i)].size()),
+              added[static_cast<size_t>(i)]);
     const double v = lp["token_logprobs"][i].get<double>();
     EXPECT_LE(v, 0.0);
     EXPECT_NEAR(v, ref.logprobs[static_cast<size_t>(i)][static_cast<size_t>(id)], kLogprobTol);
     EXPECT_EQ(lp["text_offset"][i].get<int64_t>(), offset);
-    offset += static_cast<int64_t>(text.size());
+    offset += static_cast<int64_t>(added[static_cast<size_t>(i)].size());
     const json& alts = lp["top_logprobs"][i];
     ASSERT_TRUE(alts.is_object() && !alts.empty() && alts.size() <= 5u) << alts;
     double best = -1e30;

@@ -31,6 +31,11 @@ class Daemons : public ::testing::Test {
   virtual int Workers() const { return 4; }
   // The fixture model (tests/fixtures/models/<name>) the daemons serve.
   virtual std::string ModelName() const { return "llama_gqa_f32"; }
+  // The model directory the daemons serve: the fixture ModelName() unless a
+  // variant serves a model it made (called in SetUp, after dir_ is set).
+  virtual std::string ModelPath() const {
+    return ::tessera::testing::FixturePath("models/" + ModelName());
+  }
   // The [scheduler] table and the chat template override; variants of the
   // fixture change them.
   virtual std::string SchedulerToml() const {
@@ -40,7 +45,7 @@ class Daemons : public ::testing::Test {
 
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-daemons");
-    model_ = ::tessera::testing::FixturePath("models/" + ModelName());
+    model_ = ModelPath();
     const auto keys = ::tessera::testing::MakeControlKeys(dir_, Workers());
     std::ofstream(dir_ + "/c.toml")
         << "[model]\npath = \"" << model_ << "\"\n"

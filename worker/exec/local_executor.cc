@@ -1,5 +1,7 @@
 #include "worker/exec/local_executor.h"
 
+#include "worker/exec/nonfinite_check.h"
+
 namespace tessera {
 
 LocalExecutor::LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache)
@@ -10,6 +12,7 @@ LocalExecutor::LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<
 Status LocalExecutor::RunLogits(const StepBatch& batch, Tensor& logits) {
   TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model_->NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR(model_->Forward(batch, Tensor(), *cache_, hidden));
+  TESSERA_RETURN_IF_ERROR(CheckHiddenFinite(*model_, hidden, "the local rank"));
   return model_->Logits(batch, hidden, logits);
 }
 
@@ -20,6 +23,7 @@ Status LocalExecutor::Submit(const StepBatch& batch) {
                            model_->backend().Allocate({wanted, vocab_size()}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(RunLogits(batch, logits));
   TESSERA_ASSIGN_OR_RETURN(std::vector<SampledToken> tokens, samplers_.Sample(batch, logits));
+  LogNonFiniteLogits(*model_, batch, tokens, "the local rank");
   done_.push_back(std::move(tokens));
   return Status::Ok();
 }

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "common/wire/step_codec.h"
+#include "worker/exec/nonfinite_check.h"
+#include "worker/exec/rank_inputs.h"
 
 namespace tessera {
 
@@ -46,6 +48,7 @@ StatusOr<std::vector<SampledToken>> SampleOnLastStage(LlamaModel& model, const S
       sink(batch, host);
     }
     TESSERA_ASSIGN_OR_RETURN(sampled, samplers.Sample(batch, logits));
+    LogNonFiniteLogits(model, batch, sampled, RankName(links));
   }
   std::vector<int32_t> tokens(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) tokens[i] = sampled[i].token_id;
@@ -123,8 +126,14 @@ StatusOr<std::vector<SampledToken>> RunFirstStage(LlamaModel& model, KvCache& ca
                                                   const StepBatch& batch, AsyncSender* sender,
                                                   SequenceSamplers& samplers,
                                                   const LogitsSink& sink) {
+  // The stage-0 tp ranks sum their embedding rows: they must run the same
+  // step (one all-gathered hash per prefill step; rank_inputs.h).
+  if (links.tp)
+    TESSERA_RETURN_IF_ERROR(
+        CheckSameStepInputs(*links.tp, model.backend(), batch, RankName(links)));
   TESSERA_ASSIGN_OR_RETURN(Tensor hidden, model.NewHidden(batch.total_tokens()));
   TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, Tensor(), cache, hidden), RankName(links));
+  TESSERA_RETURN_IF_ERROR(CheckHiddenFinite(model, hidden, RankName(links)));
   if (links.pp == 1) return SampleOnLastStage(model, batch, hidden, links, samplers, sink);
   TESSERA_CHECK(sender != nullptr);
   TESSERA_RETURN_IF_ERROR(sender->Enqueue(EncodeStep(batch)));
@@ -179,6 +188,7 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
         Tensor::Wrap(frame.data(), hidden.shape(), hidden.dtype(), Device::kCPU, nullptr);
     TESSERA_RETURN_IF_ERROR(model.backend().Copy(hidden, received));
     TESSERA_RETURN_IF_ERROR_CTX(model.Forward(batch, hidden, cache, hidden), RankName(links));
+    TESSERA_RETURN_IF_ERROR(CheckHiddenFinite(model, hidden, RankName(links)));
     if (last) {
       TESSERA_ASSIGN_OR_RETURN(std::vector<SampledToken> tokens,
                                SampleOnLastStage(model, batch, hidden, links, samplers, sink));

@@ -5,6 +5,7 @@
 #include "common/net/tcp_store.h"
 #include "kernels/blas_threads.h"
 #include "worker/comm/process_group.h"
+#include "worker/exec/rank_inputs.h"
 #include "worker/model/model_loader.h"
 
 namespace tessera {
@@ -65,10 +66,17 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
     return result;
   }
   result.is_driver = true;
+  // The requests come from one place: tp_rank 0's, whatever the other
+  // stage-0 ranks were started with.
+  std::vector<GenerationRequest> own = requests;
+  if (links.tp) {
+    Status s = BroadcastRequests(*links.tp, loaded->model->backend(), own);
+    if (!s.ok()) return s.WithContext(who);
+  }
   PipelineExecutor executor(loaded->model.get(), &cache, links, sink);
   BlockAllocator allocator(o.kv_blocks);
   Engine engine(config, &executor, &allocator, o.block_size, tokenizer, o.engine);
-  auto results = engine.Generate(requests, on_text);
+  auto results = engine.Generate(own, on_text);
   if (!results.ok()) return results.status().WithContext(who);
   TESSERA_RETURN_IF_ERROR_CTX(executor.Shutdown(), who);
   result.results = std::move(*results);

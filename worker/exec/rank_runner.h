@@ -3,8 +3,11 @@
 // communicators, load only its shard, then drive (stage 0) or serve (later
 // stages) the pipeline until the batch is done.
 //
-// Every rank is given the same options and requests; the ranks of stage 0 run
-// identical engines, so they agree on every scheduling decision.
+// Every rank is given the same options; the requests of tp_rank 0 of stage 0
+// are broadcast to the other stage-0 ranks (worker/exec/rank_inputs.h), so
+// the ranks of stage 0 run identical engines on identical inputs and agree
+// on every scheduling decision, and each prefill step's inputs are checked
+// across the tp group (a mismatch is an error naming the ranks).
 //
 // Thread-safety: call from the rank's main thread.
 #pragma once

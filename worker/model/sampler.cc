@@ -39,7 +39,9 @@ StatusOr<std::vector<SampledToken>> SequenceSamplers::Sample(const StepBatch& ba
   std::vector<kernels::LogprobRow> asked;
   for (size_t i = 0; i < tokens.size(); ++i) {
     out[i].token_id = tokens[i];
-    if (logprobs[i] >= 0) asked.push_back({static_cast<int64_t>(i), tokens[i], logprobs[i]});
+    // A non-finite row has no distribution: no log-probabilities.
+    if (logprobs[i] >= 0 && tokens[i] != kNonFiniteLogitsToken)
+      asked.push_back({static_cast<int64_t>(i), tokens[i], logprobs[i]});
   }
   if (asked.empty()) return out;
   std::vector<SampledToken> lp;

@@ -66,7 +66,9 @@ class SequenceSamplers {
   // device (sampled there; the tokens come back, and the logits rows of
   // sequences that ask for log-probabilities). Releases finished sequences
   // first. Each entry has_logprobs exactly when its sequence's
-  // sampling.logprobs >= 0. Errors: those of kernels::SampleTokens and
+  // sampling.logprobs >= 0, except the entries whose logits row holds a NaN
+  // or an infinity: those are token_id kNonFiniteLogitsToken without
+  // log-probabilities. Errors: those of kernels::SampleTokens and
   // kernels::TokenLogprobs.
   StatusOr<std::vector<SampledToken>> Sample(const StepBatch& batch, const Tensor& logits);
   size_t live() const { return samplers_.size(); }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+
 #include "support/model_harness.h"
 #include "support/test_util.h"
 #include "worker/exec/local_executor.h"
@@ -355,6 +357,83 @@ TEST(Scheduler, ExecutorErrorRequeuesWhenAsked) {
   ASSERT_EQ(done.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(done[static_cast<int64_t>(i)].tokens, want[i]) << "request " << i;
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Wraps an executor and turns the token sampled for `seq_id` into
+// kNonFiniteLogitsToken from its `from`-th sampled token on, as a sampling
+// rank does when that sequence's logits hold NaN or inf.
+class NonFiniteExecutor : public StepExecutor {
+ public:
+  NonFiniteExecutor(StepExecutor* inner, int64_t seq_id, int from)
+      : inner_(inner), seq_id_(seq_id), left_(from) {}
+  Status Submit(const StepBatch& batch) override {
+    std::vector<int64_t> ids;
+    for (const SeqStep& s : batch.seqs)
+      if (s.want_logits) ids.push_back(s.seq_id);
+    submitted_.push_back(std::move(ids));
+    return inner_->Submit(batch);
+  }
+  StatusOr<std::vector<SampledToken>> Collect() override {
+    auto r = inner_->Collect();
+    if (!r.ok()) return r;
+    const std::vector<int64_t> ids = std::move(submitted_.front());
+    submitted_.pop_front();
+    for (size_t i = 0; i < ids.size() && i < r->size(); ++i)
+      if (ids[i] == seq_id_ && left_-- <= 0) (*r)[i] = NonFinite();
+    return r;
+  }
+  int max_in_flight() const override { return inner_->max_in_flight(); }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+
+ private:
+  static SampledToken NonFinite() {
+    SampledToken t;
+    t.token_id = kNonFiniteLogitsToken;
+    return t;
+  }
+  StepExecutor* inner_;
+  int64_t seq_id_;
+  int left_;
+  std::deque<std::vector<int64_t>> submitted_;
+};
+
+// Non-finite logits fail that sequence alone, with kDataLoss naming the
+// cause, after the tokens it had; the other sequences of the same batches
+// finish exactly as without it, and its KV blocks are freed.
+TEST(Scheduler, NonFiniteLogitsFailOnlyThatSequence) {
+  const auto want = Reference(20);
+  Rig rig = MakeRig(256, 4, SchedulerOptions{});
+  NonFiniteExecutor poisoned(rig.executor.get(), 2, 3);
+  rig.scheduler->SetExecutor(&poisoned);
+  std::map<int64_t, GenerationResult> done;
+  std::vector<std::unique_ptr<int64_t>> ids;
+  for (const auto& p : Prompts()) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    *ids.back() = *rig.scheduler->Enqueue(Req(p, 20), Collect(done, ids.back().get()));
+  }
+  Drain(*rig.scheduler, done);
+  ASSERT_EQ(done.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(i);
+    const GenerationResult& r = done[static_cast<int64_t>(i)];
+    if (i == 2) {
+      EXPECT_EQ(r.finish_reason, FinishReason::kError);
+      EXPECT_EQ(r.error.code(), StatusCode::kDataLoss);
+      EXPECT_NE(r.error.message().find("non-finite logits (NaN or inf)"), std::string::npos)
+          << r.error.ToString();
+      EXPECT_EQ(r.tokens, std::vector<int32_t>(want[i].begin(), want[i].begin() + 3));
+    } else {
+      EXPECT_EQ(r.finish_reason, FinishReason::kLength);
+      EXPECT_EQ(r.tokens, want[i]);
+    }
+  }
+  EXPECT_EQ(rig.allocator->num_free(), 256);
 }
 
 }  // namespace

@@ -14,10 +14,12 @@
 
 #include "common/net/file_store.h"
 #include "common/net/tcp_store.h"
+#include "kernels/backend.h"
 #include "support/multi_process.h"
 #include "support/store_process.h"
 #include "support/test_util.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/exec/rank_inputs.h"
 
 namespace tessera {
 namespace {
@@ -430,6 +432,58 @@ TEST(GlooCommunicator, GroupOfOneNeedsNoPeers) {
   opts.rank = 2;
   opts.size = 2;
   EXPECT_EQ(GlooCommunicator::Create(**store, opts).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Stage-0 tp ranks fed different steps (issue 16 item 3): the per-prefill
+// hash check turns a mismatch, of contents or of lengths, into the same
+// kFailedPrecondition on every rank naming the ranks that differ, never a
+// silently wrong sum or an abort; equal steps pass, and a decode-only step is
+// not checked (no collective). Real rank processes over real Gloo.
+TEST_F(CommunicatorTest, StepInputCheckNamesTheRanksFedOtherInputs) {
+  constexpr int kRanks = 3;
+  const int p = port();
+  auto batch = [](std::vector<int32_t> ids) {
+    StepBatch b;
+    SeqStep s;
+    s.seq_id = 0;
+    s.num_tokens = static_cast<int32_t>(ids.size());
+    s.prompt_len = s.num_tokens;
+    s.want_logits = true;
+    b.seqs.push_back(s);
+    b.token_ids = std::move(ids);
+    return b;
+  };
+  auto outcomes = testing::RunRanks(kRanks, [&](int rank) -> std::string {
+    auto comm = Join(p, group_, rank, kRanks);
+    RANK_CHECK_OK(comm.status());
+    kernels::Backend& cpu = kernels::CpuBackend();
+    const std::string who = "tp_rank " + std::to_string(rank);
+    // Same prompt on every rank.
+    RANK_CHECK_OK(CheckSameStepInputs(**comm, cpu, batch({5, 17, 42}), who));
+    // Rank 2: same length, other ids; then rank 1: another length.
+    for (int odd : {2, 1}) {
+      std::vector<int32_t> ids = {5, 17, 42};
+      if (rank == odd && odd == 2) ids[1] = 18;
+      if (rank == odd && odd == 1) ids.push_back(7);
+      Status st = CheckSameStepInputs(**comm, cpu, batch(ids), who);
+      RANK_CHECK_MSG(st.code() == StatusCode::kFailedPrecondition, st.ToString());
+      RANK_CHECK_MSG(st.message().find("tp_rank(s) " + std::to_string(odd) + " were given") !=
+                         std::string::npos,
+                     st.ToString());
+    }
+    // A decode step (one generated token per sequence) is not checked: the
+    // ranks may pass different ones without a collective being run.
+    StepBatch decode = batch({100 + rank});
+    decode.seqs[0].start_pos = 3;
+    decode.seqs[0].prompt_len = 3;
+    RANK_CHECK_OK(CheckSameStepInputs(**comm, cpu, decode, who));
+    // The group still works after the mismatches (nothing was broken).
+    std::vector<float> one = {1.0f};
+    RANK_CHECK_OK((*comm)->AllReduceSum(one.data(), 1));
+    RANK_CHECK(one[0] == static_cast<float>(kRanks));
+    return "";
+  });
+  ExpectAllSucceeded(outcomes);
 }
 
 }  // namespace

@@ -173,6 +173,50 @@ TEST(SequenceSamplers, LogprobsOnlyWhereAskedAndFromTheRawDistribution) {
   EXPECT_TRUE(t.top.empty());
 }
 
+// A row holding a NaN, +inf or -inf yields kNonFiniteLogitsToken (never
+// token 0) and no log-probabilities, greedy or sampled; the finite rows of
+// the same batch are sampled as usual.
+TEST(SequenceSamplers, NonFiniteRowsYieldTheSentinelAndNoLogprobs) {
+  const float bad[3] = {std::nanf(""), INFINITY, -INFINITY};
+  StepBatch batch;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 7; ++i) {
+    SamplingParams p;
+    p.logprobs = 2;
+    if (i % 2 == 1) {
+      p.temperature = 0.7f;
+      p.top_k = 3;
+      p.seed = static_cast<uint64_t>(i);
+    }
+    SeqStep s;
+    s.seq_id = i;
+    s.num_tokens = 1;
+    s.want_logits = true;
+    s.sampling = p;
+    batch.seqs.push_back(s);
+    batch.token_ids.push_back(1);
+  }
+  Tensor logits = Tensor::Empty({7, 5});
+  for (int r = 0; r < 7; ++r)
+    for (int i = 0; i < 5; ++i) logits.data<float>()[r * 5 + i] = kLogits[static_cast<size_t>(i)];
+  // Rows 0..5: one bad value each (greedy and sampled for each kind); row 6
+  // stays finite.
+  for (int r = 0; r < 6; ++r) logits.data<float>()[r * 5 + (r % 5)] = bad[r / 2];
+  SequenceSamplers samplers;
+  auto out = samplers.Sample(batch, logits);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->size(), 7u);
+  for (int r = 0; r < 6; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ((*out)[static_cast<size_t>(r)].token_id, kNonFiniteLogitsToken);
+    EXPECT_FALSE((*out)[static_cast<size_t>(r)].has_logprobs);
+  }
+  EXPECT_EQ((*out)[6].token_id, 1);
+  EXPECT_TRUE((*out)[6].has_logprobs);
+  EXPECT_EQ(kernels::SampleRowCpu(logits.data<float>(), 5, kernels::SampleRow{}),
+            kNonFiniteLogitsToken);
+}
+
 TEST(Sampler, ValidateBoundsLogprobs) {
   SamplingParams p;
   for (int32_t ok : {-1, 0, 20}) {
