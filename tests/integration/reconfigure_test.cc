@@ -170,13 +170,13 @@ class Cluster : public ::testing::Test {
   pid_t SpawnWorker() {
     const int i = static_cast<int>(pids_.size()) - 1;
     EXPECT_LT(i, static_cast<int>(keys_.worker_secret_files.size())) << "raise kSpareWorkerKeys";
-    const pid_t pid = Spawn(
-        ::tessera::testing::Concat({::tessera::testing::BinaryDir() + "/tessera-worker",
-                                    "--coordinator", "tcp://127.0.0.1:" + std::to_string(control_),
-                                    "--device", std::to_string(i), "--timeout",
-                                    std::to_string(worker_timeout_)},
-                                   keys_.WorkerArgs(i)),
-        dir_ + "/worker" + std::to_string(i) + ".log");
+    const pid_t pid =
+        Spawn(::tessera::testing::Concat(
+                  {::tessera::testing::BinaryDir() + "/tessera-worker", "--coordinator",
+                   "tcp://127.0.0.1:" + std::to_string(control_), "--device", std::to_string(i),
+                   "--timeout", std::to_string(worker_timeout_)},
+                  keys_.WorkerArgs(i)),
+              dir_ + "/worker" + std::to_string(i) + ".log");
     pids_.push_back(pid);
     return pid;
   }
@@ -204,6 +204,16 @@ class Cluster : public ::testing::Test {
       if (r["world_rank"] == world_rank) id = r["worker"];
     for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
+    return -1;
+  }
+  // Seconds from `since` until /admin/cluster shows worker `id` failed, or
+  // -1 when it does not within `limit` seconds.
+  double SecondsUntilFailed(const std::string& id, Clock::time_point since, double limit) const {
+    while (Since(since) < limit) {
+      for (const json& w : json(Get("/admin/cluster")["workers"]))
+        if (w["id"] == id && w["state"] == "failed") return Since(since);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     return -1;
   }
   std::string WorkerOfRank(int world_rank) const {
@@ -650,13 +660,7 @@ TEST_F(Cluster, AStoppedWorkerThatResumesAfterBeingDeclaredLostIsFenced) {
   ASSERT_TRUE(StreamsHaveTokens(3));
   const auto stopped = Clock::now();
   kill(pid, SIGSTOP);
-  bool declared = false;
-  while (Since(stopped) < heartbeat_timeout + 5 && !declared) {
-    for (const json& w : json(Get("/admin/cluster")["workers"]))
-      if (w["id"] == victim && w["state"] == "failed") declared = true;
-    if (!declared) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(declared) << CoordinatorLog();
+  ASSERT_GE(SecondsUntilFailed(victim, stopped, heartbeat_timeout + 5), 0) << CoordinatorLog();
   // Resume it half a second later, as the acceptance run did (SIGCONT at
   // 3.5 s): the re-plan has placed the spare by then, and the resumed worker
   // still runs the old plan.
@@ -691,12 +695,7 @@ TEST_F(Cluster, AKilledWorkerIsDeclaredLostWhenItsPeersSeeItsConnectionBreak) {
   ASSERT_TRUE(StreamsHaveTokens(3));
   const auto killed = Clock::now();
   kill(pid, SIGKILL);
-  double declared = -1;
-  while (Since(killed) < heartbeat_timeout + 5 && declared < 0) {
-    for (const json& w : json(Get("/admin/cluster")["workers"]))
-      if (w["id"] == victim && w["state"] == "failed") declared = Since(killed);
-    if (declared < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const double declared = SecondsUntilFailed(victim, killed, heartbeat_timeout + 5);
   std::printf("killed worker declared lost after %.2f s (heartbeat timeout %.1f s)\n", declared,
               heartbeat_timeout);
   ASSERT_GE(declared, 0) << CoordinatorLog();
