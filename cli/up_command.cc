@@ -10,7 +10,7 @@
 // 0600), passes them to the daemons as --set overrides, and removes the
 // directory when it exits.
 //
-// `tessera status [--url HOST:PORT] [--token T]`: the cluster, the plan and
+// `tessera status [--host H] [--port P] [--token T]`: the cluster, the plan and
 // the queue, through the admin API.
 #include <fmt/format.h>
 #include <sys/stat.h>

@@ -102,13 +102,15 @@ class CoordinatorDaemon {
   std::string store_secret_;
 
   // Destroyed in reverse: the listeners and the runner go before the loop,
-  // the loop before the state it reads.
+  // the loop before the state it reads and before the OpenAI frontend (the
+  // scheduler's last callbacks, run as the loop goes, release the frontend's
+  // per-request exchanges, which point into it).
+  std::unique_ptr<OpenAIFrontend> openai_;
   std::unique_ptr<ServingLoop> loop_;
   std::unique_ptr<PlanRunner> runner_;
   std::unique_ptr<WorkerEvents> events_;
   std::unique_ptr<ClusterView> view_;
   std::unique_ptr<ClusterMetrics> cluster_metrics_;
-  std::unique_ptr<OpenAIFrontend> openai_;
   std::unique_ptr<HttpServer> api_;
   std::unique_ptr<HttpServer> admin_;
 };

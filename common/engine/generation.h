@@ -16,6 +16,10 @@
 
 namespace tessera {
 
+// The error of every request still queued or running when the coordinator
+// stops (Scheduler::FailAll at shutdown).
+inline constexpr char kShuttingDownMessage[] = "the coordinator is shutting down";
+
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;

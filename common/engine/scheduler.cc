@@ -317,6 +317,32 @@ int Scheduler::RequeueRunning() {
   return moved;
 }
 
+int Scheduler::FailAll(const Status& error) {
+  for (InFlight& f : in_flight_)
+    for (Seq* s : f.members) s->in_flight = false;
+  in_flight_.clear();
+  plan_open_ = false;
+  int failed = 0;
+  for (auto& s : running_) {
+    if (s->done) continue;
+    Finish(*s, FinishReason::kError, error);
+    ++failed;
+  }
+  std::deque<std::unique_ptr<Seq>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting.swap(waiting_);
+    cancelled_.clear();
+  }
+  for (auto& s : waiting) {
+    Finish(*s, FinishReason::kError, error);
+    ++failed;
+  }
+  DropFinished();
+  WaitForOutput();
+  return failed;
+}
+
 void Scheduler::SetExecutor(StepExecutor* executor) {
   TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   executor_ = executor;

@@ -184,6 +184,10 @@ class Scheduler {
   // blocks; it resumes by recomputing prompt + generated tokens, so its
   // output continues without gaps or duplicates. Returns how many moved.
   int RequeueRunning();
+  // Owner thread, at shutdown: every waiting, running and in-flight sequence
+  // finishes with kError `error` (micro-batches in flight are abandoned, not
+  // collected), and returns once their callbacks ran. Returns how many.
+  int FailAll(const Status& error);
   // Owner thread, nothing in flight: runs later micro-batches on `executor`.
   void SetExecutor(StepExecutor* executor);
   size_t in_flight() const;  // owner thread: micro-batches in flight

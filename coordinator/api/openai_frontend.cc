@@ -326,12 +326,16 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           // kDataLoss: the model itself produced NaN/inf logits (a server
           // error, 500); anything else is a worker or transport failure.
           const bool nonfinite = r.error.code() == StatusCode::kDataLoss;
+          const bool stopping = r.error.message() == kShuttingDownMessage;
           const int http = nonfinite ? 500 : 503;
-          const std::string err =
-              ErrorJson("generation failed: " + r.error.message(), DefaultErrorType(http),
-                        std::nullopt, std::string(nonfinite ? "internal_error" : "worker_failed"));
+          const std::string err = ErrorJson("generation failed: " + r.error.message(),
+                                            DefaultErrorType(http), std::nullopt,
+                                            std::string(nonfinite  ? "internal_error"
+                                                        : stopping ? "shutting_down"
+                                                                   : "worker_failed"));
           if (x->stream) {
             x->res->SendEvent(err);
+            x->res->SendEvent(kSseDone);  // the stream still ends as streams do
             x->res->Finish();
           } else {
             x->res->Send(http, "application/json", err);

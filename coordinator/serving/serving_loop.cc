@@ -139,6 +139,15 @@ void ServingLoop::Publish() {
 }
 
 void ServingLoop::Loop() {
+  LoopUntilStopped();
+  // Stopping: every request still queued or running ends with an error (a
+  // stream gets an error event and [DONE]) instead of a cut connection.
+  const int failed = scheduler_->FailAll(Unavailable(kShuttingDownMessage));
+  if (failed > 0)
+    TESSERA_LOG_INFO("coordinator", "stopping: {} request(s) ended with an error", failed);
+}
+
+void ServingLoop::LoopUntilStopped() {
   while (RunCommands()) {
     Mode mode;
     std::chrono::steady_clock::time_point deadline;

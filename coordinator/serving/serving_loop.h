@@ -102,6 +102,7 @@ class ServingLoop : public RequestSink {
   enum class Mode { kRunning, kDraining, kPaused };
 
   void Loop();
+  void LoopUntilStopped();  // the serving loop proper; Loop then fails what is left
   // Runs the queued commands (loop thread). Returns false once stopping.
   bool RunCommands() EXCLUDES(mu_);
   // Queues `fn` for the loop thread and waits until it ran. False: stopped.

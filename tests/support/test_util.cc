@@ -125,8 +125,10 @@ std::optional<int> WaitForReportedPort(const std::string& path, const std::strin
 }
 
 void StopProcesses(const std::vector<pid_t>& pids, double grace_seconds) {
-  for (pid_t p : pids) kill(p, SIGTERM);
+  for (pid_t p : pids)
+    if (p > 0) kill(p, SIGTERM);  // never 0 or -1: those signal whole groups
   for (pid_t p : pids) {
+    if (p <= 0) continue;
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(grace_seconds));
