@@ -30,6 +30,19 @@ bool ClusterState::IsDrained(const std::string& worker_id) const {
   return Has(drained_workers, worker_id);
 }
 
+bool ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
+  bool in_plan = false;
+  {
+    MutexLock lock(&mu);
+    if (!IsFailed(worker_id)) failed_workers.push_back(worker_id);
+    in_plan = InPlan(worker_id) && serving;
+    cv.notify_all();
+  }
+  MutexLock lock(&exec_mu);
+  if (executor) executor->OnWorkerFailed(worker_id, why);
+  return in_plan;
+}
+
 std::vector<std::string> ClusterState::UsableWorkers(
     const std::vector<ControlWorkerInfo>& workers) const {
   std::vector<std::string> out;

@@ -91,6 +91,10 @@ struct ClusterState {
   std::shared_ptr<RemoteExecutor> Executor() const EXCLUDES(exec_mu);
   // Whether `worker_id` has a rank of the running plan / was lost / drained.
   bool InPlan(const std::string& worker_id) const REQUIRES(mu);
+  // A worker declared lost (`why`): marks it failed (once) and fails the
+  // running executor's steps that wait on it. Returns whether it held a rank
+  // of the plan while serving. The caller wakes the serving loop.
+  bool MarkFailed(const std::string& worker_id, const Status& why) EXCLUDES(mu, exec_mu);
   bool IsFailed(const std::string& worker_id) const REQUIRES(mu);
   bool IsDrained(const std::string& worker_id) const REQUIRES(mu);
   // The workers a plan may use: of `workers`, alive, not lost, not

@@ -34,7 +34,7 @@ std::string PlanRunner::StoreHostFor(const std::string& worker_address) const {
   // The store listens on every interface: name the one that routes to the
   // worker (its Gloo address is on the network it shares with us).
   if (!worker_address.empty()) {
-    auto local = LocalAddressToward("tcp://" + worker_address + ":1");
+    auto local = LocalAddressToward(FormatTcpEndpoint(worker_address, 1));
     if (local.ok()) return *local;
   }
   return "127.0.0.1";

@@ -288,17 +288,7 @@ bool PlanRunner::SettleAccusations(const PlanJob& job) {
     const std::string reason = "a survivor saw its connection break and it stayed silent";
     if (!control_->DeclareLost(worker, reason)) continue;
     TESSERA_LOG_ERROR("coordinator", "worker {} lost ({}): marked failed", worker, reason);
-    {
-      MutexLock lock(&state_.mu);
-      if (std::find(state_.failed_workers.begin(), state_.failed_workers.end(), worker) ==
-          state_.failed_workers.end())
-        state_.failed_workers.push_back(worker);
-      state_.cv.notify_all();
-    }
-    {
-      MutexLock lock(&state_.exec_mu);
-      if (state_.executor) state_.executor->OnWorkerFailed(worker, Unavailable(reason));
-    }
+    state_.MarkFailed(worker, Unavailable(reason));  // this job re-plans around it
     loop_->Wake();
     declared = true;
   }

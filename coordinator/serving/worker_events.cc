@@ -159,23 +159,9 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
 
 void WorkerEvents::OnWorkerLost(const std::string& worker_id) {
   TESSERA_LOG_ERROR("coordinator", "worker {} missed its heartbeats: marked failed", worker_id);
-  bool in_plan = false, serving = false;
-  {
-    MutexLock lock(&state_.mu);
-    if (std::find(state_.failed_workers.begin(), state_.failed_workers.end(), worker_id) ==
-        state_.failed_workers.end())
-      state_.failed_workers.push_back(worker_id);
-    in_plan = state_.InPlan(worker_id);
-    serving = state_.serving;
-    state_.cv.notify_all();
-  }
-  {
-    MutexLock lock(&state_.exec_mu);
-    if (state_.executor)
-      state_.executor->OnWorkerFailed(worker_id, Unavailable("missed heartbeats"));
-  }
+  const bool in_plan = state_.MarkFailed(worker_id, Unavailable("missed heartbeats"));
   loop_->Wake();  // a draining loop re-checks the executor's health
-  if (in_plan && serving) {
+  if (in_plan) {
     state_.ready.store(false);
     runner_->RequestReplan("worker " + worker_id + " lost (missed heartbeats)", true,
                            /*culprit_known=*/true);
