@@ -290,6 +290,9 @@ Status HttpServer::Start() {
   if (!(o.read_timeout_seconds > 0) || !(o.write_timeout_seconds > 0))
     return InvalidArgument(fmt::format("http read/write timeouts must be > 0 seconds, got {} / {}",
                                        o.read_timeout_seconds, o.write_timeout_seconds));
+  if (!(o.half_close_probe_seconds > 0) || !(o.half_close_probe_seconds < 3600))
+    return InvalidArgument(fmt::format("http half_close_probe_seconds must be in (0, 3600), got {}",
+                                       o.half_close_probe_seconds));
   if (o.max_connections < 1)
     return InvalidArgument(
         fmt::format("http max_connections must be >= 1, got {}", o.max_connections));

@@ -30,7 +30,11 @@
 // request is unanswered or streaming, the server watches the socket, so a
 // client that disconnects is noticed: SendEvent returns false from then on
 // and the OnClientGone callback fires, which lets the producer cancel the
-// generation.
+// generation. A client that half-closes after its request (HTTP/1.1) is
+// served: EOF alone cannot tell a half-close from a close, so the server
+// probes it (an interim 100 response, or an SSE comment inside a stream)
+// every half_close_probe_seconds, and a client that closed entirely is
+// noticed when a probe's write fails (within two probes).
 //
 // Thread-safety: Handle() must be called before Start(). Start(), Stop() and
 // the destructor are called from one controlling thread, never from a
@@ -81,6 +85,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = kDefaultHttpMaxBodyBytes;      // request body (413 beyond)
   int max_connections = kDefaultHttpMaxConnections;      // open connections (503 beyond)
   size_t max_queued_events = 4096;  // SSE events queued per stream, not yet written
+  // A client that shuts down its sending side after a request is still
+  // served; while its response is pending it is probed this often (seconds),
+  // and one that closed entirely is reported gone within two probes.
+  double half_close_probe_seconds = 0.25;
   // HTTPS (TLS 1.2 or later, OpenSSL): PEM certificate chain (leaf first) and
   // private key files, loaded by Start. Both empty = plain HTTP. A plain HTTP
   // request to an HTTPS listener gets a plain-text 400 and the connection

@@ -2,8 +2,9 @@
 // the state the server, its connections and their responders share (Core),
 // one request/response exchange (Exchange), and one accepted connection's
 // state machine (Session: TLS handshake, deadlines, reading and routing a
-// request, writing responses and streams, lingering close), with the
-// parsing helpers it uses. Included by http_server.cc only.
+// request, writing responses and streams, serving a half-closed client,
+// lingering close); the bytes on the wire are in http_wire.h. Included by
+// http_server.cc only.
 //
 // Thread-safety: as documented on each member; a Session runs on its
 // connection's strand except its Post* methods.
@@ -30,6 +31,7 @@
 
 #include "common/net/http_request_checks.h"
 #include "common/net/http_server.h"
+#include "common/net/http_wire.h"
 
 namespace tessera::http_internal {
 
@@ -48,110 +50,6 @@ inline constexpr size_t kLingerMaxBytes = 1 << 20;
 inline constexpr double kStopGraceSeconds = 2.0;
 // Bytes read per call while watching a connection for a disconnect.
 inline constexpr size_t kWatchReadBytes = 4096;
-
-inline int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Decodes %XX escapes and '+' (a space in a query component). A malformed
-// escape is kept as written.
-inline std::string PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
-               HexValue(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-inline std::map<std::string, std::string> ParseQuery(std::string_view query) {
-  std::map<std::string, std::string> out;
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (part.empty()) continue;
-    const size_t eq = part.find('=');
-    std::string key = PercentDecode(part.substr(0, eq));
-    std::string value = eq == std::string_view::npos ? "" : PercentDecode(part.substr(eq + 1));
-    out.emplace(std::move(key), std::move(value));
-  }
-  return out;
-}
-
-// The bytes of a complete response with Content-Length.
-inline std::string SerializeResponse(
-    int status, const std::string& content_type, std::string body,
-    const std::vector<std::pair<std::string, std::string>>& headers, unsigned version,
-    bool keep_alive) {
-  if (status < 100 || status > 599) status = 500;
-  http::response<http::string_body> res;
-  res.version(version);
-  res.result(static_cast<unsigned>(status));
-  res.set(http::field::server, "tessera");
-  res.set(http::field::content_type, content_type);
-  for (const auto& [name, value] : headers) res.set(name, value);
-  res.keep_alive(keep_alive);
-  res.body() = std::move(body);
-  res.prepare_payload();
-  std::ostringstream os;
-  os << res;
-  return os.str();
-}
-
-// The header of a Server-Sent Events response.
-inline std::string SerializeStreamHeader(int status, unsigned version, bool chunked,
-                                         bool keep_alive) {
-  if (status < 100 || status > 599) status = 500;
-  http::response<http::empty_body> res;
-  res.version(version);
-  res.result(static_cast<unsigned>(status));
-  res.set(http::field::server, "tessera");
-  res.set(http::field::content_type, "text/event-stream");
-  res.set(http::field::cache_control, "no-cache");
-  res.set("X-Accel-Buffering", "no");
-  if (chunked) res.chunked(true);
-  res.keep_alive(keep_alive);
-  std::ostringstream os;
-  os << res.base();
-  return os.str();
-}
-
-// "data: <line>\n" per line of `data`, then a blank line.
-inline std::string SseEvent(std::string_view data) {
-  std::string out;
-  out.reserve(data.size() + 16);
-  size_t start = 0;
-  while (true) {
-    size_t nl = data.find('\n', start);
-    std::string_view line = data.substr(start, nl == std::string_view::npos ? nl : nl - start);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    out += "data: ";
-    out += line;
-    out += '\n';
-    if (nl == std::string_view::npos) break;
-    start = nl + 1;
-  }
-  out += '\n';
-  return out;
-}
-
-inline std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
-
-inline bool IsHttpCategory(const beast::error_code& ec) {
-  return &ec.category() == &http::make_error_code(http::error::end_of_stream).category();
-}
 
 // State shared by the server, its sessions and their responders. Owned
 // through shared_ptr so that a Responder kept by a producer thread after the
@@ -210,6 +108,7 @@ class Session : public std::enable_shared_from_this<Session> {
         executor_(socket.get_executor()),
         socket_(std::move(socket)),
         deadline_(executor_),
+        probe_(executor_),
         id_(id),
         counted_(counted),
         buffer_(core_->options.max_header_bytes + kHttpReadSlackBytes) {
@@ -246,6 +145,7 @@ class Session : public std::enable_shared_from_this<Session> {
     return core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex),
                                    bytes = std::move(bytes)]() mutable {
       if (self->closed_ || ex != self->current_) return;
+      self->stream_started_ = true;
       self->Enqueue(std::move(bytes), 0);
     });
   }
@@ -284,6 +184,7 @@ class Session : public std::enable_shared_from_this<Session> {
     closed_ = true;
     ClientGone();
     CancelDeadline();
+    probe_.cancel();
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -577,7 +478,12 @@ class Session : public std::enable_shared_from_this<Session> {
     ex->chunked = ex->version >= 11;
     current_ = ex;
     phase_ = Phase::kResponding;
-    StartWatch();
+    stream_started_ = false;
+    if (half_closed_) {
+      ArmProbe();  // a pipelined request after the client's half-close
+    } else {
+      StartWatch();
+    }
 
     std::shared_ptr<Responder> responder(new Responder(shared_from_this(), ex));
     auto route = core_->routes.find(request.path);
@@ -635,7 +541,17 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec == net::error::operation_aborted && !timed_out_) return ReadHeader();
       return OnReadError(ec);  // idle timeout or the client left between requests
     }
-    if (ec) return Close();  // EOF or reset: Close() reports a pending response's client gone
+    if (ec && IsEndOfInput(ec) && phase_ == Phase::kResponding && current_ &&
+        current_->version >= 11) {
+      // The client shut down its sending side after the request, as HTTP
+      // allows (RFC 9112 section 9.6), or closed entirely: the probes tell
+      // which, and the response (and any request already buffered after
+      // it) is served to a client still reading.
+      half_closed_ = true;
+      if (AwaitingResponse()) ArmProbe();
+      return;
+    }
+    if (ec) return Close();  // a reset, or EOF between requests: Close() reports a client gone
     buffer_.commit(n);
     if (resume_after_watch_) {
       resume_after_watch_ = false;
@@ -646,6 +562,35 @@ class Session : public std::enable_shared_from_this<Session> {
       if (lingered_bytes_ > kLingerMaxBytes) return Close();
     }
     if (phase_ != Phase::kReading) StartWatch();
+  }
+
+  static bool IsEndOfInput(const beast::error_code& ec) {
+    return ec == net::error::eof || ec == ssl::error::stream_truncated;
+  }
+
+  // An HTTP/1.1 response is still to be completed (an HTTP/1.0 client gets
+  // no interim response, so its EOF means gone, as before).
+  bool AwaitingResponse() {
+    if (phase_ != Phase::kResponding || !current_ || current_->version < 11) return false;
+    std::lock_guard<std::mutex> lock(current_->mu);
+    return !current_->complete && !current_->gone;
+  }
+
+  // While a half-closed client's response is pending, probes it every
+  // half_close_probe_seconds (http_wire.h, kInterimProbe): the second probe
+  // after a full close fails, and the write error reports the client gone.
+  void ArmProbe() {
+    probe_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(core_->options.half_close_probe_seconds)));
+    probe_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_ || !self->AwaitingResponse()) return;
+      if (self->stream_started_) {
+        self->Enqueue(StreamProbe(self->current_->chunked), 0);
+      } else {
+        self->Enqueue(std::string(kInterimProbe), 0);
+      }
+      self->ArmProbe();
+    });
   }
 
   void ClientGone() {
@@ -711,6 +656,9 @@ class Session : public std::enable_shared_from_this<Session> {
     const AfterDrain next = after_drain_;
     after_drain_ = AfterDrain::kNothing;
     if (next == AfterDrain::kNextRequest) {
+      // After a half-close only a request already buffered can follow (and
+      // a read after the end of input would wait for the read timeout).
+      if (half_closed_ && buffer_.size() == 0) return Close();
       BeginRequest();
     } else if (next == AfterDrain::kClose) {
       Linger();
@@ -727,7 +675,7 @@ class Session : public std::enable_shared_from_this<Session> {
     current_.reset();
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
-    if (ec) return Close();
+    if (ec || half_closed_) return Close();  // a half-closed client sends nothing more
     ArmDeadline(kLingerSeconds, DeadlineKind::kLinger);
     StartWatch();
   }
@@ -737,6 +685,7 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   std::optional<ssl::stream<tcp::socket&>> tls_;  // over socket_, when the server speaks TLS
   net::steady_timer deadline_;
+  net::steady_timer probe_;  // probes a half-closed client (ArmProbe)
   const uint64_t id_;
   const bool counted_;  // counts against max_connections (false: being refused)
   std::string remote_;
@@ -751,6 +700,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;
   bool watching_ = false;
   bool resume_after_watch_ = false;
+  bool half_closed_ = false;     // the client sent EOF after a request; read no more
+  bool stream_started_ = false;  // the current exchange's stream header is queued
   size_t lingered_bytes_ = 0;
   uint64_t deadline_gen_ = 0;
   DeadlineKind deadline_kind_ = DeadlineKind::kRead;

@@ -49,6 +49,9 @@ class RawHttpClient {
     fd_ = -1;
   }
   bool connected() const { return connected_; }
+  // Shuts down the sending side (a TCP half-close: FIN), as a client may
+  // after its last request; reading goes on.
+  bool ShutdownWrite() { return shutdown(fd_, SHUT_WR) == 0; }
 
   bool Send(std::string_view data) {
     while (!data.empty()) {
@@ -143,6 +146,16 @@ class RawHttpClient {
       buf_.clear();
     }
     return r;
+  }
+
+  // The final response, after any interim 1xx responses (RFC 9110 section
+  // 15.2: a client must accept them even unasked); `interim` counts them.
+  std::optional<RawResponse> ReadFinalResponse(int* interim = nullptr) {
+    while (true) {
+      auto r = ReadResponse();
+      if (!r || r->status >= 200) return r;
+      if (interim) ++*interim;
+    }
   }
 
   // True when the server closed the connection (EOF or reset) with no

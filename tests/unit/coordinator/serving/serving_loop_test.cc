@@ -171,8 +171,8 @@ struct Rig {
 
 // The tokens of `prompt` run alone to the end on a fresh loop.
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
+  Outcome out;  // outlives the loop: its last callbacks run at Stop
   Rig rig;
-  Outcome out;
   std::vector<GenerationRequest> reqs;
   reqs.push_back(Req(prompt, max_tokens));
   std::vector<RequestCallbacks> cbs;
@@ -223,8 +223,8 @@ TEST(ServingLoop, RequestsSubmittedToAnIdleLoopFinish) {
 }
 
 TEST(ServingLoop, CancelEndsARunningRequest) {
+  Outcome out;  // outlives the loop: its last callbacks run at Stop
   Rig rig;
-  Outcome out;
   std::vector<GenerationRequest> reqs;
   reqs.push_back(Req({3, 3, 3, 3}, 100));
   std::vector<RequestCallbacks> cbs;
@@ -272,8 +272,8 @@ TEST(ServingLoop, PauseRequeuesAndSwapResumeFinishesWithTheSameTokens) {
   const std::vector<int32_t> want = Reference(prompt, max_tokens);
   ASSERT_EQ(want.size(), static_cast<size_t>(max_tokens));
 
+  Outcome out;  // outlives the loop: its last callbacks run at Stop
   Rig rig;
-  Outcome out;
   std::vector<GenerationRequest> reqs;
   reqs.push_back(Req(prompt, max_tokens));
   std::vector<RequestCallbacks> cbs;
@@ -306,8 +306,8 @@ TEST(ServingLoop, PauseRequeuesAndSwapResumeFinishesWithTheSameTokens) {
 }
 
 TEST(ServingLoop, AFailedStepReportsAndABrokenExecutorEndsTheDrainAtOnce) {
+  Outcome out;  // outlives the loop: its last callbacks run at Stop
   Rig rig;
-  Outcome out;
   std::vector<GenerationRequest> reqs;
   reqs.push_back(Req({77, 78, 79, 80}, 100));
   std::vector<RequestCallbacks> cbs;
