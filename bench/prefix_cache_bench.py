@@ -24,7 +24,7 @@ Dependencies: httpx (installed with the openai client by scripts/setup).
 
 CPU (the bundled SmolLM2-135M, one worker):
   ~/.cache/tessera/venv/bin/python bench/prefix_cache_bench.py --model models/default \\
-      --out bench/results/prefix_cache_cpu.json --md bench/results/prefix_cache_cpu.md
+      --requests 1 --out bench/results/prefix_cache_cpu.json --md bench/results/prefix_cache_cpu.md
 """
 import argparse
 import asyncio
