@@ -103,6 +103,8 @@ Status CoordinatorDaemon::Start() {
   sched.max_context = max_context_;
   sched.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
   sched.requeue_on_executor_error = true;  // a re-plan finishes them
+  sched.prefix_caching = config_.kv_cache.prefix_caching;
+  sched.model_id = config_.model.path;
   loop_ = std::make_unique<ServingLoop>(model_, tokenizer_.get(), config_.kv_cache.block_size,
                                         sched, &metrics_, [this](const Status& failed) {
                                           state_.ready.store(false);

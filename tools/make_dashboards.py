@@ -254,7 +254,7 @@ def pipeline():
 def requests():
     d = Dash("tessera-requests", "Tessera / Requests and queue",
              "Scheduler state: running and waiting sequences, queue depth, preemptions, KV "
-             "blocks.", rank_vars=False)
+             "blocks, prefix cache hits.", rank_vars=False)
     d.row("Scheduler")
     d.panel("Sequences",
             [("sum(tessera_scheduler_running_sequences)", "running"),
@@ -266,6 +266,17 @@ def requests():
     d.panel("KV cache blocks",
             [("sum(tessera_kv_cache_used_blocks)", "used"),
              ("sum(tessera_kv_cache_capacity_blocks)", "capacity")])
+    d.row("Prefix cache")
+    d.panel("Prefix cache tokens per second",
+            [(f"sum(rate(tessera_prefix_cache_queries_tokens_total[{RATE}]))", "looked up"),
+             (f"sum(rate(tessera_prefix_cache_hits_tokens_total[{RATE}]))", "found (not prefilled)")],
+            description="Tokens of admitted sequences looked up in the prefix cache, and those "
+                        "found in cached KV blocks (kv_cache.prefix_caching).")
+    d.panel("Prefix cache hit ratio",
+            [(f"sum(rate(tessera_prefix_cache_hits_tokens_total[{RATE}])) / "
+              f"clamp_min(sum(rate(tessera_prefix_cache_queries_tokens_total[{RATE}])), 1e-9)",
+              "hit tokens / looked-up tokens")],
+            unit="percentunit", minv=0, maxv=1)
     d.row("Requests")
     d.panel("Requests per second by final status",
             [(f"sum by (status) (rate(tessera_requests_total[{RATE}]))", "{{status}}")],

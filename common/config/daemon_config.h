@@ -193,6 +193,14 @@ struct KvCacheSection {
   // decides). Useful on CPU hosts where memory_fraction of RAM is far more than
   // the workload needs.
   int64_t max_blocks = 0;
+  // Prefix caching: full KV blocks are kept after their sequence finishes,
+  // keyed by their tokens and everything before them, and a new request
+  // whose prompt starts with the same blocks reuses them instead of
+  // prefilling them again (shared system prompts, few-shot examples, earlier
+  // turns of a chat). Unreferenced cached blocks are evicted least recently
+  // used when the pool needs room, so it costs no capacity; off only to
+  // measure without it.
+  bool prefix_caching = true;
 };
 
 // [scheduler]: continuous batching and admission control on the coordinator.

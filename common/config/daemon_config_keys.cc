@@ -455,6 +455,8 @@ const std::vector<Field>& Fields() {
                Member<KvCacheSection, int>{&D::kv_cache, &KvCacheSection::block_size}),
       IntField("kv_cache", "max_blocks",
                Member<KvCacheSection, int64_t>{&D::kv_cache, &KvCacheSection::max_blocks}),
+      BoolField("kv_cache", "prefix_caching",
+                Member<KvCacheSection, bool>{&D::kv_cache, &KvCacheSection::prefix_caching}),
 
       IntField(
           "scheduler", "max_batch_tokens",

@@ -6,9 +6,10 @@
 
 namespace tessera {
 
-BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks) {
-  free_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+BlockAllocator::BlockAllocator(int64_t num_blocks)
+    : num_blocks_(num_blocks), blocks_(static_cast<size_t>(num_blocks)) {
+  unused_.reserve(static_cast<size_t>(num_blocks));
+  for (int64_t b = num_blocks - 1; b >= 0; --b) unused_.push_back(static_cast<int32_t>(b));
 }
 
 Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
@@ -17,16 +18,74 @@ Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
                              std::to_string(num_free()) + " of " + std::to_string(num_blocks_) +
                              " free");
   for (int64_t i = 0; i < n; ++i) {
-    table.push_back(free_.back());
-    free_.pop_back();
+    if (unused_.empty()) Evict(lru_.front());
+    const int32_t b = unused_.back();
+    unused_.pop_back();
+    blocks_[static_cast<size_t>(b)].refs = 1;
+    table.push_back(b);
   }
   return Status::Ok();
 }
 
 void BlockAllocator::Free(std::vector<int32_t>& table) {
-  for (int32_t b : table) free_.push_back(b);
-  std::sort(free_.begin(), free_.end(), std::greater<int32_t>());
+  bool released_unused = false;
+  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+    Block& blk = blocks_[static_cast<size_t>(*it)];
+    TESSERA_CHECK(blk.refs > 0);
+    if (--blk.refs > 0) continue;
+    released_unused |= !blk.key.has_value();
+    Release(*it);
+  }
+  if (released_unused) std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
   table.clear();
+}
+
+void BlockAllocator::Release(int32_t block) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  if (blk.key) {
+    blk.lru = lru_.insert(lru_.end(), block);
+  } else {
+    unused_.push_back(block);  // the caller restores the order
+  }
+}
+
+void BlockAllocator::Evict(int32_t block) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  TESSERA_CHECK(blk.refs == 0 && blk.key);
+  lru_.erase(blk.lru);
+  index_.erase(*blk.key);
+  blk.key.reset();
+  unused_.push_back(block);
+  std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
+}
+
+std::optional<int32_t> BlockAllocator::Find(const BlockKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BlockAllocator::AddRef(int32_t block) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  TESSERA_CHECK(blk.key.has_value());
+  if (blk.refs++ == 0) lru_.erase(blk.lru);
+}
+
+bool BlockAllocator::Register(int32_t block, const BlockKey& key) {
+  Block& blk = blocks_[static_cast<size_t>(block)];
+  TESSERA_CHECK(blk.refs > 0);
+  if (blk.key || index_.count(key)) return false;
+  blk.key = key;
+  index_.emplace(key, block);
+  return true;
+}
+
+void BlockAllocator::ClearCache() {
+  for (Block& blk : blocks_) blk.key.reset();
+  for (int32_t b : lru_) unused_.push_back(b);
+  lru_.clear();
+  index_.clear();
+  std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
 }
 
 }  // namespace tessera

@@ -11,6 +11,8 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
   SchedulerOptions s;
   s.max_batch_tokens = o.max_batch_tokens;
   s.prefill_chunk_tokens = o.prefill_chunk_tokens;
+  s.prefix_caching = o.prefix_caching;
+  s.model_id = o.model_id;
   s.max_sequences = std::numeric_limits<int32_t>::max();
   s.queue_limit = std::numeric_limits<int32_t>::max();
   s.max_context = std::numeric_limits<int32_t>::max();

@@ -25,6 +25,10 @@ using EngineStats = SchedulerStats;
 struct EngineOptions {
   int64_t max_batch_tokens = SchedulerSection{}.max_batch_tokens;          // tokens per micro-batch
   int64_t prefill_chunk_tokens = SchedulerSection{}.prefill_chunk_tokens;  // per sequence per step
+  // Reuse the KV blocks of shared prompt prefixes (common/engine/scheduler.h).
+  bool prefix_caching = KvCacheSection{}.prefix_caching;
+  // Part of every prefix-cache key (SchedulerOptions::model_id).
+  std::string model_id;
 };
 
 // Streams text as it becomes final: (request index, new text). Runs on the
@@ -39,7 +43,8 @@ class Engine {
   Engine(const ModelConfig& config, StepExecutor* executor, BlockAllocator* allocator,
          int64_t block_size, const Tokenizer* tokenizer, EngineOptions options = {});
 
-  // Errors: kInvalidArgument naming the request index and field;
+  // The prefix cache (options.prefix_caching) persists from one call to the
+  // next. Errors: kInvalidArgument naming the request index and field;
   // executor errors.
   StatusOr<std::vector<GenerationResult>> Generate(const std::vector<GenerationRequest>& requests,
                                                    const TextCallback& on_text = {});

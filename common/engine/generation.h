@@ -46,6 +46,10 @@ struct GenerationResult {
   // (kNonFiniteLogitsToken; only that sequence of its batch fails).
   Status error;
   int64_t prompt_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache instead of being
+  // prefilled, at the request's latest admission (OpenAI's
+  // usage.prompt_tokens_details.cached_tokens).
+  int64_t cached_tokens = 0;
   int preemptions = 0;
 };
 

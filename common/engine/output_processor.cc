@@ -100,10 +100,11 @@ uint64_t OutputProcessor::Register(int64_t id, RequestCallbacks callbacks,
   return Post(std::move(e));
 }
 
-uint64_t OutputProcessor::Admitted(int64_t id) {
+uint64_t OutputProcessor::Admitted(int64_t id, int64_t cached_tokens) {
   Event e;
   e.kind = Kind::kAdmitted;
   e.id = id;
+  e.cached_tokens = cached_tokens;
   return Post(std::move(e));
 }
 
@@ -197,6 +198,7 @@ void OutputProcessor::Process(Event& e) {
     case Kind::kRegister:
       break;
     case Kind::kAdmitted:
+      entry.out->set_cached_tokens(e.cached_tokens);
       if (!entry.done && entry.callbacks.on_admit) entry.callbacks.on_admit();
       break;
     case Kind::kToken: {

@@ -72,6 +72,7 @@ class RequestOutput {
 
   bool stopped() const { return stopped_; }
   bool want_logprobs() const { return want_logprobs_; }
+  void set_cached_tokens(int64_t n) { result_.cached_tokens = n; }
   const GenerationResult& result() const { return result_; }
 
  private:
@@ -95,7 +96,9 @@ class OutputProcessor {
   // request id and once; Finish last and once (the entry is then dropped).
   uint64_t Register(int64_t id, RequestCallbacks callbacks, std::vector<std::string> stop,
                     bool want_logprobs, int64_t prompt_tokens);
-  uint64_t Admitted(int64_t id);  // runs on_admit
+  // Runs on_admit. `cached_tokens`: prompt tokens of this admission found in
+  // the prefix cache (the result's cached_tokens; the latest admission's).
+  uint64_t Admitted(int64_t id, int64_t cached_tokens = 0);
   // A generated token; `eos`: it ends the request (no text). `preemptions`:
   // the sequence's count so far (for a stop-string finish's result).
   uint64_t Token(int64_t id, SampledToken token, bool eos, int preemptions);
@@ -121,6 +124,7 @@ class OutputProcessor {
     std::vector<std::string> stop;                // kRegister
     bool want_logprobs = false;                   // kRegister
     int64_t prompt_tokens = 0;                    // kRegister
+    int64_t cached_tokens = 0;                    // kAdmitted
     SampledToken token;                           // kToken
     bool eos = false;                             // kToken
     FinishReason reason = FinishReason::kLength;  // kFinish

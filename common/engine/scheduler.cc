@@ -39,6 +39,12 @@ struct Scheduler::Seq {
   int32_t prompt_len = 0;       // of the original prompt
   int32_t cached = 0;           // tokens in the KV cache
   std::vector<int32_t> blocks;
+  // Prefix caching: keys of the first keys.size() full blocks of `tokens`,
+  // computed for plan keys_version; blocks [0, registered_blocks) of `blocks` are
+  // registered or were found in the cache.
+  std::vector<BlockKey> keys;
+  uint64_t keys_version = 0;
+  int32_t registered_blocks = 0;
   int32_t generated = 0;    // tokens generated (the tail of `tokens`)
   int preemptions = 0;      // preemptions and re-queues so far
   bool registered = false;  // callbacks handed to output_
@@ -65,7 +71,8 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
       tokenizer_(tokenizer),
       options_(options),
       eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()),
-      output_(std::make_unique<OutputProcessor>(tokenizer)) {
+      output_(std::make_unique<OutputProcessor>(tokenizer)),
+      plan_version_(options.plan_version) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
 }
 
@@ -222,11 +229,35 @@ void Scheduler::Admit(StepPlan& plan) {
     while (admitting_ && !waiting_.empty() &&
            static_cast<int64_t>(running_.size()) < options_.max_sequences) {
       Seq& s = *waiting_.front();
-      const int64_t need =
-          BlockAllocator::BlocksFor(static_cast<int64_t>(s.tokens.size()), block_size_);
+      const int64_t len = static_cast<int64_t>(s.tokens.size());
+      const int64_t need = BlockAllocator::BlocksFor(len, block_size_);
       if (s.req.max_tokens > 0) {
-        if (need > allocator_->num_free()) break;
-        TESSERA_CHECK(allocator_->Allocate(need, s.blocks).ok());
+        // The longest chain of cached blocks that starts the tokens, short
+        // of the block holding the last token (it must be computed).
+        std::vector<int32_t> hit;
+        int64_t idle_hits = 0;  // hits that are cached, not referenced: part of num_free
+        const bool cacheable = Cacheable(s);
+        if (cacheable) {
+          const int64_t limit = (len - 1) / block_size_;
+          ComputeKeys(s, limit);
+          for (int64_t i = 0; i < limit; ++i) {
+            const std::optional<int32_t> b = allocator_->Find(s.keys[static_cast<size_t>(i)]);
+            if (!b) break;
+            hit.push_back(*b);
+            if (allocator_->ref_count(*b) == 0) ++idle_hits;
+          }
+        }
+        const int64_t fresh = need - static_cast<int64_t>(hit.size());
+        if (fresh > allocator_->num_free() - idle_hits) break;
+        for (int32_t b : hit) allocator_->AddRef(b);
+        s.blocks = hit;
+        TESSERA_CHECK(allocator_->Allocate(fresh, s.blocks).ok());
+        s.cached = static_cast<int32_t>(hit.size() * block_size_);
+        s.registered_blocks = static_cast<int32_t>(hit.size());
+        if (cacheable) {
+          stats_.prefix_cache_query_tokens += len;
+          stats_.prefix_cache_hit_tokens += s.cached;
+        }
       }
       s.waiting = false;
       admitted.push_back(&s);
@@ -237,7 +268,7 @@ void Scheduler::Admit(StepPlan& plan) {
   }
   for (Seq* s : admitted) {
     Register(*s);
-    output_->Admitted(s->id);
+    output_->Admitted(s->id, std::min(s->cached, s->prompt_len));
   }
   for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
@@ -249,6 +280,7 @@ void Scheduler::Admit(StepPlan& plan) {
 void Scheduler::Preempt(Seq& s) {
   allocator_->Free(s.blocks);
   s.cached = 0;
+  s.registered_blocks = 0;
   s.waiting = true;
   ++s.preemptions;
   ++stats_.preemptions;
@@ -285,6 +317,9 @@ bool Scheduler::EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan) {
 }
 
 void Scheduler::FailInFlight(const Status& error) {
+  // A failed step may have left any block half written, and the workers'
+  // KV may be gone: nothing cached is trusted again.
+  ClearPrefixCache();
   for (InFlight& f : in_flight_)
     for (Seq* s : f.members) {
       s->in_flight = false;
@@ -304,6 +339,7 @@ int Scheduler::RequeueRunning() {
       if (s.done) continue;
       allocator_->Free(s.blocks);
       s.cached = 0;
+      s.registered_blocks = 0;
       s.waiting = true;
       ++s.preemptions;
       ++stats_.preemptions;
@@ -343,10 +379,49 @@ int Scheduler::FailAll(const Status& error) {
   return failed;
 }
 
-void Scheduler::SetExecutor(StepExecutor* executor) {
+void Scheduler::SetExecutor(StepExecutor* executor, uint64_t plan_version) {
   TESSERA_CHECK(in_flight_.empty() && !plan_open_);
   executor_ = executor;
+  plan_version_ = plan_version;
+  ClearPrefixCache();     // the new plan's workers start with empty KV caches
   finished_ids_.clear();  // the new plan's workers hold no state of earlier sequences
+}
+
+void Scheduler::ClearPrefixCache() {
+  allocator_->ClearCache();
+  // Blocks of running sequences lost their keys; they are not registered
+  // again (their KV may predate the clear).
+}
+
+bool Scheduler::Cacheable(const Seq& s) const {
+  if (!options_.prefix_caching) return false;
+  if (config_.rope_scaling.type == RopeType::kDynamic &&
+      static_cast<int64_t>(s.prompt_len) + s.req.max_tokens > config_.max_position_embeddings)
+    return false;
+  return true;
+}
+
+void Scheduler::ComputeKeys(Seq& s, int64_t blocks) {
+  if (s.keys_version != plan_version_) {
+    s.keys.clear();
+    s.keys_version = plan_version_;
+  }
+  for (int64_t i = static_cast<int64_t>(s.keys.size()); i < blocks; ++i) {
+    const std::span<const int32_t> tokens(s.tokens.data() + i * block_size_,
+                                          static_cast<size_t>(block_size_));
+    s.keys.push_back(
+        ChainBlockKey(i == 0 ? nullptr : &s.keys.back(), options_.model_id, plan_version_, tokens));
+  }
+}
+
+void Scheduler::RegisterFullBlocks(Seq& s) {
+  if (s.done || !Cacheable(s)) return;
+  const int64_t full = s.cached / block_size_;
+  if (full <= s.registered_blocks) return;
+  ComputeKeys(s, full);
+  for (int64_t i = s.registered_blocks; i < full; ++i)
+    allocator_->Register(s.blocks[static_cast<size_t>(i)], s.keys[static_cast<size_t>(i)]);
+  s.registered_blocks = static_cast<int32_t>(full);
 }
 
 Status Scheduler::CollectInFlight() {
@@ -522,6 +597,7 @@ Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
     Seq& s = *f.members[k];
     s.in_flight = false;
     s.cached += f.batch.seqs[k].num_tokens;
+    RegisterFullBlocks(s);  // its blocks now full are final: others may share them
     if (!f.batch.seqs[k].want_logits) continue;
     if (row >= tokens->size())
       return fail_all(Internal("executor returned " + std::to_string(tokens->size()) +

@@ -21,6 +21,25 @@
 // prompt plus the tokens it already generated (so its output continues
 // without gaps or duplicates).
 //
+// Prefix caching (options.prefix_caching): every full block of a sequence
+// is registered in the BlockAllocator's index under its BlockKey (parent
+// key, token ids, options.model_id, plan version; common/engine/block_key.h)
+// once the step that wrote its last position has been applied. A request
+// being admitted takes the longest chain of registered blocks matching the
+// start of its tokens (prompt, plus the generated tokens of a preempted or
+// re-queued sequence), adds a reference to each and prefills only the rest.
+// The chain stops before the block holding the last token, so at least that
+// token is computed and gives the logits to sample from. A shared block is
+// full and nobody writes into it again: a sequence writes only positions
+// from its `cached` count on, which lie in blocks of its own. Unreferenced
+// blocks stay cached and are evicted least recently released first when
+// blocks run out (BlockAllocator::Allocate), before anything is preempted.
+// A new executor (SetExecutor: a plan change, a lost worker) and an
+// executor error clear the cache: the workers' KV may be gone. With dynamic
+// NTK RoPE the keys written depend on the sequence's length once it passes
+// max_position_embeddings, so a request that may grow past it neither
+// shares nor registers blocks.
+//
 // Re-planning (the coordinator swaps the plan under a live scheduler): with
 // set_admitting(false) no waiting request is admitted, so the running set
 // drains; CollectInFlight collects the micro-batches still in flight without
@@ -88,6 +107,14 @@ struct SchedulerOptions {
   // On an executor error, re-queue the running sequences (recompute from
   // prompt + generated tokens later) instead of finishing them with kError.
   bool requeue_on_executor_error = false;
+  // Reuse the KV blocks of shared prompt prefixes (see above).
+  bool prefix_caching = KvCacheSection{}.prefix_caching;
+  // Part of every prefix-cache key: the model served (a checkpoint's path
+  // or name), so blocks of different models never match.
+  std::string model_id;
+  // The plan the first executor runs (SetExecutor names later ones); part of
+  // every prefix-cache key.
+  uint64_t plan_version = 0;
 };
 
 struct SchedulerStats {
@@ -98,6 +125,11 @@ struct SchedulerStats {
   int max_in_flight = 0;        // most micro-batches in flight at once
   int64_t preemptions = 0;
   int64_t requeued = 0;  // sequences re-queued by RequeueRunning (re-plans, executor errors)
+  // Prefix caching, counted at each admission while it is on: the tokens
+  // looked up (prompt plus generated tokens to recompute) and those found
+  // in cached blocks (not prefilled).
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
 };
 
 class Scheduler {
@@ -142,8 +174,9 @@ class Scheduler {
   // cancelled requests that are not in flight finish (kCancelled); waiting
   // requests are admitted in queue order (FIFO, preempted ones first) while
   // set_admitting(true), the running set is below max_sequences and the
-  // blocks for the whole prompt + generated tokens are free (the first that
-  // does not fit stops admission: no request overtakes another); requests
+  // blocks for the whole prompt + generated tokens, less those found in the
+  // prefix cache, are free (unused or cached; the first that does not fit
+  // stops admission: no request overtakes another); requests
   // with max_tokens 0 finish (kLength). Then the free slots are filled: the
   // ready sequences (running, not in flight, with tokens not yet in the KV
   // cache) are split evenly over the free slots, each micro-batch taking
@@ -188,8 +221,13 @@ class Scheduler {
   // finishes with kError `error` (micro-batches in flight are abandoned, not
   // collected), and returns once their callbacks ran. Returns how many.
   int FailAll(const Status& error);
-  // Owner thread, nothing in flight: runs later micro-batches on `executor`.
-  void SetExecutor(StepExecutor* executor);
+  // Owner thread, nothing in flight: runs later micro-batches on `executor`,
+  // which serves plan `plan_version`. Clears the prefix cache.
+  void SetExecutor(StepExecutor* executor, uint64_t plan_version);
+  // Owner thread: forgets every cached prefix block. Running sequences keep
+  // their blocks (unregistered); later admissions find nothing cached.
+  void ClearPrefixCache();
+  bool prefix_caching() const { return options_.prefix_caching; }
   size_t in_flight() const;  // owner thread: micro-batches in flight
   // Owner thread: blocks until every callback for what has happened so far
   // has run on the output thread.
@@ -208,6 +246,12 @@ class Scheduler {
   Status Validate(const GenerationRequest& r) const;
   void Admit(StepPlan& plan);
   bool EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan);
+  // Whether `s` takes part in prefix caching (options and the RoPE rule).
+  bool Cacheable(const Seq& s) const;
+  // Extends s's keys to its first `blocks` full blocks (at the current plan).
+  void ComputeKeys(Seq& s, int64_t blocks);
+  // Registers s's full blocks that are in the KV cache and not registered yet.
+  void RegisterFullBlocks(Seq& s);
   void Preempt(Seq& s);
   void DropFinished();
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
@@ -247,6 +291,7 @@ class Scheduler {
   SchedulerStats stats_;
   double last_done_ = 0.0;
   bool admitting_ = true;
+  uint64_t plan_version_ = 0;  // of the executor's plan: part of every block key
   uint64_t stop_barrier_ = 0;  // Schedule takes the stop reports up to this output event
   uint64_t applied_mark_ = 0;  // the last output event posted by the latest Apply
 };

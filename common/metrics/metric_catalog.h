@@ -78,6 +78,9 @@ inline constexpr const char* kWaitingSequences = "tessera_scheduler_waiting_sequ
 inline constexpr const char* kQueueDepth = "tessera_scheduler_queue_depth";
 inline constexpr const char* kPreemptionsTotal = "tessera_scheduler_preemptions_total";
 inline constexpr const char* kKvCacheUsedBlocks = "tessera_kv_cache_used_blocks";
+inline constexpr const char* kPrefixCacheQueriesTokensTotal =
+    "tessera_prefix_cache_queries_tokens_total";
+inline constexpr const char* kPrefixCacheHitsTokensTotal = "tessera_prefix_cache_hits_tokens_total";
 inline constexpr const char* kKvCacheCapacityBlocks = "tessera_kv_cache_capacity_blocks";
 inline constexpr const char* kKvCacheUsedBytes = "tessera_kv_cache_used_bytes";
 // Coordinator: cluster.

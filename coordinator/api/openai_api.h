@@ -154,6 +154,9 @@ const char* OpenAIFinishReason(FinishReason reason);
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // total_tokens is their sum
+  // Prompt tokens served from the prefix cache (GenerationResult::
+  // cached_tokens), as prompt_tokens_details.cached_tokens.
+  int64_t cached_tokens = 0;
 };
 
 // One generated token with its log-probability (natural log, of the raw

@@ -185,7 +185,9 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     state_.executor = executor;
   }
   // The loop is paused (or not started yet): its thread swaps the executor.
-  if (loop_->started()) loop_->SwapExecutor(executor, [executor] { return executor->health(); });
+  if (loop_->started())
+    loop_->SwapExecutor(
+        executor, [executor] { return executor->health(); }, version);
   const double seconds = SecondsSince(t0);
   report = {{"plan_version", version},        {"reason", reason},
             {"layout", LayoutJson(parallel)}, {"workers", all},

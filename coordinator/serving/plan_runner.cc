@@ -124,7 +124,7 @@ void PlanRunner::PlaceAndServe() {
   }
   std::shared_ptr<RemoteExecutor> executor = state_.Executor();
   loop_->Start(
-      executor, [executor] { return executor->health(); }, kv_blocks);
+      executor, [executor] { return executor->health(); }, kv_blocks, executor->plan_version());
   {
     MutexLock lock(&state_.mu);
     state_.serving = true;

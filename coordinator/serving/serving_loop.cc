@@ -19,13 +19,16 @@ ServingLoop::ServingLoop(const ModelConfig& model, const Tokenizer* tokenizer, i
 
 ServingLoop::~ServingLoop() { Stop(); }
 
-void ServingLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks) {
+void ServingLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks,
+                        uint64_t plan_version) {
   TESSERA_CHECK(!started() && executor && health);
   health_ = std::move(health);
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks);
   executor_ = std::move(executor);
+  SchedulerOptions options = options_;
+  options.plan_version = plan_version;
   scheduler_ = std::make_unique<Scheduler>(model_, executor_.get(), allocator_.get(), block_size_,
-                                           tokenizer_, options_);
+                                           tokenizer_, options);
   started_.store(true, std::memory_order_release);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -110,13 +113,16 @@ std::optional<int> ServingLoop::Pause(double drain_seconds) {
   return requeued_last_;
 }
 
-bool ServingLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health) {
-  return RunOnLoop([this, executor = std::move(executor), health = std::move(health)]() mutable {
-    // Paused: nothing is in flight (Scheduler::SetExecutor checks).
-    scheduler_->SetExecutor(executor.get());
-    executor_ = std::move(executor);
-    health_ = std::move(health);
-  });
+bool ServingLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health,
+                               uint64_t plan_version) {
+  return RunOnLoop(
+      [this, executor = std::move(executor), health = std::move(health), plan_version]() mutable {
+        // Paused: nothing is in flight (Scheduler::SetExecutor checks). The
+        // prefix cache is cleared: the new plan's workers start with empty KV.
+        scheduler_->SetExecutor(executor.get(), plan_version);
+        executor_ = std::move(executor);
+        health_ = std::move(health);
+      });
 }
 
 bool ServingLoop::Resume() {
@@ -133,6 +139,15 @@ void ServingLoop::Publish() {
       .WithLabels({})
       .Inc(static_cast<double>(preempted - preemptions_seen_));
   preemptions_seen_ = preempted;
+  const SchedulerStats& st = scheduler_->stats();
+  metrics_->Counter(metric::kPrefixCacheQueriesTokensTotal)
+      .WithLabels({})
+      .Inc(static_cast<double>(st.prefix_cache_query_tokens - prefix_queries_seen_));
+  prefix_queries_seen_ = st.prefix_cache_query_tokens;
+  metrics_->Counter(metric::kPrefixCacheHitsTokensTotal)
+      .WithLabels({})
+      .Inc(static_cast<double>(st.prefix_cache_hit_tokens - prefix_hits_seen_));
+  prefix_hits_seen_ = st.prefix_cache_hit_tokens;
   metrics_->Gauge(metric::kKvCacheUsedBlocks)
       .WithLabels({})
       .Set(static_cast<double>(allocator_->num_blocks() - allocator_->num_free()));

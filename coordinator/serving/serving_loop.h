@@ -15,7 +15,8 @@
 //                         the micro-batches in flight are collected and the
 //                         unfinished sequences re-queued (they resume from
 //                         prompt + generated tokens). Returns once paused.
-//   SwapExecutor(e)       paused: later steps run on `e` (the new plan).
+//   SwapExecutor(e, v)    paused: later steps run on `e` (the new plan, version
+//                         v); the prefix cache is cleared.
 //   Resume()              admit again and run.
 //
 // A step that fails while running (not paused or draining) calls
@@ -27,8 +28,10 @@
 // and asks `health` whether it is broken (a draining loop then stops
 // waiting for in-flight sequences).
 //
-// Metrics it keeps: tessera_preemptions_total and
-// tessera_kv_cache_used_blocks after every iteration.
+// Metrics it keeps: tessera_scheduler_preemptions_total,
+// tessera_kv_cache_used_blocks and the prefix cache's
+// tessera_prefix_cache_queries_tokens_total and
+// tessera_prefix_cache_hits_tokens_total after every iteration.
 //
 // Thread-safety: Submit, Cancel, waiting, running, Wake and the commands are
 // safe from any thread except the loop's own (a command from a scheduler
@@ -72,8 +75,10 @@ class ServingLoop : public RequestSink {
   using Health = std::function<Status()>;
 
   // Creates the KV pool (`kv_blocks` blocks) and the scheduler over
-  // `executor`, and starts the loop thread. Once.
-  void Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks);
+  // `executor`, which serves plan `plan_version`, and starts the loop
+  // thread. Once.
+  void Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks,
+             uint64_t plan_version);
   bool started() const { return started_.load(std::memory_order_acquire); }
   // Stops the thread (a command in progress ends first; waiting callers of
   // the commands return false). Idempotent.
@@ -95,7 +100,7 @@ class ServingLoop : public RequestSink {
   // Pause returns the sequences re-queued since the previous pause (by
   // executor errors or by this drain).
   std::optional<int> Pause(double drain_seconds);
-  bool SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health);
+  bool SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health, uint64_t plan_version);
   bool Resume();
 
  private:
@@ -128,6 +133,8 @@ class ServingLoop : public RequestSink {
   Health health_;
   int64_t preemptions_seen_ = 0;
   int64_t requeued_seen_ = 0;
+  int64_t prefix_queries_seen_ = 0;
+  int64_t prefix_hits_seen_ = 0;
 
   mutable Mutex mu_;
   std::condition_variable_any cv_;        // wakes the loop thread

@@ -397,7 +397,10 @@ TEST_F(Daemons, LogprobsMatchTheSingleProcessEngine) {
     EXPECT_EQ(alts[text].get<double>(), v);
   }
 
-  // Streamed, the chunks' logprobs add up to the same lists.
+  // Streamed, the chunks' logprobs add up to the same lists (within the
+  // prefix cache's 1e-5: this second request of the same prompt reuses the
+  // first one's KV blocks and prefills only its last block, in another
+  // shape).
   req["stream"] = true;
   auto st = HttpCall(port_, "POST", "/v1/completions", req.dump());
   ASSERT_EQ(st.status, 200) << st.body;
@@ -418,7 +421,7 @@ TEST_F(Daemons, LogprobsMatchTheSingleProcessEngine) {
   EXPECT_EQ(offsets, lp["text_offset"]);
   ASSERT_EQ(values.size(), static_cast<size_t>(n));
   for (int i = 0; i < n; ++i)
-    EXPECT_NEAR(values[i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-6);
+    EXPECT_NEAR(values[i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-5);
 
   // Chat: logprobs true, top_logprobs 3, on the chatml-rendered prompt.
   auto tmpl = ChatTemplate::FromName("chatml");

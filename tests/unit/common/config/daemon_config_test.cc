@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 60);
+  EXPECT_EQ(keys, 61);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -199,6 +199,7 @@ TEST(DaemonConfigDefaults, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->heartbeat.timeout_seconds, 10.0);
   EXPECT_EQ(c->kv_cache.memory_fraction, 0.9);
   EXPECT_EQ(c->kv_cache.block_size, 16);
+  EXPECT_TRUE(c->kv_cache.prefix_caching);
   EXPECT_EQ(c->scheduler.max_batch_tokens, 4096);
   EXPECT_EQ(c->scheduler.queue_limit, 256);
   EXPECT_EQ(c->logging.level, LogLevel::kInfo);
@@ -482,6 +483,8 @@ TEST(DaemonConfigOverride, SetsTypedValues) {
   EXPECT_EQ(c->logging.level, LogLevel::kDebug);
   ASSERT_TRUE(ApplyOverride(*c, "kv_cache.memory_fraction", "0.25").ok());
   EXPECT_EQ(c->kv_cache.memory_fraction, 0.25);
+  ASSERT_TRUE(ApplyOverride(*c, "kv_cache.prefix_caching", "false").ok());
+  EXPECT_FALSE(c->kv_cache.prefix_caching);
   ASSERT_TRUE(ApplyOverride(*c, "parallel.layers_per_stage", "[10, 20]").ok());
   EXPECT_THAT(c->parallel.layers_per_stage, ElementsAre(10, 20));
   ASSERT_TRUE(ApplyOverride(*c, "worker.device", "5").ok());

@@ -206,13 +206,16 @@ TEST(ScheduleApply, PreemptionPicksTheNewestRunningSequence) {
   EXPECT_EQ(rig.scheduler->waiting(), 1u);
   ASSERT_TRUE(rig.Run(p).ok());
   ASSERT_EQ(rig.done.count(a), 1u);  // a reached max_tokens 3
-  // b returns with prompt + its 2 generated tokens to recompute.
+  // b returns with prompt + its 2 generated tokens to recompute; its first
+  // block (tokens 4, 5) stayed in the prefix cache, so the recomputation
+  // starts after it.
   p = rig.scheduler->Schedule(1);
   EXPECT_EQ(p.admitted, std::vector<int64_t>{b});
   ASSERT_EQ(p.submit.size(), 1u);
   const int32_t tb = static_cast<int32_t>(100 + b);
-  EXPECT_EQ(p.submit[0].batch.token_ids, (std::vector<int32_t>{4, 5, 6, tb, tb}));
-  EXPECT_EQ(p.submit[0].batch.seqs[0].start_pos, 0);
+  EXPECT_EQ(p.submit[0].batch.token_ids, (std::vector<int32_t>{6, tb, tb}));
+  EXPECT_EQ(p.submit[0].batch.seqs[0].start_pos, 2);
+  EXPECT_EQ(rig.scheduler->stats().prefix_cache_hit_tokens, 2);
   EXPECT_EQ(p.submit[0].batch.seqs[0].prompt_len, 3);
   ASSERT_TRUE(rig.Run(p).ok());
   ASSERT_EQ(rig.done.count(b), 1u);

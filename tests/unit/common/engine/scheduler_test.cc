@@ -316,7 +316,7 @@ TEST(Scheduler, RequeueOntoANewExecutorKeepsOutputsIdentical) {
   EXPECT_EQ(rig.scheduler->running(), 0u);
   EXPECT_EQ(rig.allocator->num_free(), 256);
   EXPECT_EQ(rig.scheduler->stats().requeued, moved);
-  rig.scheduler->SetExecutor(next.executor.get());
+  rig.scheduler->SetExecutor(next.executor.get(), 2);
   rig.scheduler->set_admitting(true);
   Drain(*rig.scheduler, done);
   ASSERT_EQ(done.size(), want.size());
@@ -336,7 +336,7 @@ TEST(Scheduler, ExecutorErrorRequeuesWhenAsked) {
   Rig rig = MakeRig(256, 4, o);
   Rig next = MakeRig(256, 4, SchedulerOptions{});
   BreakingExecutor breaking(rig.executor.get(), 5);
-  rig.scheduler->SetExecutor(&breaking);
+  rig.scheduler->SetExecutor(&breaking, 2);
   std::map<int64_t, GenerationResult> done;
   std::vector<std::unique_ptr<int64_t>> ids;
   for (const auto& p : Prompts()) {
@@ -352,7 +352,7 @@ TEST(Scheduler, ExecutorErrorRequeuesWhenAsked) {
   EXPECT_TRUE(done.empty());  // nothing failed back to the client
   EXPECT_EQ(rig.scheduler->running(), 0u);
   EXPECT_EQ(rig.scheduler->waiting(), Prompts().size());
-  rig.scheduler->SetExecutor(next.executor.get());
+  rig.scheduler->SetExecutor(next.executor.get(), 3);
   Drain(*rig.scheduler, done);
   ASSERT_EQ(done.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
@@ -410,7 +410,7 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyThatSequence) {
   const auto want = Reference(20);
   Rig rig = MakeRig(256, 4, SchedulerOptions{});
   NonFiniteExecutor poisoned(rig.executor.get(), 2, 3);
-  rig.scheduler->SetExecutor(&poisoned);
+  rig.scheduler->SetExecutor(&poisoned, 2);
   std::map<int64_t, GenerationResult> done;
   std::vector<std::unique_ptr<int64_t>> ids;
   for (const auto& p : Prompts()) {

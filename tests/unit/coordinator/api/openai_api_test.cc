@@ -389,7 +389,7 @@ TEST(OpenAIApiResponses, CompletionShapes) {
   c.finish_reason = FinishReason::kLength;
   c.logprobs = std::vector<TokenLogprob>{{" wor", -0.5f, {{" wor", -0.5f}, {" wo", -1.5f}}},
                                          {"ld", -0.25f, {{"ld", -0.25f}, {"ld", -3.0f}}}};
-  json j = json::parse(CompletionResponseJson("cmpl-1", 1700000000, "smol", {c}, {5, 2}));
+  json j = json::parse(CompletionResponseJson("cmpl-1", 1700000000, "smol", {c}, {5, 2, 4}));
   EXPECT_EQ(j["id"], "cmpl-1");
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -404,8 +404,10 @@ TEST(OpenAIApiResponses, CompletionShapes) {
   EXPECT_EQ(lp["text_offset"], json({0, 4}));
   EXPECT_EQ(lp["top_logprobs"][0], json({{" wor", -0.5}, {" wo", -1.5}}));
   EXPECT_EQ(lp["top_logprobs"][1], json({{"ld", -0.25}}));  // duplicate text: best kept
-  EXPECT_EQ(j["usage"],
-            json({{"prompt_tokens", 5}, {"completion_tokens", 2}, {"total_tokens", 7}}));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 5},
+                              {"completion_tokens", 2},
+                              {"total_tokens", 7},
+                              {"prompt_tokens_details", {{"cached_tokens", 4}}}}));
 
   CompletionChoice chunk;
   chunk.text = "Hel";

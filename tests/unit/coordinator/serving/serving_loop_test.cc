@@ -165,7 +165,7 @@ struct Rig {
     loop = std::make_unique<ServingLoop>(config, nullptr, kBlockSize, o, &metrics,
                                          [this](const Status&) { ++step_failures; });
     loop->Start(
-        gate, [g = gate.get()] { return g->health(); }, kBlocks);
+        gate, [g = gate.get()] { return g->health(); }, kBlocks, 1);
   }
 };
 
@@ -292,7 +292,7 @@ TEST(ServingLoop, PauseRequeuesAndSwapResumeFinishesWithTheSameTokens) {
   EXPECT_EQ(rig.loop->waiting(), 1u);
   // A new executor (a new plan) with an empty KV cache: the sequence resumes
   // by recomputing prompt + generated tokens.
-  ASSERT_TRUE(rig.loop->SwapExecutor(MakeExecutor(nullptr), Healthy()));
+  ASSERT_TRUE(rig.loop->SwapExecutor(MakeExecutor(nullptr), Healthy(), 2));
   ASSERT_TRUE(rig.loop->Resume());
   ASSERT_TRUE(out.WaitFinished());
   EXPECT_EQ(out.result.finish_reason, FinishReason::kLength);
@@ -339,7 +339,7 @@ TEST(ServingLoop, CommandsAfterStopAnswerFalse) {
   rig.loop->Stop();
   EXPECT_FALSE(rig.loop->Pause(0.0).has_value());
   EXPECT_FALSE(rig.loop->Resume());
-  EXPECT_FALSE(rig.loop->SwapExecutor(MakeExecutor(nullptr), Healthy()));
+  EXPECT_FALSE(rig.loop->SwapExecutor(MakeExecutor(nullptr), Healthy(), 2));
 }
 
 }  // namespace
