@@ -1,6 +1,9 @@
 // GPU tests (tessera_gpu_test, tests/gpu/gpu_test_util.h): the coordinator and GPU workers as real
 // processes: completions against the single-process engine, plan changes and worker loss.
+#include <memory>
+
 #include "gpu/gpu_test_util.h"
+#include "support/daemon_cluster.h"
 
 namespace tessera {
 namespace {
@@ -18,9 +21,29 @@ std::string SelfDir() {
   return fs::path(exe).parent_path().string();
 }
 
-using ::tessera::testing::Spawn;
+// The options of both tests: `model` in `dtype` on tp * pp CUDA workers
+// (worker i on GPU i), run from beside this program (the GPU bundle).
+testing::DaemonClusterOptions GpuOptions(const std::string& prefix, const std::string& model,
+                                         const std::string& dtype, int tp, int pp) {
+  testing::DaemonClusterOptions o;
+  o.temp_prefix = prefix;
+  o.bin_dir = SelfDir();
+  o.model_path = model;
+  o.model_toml = "name = \"m\"\ndtype = \"" + dtype + "\"\nchat_template = \"chatml\"\n";
+  o.parallel_toml = "tp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n";
+  o.admin_toml = "port = 0\n";
+  o.heartbeat_toml = "";
+  o.kv_cache_toml = "max_blocks = 512\nblock_size = 16\n";
+  o.scheduler_toml = "max_context = 128\n";
+  o.extra_toml = "[worker]\nbackend = \"cuda\"\n";
+  o.workers = tp * pp;
+  o.workers_read_config = true;
+  o.worker_timeout_seconds = 20;
+  o.ready_timeout_seconds = 90;
+  return o;
+}
 
-// Starts a coordinator and tp * pp workers (worker i on GPU i) serving `model`
+// Starts a coordinator and tp * pp workers serving `model`
 // in `dtype` ("float32", "bfloat16"), sends each prompt as a greedy
 // completion of `n` tokens, and returns the completion texts. Logs of a
 // failed start are printed.
@@ -28,34 +51,10 @@ std::vector<std::string> DaemonCompletions(const std::string& model, const std::
                                            int tp, int pp,
                                            const std::vector<std::vector<int32_t>>& prompts,
                                            int n) {
-  const std::string dir = testing::MakeTempDir("tessera-gpu-daemons");
-  const int port = testing::FreeTcpPort(), control = testing::FreeTcpPort();
-  const auto keys = testing::MakeControlKeys(dir, tp * pp);
-  std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model << "\"\nname = \"m\"\ndtype = \""
-                                 << dtype
-                                 << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = " << tp
-                                 << "\npp = " << pp << "\n[server]\nport = " << port
-                                 << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-                                 << "\"\n[admin]\nport = 0\n[kv_cache]\nmax_blocks = 512\n"
-                                 << "block_size = 16\n[scheduler]\nmax_context = 128\n"
-                                 << "[worker]\nbackend = \"cuda\"\n"
-                                 << keys.CoordinatorToml();
-  const std::string bin = SelfDir();
-  std::vector<pid_t> pids;
-  pids.push_back(
-      Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log"));
-  for (int i = 0; i < tp * pp; ++i)
-    pids.push_back(
-        Spawn(testing::Concat({bin + "/tessera-worker", "--config", dir + "/c.toml",
-                               "--coordinator", "tcp://127.0.0.1:" + std::to_string(control),
-                               "--device", std::to_string(i), "--timeout", "20"},
-                              keys.WorkerArgs(i)),
-              dir + "/worker" + std::to_string(i) + ".log"));
-  bool ready = false;
-  for (int i = 0; i < 900 && !ready; ++i) {  // up to 90 s
-    ready = HttpCall(port, "GET", "/readyz").status == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  testing::DaemonCluster cluster(GpuOptions("tessera-gpu-daemons", model, dtype, tp, pp));
+  const Status started = cluster.Start();
+  const bool ready = started.ok();
+  const int port = cluster.api_port();
   std::vector<std::string> texts;
   if (ready) {
     for (const auto& p : prompts) {
@@ -72,15 +71,15 @@ std::vector<std::string> DaemonCompletions(const std::string& model, const std::
       texts.push_back(json::parse(r.body)["choices"][0]["text"].get<std::string>());
     }
   } else {
-    ADD_FAILURE() << "daemons not ready within 90 s";
+    ADD_FAILURE() << "daemons not ready within 90 s: " << started.ToString();
   }
-  testing::StopProcesses(pids);
-  if (!ready || texts.size() != prompts.size()) {
+  cluster.Stop();
+  if (ready && texts.size() != prompts.size()) {
     for (const char* log : {"coordinator", "worker0", "worker1"})
-      std::printf("---- %s.log\n%s\n", log, ReadFile(dir + "/" + log + ".log").c_str());
-  } else {
+      std::printf("---- %s.log\n%s\n", log, cluster.Log(std::string(log) + ".log").c_str());
+  } else if (ready) {
     // Which backend the workers ran on, as they logged it.
-    const std::string w0 = ReadFile(dir + "/worker0.log");
+    const std::string w0 = cluster.WorkerLog(0);
     const size_t at = w0.find(" loaded layers");
     if (at != std::string::npos)
       std::printf("  worker0:%s\n", w0.substr(at, w0.find('\n', at) - at).c_str());
@@ -135,29 +134,13 @@ TEST(Daemons, GreedyCompletionOnGpusEqualsSingleProcessEngine) {
 // request completes with the engine's tokens.
 
 struct GpuCluster {
-  std::string dir;
-  int port = 0, control = 0;
-  std::vector<pid_t> pids;  // [0] = coordinator, then worker i on GPU i
-  ~GpuCluster() {
-    for (pid_t p : pids) kill(p, SIGCONT), kill(p, SIGTERM);
-    for (pid_t p : pids) {
-      for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-  }
+  std::unique_ptr<testing::DaemonCluster> cluster;
+  int port = 0;
   json Get(const std::string& path) const {
     auto r = HttpCall(port, "GET", path);
     return r.status == 200 ? json::parse(r.body, nullptr, false) : json();
   }
-  bool WaitReady(double seconds) const {
-    for (int i = 0; i < seconds * 10; ++i) {
-      if (HttpCall(port, "GET", "/readyz").status == 200) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
+  bool WaitReady(double seconds) const { return cluster->WaitReady(seconds).ok(); }
   StatusOr<std::string> Complete(const std::vector<int32_t>& prompt, int n) const {
     json req = {{"model", "m"},
                 {"prompt", prompt},
@@ -172,7 +155,7 @@ struct GpuCluster {
   void PrintLogs() const {
     for (const char* log : {"coordinator", "worker0", "worker1"})
       std::printf("---- %s.log (tail)\n%s\n", log,
-                  Tail(ReadFile(dir + "/" + log + ".log"), 4000).c_str());
+                  Tail(cluster->Log(std::string(log) + ".log"), 4000).c_str());
   }
   static std::string Tail(const std::string& s, size_t n) {
     return s.size() > n ? s.substr(s.size() - n) : s;
@@ -205,32 +188,14 @@ TEST(Daemons, PlanChangesAndWorkerLossOnGpus) {
       std::vector<int32_t>((*want_tokens)[0].begin(), (*want_tokens)[0].begin() + 16), true);
 
   GpuCluster c;
-  c.dir = testing::MakeTempDir("tessera-gpu-reconf");
-  c.port = testing::FreeTcpPort();
-  c.control = testing::FreeTcpPort();
-  const auto keys = testing::MakeControlKeys(c.dir, 2);
-  std::ofstream(c.dir + "/c.toml")
-      << "[model]\npath = \"" << model << "\"\nname = \"m\"\ndtype = \"float32\"\n"
-      << "chat_template = \"chatml\"\n[parallel]\ntp = 2\npp = 1\n[server]\nport = " << c.port
-      << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << c.control << "\"\n[admin]\nport = 0\n"
-      << "[heartbeat]\ninterval_seconds = 0.25\ntimeout_seconds = 1.0\n"
-      << "[kv_cache]\nmax_blocks = 512\nblock_size = 16\n[scheduler]\nmax_context = 128\n"
-      << "drain_timeout_seconds = 0\n[worker]\nbackend = \"cuda\"\n"
-      << keys.CoordinatorToml();
-  const std::string bin = SelfDir();
-  c.pids.push_back(Spawn({bin + "/tessera-coordinator", "--config", c.dir + "/c.toml"},
-                         c.dir + "/coordinator.log"));
-  for (int i = 0; i < 2; ++i)
-    c.pids.push_back(Spawn(
-        testing::Concat(
-            {bin + "/tessera-worker", "--config", c.dir + "/c.toml", "--device", std::to_string(i),
-             "--coordinator", "tcp://127.0.0.1:" + std::to_string(c.control), "--timeout", "4"},
-            keys.WorkerArgs(i)),
-        c.dir + "/worker" + std::to_string(i) + ".log"));
-  if (!c.WaitReady(90)) {
-    c.PrintLogs();
-    FAIL() << "daemons not ready within 90 s";
-  }
+  testing::DaemonClusterOptions o = GpuOptions("tessera-gpu-reconf", model, "float32", 2, 1);
+  o.heartbeat_toml = "interval_seconds = 0.25\ntimeout_seconds = 1.0\n";
+  o.scheduler_toml += "drain_timeout_seconds = 0\n";
+  o.worker_timeout_seconds = 4;
+  c.cluster = std::make_unique<testing::DaemonCluster>(std::move(o));
+  const Status started = c.cluster->Start();
+  c.port = c.cluster->api_port();
+  ASSERT_TRUE(started.ok()) << started.ToString();
   auto text = c.Complete(prompt, 16);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text, want16) << "tp=2";
@@ -285,13 +250,13 @@ TEST(Daemons, PlanChangesAndWorkerLossOnGpus) {
 
   // Worker 1 hangs with a request in flight, then dies: the request is
   // re-queued and completes on worker 0 alone with the same tokens.
-  kill(c.pids[2], SIGSTOP);
+  const pid_t worker1 = c.cluster->worker_pid(1);
+  kill(worker1, SIGSTOP);
   StatusOr<std::string> in_flight = Internal("not run");
   std::thread client([&] { in_flight = c.Complete(prompt, 96); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  kill(c.pids[2], SIGKILL);
-  waitpid(c.pids[2], nullptr, 0);
-  c.pids.erase(c.pids.begin() + 2);
+  kill(worker1, SIGKILL);
+  c.cluster->WaitForExit(worker1, 10);  // reaped
   client.join();
   if (!in_flight.ok()) c.PrintLogs();
   ASSERT_TRUE(in_flight.ok()) << in_flight.status().ToString();

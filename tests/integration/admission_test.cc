@@ -21,10 +21,12 @@ using nlohmann::json;
 
 class AdmissionDaemons : public Daemons {
  protected:
-  std::string ParallelToml() const override { return "tp = 1\npp = 1\n"; }
-  int Workers() const override { return 1; }
-  std::string SchedulerToml() const override {
-    return "[scheduler]\nmax_context = 128\nqueue_limit = 4\nmax_sequences = 2\n";
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.workers = 1;
+    o.scheduler_toml = "max_context = 128\nqueue_limit = 4\nmax_sequences = 2\n";
+    return o;
   }
 
   // The value of tessera_requests_total{status="<status>"} on /metrics.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -23,14 +24,13 @@
 #include "coordinator/control/worker_cluster.h"
 #include "coordinator/placement/cluster_model.h"
 #include "coordinator/placement/placement_planner.h"
+#include "support/daemon_cluster.h"
 #include "support/test_util.h"
 
 namespace tessera {
 namespace {
 
 using nlohmann::json;
-
-using ::tessera::testing::Spawn;
 
 // A CPU-only host of `memory_bytes` as `tessera topo --json` would print it.
 TopologyReport SmallHost(int64_t memory_bytes) {
@@ -46,18 +46,23 @@ TopologyReport SmallHost(int64_t memory_bytes) {
   return r;
 }
 
-// The coordinator config of these tests: auto placement over `workers`.
-std::string AutoConfig(const std::string& model, int port, int control, int workers) {
-  std::ostringstream c;
-  c << "[model]\npath = \"" << model << "\"\nchat_template = \"chatml\"\n"
-    << "[parallel]\nmode = \"auto\"\nworkers = " << workers << "\nobjective = \"latency\"\n"
-    << "[server]\nport = " << port << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control
-    << "\"\n[admin]\nport = 0\ntoken = \"auto-token\"\n"
-    << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 2.0\n"
-    << "[kv_cache]\nblock_size = 4\nmemory_fraction = 0.9\n"
-    << "[scheduler]\nmax_context = 128\nmax_sequences = 8\nmax_batch_tokens = 64\n"
-    << "prefill_chunk_tokens = 32\n";
-  return c.str();
+// The cluster of these tests: auto placement over `workers` workers that
+// report the host `host_file` describes.
+::tessera::testing::DaemonClusterOptions AutoOptions(const std::string& dir, int workers,
+                                                     const std::string& host_file) {
+  ::tessera::testing::DaemonClusterOptions o;
+  o.dir = dir;
+  o.parallel_toml =
+      "mode = \"auto\"\nworkers = " + std::to_string(workers) + "\nobjective = \"latency\"\n";
+  o.admin_toml = "port = 0\ntoken = \"auto-token\"\n";
+  o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 2.0\n";
+  o.kv_cache_toml = "block_size = 4\nmemory_fraction = 0.9\n";
+  o.scheduler_toml =
+      "max_context = 128\nmax_sequences = 8\nmax_batch_tokens = 64\nprefill_chunk_tokens = 32\n";
+  o.workers = workers;
+  o.worker_args = {"--set", "worker.topology_file=" + host_file};
+  o.wait_ready = false;  // WaitReady tells a placement refusal from readiness
+  return o;
 }
 
 // Host memory for which one CPU rank cannot hold the model with its KV
@@ -104,53 +109,43 @@ class AutoPlacement : public ::testing::Test {
     dir_ = ::tessera::testing::MakeTempDir("tessera-auto");
     model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
   }
-  void TearDown() override { ::tessera::testing::StopProcesses(pids_); }
+  void TearDown() override {
+    if (cluster_) cluster_->Stop();
+  }
   // Starts the coordinator and `workers` workers reporting a host of
   // `memory` bytes.
   void Start(int workers, int64_t memory) {
-    const auto keys = ::tessera::testing::MakeControlKeys(dir_, workers);
-    std::ofstream(dir_ + "/c.toml")
-        << AutoConfig(model_, port_, control_, workers) << keys.CoordinatorToml();
     std::ofstream(dir_ + "/host.json") << TopologyReportToJson(SmallHost(memory));
-    const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
-                           "--ports-file", dir_ + "/ports.json"},
-                          dir_ + "/coordinator.log"));
-    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
-    ASSERT_TRUE(ports) << "no ports file: " << Log("coordinator.log");
-    port_ = ports->api;
-    control_ = ports->control;
-    for (int i = 0; i < workers; ++i)
-      pids_.push_back(
-          Spawn(::tessera::testing::Concat(
-                    {bin + "/tessera-worker", "--coordinator",
-                     "tcp://127.0.0.1:" + std::to_string(control_), "--device", std::to_string(i),
-                     "--timeout", "5", "--set", "worker.topology_file=" + dir_ + "/host.json"},
-                    keys.WorkerArgs(i)),
-                dir_ + "/worker" + std::to_string(i) + ".log"));
+    cluster_ = std::make_unique<::tessera::testing::DaemonCluster>(
+        AutoOptions(dir_, workers, dir_ + "/host.json"));
+    const Status started = cluster_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    port_ = cluster_->api_port();
+  }
+  // The reason of a 503 from /readyz ("" for another reply).
+  static std::string Reason(const HttpReply& r) {
+    if (r.status != 503) return "";
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j.value("reason", "") : r.body;
   }
   // Waits until /readyz answers 200 (true) or a placement failure (false).
   bool WaitReady(std::string* reason) {
-    for (int i = 0; i < 600; ++i) {  // up to 60 s
-      HttpReply r = HttpCall(port_, "GET", "/readyz");
-      if (r.status == 200) return true;
-      if (r.status == 503) {
-        const json j = json::parse(r.body, nullptr, false);
-        *reason = j.is_object() ? j.value("reason", "") : r.body;
-        if (*reason != "waiting for workers") return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    *reason = "timed out";
+    HttpReply last;
+    const Status ready = cluster_->WaitReady(
+        60,
+        [](const HttpReply& r) { return r.status == 503 && Reason(r) != "waiting for workers"; },
+        &last);
+    if (ready.ok()) return true;
+    *reason = last.status == 503 ? Reason(last) : ready.ToString();
     return false;
   }
   std::string Log(const std::string& name) {
     return ::tessera::testing::ReadFileOrDie(dir_ + "/" + name);
   }
 
+  std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
   std::string dir_, model_;
-  int port_ = 0, control_ = 0;
-  std::vector<pid_t> pids_;
+  int port_ = 0;
 };
 
 TEST_F(AutoPlacement, PlansFromTheWorkersReportsServesAndExplains) {
@@ -322,12 +317,12 @@ TEST_F(AutoPlacement, RefusesAClusterNothingFitsBeforeAnyWorkerLoads) {
 TEST_F(AutoPlacement, ExplicitInvalidLayoutIsRefusedAtStart) {
   std::ofstream(dir_ + "/bad.toml")
       << "[model]\npath = \"" << model_ << "\"\n"
-      << "[parallel]\ntp = 3\npp = 1\n[server]\nport = " << port_
-      << "\ncontrol_endpoint = \"tcp://127.0.0.1:" << control_ << "\"\n[admin]\nport = 0\n";
-  const std::string cmd = ::tessera::testing::BinaryDir() + "/tessera-coordinator --config " +
-                          dir_ + "/bad.toml >" + dir_ + "/bad.log 2>&1";
-  const int st = std::system(cmd.c_str());
-  EXPECT_NE(WEXITSTATUS(st), 0);
+      << "[parallel]\ntp = 3\npp = 1\n[server]\nport = 0"
+      << "\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n[admin]\nport = 0\n";
+  const int rc = ::tessera::testing::RunDaemonUntilExit(
+      "tessera-coordinator", {"--config", dir_ + "/bad.toml"}, dir_ + "/bad.log", 60);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "still running after 60 s";
   const std::string log = Log("bad.log");
   EXPECT_NE(log.find("tp=3"), std::string::npos) << log;
   EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;

@@ -40,8 +40,12 @@ const std::string& MetaspaceModel() {
 class MetaspaceDaemons : public Daemons {
  protected:
   std::string ModelPath() const override { return MetaspaceModel(); }
-  std::string ParallelToml() const override { return "tp = 1\npp = 1\n"; }
-  int Workers() const override { return 1; }
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.workers = 1;
+    return o;
+  }
 };
 
 // Checks the invariant for one choice; returns how many token texts start

@@ -478,10 +478,12 @@ TEST_F(Daemons, LogprobsMatchTheSingleProcessEngine) {
 // A deployment with a tiny admission queue and no chat template.
 class SmallQueueDaemons : public Daemons {
  protected:
-  std::string SchedulerToml() const override {
-    return "[scheduler]\nmax_context = 128\nqueue_limit = 2\nmax_sequences = 1\n";
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.scheduler_toml = "max_context = 128\nqueue_limit = 2\nmax_sequences = 1\n";
+    o.model_toml = "";
+    return o;
   }
-  std::string ChatTemplateToml() const override { return ""; }
 };
 
 // Overload: one running sequence and two queue places; of 12 concurrent
@@ -578,7 +580,7 @@ TEST_F(Daemons, KilledWorkerIsReportedAndItsRequestCompletesAfterAReplan) {
     reply = HttpCall(port_, "POST", "/v1/completions", req.dump());
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  kill(pids_[3], SIGKILL);  // a worker of the plan
+  kill(cluster_->worker_pid(2), SIGKILL);  // a worker of the plan
   client.join();
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(reply.body.find("error"), std::string::npos) << reply.body;
@@ -591,12 +593,8 @@ TEST_F(Daemons, KilledWorkerIsReportedAndItsRequestCompletesAfterAReplan) {
     if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(reported);
-  bool ready = false;
-  for (int i = 0; i < 300 && !ready; ++i) {
-    ready = HttpCall(port_, "GET", "/readyz").status == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(ready);
+  const Status ready = cluster_->WaitReady(30);
+  EXPECT_TRUE(ready.ok()) << ready.ToString();
   EXPECT_EQ(HttpCall(port_, "GET", "/healthz").status, 200);
 }
 
@@ -604,8 +602,12 @@ TEST_F(Daemons, KilledWorkerIsReportedAndItsRequestCompletesAfterAReplan) {
 // tp rank 1 sends nothing, the single last-stage rank returns the tokens.
 class DaemonsPerStageTp : public Daemons {
  protected:
-  std::string ParallelToml() const override { return "tp = [2, 1]\npp = 2\n"; }
-  int Workers() const override { return 3; }
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = [2, 1]\npp = 2\n";
+    o.workers = 3;
+    return o;
+  }
 };
 
 TEST_F(DaemonsPerStageTp, GreedyTokensMatchTheReferenceAndThePlanShowsEachStagesTp) {

@@ -47,12 +47,14 @@ TEST(ModelContextLimit, DynamicNtkRunsPastMaxPositionEmbeddings) {
 class DynamicRopeDaemons : public Daemons {
  protected:
   std::string ModelName() const override { return "mistral_dynamic"; }
-  std::string ParallelToml() const override { return "tp = 1\npp = 1\n"; }
-  int Workers() const override { return 1; }
-  std::string SchedulerToml() const override {
-    return "[scheduler]\nmax_context = 256\nqueue_limit = 8\nmax_sequences = 4\n";
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.workers = 1;
+    o.scheduler_toml = "max_context = 256\nqueue_limit = 8\nmax_sequences = 4\n";
+    o.model_toml = "";
+    return o;
   }
-  std::string ChatTemplateToml() const override { return ""; }
 };
 
 TEST_F(DynamicRopeDaemons, ServeAHundredPlusSixteenTokensAsTheCli) {
@@ -91,14 +93,14 @@ TEST(DynamicRopeContext, DefaultRopeModelRefusesAMaxContextOverItsPositions) {
                                  << "\"\n[server]\nport = 0\ncontrol_endpoint = "
                                     "\"tcp://127.0.0.1:0\"\n[control]\nallow_unauthenticated = "
                                     "true\n[scheduler]\nmax_context = 256\n";
-  const auto r =
-      ::tessera::testing::RunCommand("timeout 60 " + ::tessera::testing::BinaryDir() +
-                                     "/tessera-coordinator --config " + dir + "/c.toml 2>&1");
-  EXPECT_NE(r.rc, 0) << r.output;
-  EXPECT_NE(r.rc, 124) << "the coordinator did not refuse: " << r.output;
-  EXPECT_NE(r.output.find("scheduler.max_context"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("256 exceeds the model's max_position_embeddings 128"), std::string::npos)
-      << r.output;
+  const int rc = ::tessera::testing::RunDaemonUntilExit(
+      "tessera-coordinator", {"--config", dir + "/c.toml"}, dir + "/coordinator.log", 60);
+  const std::string log = ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, -1) << "the coordinator did not refuse: " << log;
+  EXPECT_NE(log.find("scheduler.max_context"), std::string::npos) << log;
+  EXPECT_NE(log.find("256 exceeds the model's max_position_embeddings 128"), std::string::npos)
+      << log;
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // find their Gloo address themselves (worker.gloo_host = "": the address
 // that routes to the coordinator) and use the coordinator's wildcard-bound
 // store through the address they reach it at. The control plane crosses
-// the network, so it runs with CURVE keys (made here, as `tessera keygen`
-// makes them): the coordinator allows exactly the two workers' public keys.
+// the network, so it runs with CURVE keys (DaemonCluster's, made as
+// `tessera keygen` makes them): the coordinator allows exactly the two
+// workers' public keys.
 //
 // Needs root and iproute2 (scripts/setup installs it); without them the test
 // fails and says so. The namespaces are removed in TearDown, and stale ones
@@ -16,7 +17,6 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,13 +26,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
-#include "common/net/curve_keys.h"
 #include "common/net/http_client.h"
 #include "common/tokenizer/tokenizer.h"
+#include "support/daemon_cluster.h"
 #include "support/model_harness.h"
 #include "support/test_util.h"
 
@@ -61,27 +62,11 @@ void InNetns(const std::string& ns, const std::function<void()>& fn) {
   ASSERT_TRUE(error.empty()) << error;
 }
 
-// Starts `args` inside network namespace `ns`, output to `log`.
-pid_t SpawnIn(const std::string& ns, const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int lfd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(lfd, 1);
-    dup2(lfd, 2);
-    const int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-      std::fprintf(stderr, "cannot enter network namespace %s: %s\n", ns.c_str(),
-                   std::strerror(errno));
-      _exit(126);
-    }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+// The command-line prefix that runs a daemon inside network namespace `ns`
+// (the daemon keeps the pid: ip netns exec execs it), killed when the test
+// process ends so it never outlives the test.
+std::vector<std::string> InNetnsCommand(const std::string& ns) {
+  return {"setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", ns};
 }
 
 // Removes namespaces left by test processes that no longer run.
@@ -131,65 +116,52 @@ class NetnsDaemons : public ::testing::Test {
     }
     if (HasFatalFailure()) return;
 
-    dir_ = ::tessera::testing::MakeTempDir("tessera-netns");
-    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    // CURVE key pairs: the coordinator's and one per worker.
-    std::vector<CurveKeyPair> keys;
-    for (const char* name : {"coordinator", "worker0", "worker1"}) {
-      StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
-      ASSERT_TRUE(pair.ok()) << pair.status().ToString();
-      ASSERT_TRUE(WriteCurveKeyPair(*pair, dir_ + "/" + std::string(name)).ok()) << name;
-      keys.push_back(*pair);
-    }
     // Wildcard listeners: the coordinator's namespace has one interface
     // besides lo; ports are fixed since the namespace is ours alone.
-    std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_ << "\"\nchat_template = \"chatml\"\n"
-        << "[parallel]\ntp = 2\npp = 1\n"
-        << "[server]\nhost = \"0.0.0.0\"\nport = 8000\ncontrol_endpoint = \"tcp://*:5555\"\n"
-        << "[admin]\nport = 0\ntoken = \"netns-token\"\n"
-        << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 3.0\n"
-        << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n"
-        << "[control]\ncoordinator_secret_key_file = \"" << dir_ << "/coordinator.key\"\n"
-        << "worker_public_keys = [\"" << keys[1].public_key << "\", \"" << keys[2].public_key
-        << "\"]\n";
-    for (int w = 0; w < 2; ++w)
-      std::ofstream(dir_ + "/w" + std::to_string(w) + ".toml")
-          << "[worker]\ncoordinator = \"tcp://10.213.0.1:5555\"\n"
-          << "[control]\nworker_secret_key_file = \"" << dir_ << "/worker" << w << ".key\"\n"
-          << "coordinator_public_key = \"" << keys[0].public_key << "\"\n";
-    const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(SpawnIn(coord_, {bin + "/tessera-coordinator", "--config", dir_ + "/c.toml"},
-                            dir_ + "/coordinator.log"));
+    ::tessera::testing::DaemonClusterOptions o;
+    o.temp_prefix = "tessera-netns";
+    o.parallel_toml = "tp = 2\npp = 1\n";
+    o.server_toml = "host = \"0.0.0.0\"\nport = 8000\ncontrol_endpoint = \"tcp://*:5555\"\n";
+    o.admin_toml = "port = 0\ntoken = \"netns-token\"\n";
+    o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 3.0\n";
+    o.kv_cache_toml = "max_blocks = 128\nblock_size = 4\n";
+    o.scheduler_toml = "max_context = 128\n";
+    o.coordinator_wrapper = InNetnsCommand(coord_);
+    o.worker_coordinator_endpoint = "tcp://10.213.0.1:5555";
+    o.worker_timeout_seconds = 10;
+    o.workers = 2;
     int d = 0;
     for (const std::string& ns : {worker_a_, worker_b_}) {
-      pids_.push_back(
-          SpawnIn(ns,
-                  {bin + "/tessera-worker", "--config", dir_ + "/w" + std::to_string(d) + ".toml",
-                   "--coordinator", "tcp://10.213.0.1:5555", "--device", "0", "--timeout", "10",
-                   "--set", "worker.host=host-" + std::to_string(d)},
-                  dir_ + "/worker" + std::to_string(d) + ".log"));
-      ++d;
+      ::tessera::testing::WorkerSpec w;
+      w.wrapper = InNetnsCommand(ns);
+      w.device = 0;
+      w.args = {"--set", "worker.host=host-" + std::to_string(d++)};
+      o.worker_specs.push_back(w);
     }
-    bool ready = false, refused = false;
-    for (int k = 0; k < 450 && !ready; ++k) {  // up to 45 s on a loaded 2-core machine
-      InNetns(worker_a_, [&] {
-        const HttpReply r = Call("GET", "/readyz");
-        ready = r.status == 200;
-        refused = r.status == 503 && r.body.find("waiting for workers") == std::string::npos;
-      });
-      if (ready || refused || waitpid(pids_[0], nullptr, WNOHANG) != 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ASSERT_TRUE(ready) << "daemons not ready; coordinator log:\n"
-                       << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log")
-                       << "\nworker 0 log:\n"
-                       << ::tessera::testing::ReadFileOrDie(dir_ + "/worker0.log");
+    // /readyz from a worker's namespace, through the veths.
+    const std::string probe_from = worker_a_;
+    o.ready_probe = [probe_from](const ::tessera::testing::DaemonCluster&) {
+      HttpReply r;
+      InNetns(probe_from, [&] { r = Call("GET", "/readyz"); });
+      return r;
+    };
+    o.wait_ready = false;
+    o.stop_grace_seconds = 3.0;
+    cluster_ = std::make_unique<::tessera::testing::DaemonCluster>(std::move(o));
+    dir_ = cluster_->dir();
+    model_ = cluster_->model();
+    const Status started = cluster_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    // Up to 45 s on a loaded 2-core machine; a 503 for another reason than
+    // missing workers will not turn into readiness.
+    const Status ready = cluster_->WaitReady(45, [](const HttpReply& r) {
+      return r.status == 503 && r.body.find("waiting for workers") == std::string::npos;
+    });
+    ASSERT_TRUE(ready.ok()) << ready.ToString();
   }
 
   void TearDown() override {
-    ::tessera::testing::StopProcesses(pids_, 3.0);
+    if (cluster_) cluster_->Stop();
     for (const std::string& ns : namespaces_) {
       const auto r = ::tessera::testing::RunCommand("ip netns del " + ns);
       EXPECT_EQ(r.rc, 0) << "ip netns del " << ns << ": " << r.output;
@@ -210,7 +182,7 @@ class NetnsDaemons : public ::testing::Test {
 
   std::string bridge_, coord_, worker_a_, worker_b_, dir_, model_;
   std::vector<std::string> namespaces_;
-  std::vector<pid_t> pids_;
+  std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
 };
 
 TEST_F(NetnsDaemons, ControlAndGlooCrossRealInterfacesAndGreedyMatchesOneProcess) {

@@ -111,8 +111,7 @@ class NonFiniteDaemons : public Daemons {
     EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", req.dump()).status, 500);
     // The sampling worker (tp_rank 0 of the last stage) logged the cause.
     std::string logs;
-    for (int i = 0; i < Workers(); ++i)
-      logs += ::tessera::testing::ReadFileOrDie(dir_ + "/worker" + std::to_string(i) + ".log");
+    for (int i = 0; i < cluster_->workers_started(); ++i) logs += cluster_->WorkerLog(i);
     EXPECT_NE(logs.find("non-finite logits (NaN or inf) for seq_id"), std::string::npos) << logs;
     EXPECT_NE(logs.find("model llama (LlamaForCausalLM), sampling rank stage 0 tp_rank 0 "
                         "holding layers [0, 2) of 2"),
@@ -123,14 +122,22 @@ class NonFiniteDaemons : public Daemons {
 
 class NonFiniteDaemonsTp1 : public NonFiniteDaemons {
  protected:
-  std::string ParallelToml() const override { return "tp = 1\npp = 1\n"; }
-  int Workers() const override { return 1; }
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.workers = 1;
+    return o;
+  }
 };
 
 class NonFiniteDaemonsTp2 : public NonFiniteDaemons {
  protected:
-  std::string ParallelToml() const override { return "tp = 2\npp = 1\n"; }
-  int Workers() const override { return 2; }
+  ::tessera::testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 2\npp = 1\n";
+    o.workers = 2;
+    return o;
+  }
 };
 
 TEST_F(NonFiniteDaemonsTp1, RequestsFailWith500AndTheCounterCounts) { ExpectErrorsNotTokens(); }

@@ -26,6 +26,7 @@
 
 #include "common/metrics/metric_catalog.h"
 #include "common/net/http_client.h"
+#include "support/daemon_cluster.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -67,63 +68,29 @@ class Observability : public ::testing::Test {
   static constexpr int kWorkers = 4;
 
   static void SetUpTestSuite() {
-    const auto t0 = Clock::now();
-    dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-observability"));
-    const std::string& dir = *dir_;
-    const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    const auto keys = ::tessera::testing::MakeControlKeys(dir, kWorkers);
-    std::ofstream(dir + "/c.toml")
-        << "[model]\npath = \"" << model << "\"\n[parallel]\ntp = 2\npp = 2\n"
-        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
-        << "[admin]\nport = 0\n[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n"
-        << "[kv_cache]\nmax_blocks = 128\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\n[logging]\nformat = \"json\"\n"
-        << keys.CoordinatorToml();
-    const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml",
-                           "--ports-file", dir + "/ports.json"},
-                          dir + "/coordinator.log"));
-    const auto ports = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pids_[0]);
-    if (!ports) {
-      setup_error_ = new std::string("no ports file: " +
-                                     ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log"));
+    ::tessera::testing::DaemonClusterOptions o;
+    o.temp_prefix = "tessera-observability";
+    o.model_toml = "";
+    o.admin_toml = "port = 0\n";
+    o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 5.0\n";
+    o.kv_cache_toml = "max_blocks = 128\nblock_size = 4\n";
+    o.scheduler_toml = "max_context = 128\n";
+    o.extra_toml = "[logging]\nformat = \"json\"\n";  // the coordinator's; workers log text
+    o.workers = kWorkers;
+    o.workers_read_config = true;
+    o.worker_metrics = true;
+    o.worker_timeout_seconds = 0;
+    o.worker_args = {"--log-format", "text"};
+    o.ready_timeout_seconds = 40;
+    cluster_ = new ::tessera::testing::DaemonCluster(std::move(o));
+    dir_ = &cluster_->dir();
+    const Status started = cluster_->Start();
+    if (!started.ok()) {
+      setup_error_ = new std::string(started.ToString());
       return;
     }
-    api_port_ = ports->api;
-    for (int i = 0; i < kWorkers; ++i)
-      pids_.push_back(
-          Spawn(::tessera::testing::Concat(
-                    {bin + "/tessera-worker", "--config", dir + "/c.toml", "--coordinator",
-                     ::tessera::testing::LoopbackEndpoint(ports->control), "--device",
-                     std::to_string(i), "--metrics-pick-port", "--ports-file",
-                     dir + "/worker" + std::to_string(i) + ".json", "--log-format", "text"},
-                    keys.WorkerArgs(i)),
-                dir + "/worker" + std::to_string(i) + ".log"));
-    for (int i = 0; i < kWorkers; ++i) {
-      const std::string name = "worker" + std::to_string(i);
-      const auto port = ::tessera::testing::WaitForReportedPort(dir + "/" + name + ".json",
-                                                                "metrics", pids_[1 + i]);
-      if (!port) {
-        setup_error_ =
-            new std::string("no metrics port from " + name + ": " +
-                            ::tessera::testing::ReadFileOrDie(dir + "/" + name + ".log"));
-        return;
-      }
-      worker_ports_.push_back(*port);
-    }
-    bool ready = false;
-    while (Clock::now() - t0 < std::chrono::seconds(40)) {
-      if (HttpCall(api_port_, "GET", "/readyz").status == 200) {
-        ready = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (!ready) {
-      setup_error_ = new std::string("cluster not ready in 40 s: " +
-                                     ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log"));
-      return;
-    }
+    api_port_ = cluster_->api_port();
+    for (int i = 0; i < kWorkers; ++i) worker_ports_.push_back(cluster_->metrics_port(i));
     StartPrometheus();
   }
 
@@ -221,6 +188,8 @@ class Observability : public ::testing::Test {
   static void TearDownTestSuite() {
     ::tessera::testing::StopProcesses(pids_);
     pids_.clear();
+    delete cluster_;  // stops the daemons
+    cluster_ = nullptr;
   }
 
   void SetUp() override {
@@ -242,11 +211,12 @@ class Observability : public ::testing::Test {
   void DaemonLogsAreTaggedAndJsonWhenAsked();
   void DashboardQueriesNameExportedMetricsAndLabelsAndReturnData();
 
-  static inline std::string* dir_ = nullptr;
+  static inline ::tessera::testing::DaemonCluster* cluster_ = nullptr;
+  static inline const std::string* dir_ = nullptr;  // the cluster's
   static inline std::string* setup_error_ = nullptr;
   static inline int api_port_ = 0, prom_port_ = 0;
   static inline std::vector<int> worker_ports_;
-  static inline std::vector<pid_t> pids_;
+  static inline std::vector<pid_t> pids_;  // Prometheus
 };
 
 void Observability::PromtoolAcceptsEveryEndpoint() {

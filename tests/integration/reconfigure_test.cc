@@ -10,6 +10,7 @@
 // lost, no token missing or repeated. The timings (time to detect, to
 // re-plan and reload, requests re-queued) are printed.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,19 +21,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/net/http_client.h"
-#include "support/test_util.h"
+#include "support/daemon_cluster.h"
 
 namespace tessera {
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using ::tessera::testing::Spawn;
 
 constexpr const char* kToken = "s3cret";
 constexpr int kRequests = 6;
@@ -130,65 +130,33 @@ class Cluster : public ::testing::Test {
   // collective (tessera-worker --timeout).
   void Launch(int tp, int pp, int workers, double drain_timeout, double heartbeat_interval = 0.2,
               double heartbeat_timeout = 1.0, double worker_timeout = 3.0) {
-    worker_timeout_ = worker_timeout;
-    dir_ = ::tessera::testing::MakeTempDir("tessera-reconf");
-    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    // Keys for the first workers and for those a test starts later.
-    keys_ = ::tessera::testing::MakeControlKeys(dir_, workers + kSpareWorkerKeys);
-    std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_ << "\"\n[parallel]\ntp = " << tp << "\npp = " << pp
-        << "\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
-        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
-        << "[heartbeat]\ninterval_seconds = " << heartbeat_interval
-        << "\ntimeout_seconds = " << heartbeat_timeout << "\n"
-        << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\nqueue_limit = 40\nmax_sequences = 40\n"
-        << "drain_timeout_seconds = " << drain_timeout << "\n"
-        << keys_.CoordinatorToml();
-    const std::string bin = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir_ + "/c.toml",
-                           "--ports-file", dir_ + "/ports.json"},
-                          dir_ + "/coordinator.log"));
-    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
-    ASSERT_TRUE(ports) << "no ports file: " << CoordinatorLog();
-    port_ = ports->api;
-    control_ = ports->control;
-    for (int i = 0; i < workers; ++i) SpawnWorker();
+    ::tessera::testing::DaemonClusterOptions o;
+    o.temp_prefix = "tessera-reconf";
+    o.model_toml = "";
+    o.parallel_toml = fmt::format("tp = {}\npp = {}\n", tp, pp);
+    o.admin_toml = fmt::format("port = 0\ntoken = \"{}\"\n", kToken);
+    o.heartbeat_toml = fmt::format("interval_seconds = {}\ntimeout_seconds = {}\n",
+                                   heartbeat_interval, heartbeat_timeout);
+    o.scheduler_toml += fmt::format("drain_timeout_seconds = {}\n", drain_timeout);
+    o.workers = workers;
+    o.spare_worker_keys = kSpareWorkerKeys;  // for the workers a test starts later
+    o.worker_timeout_seconds = worker_timeout;
+    o.ready_timeout_seconds = 60;
+    o.stop_grace_seconds = 3.0;
+    cluster_ = std::make_unique<::tessera::testing::DaemonCluster>(std::move(o));
     const auto t0 = Clock::now();
-    while (Since(t0) < 60) {
-      if (HttpCall(port_, "GET", "/readyz").status == 200) {
-        std::printf("cluster tp=%d pp=%d with %d workers ready in %.2f s\n", tp, pp, workers,
-                    Since(t0));
-        return;
-      }
-      if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "daemons not ready: " << CoordinatorLog();
-  }
-
-  pid_t SpawnWorker() {
-    const int i = static_cast<int>(pids_.size()) - 1;
-    EXPECT_LT(i, static_cast<int>(keys_.worker_secret_files.size())) << "raise kSpareWorkerKeys";
-    const pid_t pid =
-        Spawn(::tessera::testing::Concat(
-                  {::tessera::testing::BinaryDir() + "/tessera-worker", "--coordinator",
-                   "tcp://127.0.0.1:" + std::to_string(control_), "--device", std::to_string(i),
-                   "--timeout", std::to_string(worker_timeout_)},
-                  keys_.WorkerArgs(i)),
-              dir_ + "/worker" + std::to_string(i) + ".log");
-    pids_.push_back(pid);
-    return pid;
+    const Status started = cluster_->Start();
+    port_ = cluster_->api_port();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    std::printf("cluster tp=%d pp=%d with %d workers ready in %.2f s\n", tp, pp, workers,
+                Since(t0));
   }
 
   void TearDown() override {
-    for (pid_t p : pids_) kill(p, SIGCONT);
-    ::tessera::testing::StopProcesses(pids_, 3.0);
+    if (cluster_) cluster_->Stop();
   }
 
-  std::string CoordinatorLog() const {
-    return ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
-  }
+  std::string CoordinatorLog() const { return cluster_->CoordinatorLog(); }
   json Get(const std::string& path) const {
     auto r = HttpCall(port_, "GET", path, "", kToken);
     EXPECT_EQ(r.status, 200) << path << ": " << r.body;
@@ -300,11 +268,8 @@ class Cluster : public ::testing::Test {
     std::fflush(stdout);
   }
 
-  std::string dir_, model_;
-  int port_ = 0, control_ = 0;
-  double worker_timeout_ = 3.0;
-  ::tessera::testing::ControlKeys keys_;
-  std::vector<pid_t> pids_;  // [0] = coordinator
+  std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
+  int port_ = 0;  // the coordinator's API port (a restarted one's once restarted)
   std::unique_ptr<Stream> streams_[kRequests];
 };
 
@@ -365,7 +330,7 @@ TEST_F(Cluster, KilledWorkerShrinksThePlanAndARestartedWorkerRestoresIt) {
   EXPECT_GT(plan["history"].back()["requeued_requests"].get<int>(), 0);
   // Restart: the new worker registers and the layout grows back.
   const auto restarted = Clock::now();
-  SpawnWorker();
+  cluster_->StartWorker();
   plan = WaitForPlan(plan["plan_version"].get<uint64_t>() + 1);
   EXPECT_EQ(plan["tp"], 2);
   EXPECT_EQ(plan["pp"], 2);
@@ -601,8 +566,8 @@ TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
   const json before = Get("/admin/plan");
   StartStreams();
   ASSERT_TRUE(StreamsHaveTokens(3));
-  kill(pids_[0], SIGKILL);
-  waitpid(pids_[0], nullptr, 0);
+  const int control = cluster_->control_port();
+  cluster_->KillCoordinator();
   int cut = 0;
   for (auto& st : streams_) {
     st->thread.join();
@@ -612,19 +577,12 @@ TEST_F(Cluster, RestartedCoordinatorAdoptsThePlanTheWorkersHold) {
   const auto restarted = Clock::now();
   // The workers reconnect to the control port they know: the new
   // coordinator binds that one (the API port it may pick anew).
-  pids_[0] =
-      Spawn({::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir_ + "/c.toml",
-             "--set", "server.control_endpoint=" + ::tessera::testing::LoopbackEndpoint(control_),
-             "--ports-file", dir_ + "/ports2.json"},
-            dir_ + "/coordinator2.log");
-  const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports2.json", pids_[0]);
-  ASSERT_TRUE(ports) << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
-  ASSERT_EQ(ports->control, control_);
-  port_ = ports->api;
-  while (Since(restarted) < 30 && HttpCall(port_, "GET", "/readyz").status != 200)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200)
-      << ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator2.log");
+  const Status restart = cluster_->RestartCoordinator();
+  ASSERT_TRUE(restart.ok()) << restart.ToString();
+  ASSERT_EQ(cluster_->control_port(), control);
+  port_ = cluster_->api_port();
+  const Status ready = cluster_->WaitReady(30);
+  ASSERT_TRUE(ready.ok()) << ready.ToString();
   std::printf("restarted coordinator serving after %.2f s\n", Since(restarted));
   const json plan = Get("/admin/plan");
   EXPECT_EQ(plan["plan_version"], before["plan_version"].get<uint64_t>() + 1);

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -78,24 +79,20 @@ TEST_F(Daemons, SigtermEndsEveryOpenStreamWithAnErrorEventAndDone) {
   ASSERT_GT(stream.bytes.load(), 0u) << "no stream headers within 60 s";
   // Freeze the pipeline (well inside the 1 s heartbeat timeout, so no
   // re-plan starts), then queue a non-streamed request behind it.
-  ASSERT_EQ(kill(pids_[1], SIGSTOP), 0);
+  const pid_t coordinator = cluster_->coordinator_pid(), worker = cluster_->worker_pid(0);
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
   std::thread p([&] { plain.Run(port_, Body(false).dump()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_EQ(kill(pids_[0], SIGTERM), 0);
+  ASSERT_EQ(kill(coordinator, SIGTERM), 0);
   s.join();
   p.join();
-  kill(pids_[1], SIGCONT);
-  int status = 0;
-  const auto stop = Clock::now();
-  pid_t got = 0;
-  while ((got = waitpid(pids_[0], &status, WNOHANG)) == 0 &&
-         std::chrono::duration<double>(Clock::now() - stop).count() < 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(got, pids_[0]) << "the coordinator did not exit within 20 s";
-  pids_.erase(pids_.begin());  // reaped: TearDown stops the workers
-  const std::string log = ::tessera::testing::ReadFileOrDie(dir_ + "/coordinator.log");
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "coordinator status " << status << "\n"
+  kill(worker, SIGCONT);
+  // Reaped here (TearDown stops the workers).
+  const std::optional<int> status = cluster_->WaitForExit(coordinator, 20);
+  ASSERT_TRUE(status.has_value()) << "the coordinator did not exit within 20 s";
+  const std::string log = cluster_->CoordinatorLog();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << "coordinator status " << *status << "\n"
       << log;
 
   // The stream: an error event naming the shutdown, then [DONE], then the end.

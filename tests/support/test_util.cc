@@ -1,10 +1,7 @@
 #include "support/test_util.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +13,6 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -58,28 +54,6 @@ std::string MakeTempDir(const std::string& prefix) {
   }
   g_dirs->emplace_back(buf.data());
   return g_dirs->back();
-}
-
-int FreeTcpPort() {
-  static std::mutex mu;
-  static std::set<int> handed_out;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    TESSERA_CHECK(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    TESSERA_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    socklen_t len = sizeof addr;
-    TESSERA_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    close(fd);
-    const int port = ntohs(addr.sin_port);
-    if (handed_out.insert(port).second) return port;
-  }
-  TESSERA_CHECK(false && "no free port");
-  return 0;
 }
 
 namespace {

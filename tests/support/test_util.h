@@ -17,13 +17,6 @@ std::string FixturePath(const std::string& name);
 std::string MakeTempDir(const std::string& prefix);
 // Directory of the build tree (for locating the tessera binaries).
 std::string BinaryDir();
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then
-// released). Two calls in one process never return the same port. Another
-// process may take it before it is used: only for programs that cannot bind
-// port 0 and report what they got (tessera up); a coordinator takes port 0
-// and --ports-file (WaitForPortsFile), a worker --metrics-pick-port and
-// --ports-file (WaitForReportedPort).
-int FreeTcpPort();
 // The ports a tessera-coordinator started with --ports-file reported
 // (common/net/ports_file.h).
 using CoordinatorPorts = ::tessera::ListenerPorts;
@@ -58,9 +51,10 @@ CommandResult RunCommand(const std::string& cmd);
 // Reads a whole file; aborts the test process on failure.
 std::string ReadFileOrDie(const std::string& path);
 
-// CURVE keys for daemons a test starts by hand (the control plane refuses to
-// run without keys unless control.allow_unauthenticated is set): a
-// coordinator pair and one pair per worker, written under `dir`.
+// CURVE keys for the daemons DaemonCluster (daemon_cluster.h) starts (the
+// control plane refuses to run without keys unless
+// control.allow_unauthenticated is set): a coordinator pair and one pair per
+// worker, written under `dir`.
 struct ControlKeys {
   std::string coordinator_secret_file;
   std::string coordinator_public_key;

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -40,6 +41,7 @@
 #include "common/wire/control_codec.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/control/remote_executor.h"
+#include "support/daemon_cluster.h"
 #include "support/test_util.h"
 #include "worker/daemon/control_client.h"
 
@@ -49,7 +51,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-using ::tessera::testing::Concat;
 using ::tessera::testing::Spawn;
 
 constexpr const char* kToken = "s3cret";
@@ -84,23 +85,16 @@ double Sample(const std::string& page, const std::string& series) {
   return 0;
 }
 
-void Reap(pid_t p) {
-  kill(p, SIGTERM);
-  for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-    std::this_thread::sleep_for(milliseconds(100));
-  kill(p, SIGKILL);
-  waitpid(p, nullptr, 0);
-}
-
-// Waits (bounded) for `pid` to exit; its exit status, or -1 if it did not.
+// Waits (bounded) for `pid` (not a daemon of a cluster: `tessera up`) to
+// exit; its exit code, or -1 if it did not (then it is stopped).
 int ExitStatus(pid_t pid, milliseconds timeout) {
   int status = 0;
   const bool exited = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout);
   if (!exited) {
-    Reap(pid);
+    ::tessera::testing::StopProcesses({pid});
     return -1;
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ::tessera::testing::ExitCodeOf(status);
 }
 
 control::Envelope Stamped(control::Envelope e, const std::string& worker_id) {
@@ -203,12 +197,12 @@ class RawPeer {
 // Daemons of one suite, started once for all its tests (each test also
 // checks that the previous attacks left them serving).
 struct Deployment {
+  std::unique_ptr<::tessera::testing::DaemonCluster> cluster;
   std::string dir, model, endpoint;
   int port = 0;
-  std::vector<pid_t> pids;  // [0] = coordinator
-  ::tessera::testing::ControlKeys keys;
 
-  std::string CoordinatorLog() const { return Contents(dir + "/coordinator.log"); }
+  std::string CoordinatorLog() const { return cluster->CoordinatorLog(); }
+  const ::tessera::testing::ControlKeys& keys() const { return cluster->keys(); }
   HttpReply Get(const std::string& target) const {
     return HttpCall(port, "GET", target, "", kToken);
   }
@@ -220,7 +214,8 @@ struct Deployment {
   // Every daemon still runs, and greedy completions of the model's reference
   // prompts are the reference tokens.
   void ExpectServingCorrectly() const {
-    for (pid_t p : pids) EXPECT_EQ(waitpid(p, nullptr, WNOHANG), 0) << "pid " << p << " exited";
+    for (pid_t p : cluster->pids())
+      EXPECT_EQ(waitpid(p, nullptr, WNOHANG), 0) << "pid " << p << " exited";
     const json ref = json::parse(::tessera::testing::ReadFileOrDie(model + "/reference.json"));
     auto tok = Tokenizer::Load(model);
     ASSERT_TRUE(tok.ok());
@@ -236,47 +231,35 @@ struct Deployment {
               (*tok)->Decode(p["greedy"].get<std::vector<int32_t>>(), true));
   }
 
-  // Starts a coordinator with `toml` appended to its config and `workers`
-  // workers with `worker_args(i)`; false (logs printed) if not ready.
-  bool Start(const std::string& prefix, const std::string& parallel, const std::string& toml,
-             int workers, const std::function<std::vector<std::string>(int)>& worker_args) {
-    dir = ::tessera::testing::MakeTempDir(prefix);
-    model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
-    std::ofstream(dir + "/c.toml") << "[model]\npath = \"" << model << "\"\n[parallel]\n"
-                                   << parallel << "[server]\nport = 0\n"
-                                   << "control_endpoint = \"tcp://127.0.0.1:0\"\n"
-                                   << "max_workers = 10\n[admin]\nport = 0\ntoken = \"" << kToken
-                                   << "\"\n[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-                                   << "[scheduler]\nmax_context = 128\n"
-                                   << toml;
-    const std::string bin = ::tessera::testing::BinaryDir();
-    pids.push_back(Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml", "--ports-file",
-                          dir + "/ports.json"},
-                         dir + "/coordinator.log"));
-    const auto ports = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pids[0]);
-    if (!ports) {
-      std::fprintf(stderr, "no ports file: %s\n", CoordinatorLog().c_str());
-      return false;
-    }
-    port = ports->api;
-    endpoint = ::tessera::testing::LoopbackEndpoint(ports->control);
-    for (int i = 0; i < workers; ++i)
-      pids.push_back(Spawn(Concat({bin + "/tessera-worker", "--coordinator", endpoint, "--device",
-                                   std::to_string(i), "--timeout", "5"},
-                                  worker_args(i)),
-                           dir + "/worker" + std::to_string(i) + ".log"));
-    for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
-      if (HttpCall(port, "GET", "/readyz").status == 200) return true;
-      if (waitpid(pids[0], nullptr, WNOHANG) != 0) break;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    std::fprintf(stderr, "daemons not ready: %s\n", CoordinatorLog().c_str());
-    return false;
+  // The options of both suites: `parallel`, `heartbeat` and `workers`
+  // workers; at most 10 worker records.
+  static ::tessera::testing::DaemonClusterOptions Options(const std::string& prefix,
+                                                          const std::string& parallel,
+                                                          const std::string& heartbeat,
+                                                          int workers) {
+    ::tessera::testing::DaemonClusterOptions o;
+    o.temp_prefix = prefix;
+    o.model_toml = "";
+    o.parallel_toml = parallel;
+    o.server_toml += "max_workers = 10\n";
+    o.admin_toml = std::string("port = 0\ntoken = \"") + kToken + "\"\n";
+    o.heartbeat_toml = heartbeat;
+    o.scheduler_toml = "max_context = 128\n";
+    o.workers = workers;
+    return o;
   }
-  void Stop() {
-    for (pid_t p : pids) Reap(p);
-    pids.clear();
+  // Starts the daemons; false (logs printed) if not ready.
+  bool Start(::tessera::testing::DaemonClusterOptions o) {
+    cluster = std::make_unique<::tessera::testing::DaemonCluster>(std::move(o));
+    const Status started = cluster->Start();
+    dir = cluster->dir();
+    model = cluster->model();
+    port = cluster->api_port();
+    endpoint = cluster->control_endpoint();
+    if (!started.ok()) std::fprintf(stderr, "%s\n", started.ToString().c_str());
+    return started.ok();
   }
+  void Stop() { cluster->Stop(); }
 };
 
 // --------------------------------------------------------------------------
@@ -288,12 +271,10 @@ class CurveCluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     d_ = new Deployment();
-    d_->keys = ::tessera::testing::MakeControlKeys(
-        ::tessera::testing::MakeTempDir("tessera-curve-keys"), 4);
-    ready_ = d_->Start(
-        "tessera-sec-curve", "tp = 1\npp = 2\n",
-        "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 5.0\n" + d_->keys.CoordinatorToml(),
-        2, [](int i) { return d_->keys.WorkerArgs(i); });
+    auto o = Deployment::Options("tessera-sec-curve", "tp = 1\npp = 2\n",
+                                 "interval_seconds = 0.2\ntimeout_seconds = 5.0\n", 2);
+    o.spare_worker_keys = 2;  // keys 2 and 3: the attackers' spares
+    ready_ = d_->Start(std::move(o));
   }
   static void TearDownTestSuite() {
     d_->Stop();
@@ -302,7 +283,7 @@ class CurveCluster : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(ready_) << "the daemons did not start"; }
 
   static CurveKeyPair Key(int i) {
-    StatusOr<CurveKeyPair> k = LoadCurveSecretKeyFile(d_->keys.worker_secret_files[i]);
+    StatusOr<CurveKeyPair> k = LoadCurveSecretKeyFile(d_->keys().worker_secret_files[i]);
     EXPECT_TRUE(k.ok()) << k.status().ToString();
     return k.ok() ? *k : CurveKeyPair{};
   }
@@ -341,7 +322,7 @@ TEST_F(CurveCluster, AFloodOfUnknownKeysIsRefusedAndItsLogIsBounded) {
     StatusOr<CurveKeyPair> k = GenerateCurveKeyPair();
     ASSERT_TRUE(k.ok());
     RawPeer stranger(d_->endpoint, "flood-" + std::to_string(i), &*k,
-                     d_->keys.coordinator_public_key);
+                     d_->keys().coordinator_public_key);
     stranger.Send(RegisterAs("flood-" + std::to_string(i)));
     EXPECT_FALSE(stranger.Receive(milliseconds(200)).has_value());
   }
@@ -365,14 +346,14 @@ TEST_F(CurveCluster, AFloodOfUnknownKeysIsRefusedAndItsLogIsBounded) {
 // file). Refused and logged; the worker it imitates keeps serving.
 TEST_F(CurveCluster, SecondConnectionUnderALiveWorkersKeyIsRefusedAndLogged) {
   const CurveKeyPair stolen = Key(1);
-  RawPeer twin(d_->endpoint, "twin", &stolen, d_->keys.coordinator_public_key);
+  RawPeer twin(d_->endpoint, "twin", &stolen, d_->keys().coordinator_public_key);
   std::optional<control::RegisterAck> ack = twin.Register("twin");
   ASSERT_TRUE(ack.has_value());
   EXPECT_FALSE(ack->accepted());
   EXPECT_NE(ack->reason().find("is in use by live worker"), std::string::npos) << ack->reason();
   EXPECT_TRUE(WaitFor(
       [] {
-        return d_->CoordinatorLog().find("CURVE key " + d_->keys.worker_public_keys[1] +
+        return d_->CoordinatorLog().find("CURVE key " + d_->keys().worker_public_keys[1] +
                                          " is in use by live worker") != std::string::npos;
       },
       milliseconds(5000)))
@@ -392,7 +373,7 @@ TEST_F(CurveCluster, InjectedErrorResultsNeitherFailAStepNorForceAReplan) {
   const double replans = Sample(d_->Metrics(), "tessera_reconfigurations_total");
   const double wrong_rank = Dropped("wrong_rank"), not_in_plan = Dropped("not_in_plan");
   const CurveKeyPair spare = Key(2);
-  RawPeer peer(d_->endpoint, "spare-2", &spare, d_->keys.coordinator_public_key);
+  RawPeer peer(d_->endpoint, "spare-2", &spare, d_->keys().coordinator_public_key);
   std::optional<control::RegisterAck> ack = peer.Register("spare-2");
   ASSERT_TRUE(ack.has_value() && ack->accepted()) << (ack ? ack->reason() : "no ack");
   for (uint64_t mb = 0; mb < 4; ++mb) {
@@ -429,7 +410,7 @@ TEST_F(CurveCluster, InjectedTokenResultsDoNotReachTheClient) {
   const uint64_t plan = static_cast<uint64_t>(Sample(d_->Metrics(), "tessera_plan_version"));
   const double before = Dropped("wrong_rank");
   const CurveKeyPair spare = Key(3);
-  RawPeer peer(d_->endpoint, "spare-3", &spare, d_->keys.coordinator_public_key);
+  RawPeer peer(d_->endpoint, "spare-3", &spare, d_->keys().coordinator_public_key);
   std::optional<control::RegisterAck> ack = peer.Register("spare-3");
   ASSERT_TRUE(ack.has_value() && ack->accepted()) << (ack ? ack->reason() : "no ack");
   std::atomic<bool> done{false};
@@ -460,12 +441,14 @@ TEST_F(CurveCluster, InjectedTokenResultsDoNotReachTheClient) {
 // A worker without keys pointed at this (CURVE) coordinator ends with an
 // error that says so, instead of retrying forever.
 TEST_F(CurveCluster, WorkerWithoutCurveExitsWithAnErrorThatSaysSo) {
-  const pid_t w =
-      Spawn({::tessera::testing::BinaryDir() + "/tessera-worker", "--coordinator", d_->endpoint,
-             "--device", "7", "--set", "control.allow_unauthenticated=true"},
-            d_->dir + "/plain-worker.log");
-  const int rc = ExitStatus(w, milliseconds(60000));
-  const std::string log = Contents(d_->dir + "/plain-worker.log");
+  ::tessera::testing::WorkerSpec plain;
+  plain.device = 7;
+  plain.key = ::tessera::testing::WorkerSpec::kNoKey;
+  plain.args = {"--set", "control.allow_unauthenticated=true"};
+  const pid_t w = d_->cluster->StartWorker(plain);
+  const std::optional<int> status = d_->cluster->WaitForExit(w, 60);
+  const int rc = status ? ::tessera::testing::ExitCodeOf(*status) : -1;
+  const std::string log = d_->cluster->WorkerLog(d_->cluster->workers_started() - 1);
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(rc, -1) << "still running: " << log;
   EXPECT_NE(log.find("the coordinator requires CURVE but this worker has no key"),
@@ -482,16 +465,15 @@ TEST(ControlPlaneDefaults, DaemonsWithoutKeysRefuseToStart) {
   std::ofstream(dir + "/c.toml")
       << "[model]\npath = \"" << model
       << "\"\n[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n";
-  const std::string bin = ::tessera::testing::BinaryDir();
-  const pid_t c =
-      Spawn({bin + "/tessera-coordinator", "--config", dir + "/c.toml"}, dir + "/coordinator.log");
-  EXPECT_NE(ExitStatus(c, milliseconds(30000)), 0);
+  EXPECT_NE(::tessera::testing::RunDaemonUntilExit(
+                "tessera-coordinator", {"--config", dir + "/c.toml"}, dir + "/coordinator.log", 30),
+            0);
   const std::string clog = Contents(dir + "/coordinator.log");
   EXPECT_NE(clog.find("the control plane has no CURVE key"), std::string::npos) << clog;
   EXPECT_NE(clog.find("control.allow_unauthenticated"), std::string::npos) << clog;
-  const pid_t w =
-      Spawn({bin + "/tessera-worker", "--config", dir + "/c.toml"}, dir + "/worker.log");
-  EXPECT_EQ(ExitStatus(w, milliseconds(30000)), 2);
+  EXPECT_EQ(::tessera::testing::RunDaemonUntilExit("tessera-worker", {"--config", dir + "/c.toml"},
+                                                   dir + "/worker.log", 30),
+            2);
   const std::string wlog = Contents(dir + "/worker.log");
   EXPECT_NE(wlog.find("control.worker_secret_key_file"), std::string::npos) << wlog;
 }
@@ -559,14 +541,11 @@ class OpenCluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     d_ = new Deployment();
-    ready_ =
-        d_->Start("tessera-sec-open", "tp = 1\npp = 1\n",
-                  "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 2.0\n"
-                  "forget_failed_after_seconds = 6.0\n"
-                  "[control]\nallow_unauthenticated = true\n",
-                  1, [](int) {
-                    return std::vector<std::string>{"--set", "control.allow_unauthenticated=true"};
-                  });
+    auto o = Deployment::Options(
+        "tessera-sec-open", "tp = 1\npp = 1\n",
+        "interval_seconds = 0.2\ntimeout_seconds = 2.0\nforget_failed_after_seconds = 6.0\n", 1);
+    o.curve = false;  // control.allow_unauthenticated = true on both daemons
+    ready_ = d_->Start(std::move(o));
   }
   static void TearDownTestSuite() {
     d_->Stop();

@@ -22,6 +22,7 @@
 
 #include "common/net/http_request_checks.h"
 #include "common/net/http_server.h"
+#include "support/daemon_cluster.h"
 #include "support/raw_http_client.h"
 #include "support/test_util.h"
 
@@ -308,32 +309,32 @@ TEST(CheckRequestHeader, NamesTheFieldAtFault) {
 
 class SecurityHttpDaemon : public ::testing::Test {
  protected:
+  // A bare coordinator: no worker ever starts, so it never becomes ready;
+  // the HTTP checks come before any routing to a worker.
   static void SetUpTestSuite() {
-    dir_ = new std::string(::tessera::testing::MakeTempDir("tessera-security-http"));
-    const std::string& dir = *dir_;
-    std::ofstream(dir + "/c.toml")
-        << "[model]\npath = \"" << ::tessera::testing::FixturePath("models/llama_gqa_f32")
-        << "\"\nchat_template = \"chatml\"\n[parallel]\ntp = 1\npp = 1\n"
-        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
-        << "[admin]\nport = 0\ntoken = \"" << kToken << "\"\n"
-        << ::tessera::testing::MakeControlKeys(dir, 1).CoordinatorToml();
-    pid_ = ::tessera::testing::Spawn(
-        {::tessera::testing::BinaryDir() + "/tessera-coordinator", "--config", dir + "/c.toml",
-         "--ports-file", dir + "/ports.json"},
-        dir + "/coordinator.log");
-    ports_ = ::tessera::testing::WaitForPortsFile(dir + "/ports.json", pid_);
+    ::tessera::testing::DaemonClusterOptions o;
+    o.temp_prefix = "tessera-security-http";
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.admin_toml = std::string("port = 0\ntoken = \"") + kToken + "\"\n";
+    o.heartbeat_toml = o.kv_cache_toml = o.scheduler_toml = "";
+    o.workers = 0;
+    o.spare_worker_keys = 1;  // the one worker the plan wants, never started
+    o.wait_ready = false;
+    cluster_ = new ::tessera::testing::DaemonCluster(std::move(o));
+    dir_ = &cluster_->dir();
+    const Status started = cluster_->Start();
+    if (started.ok()) {
+      ports_ = cluster_->ports();
+      pid_ = cluster_->coordinator_pid();
+    } else {
+      start_error_ = new std::string(started.ToString());
+    }
   }
   static void TearDownTestSuite() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 50 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    delete cluster_;  // stops the coordinator
+    cluster_ = nullptr;
   }
-  void SetUp() override {
-    ASSERT_TRUE(ports_) << "no ports file: "
-                        << ::tessera::testing::ReadFileOrDie(*dir_ + "/coordinator.log");
-  }
+  void SetUp() override { ASSERT_TRUE(ports_) << *start_error_; }
 
   // One request on a fresh connection; its response.
   static std::optional<RawResponse> Call(const std::string& bytes) {
@@ -343,7 +344,9 @@ class SecurityHttpDaemon : public ::testing::Test {
   }
 
   static constexpr const char* kToken = "sec-http-token";
-  static inline std::string* dir_ = nullptr;
+  static inline ::tessera::testing::DaemonCluster* cluster_ = nullptr;
+  static inline const std::string* dir_ = nullptr;  // the cluster's
+  static inline std::string* start_error_ = nullptr;
   static inline pid_t pid_ = -1;
   static inline std::optional<::tessera::testing::CoordinatorPorts> ports_;
 };

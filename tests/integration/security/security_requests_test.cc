@@ -44,7 +44,8 @@ class RequestAttacks : public Daemons {
   // tokens of the fixture model.
   void ExpectServingCorrectly(const std::string& after) {
     SCOPED_TRACE("after: " + after);
-    ASSERT_EQ(waitpid(pids_[0], nullptr, WNOHANG), 0) << "the coordinator exited";
+    ASSERT_EQ(waitpid(cluster_->coordinator_pid(), nullptr, WNOHANG), 0)
+        << "the coordinator exited";
     const json ref = json::parse(::tessera::testing::ReadFileOrDie(model_ + "/reference.json"));
     const json& p = ref["prompts"][0];
     const json req = {{"model", "llama_gqa_f32"},

@@ -555,7 +555,7 @@ TEST_F(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  kill(pids_[4], SIGKILL);  // pids_[0] is the coordinator
+  kill(cluster_->worker_pid(3), SIGKILL);
   for (auto& t : clients) t.join();
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(replies[i].status, 200) << i;
@@ -563,12 +563,8 @@ TEST_F(StoreDaemons, PoisonedNextPlanPrefixDoesNotBreakTheReplan) {
     ASSERT_FALSE(replies[i].events.empty()) << i;
     EXPECT_EQ(replies[i].events.back(), "[DONE]") << i;
   }
-  bool ready_again = false;
-  for (int i = 0; i < 300 && !ready_again; ++i) {
-    ready_again = HttpCall(port, "GET", "/readyz").status == 200;
-    if (!ready_again) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(ready_again) << ::tessera::testing::ReadFileOrDie(dir + "/coordinator.log");
+  const Status ready_again = cluster_->WaitReady(30);
+  EXPECT_TRUE(ready_again.ok()) << ready_again.ToString();
   EXPECT_NE(::tessera::testing::ReadFileOrDie(dir + "/coordinator.log").find("plan 2"),
             std::string::npos);
 }

@@ -26,6 +26,8 @@
 #include "common/net/http_client.h"
 #include "common/net/http_server.h"
 #include "coordinator/control/control_server.h"
+#include "support/daemon_cluster.h"
+#include "support/https_client.h"
 #include "support/test_util.h"
 #include "worker/daemon/control_client.h"
 
@@ -39,7 +41,8 @@ namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 using std::chrono::milliseconds;
-using ::tessera::testing::Spawn;
+using ::tessera::testing::HttpsCall;
+using Reply = ::tessera::testing::HttpsReply;
 
 std::string Contents(const std::string& path) { return ::tessera::testing::ReadFileOrDie(path); }
 
@@ -60,53 +63,6 @@ void MakeSelfSignedCert(const std::string& dir) {
       "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
       dir + "/key.pem -out " + dir + "/cert.pem");
   ASSERT_EQ(rc, 0) << out;
-}
-
-struct Reply {
-  int status = 0;  // 0: the exchange failed (see error)
-  std::string body;
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string error;
-};
-
-// One HTTPS exchange, verifying the server against `ca_file` for "localhost".
-Reply HttpsCall(int port, const std::string& ca_file, http::verb method, const std::string& target,
-                const std::string& body = "",
-                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
-  Reply reply;
-  try {
-    net::io_context ioc;
-    ssl::context ctx(ssl::context::tls_client);
-    ctx.load_verify_file(ca_file);
-    ctx.set_verify_mode(ssl::verify_peer);
-    beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
-    SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
-    stream.set_verify_callback(ssl::host_name_verification("localhost"));
-    beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(60));
-    beast::get_lowest_layer(stream).connect(
-        tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
-    stream.handshake(ssl::stream_base::client);
-    http::request<http::string_body> req{method, target, 11};
-    req.set(http::field::host, "localhost");
-    for (const auto& [k, v] : headers) req.set(k, v);
-    if (!body.empty()) req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(stream, buf, res);
-    reply.status = static_cast<int>(res.result_int());
-    reply.body = res.body();
-    for (const auto& f : res) {
-      std::string name(f.name_string());
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      reply.headers[name] = std::string(f.value());
-    }
-  } catch (const std::exception& e) {
-    reply.error = e.what();
-  }
-  return reply;
 }
 
 // A streaming HTTPS request whose response is read in two steps: the header
@@ -488,69 +444,35 @@ TEST(SecurityConfig, LimitAndKeyKeysParseAndAreValidated) {
 
 // ---- The daemons with everything on ----
 
-void Reap(pid_t p) {
-  kill(p, SIGCONT);
-  kill(p, SIGTERM);
-  for (int i = 0; i < 50 && waitpid(p, nullptr, WNOHANG) == 0; ++i)
-    std::this_thread::sleep_for(milliseconds(100));
-  kill(p, SIGKILL);
-  waitpid(p, nullptr, 0);
-}
-
 // Coordinator and one worker (tp = pp = 1): HTTPS API, admin on its own HTTPS
 // listener behind a token file, CURVE between them, tight request limits.
 class SecureDaemons : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = ::tessera::testing::MakeTempDir("tessera-secure");
-    model_ = ::tessera::testing::FixturePath("models/llama_gqa_f32");
     MakeSelfSignedCert(dir_);
     ca_ = dir_ + "/cert.pem";
-    coordinator_ = *GenerateCurveKeyPair();
-    worker_ = *GenerateCurveKeyPair();
-    rogue_ = *GenerateCurveKeyPair();
-    ASSERT_TRUE(WriteCurveKeyPair(coordinator_, dir_ + "/coordinator").ok());
-    ASSERT_TRUE(WriteCurveKeyPair(worker_, dir_ + "/worker").ok());
-    ASSERT_TRUE(WriteCurveKeyPair(rogue_, dir_ + "/rogue").ok());
     std::ofstream(dir_ + "/admin.token") << "adm1n-t0ken\n";
     ASSERT_EQ(chmod((dir_ + "/admin.token").c_str(), 0600), 0);  // a secret: owner only
-    std::ofstream(dir_ + "/c.toml")
-        << "[model]\npath = \"" << model_ << "\"\nchat_template = \"chatml\"\n"
-        << "[parallel]\ntp = 1\npp = 1\n"
-        << "[server]\nport = 0\ncontrol_endpoint = \"tcp://127.0.0.1:0\"\n"
-        << "tls_cert = \"" << ca_ << "\"\ntls_key = \"" << dir_ << "/key.pem\"\n"
-        << "max_body_bytes = 4096\nmax_header_count = 20\nmax_streams = 1\n"
-        << "[admin]\npick_port = true\ntoken_file = \"" << dir_ << "/admin.token\"\n"
-        << "[heartbeat]\ninterval_seconds = 0.2\ntimeout_seconds = 10.0\n"
-        << "[kv_cache]\nmax_blocks = 256\nblock_size = 4\n"
-        << "[scheduler]\nmax_context = 128\nmax_prompt_tokens = 48\nmax_completion_tokens = 64\n"
-        << "[control]\ncoordinator_secret_key_file = \"" << dir_ << "/coordinator.key\"\n"
-        << "worker_public_keys = [\"" << worker_.public_key << "\"]\n"
-        << "worker_secret_key_file = \"" << dir_ << "/worker.key\"\n"
-        << "coordinator_public_key = \"" << coordinator_.public_key << "\"\n";
-    bin_ = ::tessera::testing::BinaryDir();
-    pids_.push_back(Spawn({bin_ + "/tessera-coordinator", "--config", dir_ + "/c.toml",
-                           "--ports-file", dir_ + "/ports.json"},
-                          dir_ + "/coordinator.log"));
-    const auto ports = ::tessera::testing::WaitForPortsFile(dir_ + "/ports.json", pids_[0]);
-    ASSERT_TRUE(ports) << "no ports file: " << Contents(dir_ + "/coordinator.log");
-    port_ = ports->api;
-    admin_port_ = ports->admin;
-    control_port_ = ports->control;
-    pids_.push_back(Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--coordinator",
-                           ::tessera::testing::LoopbackEndpoint(control_port_), "--timeout", "5"},
-                          dir_ + "/worker.log"));
-    for (int i = 0; i < 1200; ++i) {  // up to 2 minutes on a loaded 2-core machine
-      if (HttpsCall(port_, ca_, http::verb::get, "/readyz").status == 200) return;
-      if (waitpid(pids_[0], nullptr, WNOHANG) != 0) break;  // the coordinator died
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    FAIL() << "daemons not ready: " << Contents(dir_ + "/coordinator.log")
-           << "\nworker: " << Contents(dir_ + "/worker.log");
+    ::tessera::testing::DaemonClusterOptions o;
+    o.dir = dir_;
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.server_toml += "max_body_bytes = 4096\nmax_header_count = 20\nmax_streams = 1\n";
+    o.tls_cert = ca_;
+    o.tls_key = dir_ + "/key.pem";
+    o.admin_toml = "pick_port = true\ntoken_file = \"" + dir_ + "/admin.token\"\n";
+    o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 10.0\n";
+    o.scheduler_toml = "max_context = 128\nmax_prompt_tokens = 48\nmax_completion_tokens = 64\n";
+    o.workers = 1;
+    o.unlisted_keys = 1;  // the rogue worker's
+    o.workers_read_config = true;
+    cluster_ = std::make_unique<::tessera::testing::DaemonCluster>(std::move(o));
+    const Status started = cluster_->Start();
+    port_ = cluster_->api_port();
+    admin_port_ = cluster_->admin_port();
+    ASSERT_TRUE(started.ok()) << started.ToString();
   }
-  void TearDown() override {
-    for (pid_t p : pids_) Reap(p);
-  }
+  void TearDown() override { cluster_->Stop(); }
 
   Reply Post(const std::string& target, const json& body,
              const std::vector<std::pair<std::string, std::string>>& headers = {}) {
@@ -559,10 +481,9 @@ class SecureDaemons : public ::testing::Test {
     return HttpsCall(port_, ca_, http::verb::post, target, with_model.dump(), headers);
   }
 
-  std::string dir_, model_, ca_, bin_;
-  CurveKeyPair coordinator_, worker_, rogue_;
-  int port_ = 0, admin_port_ = 0, control_port_ = 0;
-  std::vector<pid_t> pids_;
+  std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
+  std::string dir_, ca_;
+  int port_ = 0, admin_port_ = 0;
 };
 
 TEST_F(SecureDaemons, ServeARealTlsClientAndRefusePlainHttp) {
@@ -658,7 +579,7 @@ TEST_F(SecureDaemons, RequestLimitsNameTheFieldAndTheLimit) {
   // is 429 while it lasts.
   const json stream_req = {
       {"model", "llama_gqa_f32"}, {"prompt", {5, 17}}, {"max_tokens", 8}, {"stream", true}};
-  kill(pids_[1], SIGSTOP);
+  kill(cluster_->worker_pid(0), SIGSTOP);
   HttpsStream first(port_, ca_, "/v1/completions", stream_req.dump());
   EXPECT_EQ(first.ReadHeader(), 200);  // its slot is taken
   Reply second = Post("/v1/completions", stream_req);
@@ -667,7 +588,7 @@ TEST_F(SecureDaemons, RequestLimitsNameTheFieldAndTheLimit) {
   EXPECT_EQ(e["code"], "too_many_streams");
   EXPECT_NE(e["message"].get<std::string>().find("server.max_streams"), std::string::npos);
   // The worker runs again: the first stream completes.
-  kill(pids_[1], SIGCONT);
+  kill(cluster_->worker_pid(0), SIGCONT);
   const std::string first_body = first.ReadBody();
   EXPECT_NE(first_body.find("data: [DONE]"), std::string::npos) << first_body;
   // The slot is given back when the stream ends.
@@ -682,29 +603,24 @@ TEST_F(SecureDaemons, RequestLimitsNameTheFieldAndTheLimit) {
 }
 
 TEST_F(SecureDaemons, UnknownWorkerKeyIsRefusedAndLoggedAndServingGoesOn) {
-  const pid_t rogue =
-      Spawn({bin_ + "/tessera-worker", "--config", dir_ + "/c.toml", "--coordinator",
-             ::tessera::testing::LoopbackEndpoint(control_port_), "--set",
-             "control.worker_secret_key_file=" + dir_ + "/rogue.key", "--timeout", "5"},
-            dir_ + "/rogue.log");
-  int status = 0;
-  bool exited = false;
-  for (int i = 0; i < 300 && !exited; ++i) {  // 30 s
-    exited = waitpid(rogue, &status, WNOHANG) == rogue;
-    if (!exited) std::this_thread::sleep_for(milliseconds(100));
-  }
-  if (!exited) Reap(rogue);
-  ASSERT_TRUE(exited) << Contents(dir_ + "/rogue.log");
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  const std::string rogue_log = Contents(dir_ + "/rogue.log");
-  EXPECT_NE(rogue_log.find("refused this worker's CURVE public key " + rogue_.public_key),
+  // The second worker, with a key pair the coordinator does not allow.
+  ::tessera::testing::WorkerSpec spec;
+  spec.key = ::tessera::testing::WorkerSpec::kUnlistedKey;
+  const std::string rogue_key = cluster_->unlisted_public_keys()[0];
+  const pid_t rogue = cluster_->StartWorker(spec);
+  const std::optional<int> status = cluster_->WaitForExit(rogue, 30);
+  const std::string rogue_log = cluster_->WorkerLog(1);
+  ASSERT_TRUE(status.has_value()) << rogue_log;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0);
+  EXPECT_NE(rogue_log.find("refused this worker's CURVE public key " + rogue_key),
             std::string::npos)
       << rogue_log;
   const std::string coordinator_log = Contents(dir_ + "/coordinator.log");
   EXPECT_NE(coordinator_log.find("refused a control-plane connection"), std::string::npos)
       << coordinator_log;
-  EXPECT_NE(coordinator_log.find(rogue_.public_key), std::string::npos) << coordinator_log;
-  EXPECT_NE(coordinator_log.find("CURVE key " + worker_.public_key), std::string::npos)
+  EXPECT_NE(coordinator_log.find(rogue_key), std::string::npos) << coordinator_log;
+  EXPECT_NE(coordinator_log.find("CURVE key " + cluster_->keys().worker_public_keys[0]),
+            std::string::npos)
       << coordinator_log;
   // Still serving with the allowed worker; the rogue never joined.
   Reply r = Post("/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 3}});
