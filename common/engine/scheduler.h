@@ -98,6 +98,9 @@ struct SchedulerStats {
   int max_in_flight = 0;        // most micro-batches in flight at once
   int64_t preemptions = 0;
   int64_t requeued = 0;  // sequences re-queued by RequeueRunning (re-plans, executor errors)
+  // Longrope sequences recomputed from an empty cache when they outgrew
+  // original_max_position_embeddings (Scheduler::LongRopeRecompute).
+  int64_t longrope_recomputes = 0;
 };
 
 class Scheduler {
@@ -209,6 +212,9 @@ class Scheduler {
   void Admit(StepPlan& plan);
   bool EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan);
   void Preempt(Seq& s);
+  // Longrope: recompute a sequence that outgrows the pre-training context
+  // (see scheduler.cc).
+  void LongRopeRecompute(Seq& s);
   void DropFinished();
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
   void Register(Seq& s);  // hands s's callbacks to output_ once
