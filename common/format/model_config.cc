@@ -257,6 +257,12 @@ Status FinishLongRope(const Reader& r, ModelConfig& c) {
   } else if (rs.original_max_position_embeddings == 0) {
     rs.original_max_position_embeddings = c.max_position_embeddings;
   }
+  if (rs.original_max_position_embeddings < 2) {
+    // transformers divides by ln(original_max_position_embeddings).
+    return r.Error(
+        "original_max_position_embeddings",
+        "longrope needs at least 2, got " + std::to_string(rs.original_max_position_embeddings));
+  }
   if (rs.attention_factor == 0) {
     rs.attention_factor =
         factor <= 1.0

@@ -392,6 +392,9 @@ TEST(ModelConfig, Phi3LongropeAndItsAttentionFactor) {
   missing.erase("long_factor");
   ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", missing}})), StatusCode::kInvalidArgument,
               {"'rope_scaling.long_factor'"});
+  ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", Phi3Longrope("su", 48)},
+                                    {"original_max_position_embeddings", 1}})),
+              StatusCode::kInvalidArgument, {"'original_max_position_embeddings'", "at least 2"});
   ExpectError(Parse(Patched(kPhi3, {{"partial_rotary_factor", 0.75}})), StatusCode::kUnimplemented,
               {"'partial_rotary_factor'", "0.75"});
   EXPECT_TRUE(Parse(Patched(kPhi3, {{"partial_rotary_factor", 1.0}})).ok());
