@@ -24,6 +24,11 @@ cudaError_t LaunchRmsNorm(DType dtype, const void* x, void* residual, const void
                           const void* w, void* y, int64_t rows, int64_t hidden, float eps,
                           cudaStream_t stream);
 
+// Each of `rows` rows of head_dim elements normalised in place:
+// x = rmsnorm(x) * w (kernels/head_rms_norm.h).
+cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t rows, int64_t head_dim,
+                              float eps, cudaStream_t stream);
+
 // x [tokens, heads, head_dim] rotated in place (HF rotate_half layout).
 cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const float* inv_freq,
                        int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream);
@@ -59,6 +64,9 @@ struct AttentionMetaDev {
 
 struct AttentionShape {
   int32_t heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  // Sliding window (0 = none): the token at position p attends to
+  // positions [max(0, p - window + 1), p].
+  int32_t window = 0;
 };
 
 // K/V rows of every token into their cache slots.

@@ -14,7 +14,10 @@
 //
 // Grouped-query attention (Ainslie et al. 2023): query head h reads KV head
 // h / (heads / kv_heads). Attention is causal: the token at position p
-// attends to positions 0..p. Softmax accumulates in fp32.
+// attends to positions 0..p, or with a sliding window of W > 0 positions
+// (Mistral, Phi-3) to positions max(0, p - W + 1)..p, as transformers'
+// sliding-window mask has it (kv_idx > q_idx - W). Softmax accumulates in
+// fp32.
 //
 // Thread-safety: stateless; callers serialise writes to the cache.
 #pragma once
@@ -93,22 +96,24 @@ int64_t DecodeContextBucket(int64_t max_context);
 // Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 
-// out[t, h*head_dim:(h+1)*head_dim] = softmax(q[t,h] . K[0..p] * scale) V[0..p].
+// out[t, h*head_dim:(h+1)*head_dim] = softmax(q[t,h] . K[b..p] * scale) V[b..p]
+// with b = 0, or b = max(0, p - sliding_window + 1) when sliding_window > 0.
 // Shapes: q [tokens, heads, head_dim], out [tokens, heads * head_dim], both
 // in the cache's dtype. fp32 scores, softmax and accumulation.
+// Errors: kInvalidArgument on shapes, dtypes or a negative sliding_window.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out);
+                      float scale, Tensor& out, int64_t sliding_window = 0);
 
 namespace cpu {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out);
+                      float scale, Tensor& out, int64_t sliding_window);
 }  // namespace cpu
 
 namespace cuda {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out);
+                      float scale, Tensor& out, int64_t sliding_window);
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -102,8 +102,11 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out) {
-  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out);
+                      float scale, Tensor& out, int64_t sliding_window) {
+  if (sliding_window < 0)
+    return InvalidArgument("attention: sliding window " + std::to_string(sliding_window) +
+                           " is negative");
+  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out, sliding_window);
 }
 
 namespace cpu {
@@ -158,7 +161,7 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out) {
+                      float scale, Tensor& out, int64_t sliding_window) {
   const std::vector<AttentionSeq>& seqs = batch.seqs;
   TESSERA_RETURN_IF_ERROR(ExpectTensor(q, 3, DType::kF32, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
@@ -174,19 +177,26 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   std::vector<int64_t> offsets;
   for (const AttentionSeq& s : seqs) {
     const int64_t ctx = s.start_pos + s.num_tokens;
+    // Positions no token of the step sees (before the first token's window)
+    // are skipped; their blocks may already be reused.
+    const int64_t first_seen =
+        sliding_window > 0 ? std::max<int64_t>(0, s.start_pos - sliding_window + 1) : 0;
     offsets.resize(static_cast<size_t>(ctx));
-    for (int64_t p = 0; p < ctx; ++p) {
+    for (int64_t p = first_seen; p < ctx; ++p) {
       TESSERA_ASSIGN_OR_RETURN(offsets[static_cast<size_t>(p)], SlotOffset(cache, s, p));
     }
     scores.resize(static_cast<size_t>(ctx));
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t t = s.token_begin + i;
-      const int64_t visible = s.start_pos + i + 1;  // causal: positions 0..start_pos+i
+      const int64_t pos = s.start_pos + i;
+      const int64_t visible = pos + 1;  // causal: positions 0..pos
+      // Sliding window: positions (pos - W, pos].
+      const int64_t lo = sliding_window > 0 ? std::max<int64_t>(0, pos - sliding_window + 1) : 0;
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t g = h / group;
         const float* qv = q.data<float>() + (t * heads + h) * head_dim;
         float max_score = -std::numeric_limits<float>::infinity();
-        for (int64_t p = 0; p < visible; ++p) {
+        for (int64_t p = lo; p < visible; ++p) {
           const float* kv = cache.k.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
           float dot = 0.0f;
           for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
@@ -194,14 +204,14 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
           max_score = std::max(max_score, scores[static_cast<size_t>(p)]);
         }
         float denom = 0.0f;
-        for (int64_t p = 0; p < visible; ++p) {
+        for (int64_t p = lo; p < visible; ++p) {
           float& sc = scores[static_cast<size_t>(p)];
           sc = std::exp(sc - max_score);
           denom += sc;
         }
         float* o = out.data<float>() + t * heads * head_dim + h * head_dim;
         std::fill(o, o + head_dim, 0.0f);
-        for (int64_t p = 0; p < visible; ++p) {
+        for (int64_t p = lo; p < visible; ++p) {
           const float w = scores[static_cast<size_t>(p)] / denom;
           const float* vv = cache.v.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vv[d];

@@ -1,6 +1,7 @@
 // Tensor-level CUDA KV writes and attention: checks, kernel choice (decode
 // split-K or flash-style prefill) and launch of kernels/paged_attention_cuda.cu.
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
@@ -68,7 +69,7 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out) {
+                      float scale, Tensor& out, int64_t sliding_window) {
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
   const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;
@@ -92,6 +93,8 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   shape.kv_heads = static_cast<int32_t>(kv_heads);
   shape.head_dim = static_cast<int32_t>(head_dim);
   shape.block_size = static_cast<int32_t>(cache.k.dim(1));
+  // A window at least the longest context masks nothing.
+  shape.window = static_cast<int32_t>(std::min<int64_t>(sliding_window, INT32_MAX));
   const int64_t group = heads / kv_heads;
 
   if (batch.max_seq_tokens > kDecodeMaxTokens || group > 16) {

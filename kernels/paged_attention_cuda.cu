@@ -13,8 +13,14 @@
 // sequence, kv head), query rows being (token, head of the group) pairs, 64
 // per tile. Key/value tiles of 32 positions are gathered from the paged
 // cache into shared memory; scores, the running max/sum (online softmax)
-// and the output accumulator stay in fp32; the causal mask is applied per
-// row. Scalar FMA, not tensor cores.
+// and the output accumulator stay in fp32; the causal mask (and the sliding
+// window, when set) is applied per row, and key tiles wholly before every
+// row's window are skipped. Scalar FMA, not tensor cores.
+//
+// Sliding window (AttentionShape::window > 0): a token at position p sees
+// [max(0, p - window + 1), p]. A decode split takes the part of its range
+// inside that window; a split wholly outside it contributes nothing to the
+// combine, as a split past the context does.
 //
 // KV writes: one CTA per (token, chunk of its K/V row), 16-byte vectors when
 // the row and the pointers are 16-byte aligned (one scalar CTA per token
@@ -90,12 +96,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int tid = threadIdx.x;
   const int seq = meta.token_seq[t];
   const int ctx = meta.token_pos[t] + 1;
-  const int p0 = split * partition;
-  const int n = min(ctx, p0 + partition) - p0;
+  const int lo = shape.window > 0 ? max(0, ctx - shape.window) : 0;  // first visible position
+  const int p0 = max(split * partition, lo);
+  const int n = min(ctx, split * partition + partition) - p0;
   const int64_t slots = static_cast<int64_t>(meta.num_tokens) * H * num_splits;
   float* part_ml = partials;
   float* part_acc = partials + 2 * slots;
-  if (n <= 0) {  // only with several splits: this split lies past the context
+  if (n <= 0) {  // only with several splits: this split lies past the context or the window
     if (tid < G) {
       const int64_t idx = (static_cast<int64_t>(t) * H + kvh * G + tid) * num_splits + split;
       part_ml[2 * idx] = -FLT_MAX;
@@ -275,8 +282,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
     row_l[tid] = 0.0f;
   }
   const int last_pos = start_pos + t0 + nt - 1;
+  // The tile's first row sees the earliest positions; tiles before its
+  // window hold no visible key for any row.
+  const int first_key =
+      shape.window > 0 ? max(0, start_pos + t0 - shape.window + 1) / kPrefillKeys * kPrefillKeys
+                       : 0;
   const int tr = tid / 8, tc = tid % 8;  // 16 x 8 threads, 4 x 4 outputs each
-  for (int k0 = 0; k0 <= last_pos; k0 += kPrefillKeys) {
+  for (int k0 = first_key; k0 <= last_pos; k0 += kPrefillKeys) {
     __syncthreads();
     for (int i = tid; i < kPrefillKeys * D; i += blockDim.x) {
       const int c = i / D, d = i % D, p = k0 + c;
@@ -313,7 +325,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = tc + 8 * j;
-        const bool visible = r < rows && k0 + c <= pos_r;
+        const bool visible =
+            r < rows && k0 + c <= pos_r && (shape.window <= 0 || k0 + c > pos_r - shape.window);
         S[r * kScoreStride + c] = visible ? acc[i][j] : -INFINITY;
       }
     }

@@ -118,6 +118,67 @@ FIXTURES = [
         },
     },
     {
+        "name": "qwen3_qknorm_tied",
+        "seed": 606,
+        "tokenizer": {"kind": "byte_level", "style": "qwen2", "specials": QWEN_SPECIALS, "specials_at_end": True,
+                      "bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "add_bos": False},
+        "config": {
+            # head_dim 32 with hidden 64 and 4 heads: q_proj is [128, 64], decoupled from hidden/heads.
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+            "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+            "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
+            "vocab_size": 512, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "float32",
+        },
+        "eos_list": ["<|im_end|>", "<|endoftext|>"],
+        "bos_token_name": "<|endoftext|>",
+    },
+    {
+        "name": "phi3_fused_longrope_bf16",
+        "seed": 707,
+        "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
+        "config": {
+            # Fused qkv_proj [(8 + 2*4) * 8, 64] and gate_up_proj [2 * 96, 64]; 8 heads so that tp 8
+            # splits it (and 4 KV heads are replicated at tp 8). Longrope switches from the short to
+            # the long factors past original_max_position_embeddings = 16, which the longer prompts
+            # and every greedy continuation cross; attention_factor = sqrt(1 + ln 4 / ln 16).
+            "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_act": "silu",
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 4,
+            "max_position_embeddings": 64, "original_max_position_embeddings": 16,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.25, 1.5, 2.0],
+                             "long_factor": [1.5, 3.0, 6.0, 12.0]},
+            "sliding_window": None, "tie_word_embeddings": False, "attention_dropout": 0.0,
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "pad_token_id": None,  # Phi3Config's default (32000) is outside this vocab
+            "vocab_size": 512, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "bfloat16",
+        },
+        "rope_type": "longrope",
+    },
+    {
+        "name": "mistral_sliding_window",
+        "seed": 808,
+        "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
+        "config": {
+            # A 5-position window: every prompt (up to 20 tokens) and its 16 greedy tokens run past
+            # it, so positions fall out of the window in prefill and in decode.
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": None, "sliding_window": 5,
+            "tie_word_embeddings": False, "attention_dropout": 0.0,
+            "vocab_size": 384, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "float32",
+        },
+        "require_prompt_longer_than_window": True,
+    },
+    {
         "name": "mistral_dynamic",
         "seed": 505,
         "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
@@ -407,7 +468,7 @@ def build_fixture(fx, out_root):
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg["torch_dtype"]]
     hf_cfg = AutoConfig.from_pretrained(d)
     rp = dict(getattr(hf_cfg, "rope_parameters", None) or {})
-    want_rope = (cfg["rope_scaling"] or {}).get("rope_type", "default")
+    want_rope = fx.get("rope_type", (cfg["rope_scaling"] or {}).get("rope_type", "default"))
     if rp.get("rope_type") != want_rope or abs(rp.get("rope_theta", 0) - cfg["rope_theta"]) > 1e-6:
         raise RuntimeError("%s: transformers read rope parameters %s from config.json" % (name, rp))
     torch.manual_seed(fx["seed"])
@@ -444,7 +505,9 @@ def build_fixture(fx, out_root):
         m.generation_config.eos_token_id = None
     gen = GenerationConfig(do_sample=False, min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS, use_cache=True,
                            eos_token_id=None, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
-    dynamic = want_rope == "dynamic"
+    # Dynamic NTK and longrope change the rotation with the sequence length; K already in the cache
+    # keeps the one it was computed with, so an uncached recompute differs.
+    dynamic = want_rope in ("dynamic", "longrope")
 
     valid = []
     rejected = []
@@ -509,6 +572,8 @@ def build_fixture(fx, out_root):
                            % (name, lengths, rejected))
     if fx.get("require_long_prompt_over_max_pos") and max(lengths) <= cfg["max_position_embeddings"]:
         raise RuntimeError("%s: no prompt longer than max_position_embeddings" % name)
+    if fx.get("require_prompt_longer_than_window") and max(lengths) <= cfg["sliding_window"]:
+        raise RuntimeError("%s: no prompt longer than sliding_window" % name)
 
     logit_std = float(np.mean([p.pop("_std") for p in prompts]))
     native_diff = max(p.pop("_native_diff") for p in prompts)
@@ -519,7 +584,11 @@ def build_fixture(fx, out_root):
             "by up to %.3g here, so compare it at atol %.2g."
             % (transformers.__version__, cfg["torch_dtype"], min_margin, cfg["torch_dtype"], native_diff,
                max(1e-3, 2 * native_diff)))
-    if dynamic:
+    if want_rope == "longrope":
+        note += (" Longrope follows transformers: a forward whose largest position is p uses the long "
+                 "factors when p+1 > original_max_position_embeddings, else the short ones, and K already "
+                 "in the KV cache keeps the rotation it was computed with.")
+    if dynamic and want_rope == "dynamic":
         note += (" Dynamic NTK rope follows transformers: each forward whose largest position is p uses "
                  "base = theta * (factor*(p+1)/max_pos - (factor-1))^(d/(d-2)) when p+1 > max_pos, and K "
                  "already in the KV cache keeps the rotation it was computed with (so a no-cache recompute "

@@ -37,7 +37,11 @@ struct Scheduler::Seq {
   RequestCallbacks callbacks;
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t prompt_len = 0;       // of the original prompt
-  int32_t cached = 0;           // tokens in the KV cache
+  // The length RoPE scales by while prefilling (SeqStep::prompt_len): the
+  // prompt, or for longrope the whole sequence recomputed at the step where
+  // it outgrew original_max_position_embeddings (LongRopeRecompute).
+  int32_t rope_len = 0;
+  int32_t cached = 0;  // tokens in the KV cache
   std::vector<int32_t> blocks;
   // Prefix caching: keys of the first keys.size() full blocks of `tokens`,
   // computed for plan keys_version; blocks [0, registered_blocks) of `blocks` are
@@ -128,6 +132,7 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     s->callbacks = std::move(callbacks[i]);
     s->tokens = s->req.prompt_ids;
     s->prompt_len = static_cast<int32_t>(s->tokens.size());
+    s->rope_len = s->prompt_len;
     seqs.push_back(std::move(s));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -277,6 +282,29 @@ void Scheduler::Admit(StepPlan& plan) {
   DropFinished();
 }
 
+// Longrope (Phi-3, RopeType::kLongRope): transformers rotates q and k with the
+// short factors while a sequence is at most original_max_position_embeddings
+// long and with the long ones past it, and when a sequence first outgrows it,
+// Phi3ForCausalLM.prepare_inputs_for_generation drops the KV cache so that
+// generate() recomputes the whole sequence with the long factors (every
+// layer's keys and values change, not only the rotation). The same here: the
+// sequence's cache is marked empty (its blocks are kept and overwritten) and
+// prompt + generated are prefilled again, all with the long factors (the
+// workers pick them from SeqStep::prompt_len = the recomputed length). A
+// sequence whose prompt already exceeds the pre-training context was
+// computed with the long factors from the start. Any sequence recomputed
+// from an empty cache (a preempted one too) scales by its whole length.
+void Scheduler::LongRopeRecompute(Seq& s) {
+  if (config_.rope_scaling.type != RopeType::kLongRope) return;
+  const int64_t original = config_.rope_scaling.original_max_position_embeddings;
+  const int64_t total = static_cast<int64_t>(s.tokens.size());
+  if (s.cached > 0 && s.cached <= original && total > original && s.rope_len <= original) {
+    s.cached = 0;
+    ++stats_.longrope_recomputes;
+  }
+  if (s.cached == 0) s.rope_len = static_cast<int32_t>(total);
+}
+
 void Scheduler::Preempt(Seq& s) {
   allocator_->Free(s.blocks);
   s.cached = 0;
@@ -398,6 +426,13 @@ bool Scheduler::Cacheable(const Seq& s) const {
   if (config_.rope_scaling.type == RopeType::kDynamic &&
       static_cast<int64_t>(s.prompt_len) + s.req.max_tokens > config_.max_position_embeddings)
     return false;
+  // Longrope: a block's KV depends on the factor set (short up to
+  // original_max_position_embeddings, long past it: LongRopeRecompute), so
+  // only sequences that stay short from start to end share blocks.
+  if (config_.rope_scaling.type == RopeType::kLongRope &&
+      static_cast<int64_t>(s.prompt_len) + s.req.max_tokens >
+          config_.rope_scaling.original_max_position_embeddings)
+    return false;
   return true;
 }
 
@@ -480,6 +515,7 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
     for (Seq* s : ready) {
       if (f.members.size() >= per_batch || budget <= 0) break;
       if (s->done || s->waiting) continue;  // preempted by an earlier member's block allocation
+      LongRopeRecompute(*s);
       const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->cached;
       const bool decode = pending == 1 && s->generated > 0;
       int64_t n = std::min(pending, budget);
@@ -490,7 +526,7 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
       step.seq_id = s->id;
       step.start_pos = s->cached;
       step.num_tokens = static_cast<int32_t>(n);
-      step.prompt_len = s->prompt_len;
+      step.prompt_len = s->rope_len;
       step.block_table = s->blocks;
       step.want_logits = s->cached + n == static_cast<int64_t>(s->tokens.size());
       step.sampling = s->req.sampling;

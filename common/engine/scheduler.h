@@ -130,6 +130,9 @@ struct SchedulerStats {
   // in cached blocks (not prefilled).
   int64_t prefix_cache_query_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  // Longrope sequences recomputed from an empty cache when they outgrew
+  // original_max_position_embeddings (Scheduler::LongRopeRecompute).
+  int64_t longrope_recomputes = 0;
 };
 
 class Scheduler {
@@ -253,6 +256,9 @@ class Scheduler {
   // Registers s's full blocks that are in the KV cache and not registered yet.
   void RegisterFullBlocks(Seq& s);
   void Preempt(Seq& s);
+  // Longrope: recompute a sequence that outgrows the pre-training context
+  // (see scheduler.cc).
+  void LongRopeRecompute(Seq& s);
   void DropFinished();
   void Finish(Seq& s, FinishReason reason, Status error = Status::Ok());
   void Register(Seq& s);  // hands s's callbacks to output_ once

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -19,8 +20,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kSupportedArchitectures =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
-constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3";
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
+constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, longrope (su)";
 constexpr const char* kSupportedDTypes = "float32, float16, bfloat16";
 
 // A short rendering of a JSON value for error messages.
@@ -148,6 +149,8 @@ StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& pat
     if (name == "LlamaForCausalLM") return Architecture::kLlama;
     if (name == "MistralForCausalLM") return Architecture::kMistral;
     if (name == "Qwen2ForCausalLM") return Architecture::kQwen2;
+    if (name == "Qwen3ForCausalLM") return Architecture::kQwen3;
+    if (name == "Phi3ForCausalLM") return Architecture::kPhi3;
     return Unimplemented(path + ": key 'architectures': '" + name +
                          "' is not supported (supported: " + kSupportedArchitectures + ")");
   }
@@ -158,6 +161,8 @@ StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& pat
   if (model_type == "llama") return Architecture::kLlama;
   if (model_type == "mistral") return Architecture::kMistral;
   if (model_type == "qwen2") return Architecture::kQwen2;
+  if (model_type == "qwen3") return Architecture::kQwen3;
+  if (model_type == "phi3") return Architecture::kPhi3;
   return Unimplemented(path + ": key 'model_type': '" + model_type +
                        "' is not supported and 'architectures' is absent (supported: " +
                        kSupportedArchitectures + ")");
@@ -188,6 +193,29 @@ Status ParseRope(const json& obj, const std::string& path, const std::string& ke
     rs.type = RopeType::kDynamic;
   } else if (type == "llama3") {
     rs.type = RopeType::kLlama3;
+  } else if (type == "longrope" || type == "su") {
+    // Phi-3 (transformers renamed "su" to "longrope"). The factor lists are
+    // checked against head_dim, and attention_factor completed, by the caller.
+    rs.type = RopeType::kLongRope;
+    TESSERA_RETURN_IF_ERROR(r.PositiveDouble("factor", false, &rs.factor));
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("original_max_position_embeddings", false,
+                                          &rs.original_max_position_embeddings));
+    rs.attention_factor = 0;  // 0: not given
+    TESSERA_RETURN_IF_ERROR(r.PositiveDouble("attention_factor", false, &rs.attention_factor));
+    for (const char* list : {"short_factor", "long_factor"}) {
+      const json* v = r.Get(list);
+      if (v == nullptr) return r.Missing(list);
+      if (!v->is_array()) return r.Error(list, "expected a list of numbers, got " + Show(*v));
+      std::vector<double>& out_list =
+          std::string(list) == "short_factor" ? rs.short_factor : rs.long_factor;
+      for (const json& e : *v) {
+        if (!e.is_number() || !(e.get<double>() > 0))
+          return r.Error(list, "expected positive numbers, got " + Show(e));
+        out_list.push_back(e.get<double>());
+      }
+    }
+    *out = rs;
+    return Status::Ok();
   } else {
     return Unimplemented(path + ": key '" + key + "." + type_key + "': rope type '" + type +
                          "' is not supported (supported: " + kSupportedRopeTypes + ")");
@@ -207,6 +235,49 @@ Status ParseRope(const json& obj, const std::string& path, const std::string& ke
     }
   }
   *out = rs;
+  return Status::Ok();
+}
+
+// Completes a longrope RopeScaling as transformers'
+// _compute_longrope_parameters does: original_max_position_embeddings from
+// the top-level key (Phi-3 keeps it there), else rope_scaling's, else
+// max_position_embeddings; attention_factor, when not given, from the
+// extension factor f = max_position_embeddings / original (Phi-3's rule,
+// taking precedence over rope_scaling.factor when the top-level key exists):
+// 1 when f <= 1, else sqrt(1 + ln(f) / ln(original)). Both factor lists must
+// hold head_dim / 2 values.
+Status FinishLongRope(const Reader& r, ModelConfig& c) {
+  RopeScaling& rs = c.rope_scaling;
+  double factor = rs.factor;
+  if (r.Has("original_max_position_embeddings")) {
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("original_max_position_embeddings", false,
+                                          &rs.original_max_position_embeddings));
+    factor = static_cast<double>(c.max_position_embeddings) /
+             static_cast<double>(rs.original_max_position_embeddings);
+  } else if (rs.original_max_position_embeddings == 0) {
+    rs.original_max_position_embeddings = c.max_position_embeddings;
+  }
+  if (rs.original_max_position_embeddings < 2) {
+    // transformers divides by ln(original_max_position_embeddings).
+    return r.Error(
+        "original_max_position_embeddings",
+        "longrope needs at least 2, got " + std::to_string(rs.original_max_position_embeddings));
+  }
+  if (rs.attention_factor == 0) {
+    rs.attention_factor =
+        factor <= 1.0
+            ? 1.0
+            : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(
+                                                     rs.original_max_position_embeddings)));
+  }
+  const size_t half = static_cast<size_t>(c.head_dim / 2);
+  const char* key = r.Has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (rs.short_factor.size() != half || rs.long_factor.size() != half) {
+    return r.Error(
+        key, "longrope short_factor and long_factor need head_dim / 2 = " + std::to_string(half) +
+                 " values each, got " + std::to_string(rs.short_factor.size()) + " and " +
+                 std::to_string(rs.long_factor.size()));
+  }
   return Status::Ok();
 }
 
@@ -231,6 +302,10 @@ const char* ArchitectureName(Architecture arch) {
       return "MistralForCausalLM";
     case Architecture::kQwen2:
       return "Qwen2ForCausalLM";
+    case Architecture::kQwen3:
+      return "Qwen3ForCausalLM";
+    case Architecture::kPhi3:
+      return "Phi3ForCausalLM";
   }
   return "?";
 }
@@ -245,6 +320,8 @@ const char* RopeTypeName(RopeType type) {
       return "dynamic";
     case RopeType::kLlama3:
       return "llama3";
+    case RopeType::kLongRope:
+      return "longrope";
   }
   return "?";
 }
@@ -334,14 +411,34 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
         ParseRope(*rope_params, path, "rope_parameters", false, &c.rope_scaling));
   }
 
+  if (c.rope_scaling.type == RopeType::kLongRope) {
+    TESSERA_RETURN_IF_ERROR(FinishLongRope(r, c));
+  }
+  // Phi-3 (and Phi-4-mini) may rotate only part of each head: the top-level
+  // key, or (newer transformers) in rope_parameters.
+  for (const json* obj : std::initializer_list<const json*>{&root, rope_params}) {
+    if (obj == nullptr) continue;
+    const std::string prefix = obj == &root ? "" : "rope_parameters.";
+    const Reader rr(*obj, path, prefix);
+    double partial_rotary = 1.0;
+    TESSERA_RETURN_IF_ERROR(rr.PositiveDouble("partial_rotary_factor", false, &partial_rotary));
+    if (partial_rotary != 1.0) {
+      return Unimplemented(path + ": key '" + prefix +
+                           "partial_rotary_factor': " + Show(*rr.Get("partial_rotary_factor")) +
+                           " is not supported (RoPE rotates whole heads: only 1.0)");
+    }
+  }
+
   TESSERA_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c.tie_word_embeddings));
   TESSERA_RETURN_IF_ERROR(r.Bool("attention_bias", &c.attention_bias));
   TESSERA_RETURN_IF_ERROR(r.Bool("mlp_bias", &c.mlp_bias));
-  // The HF modeling code hard-codes these for Qwen2 and Mistral.
+  // The HF modeling code hard-codes these for Qwen2, Qwen3 and Mistral.
   if (c.architecture == Architecture::kQwen2) {
     c.attention_bias = true;
     c.mlp_bias = false;
-  } else if (c.architecture == Architecture::kMistral) {
+  } else if (c.architecture == Architecture::kQwen3) {
+    c.mlp_bias = false;  // Qwen3MLP: bias=False; attention_bias is read (q, k, v and o)
+  } else if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3) {
     c.attention_bias = false;
     c.mlp_bias = false;
   }
@@ -349,18 +446,22 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   TESSERA_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
   TESSERA_ASSIGN_OR_RETURN(c.torch_dtype, ParseTorchDType(r));
 
-  // Sliding-window attention (not implemented): Mistral applies
-  // "sliding_window" whenever it is set; Qwen2 only with "use_sliding_window"
-  // and only on layers >= "max_window_layers"; newer configs may also list
-  // per-layer "layer_types". A window at least max_position_embeddings wide
-  // never masks anything and is accepted.
+  // Sliding-window attention. Mistral and Phi-3 apply "sliding_window" on
+  // every layer whenever it is set (MistralAttention / Phi3Attention pass
+  // sliding_window=config.sliding_window): implemented. Qwen2 and Qwen3 apply
+  // it only with "use_sliding_window" and only on layers >= "max_window_layers";
+  // newer configs may also list per-layer "layer_types". Those per-layer
+  // windows are not implemented: one narrower than max_position_embeddings
+  // (so that it masks something) is refused; a wider one never masks.
   int64_t window = 0;
   TESSERA_RETURN_IF_ERROR(r.PositiveInt("sliding_window", false, &window));
+  if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3) {
+    c.sliding_window = window;
+    return c;
+  }
   bool sliding = false;
   const char* sliding_key = "sliding_window";
-  if (c.architecture == Architecture::kMistral) {
-    sliding = window > 0;
-  } else if (c.architecture == Architecture::kQwen2) {
+  if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
     bool use = false;
     TESSERA_RETURN_IF_ERROR(r.Bool("use_sliding_window", &use));
     int64_t max_window_layers = 0;
@@ -379,9 +480,11 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   }
   if (sliding) c.sliding_window = window;
   if (sliding && window < c.max_position_embeddings) {
-    return Unimplemented(path + ": key '" + sliding_key + "': sliding-window attention (window " +
-                         std::to_string(window) + " < max_position_embeddings " +
-                         std::to_string(c.max_position_embeddings) + ") is not supported");
+    return Unimplemented(path + ": key '" + sliding_key +
+                         "': per-layer sliding-window attention (window " + std::to_string(window) +
+                         " < max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                         ") is not supported for " + ArchitectureName(c.architecture) +
+                         " (only a window on every layer, as Mistral and Phi-3 have)");
   }
   return c;
 }
@@ -399,13 +502,7 @@ ContextLimit ModelContextLimit(const ModelConfig& c) {
   const double scaled = static_cast<double>(mpe) * std::max(1.0, c.rope_scaling.factor);
   l.default_tokens =
       scaled >= 9.0e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(scaled);
-  if (c.sliding_window > 0) {
-    l.max_tokens = c.sliding_window;
-    l.bound = "sliding_window " + std::to_string(c.sliding_window) + " (dynamic NTK RoPE)";
-    l.default_tokens = std::min(l.default_tokens, l.max_tokens);
-  } else {
-    l.max_tokens = std::numeric_limits<int64_t>::max();
-  }
+  l.max_tokens = std::numeric_limits<int64_t>::max();
   return l;
 }
 

@@ -86,9 +86,10 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
       case RoleDim::kVocab:
         return {std::min(spec.vocab_begin_, vocab), std::min(spec.vocab_end_, vocab), vocab_local};
       case RoleDim::kHidden:
+      case RoleDim::kHeadDim:
         break;
     }
-    TESSERA_CHECK(false);  // the tables never split the hidden dimension
+    TESSERA_CHECK(false);  // the tables never split the hidden or head dimension
     return {0, 0, 0};
   };
 
@@ -100,16 +101,19 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
     t.role = rs.role;
     t.layer = layer;
     t.name = RoleSourceName(rs, model, layer);
-    t.role_name = RoleTensorName(rs, layer);
+    t.role_name = RolePartName(rs, layer);
     t.kind = rs.split;
-    t.full_shape = RoleShape(rs, model);
-    t.local_shape = t.full_shape;
+    t.full_shape = RoleSourceShape(rs, model);
+    t.local_shape = RoleShape(rs, model);
     t.add_after_all_reduce = rs.add_after_all_reduce;
     if (rs.split != SplitKind::kReplicated) {
       t.split_dim = rs.split == SplitKind::kRowParallel ? 1 : 0;
       const Range range = range_of(rs.shape[t.split_dim]);
-      t.begin = range.begin;
-      t.end = range.end;
+      // A fused role (Phi-3 qkv_proj, gate_up_proj) reads its rows of its
+      // part: the part's range, shifted by where the part starts.
+      const int64_t offset = RoleFusedRowOffset(rs, model);
+      t.begin = offset + range.begin;
+      t.end = offset + range.end;
       t.local_shape[static_cast<size_t>(t.split_dim)] = range.local;
     }
     out.push_back(std::move(t));

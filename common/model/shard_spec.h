@@ -1,5 +1,6 @@
 // ShardSpec: exactly which slice of which checkpoint tensor one rank loads,
-// for tensor (tp) + pipeline (pp) parallel Llama / Mistral / Qwen2 models.
+// for tensor (tp) + pipeline (pp) parallel Llama-family models (Llama,
+// Mistral, Qwen2, Qwen3, Phi-3).
 //
 // Which tensors a family has, their HF names, shapes and split kinds come from
 // its table in common/model/tensor_roles.h; ShardSpec turns a table into one
@@ -22,7 +23,10 @@
 //    when mlp_bias; Qwen2 q/k/v_proj.bias when attention_bias (no o_proj bias);
 //    Mistral none.
 //  - Replicated: the RMSNorm weights (input_layernorm,
-//    post_attention_layernorm, model.norm).
+//    post_attention_layernorm, model.norm, Qwen3's per-head q_norm/k_norm).
+//  - Fused checkpoint tensors (Phi-3 qkv_proj, gate_up_proj): each role
+//    (q, k, v; gate, up) is its own shard, split as above within its part of
+//    the fused tensor, so a rank reads its q rows, its k rows and its v rows.
 //  - KV heads: with num_key_value_heads >= tp, rank r holds KV heads
 //    [r*kv/tp, (r+1)*kv/tp). With num_key_value_heads < tp (tp a multiple of
 //    it) KV heads are replicated: rank r holds the one KV head its query heads
@@ -76,15 +80,22 @@ struct TensorShard {
   std::string name;
   // The role's own HF name (RoleTensorName): equal to `name`, except for a
   // tied lm_head, where name is "model.embed_tokens.weight" and role_name is
-  // "lm_head.weight". Unique on a rank; ShardSpec::Find(string) looks it up.
+  // "lm_head.weight", and for a role fused in the checkpoint (Phi-3), where
+  // name is "...qkv_proj.weight" and role_name the unfused name
+  // "...k_proj.weight" (RolePartName). Unique on a rank; ShardSpec::Find(string)
+  // looks it up.
   std::string role_name;
   SplitKind kind = SplitKind::kReplicated;
-  // Shape of the whole checkpoint tensor, e.g. [heads*head_dim, hidden].
+  // Shape of the whole checkpoint tensor, e.g. [heads*head_dim, hidden]; for
+  // a role fused into one tensor (Phi-3) the fused tensor's, e.g. qkv_proj
+  // [(heads + 2*kv_heads) * head_dim, hidden].
   std::vector<int64_t> full_shape;
   // Dimension this rank reads a range of: 0 (column-/vocab-parallel),
   // 1 (row-parallel) or -1 (replicated: the whole tensor is read).
   int split_dim = -1;
-  // Range [begin, end) along split_dim read from the checkpoint. For
+  // Range [begin, end) along split_dim read from the checkpoint (for a fused
+  // role, rows of the fused tensor: k_proj of qkv_proj at tp rank r reads
+  // [heads*head_dim + kv_begin, ...), never a fraction of the whole). For
   // vocab-parallel shards it is clipped to [0, vocab_size), so it may be
   // shorter than local_shape[0] (or empty). 0, 0 when split_dim is -1.
   int64_t begin = 0;

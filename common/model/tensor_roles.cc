@@ -26,12 +26,25 @@ constexpr RoleSpec Matrix(R role, const char* name, P place, D out, D in, S spli
                           const char* source) {
   return {role, name, place, 2, {out, in}, split, false, C::kAlways, false, source};
 }
+//  FusedMatrix: a column-parallel weight [out, hidden] whose rows are part of
+//              the fused checkpoint tensor `name` (Phi-3 qkv_proj, gate_up_proj).
+constexpr RoleSpec FusedMatrix(R role, const char* name, D out, FusedTensor fused,
+                               const char* source) {
+  return {role,       name,  P::kLayer, 2,    {out, D::kHidden}, S::kColumnParallel, false,
+          C::kAlways, false, source,    fused};
+}
 constexpr RoleSpec Vector(R role, const char* name, D dim, S split, C condition,
                           const char* source) {
   return {role, name, P::kLayer, 1, {dim, dim}, split, false, condition, false, source};
 }
 constexpr RoleSpec Norm(R role, const char* name, P place, const char* source) {
   return {role,           name,  place,      1,     {D::kHidden, D::kHidden},
+          S::kReplicated, false, C::kAlways, false, source};
+}
+//  HeadNorm: a per-head RMSNorm weight [head_dim], replicated (every head of
+//            every rank is normalised with the same weight).
+constexpr RoleSpec HeadNorm(R role, const char* name, const char* source) {
+  return {role,           name,  P::kLayer,  1,     {D::kHeadDim, D::kHeadDim},
           S::kReplicated, false, C::kAlways, false, source};
 }
 constexpr RoleSpec RowBias(R role, const char* name, C condition, const char* source) {
@@ -55,8 +68,9 @@ constexpr RoleSpec LmHead(const char* source) {
 // <Family>Model / <Family>DecoderLayer / <Family>Attention / <Family>MLP /
 // <Family>ForCausalLM; shapes: nn.Linear(in, out) stores weight [out, in],
 // nn.Embedding(vocab, hidden) stores [vocab, hidden], <Family>RMSNorm(hidden)
-// stores [hidden]). The three families share the checkpoint layout and differ
-// only in which biases exist.
+// stores [hidden]). Llama, Mistral and Qwen2 share the checkpoint layout and
+// differ only in which biases exist; Qwen3 adds per-head q/k norms; Phi-3
+// fuses q/k/v and gate/up in the checkpoint.
 
 // transformers/models/llama/modeling_llama.py
 constexpr RoleSpec kLlama[] = {
@@ -200,14 +214,114 @@ constexpr RoleSpec kQwen2[] = {
            "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
 };
 
+// transformers/models/qwen3/modeling_qwen3.py
+// Llama's layout (q/k/v/o biases with attention_bias, which Qwen3 configs
+// leave false; no MLP biases) plus the per-head q_norm and k_norm of
+// Qwen3Attention, applied to each head of q and k before RoPE.
+constexpr RoleSpec kQwen3[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel, "Qwen3Model.embed_tokens = nn.Embedding(vocab_size, hidden_size)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "Qwen3DecoderLayer.input_layernorm = Qwen3RMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen3Attention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kQBias, "model.layers.{layer}.self_attn.q_proj.bias", D::kQueryRows,
+           S::kColumnParallel, C::kAttentionBias, "Qwen3Attention.q_proj.bias"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen3Attention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kKBias, "model.layers.{layer}.self_attn.k_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Qwen3Attention.k_proj.bias"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Qwen3Attention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kVBias, "model.layers.{layer}.self_attn.v_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Qwen3Attention.v_proj.bias"),
+    HeadNorm(R::kQNorm, "model.layers.{layer}.self_attn.q_norm.weight",
+             "Qwen3Attention.q_norm = Qwen3RMSNorm(head_dim)"),
+    HeadNorm(R::kKNorm, "model.layers.{layer}.self_attn.k_norm.weight",
+             "Qwen3Attention.k_norm = Qwen3RMSNorm(head_dim)"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "Qwen3Attention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=attention_bias)"),
+    RowBias(R::kOBias, "model.layers.{layer}.self_attn.o_proj.bias", C::kAttentionBias,
+            "Qwen3Attention.o_proj.bias"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "Qwen3DecoderLayer.post_attention_layernorm = Qwen3RMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Qwen3MLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Qwen3MLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "Qwen3MLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "Qwen3Model.norm = Qwen3RMSNorm(hidden_size)"),
+    LmHead("Qwen3ForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
+};
+
+// transformers/models/phi3/modeling_phi3.py
+// Llama's decoder with fused checkpoint tensors: Phi3Attention.qkv_proj
+// stacks q, k and v rows, Phi3MLP.gate_up_proj stacks gate and up rows (its
+// forward: gate, up = gate_up_proj(x).chunk(2, dim=-1)). Each role is read
+// from its own rows of the fused tensor. No biases.
+constexpr RoleSpec kPhi3[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel, "Phi3Model.embed_tokens = nn.Embedding(vocab_size, hidden_size)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "Phi3DecoderLayer.input_layernorm = Phi3RMSNorm(hidden_size)"),
+    FusedMatrix(R::kQProj, "model.layers.{layer}.self_attn.qkv_proj.weight", D::kQueryRows,
+                FusedTensor::kQkv,
+                "Phi3Attention.qkv_proj = nn.Linear(hidden_size, (num_attention_heads + 2 * "
+                "num_key_value_heads) * head_dim, bias=False), rows [0, heads * head_dim)"),
+    FusedMatrix(R::kKProj, "model.layers.{layer}.self_attn.qkv_proj.weight", D::kKvRows,
+                FusedTensor::kQkv,
+                "Phi3Attention.qkv_proj rows [heads * head_dim, (heads + kv_heads) * head_dim)"),
+    FusedMatrix(R::kVProj, "model.layers.{layer}.self_attn.qkv_proj.weight", D::kKvRows,
+                FusedTensor::kQkv,
+                "Phi3Attention.qkv_proj rows [(heads + kv_heads) * head_dim, (heads + 2 * "
+                "kv_heads) * head_dim)"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "Phi3Attention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=False)"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "Phi3DecoderLayer.post_attention_layernorm = Phi3RMSNorm(hidden_size)"),
+    FusedMatrix(R::kGateProj, "model.layers.{layer}.mlp.gate_up_proj.weight", D::kIntermediate,
+                FusedTensor::kGateUp,
+                "Phi3MLP.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False), "
+                "rows [0, intermediate_size)"),
+    FusedMatrix(R::kUpProj, "model.layers.{layer}.mlp.gate_up_proj.weight", D::kIntermediate,
+                FusedTensor::kGateUp,
+                "Phi3MLP.gate_up_proj rows [intermediate_size, 2 * intermediate_size)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "Phi3MLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "Phi3Model.norm = Phi3RMSNorm(hidden_size)"),
+    LmHead("Phi3ForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
+};
+
 const FamilyRoles kFamilies[] = {
     {Architecture::kLlama, "transformers/models/llama/modeling_llama.py", kLlama},
     {Architecture::kMistral, "transformers/models/mistral/modeling_mistral.py", kMistral},
     {Architecture::kQwen2, "transformers/models/qwen2/modeling_qwen2.py", kQwen2},
+    {Architecture::kQwen3, "transformers/models/qwen3/modeling_qwen3.py", kQwen3},
+    {Architecture::kPhi3, "transformers/models/phi3/modeling_phi3.py", kPhi3},
 };
 
 constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kMistral,
-                                           Architecture::kQwen2};
+                                           Architecture::kQwen2, Architecture::kQwen3,
+                                           Architecture::kPhi3};
 
 const RoleSpec& EmbeddingOf(const FamilyRoles& family) {
   for (const RoleSpec& s : family.roles) {
@@ -251,6 +365,10 @@ const char* TensorRoleName(TensorRole role) {
       return "v_proj";
     case TensorRole::kVBias:
       return "v_proj.bias";
+    case TensorRole::kQNorm:
+      return "q_norm";
+    case TensorRole::kKNorm:
+      return "k_norm";
     case TensorRole::kOProj:
       return "o_proj";
     case TensorRole::kOBias:
@@ -289,6 +407,8 @@ int64_t RoleDimSize(RoleDim dim, const ModelConfig& model) {
       return model.intermediate_size;
     case RoleDim::kVocab:
       return model.vocab_size;
+    case RoleDim::kHeadDim:
+      return model.head_dim;
   }
   return 0;
 }
@@ -329,6 +449,25 @@ std::string RoleTensorName(const RoleSpec& spec, int layer) {
   return name;
 }
 
+std::string RolePartName(const RoleSpec& spec, int layer) {
+  std::string name = RoleTensorName(spec, layer);
+  std::string_view fused;
+  switch (spec.fused) {
+    case FusedTensor::kNone:
+      return name;
+    case FusedTensor::kQkv:
+      fused = "qkv_proj";
+      break;
+    case FusedTensor::kGateUp:
+      fused = "gate_up_proj";
+      break;
+  }
+  const size_t at = name.find(fused);
+  TESSERA_CHECK(at != std::string::npos);  // fused roles name their fused module
+  name.replace(at, fused.size(), TensorRoleName(spec.role));
+  return name;
+}
+
 std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer) {
   if (RoleIsTied(spec, model)) {
     return RoleTensorName(EmbeddingOf(FamilyRolesOf(model.architecture)), layer);
@@ -340,6 +479,39 @@ std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model) {
   std::vector<int64_t> shape;
   for (int d = 0; d < spec.ndim; ++d) shape.push_back(RoleDimSize(spec.shape[d], model));
   return shape;
+}
+
+std::vector<int64_t> RoleSourceShape(const RoleSpec& spec, const ModelConfig& model) {
+  std::vector<int64_t> shape = RoleShape(spec, model);
+  switch (spec.fused) {
+    case FusedTensor::kNone:
+      break;
+    case FusedTensor::kQkv:
+      shape[0] = RoleDimSize(RoleDim::kQueryRows, model) + 2 * RoleDimSize(RoleDim::kKvRows, model);
+      break;
+    case FusedTensor::kGateUp:
+      shape[0] = 2 * RoleDimSize(RoleDim::kIntermediate, model);
+      break;
+  }
+  return shape;
+}
+
+int64_t RoleFusedRowOffset(const RoleSpec& spec, const ModelConfig& model) {
+  switch (spec.fused) {
+    case FusedTensor::kNone:
+      return 0;
+    case FusedTensor::kQkv:
+      if (spec.role == TensorRole::kKProj) return RoleDimSize(RoleDim::kQueryRows, model);
+      if (spec.role == TensorRole::kVProj)
+        return RoleDimSize(RoleDim::kQueryRows, model) + RoleDimSize(RoleDim::kKvRows, model);
+      TESSERA_CHECK(spec.role == TensorRole::kQProj);  // the parts of qkv_proj
+      return 0;
+    case FusedTensor::kGateUp:
+      if (spec.role == TensorRole::kUpProj) return RoleDimSize(RoleDim::kIntermediate, model);
+      TESSERA_CHECK(spec.role == TensorRole::kGateProj);  // the parts of gate_up_proj
+      return 0;
+  }
+  return 0;
 }
 
 int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model) {

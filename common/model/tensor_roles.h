@@ -3,7 +3,7 @@
 //
 // A TensorRole names what a weight does in the forward pass (q_proj,
 // post_attention_layernorm, lm_head, ...), independent of its checkpoint
-// name. Each family (Llama, Mistral, Qwen2) has one table of RoleSpecs giving,
+// name. Each family (Llama, Mistral, Qwen2, Qwen3, Phi3) has one table of RoleSpecs giving,
 // for each role it has:
 //  - the Hugging Face safetensors name, as a pattern in which "{layer}" stands
 //    for the decoder-layer index ("model.layers.{layer}.self_attn.q_proj.weight");
@@ -19,6 +19,11 @@
 //  - when it exists: always, with ModelConfig::attention_bias, or with
 //    ModelConfig::mlp_bias, and whether a tied model reads it from the
 //    embedding instead (lm_head with tie_word_embeddings);
+//  - whether its rows are part of a fused checkpoint tensor (Phi-3's
+//    qkv_proj holds q, k and v stacked along dim 0; gate_up_proj holds gate
+//    then up): the role then keeps its own shape (its parameters) and split,
+//    and is read from its rows of the fused tensor, so each rank reads its q
+//    rows, its k rows and its v rows, never a fraction of the fused tensor;
 //  - the transformers module attribute it comes from, as documentation.
 //
 // The tables are the one home of this knowledge: ShardSpec builds a rank's
@@ -62,6 +67,8 @@ enum class TensorRole {
   kKBias,              // its bias [kv_heads*head_dim]
   kVProj,              // value projection [kv_heads*head_dim, hidden]
   kVBias,              // its bias [kv_heads*head_dim]
+  kQNorm,              // per-head RMSNorm weight on q before RoPE [head_dim] (Qwen3)
+  kKNorm,              // per-head RMSNorm weight on k before RoPE [head_dim] (Qwen3)
   kOProj,              // attention output projection [hidden, heads*head_dim]
   kOBias,              // its bias [hidden]
   kPostAttentionNorm,  // RMSNorm weight before the MLP [hidden]
@@ -74,7 +81,7 @@ enum class TensorRole {
   kFinalNorm,          // RMSNorm weight after the last layer [hidden]
   kLmHead,             // output projection [vocab, hidden]
 };
-inline constexpr int kNumTensorRoles = 19;
+inline constexpr int kNumTensorRoles = 21;
 // "embed_tokens", "input_layernorm", "q_proj", "q_proj.bias", ..., "norm", "lm_head".
 const char* TensorRoleName(TensorRole role);
 
@@ -92,6 +99,7 @@ enum class RoleDim {
   kKvRows,        // num_key_value_heads * head_dim: split on KV-head boundaries
   kIntermediate,  // intermediate_size: split evenly
   kVocab,         // vocab_size: split by padded vocab rows
+  kHeadDim,       // head_dim: never split (a per-head norm weight, replicated)
 };
 // The size of `dim` for `model` (elements).
 int64_t RoleDimSize(RoleDim dim, const ModelConfig& model);
@@ -101,6 +109,13 @@ enum class RoleCondition {
   kAlways,
   kAttentionBias,  // ModelConfig::attention_bias
   kMlpBias,        // ModelConfig::mlp_bias
+};
+
+// A checkpoint tensor that stacks several roles along dim 0.
+enum class FusedTensor {
+  kNone,
+  kQkv,     // [(heads + 2*kv_heads) * head_dim, hidden]: q rows, k rows, v rows (Phi-3 qkv_proj)
+  kGateUp,  // [2 * intermediate, hidden]: gate rows, then up rows (Phi-3 gate_up_proj)
 };
 
 struct RoleSpec {
@@ -124,6 +139,9 @@ struct RoleSpec {
   // from, e.g. "LlamaAttention.q_proj = nn.Linear(hidden, heads*head_dim,
   // bias=attention_bias)".
   const char* source;
+  // kNone, or the fused tensor (hf_name) whose rows this role is: q_proj,
+  // k_proj, v_proj of kQkv; gate_proj, up_proj of kGateUp.
+  FusedTensor fused = FusedTensor::kNone;
 };
 
 // One model family's roles.
@@ -147,11 +165,25 @@ bool RoleIsTied(const RoleSpec& spec, const ModelConfig& model);
 // The role's own HF name: hf_name with "{layer}" replaced by `layer` (ignored
 // for roles that are not per-layer), e.g. "model.layers.3.self_attn.q_proj.weight".
 std::string RoleTensorName(const RoleSpec& spec, int layer);
+// The role's name as a checkpoint that does not fuse it would have it:
+// RoleTensorName, or for a fused role the fused tensor's name with the fused
+// module replaced by the role's ("model.layers.3.self_attn.qkv_proj.weight"
+// -> "model.layers.3.self_attn.k_proj.weight"). Unique per (role, layer).
+std::string RolePartName(const RoleSpec& spec, int layer);
 // The checkpoint tensor the role is read from: RoleTensorName, or for a tied
 // lm_head the embedding's name ("model.embed_tokens.weight").
 std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer);
-// The role's whole shape for `model`, e.g. [heads*head_dim, hidden].
+// The role's whole shape for `model`, e.g. [heads*head_dim, hidden] (for a
+// fused role its own part: k_proj of qkv_proj is [kv_heads*head_dim, hidden]).
 std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model);
+// The shape of the checkpoint tensor the role is read from: RoleShape, or for
+// a fused role the whole fused tensor, e.g. qkv_proj
+// [(heads + 2*kv_heads) * head_dim, hidden].
+std::vector<int64_t> RoleSourceShape(const RoleSpec& spec, const ModelConfig& model);
+// The first row of the role's part in its fused checkpoint tensor (0 when not
+// fused): q 0, k heads*head_dim, v (heads + kv_heads)*head_dim; gate 0, up
+// intermediate.
+int64_t RoleFusedRowOffset(const RoleSpec& spec, const ModelConfig& model);
 // Elements of the role's tensor: the product of RoleShape.
 int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model);
 

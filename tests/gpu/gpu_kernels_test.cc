@@ -137,7 +137,7 @@ TEST_P(Kernels, EmbeddingGatherAndCopyColumnsAreExact) {
 // head dims 16..256, scattered blocks. Covers both CUDA kernels (decode
 // split-K when every sequence has few tokens; tiled prefill otherwise).
 void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, bool decode_only,
-                      uint64_t seed) {
+                      uint64_t seed, int64_t window = 0) {
   kernels::Backend& g = Gpu(dt);
   const int64_t block = 16, num_blocks = 300;
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -182,7 +182,7 @@ void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, boo
   ASSERT_TRUE(kernels::cpu::WriteKv(cpu_cache, k.f32, v.f32, *cpu_batch).ok());
   Tensor ref = Tensor::Empty({tokens, heads * hd});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ASSERT_TRUE(kernels::cpu::PagedAttention(q.f32, cpu_cache, *cpu_batch, scale, ref).ok());
+  ASSERT_TRUE(kernels::cpu::PagedAttention(q.f32, cpu_cache, *cpu_batch, scale, ref, window).ok());
 
   kernels::KvCacheLayer dev_cache{Up(g, kc.raw), Up(g, vc.raw)};
   auto batch = kernels::MakeAttentionBatch(as, tokens, block, num_blocks, g);
@@ -192,12 +192,13 @@ void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, boo
   EXPECT_EQ(Down(g, dev_cache.k), Vec(cpu_cache.k)) << "K cache after WriteKv";
   EXPECT_EQ(Down(g, dev_cache.v), Vec(cpu_cache.v)) << "V cache after WriteKv";
   Tensor out = Dev(g, {tokens, heads * hd}, dt);
-  s = kernels::PagedAttention(Up(g, q.raw), dev_cache, *batch, scale, out);
+  s = kernels::PagedAttention(Up(g, q.raw), dev_cache, *batch, scale, out, window);
   ASSERT_TRUE(s.ok()) << s.ToString();
   char what[128];
-  std::snprintf(what, sizeof what, "attention %s h%lld kv%lld d%lld",
+  std::snprintf(what, sizeof what, "attention %s h%lld kv%lld d%lld window %lld",
                 decode_only ? "decode" : "prefill", static_cast<long long>(heads),
-                static_cast<long long>(kv_heads), static_cast<long long>(hd));
+                static_cast<long long>(kv_heads), static_cast<long long>(hd),
+                static_cast<long long>(window));
   ExpectClose(Down(g, out), Vec(ref), dt, what);
 }
 
@@ -211,6 +212,21 @@ TEST_P(Kernels, PagedAttentionMatchesCpu) {
     RunAttentionCase(dt, 16, 2, 128, decode, seed += 10);  // GQA 8
     RunAttentionCase(dt, 4, 1, 16, decode, seed += 10);    // fixture head dim
     RunAttentionCase(dt, 4, 2, 256, decode, seed += 10);   // largest head dim
+  }
+}
+
+// Sliding windows (Mistral, Phi-3): narrower than one key tile, a few tiles,
+// wider than a decode split, and wider than every context (no masking). The
+// decode contexts reach 1500, so whole splits fall before the window.
+TEST_P(Kernels, PagedAttentionSlidingWindowMatchesCpu) {
+  const DType dt = GetParam();
+  uint64_t seed = 900;
+  for (int64_t window : {1, 5, 37, 300, 4096}) {
+    for (bool decode : {true, false}) {
+      RunAttentionCase(dt, 8, 2, 64, decode, seed += 10, window);    // GQA 4
+      RunAttentionCase(dt, 4, 1, 16, decode, seed += 10, window);    // fixture head dim
+      RunAttentionCase(dt, 32, 8, 128, decode, seed += 10, window);  // Mistral-7B shape
+    }
   }
 }
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Random-weight Llama checkpoints and transformers references, made on the GPU machine.
+"""Random-weight Llama-family checkpoints and transformers references, made on the GPU machine.
 
   hf_reference.py make --out DIR [--hidden 4096 --layers 8 --heads 32 --kv-heads 32
-                                  --intermediate 11008 --vocab 32000 --seed 0]
-      Builds LlamaForCausalLM from a config with random weights directly on the GPU
+                                  --intermediate 11008 --vocab 32000 --seed 0
+                                  --family llama|qwen3|phi3|mistral --sliding-window N]
+      Builds the family's ForCausalLM (default Llama; qwen3: head_dim 128 and q/k
+      norms; phi3: fused qkv/gate_up and longrope with original_max_position_embeddings
+      256, so the 511-token prompt takes the long factors; mistral: --sliding-window,
+      default 64, which every prompt but the shortest passes) from a config with random
+      weights directly on the GPU
       (normal, std = initializer_range 0.02; every RMSNorm weight 1 + 0.2 * randn so
       a loader that leaves norms at 1 fails) and saves it in bfloat16 with
       save_pretrained (safetensors shards).
@@ -29,19 +34,29 @@ import time
 
 def make(args):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(args.seed)
-    cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.intermediate,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
-                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
-                      tie_word_embeddings=False, initializer_range=0.02,
-                      bos_token_id=1, eos_token_id=2)
+    common = dict(hidden_size=args.hidden, intermediate_size=args.intermediate,
+                  num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                  num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
+                  max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                  tie_word_embeddings=False, initializer_range=0.02,
+                  bos_token_id=1, eos_token_id=2)
+    if args.family == "qwen3":
+        common.update(head_dim=128, attention_bias=False, use_sliding_window=False)
+    elif args.family == "phi3":
+        half = args.hidden // args.heads // 2
+        common.update(original_max_position_embeddings=256, pad_token_id=None,
+                      rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(half)],
+                                    "long_factor": [1.0 + 0.5 * i for i in range(half)]})
+    elif args.family == "mistral":
+        common.update(sliding_window=args.sliding_window)
+    cfg = AutoConfig.for_model(args.family, **common)
     t0 = time.time()
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
+        model = AutoModelForCausalLM.from_config(cfg)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
@@ -113,6 +128,8 @@ def main(argv=None):
     m.add_argument("--intermediate", type=int, default=11008)
     m.add_argument("--vocab", type=int, default=32000)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--family", choices=["llama", "qwen3", "phi3", "mistral"], default="llama")
+    m.add_argument("--sliding-window", type=int, default=64)
     r = sub.add_parser("reference")
     r.add_argument("--model", required=True)
     r.add_argument("--out", required=True)

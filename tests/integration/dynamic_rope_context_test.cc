@@ -38,10 +38,10 @@ TEST(ModelContextLimit, DynamicNtkRunsPastMaxPositionEmbeddings) {
   EXPECT_EQ(p.max_tokens, 128);
   EXPECT_EQ(p.default_tokens, 128);
   EXPECT_EQ(p.bound, "max_position_embeddings 128");
-  // A sliding window bounds a dynamic context.
+  // A sliding window bounds nothing: attention applies it past any length.
   ModelConfig windowed = *dynamic;
   windowed.sliding_window = 64;
-  EXPECT_EQ(ModelContextLimit(windowed).max_tokens, 64);
+  EXPECT_TRUE(ModelContextLimit(windowed).unbounded());
 }
 
 class DynamicRopeDaemons : public Daemons {

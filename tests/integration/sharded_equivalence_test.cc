@@ -210,6 +210,29 @@ std::vector<Case> Cases() {
       {"qwen2_bias_f16", PerStage({1, 2})},       // vocab 1001 padded on the last stage only
       {"llama3_headdim_sharded", PerStage({1, 2, 4}, {1, 1, 1})},  // 3 stages, growing
       {"mistral_dynamic", PerStage({4, 1})},  // 1 KV head replicated 4 ways, then whole
+      // Qwen3: per-head q/k norms (replicated [head_dim] weights, local to a
+      // rank's heads), head_dim 32 != hidden / heads, a tied head.
+      {"qwen3_qknorm_tied", {1, 1, {}}},
+      {"qwen3_qknorm_tied", {2, 1, {}}},
+      {"qwen3_qknorm_tied", {4, 1, {}}},  // 2 KV heads < tp = 4: k_norm on a replicated head
+      {"qwen3_qknorm_tied", {1, 2, {}}},  // the tied head under pp
+      {"qwen3_qknorm_tied", {2, 2, {}}},
+      {"qwen3_qknorm_tied", PerStage({4, 2})},
+      // Phi-3: fused qkv_proj / gate_up_proj read per part, longrope.
+      {"phi3_fused_longrope_bf16", {1, 1, {}}},
+      {"phi3_fused_longrope_bf16", {2, 1, {}}},
+      {"phi3_fused_longrope_bf16", {4, 1, {}}},
+      {"phi3_fused_longrope_bf16", {1, 2, {}}},
+      {"phi3_fused_longrope_bf16", {2, 2, {}}},
+      {"phi3_fused_longrope_bf16", PerStage({2, 4})},  // 4 KV heads: whole, then 1 per rank
+      // Mistral with a 5-position sliding window: prompts and continuations
+      // run past it, chunked prefill included (max_batch_tokens 24).
+      {"mistral_sliding_window", {1, 1, {}}},
+      {"mistral_sliding_window", {2, 1, {}}},
+      {"mistral_sliding_window", {4, 1, {}}},
+      {"mistral_sliding_window", {1, 2, {}}},
+      {"mistral_sliding_window", {2, 2, {}}},
+      {"mistral_sliding_window", PerStage({1, 2})},
   };
 }
 

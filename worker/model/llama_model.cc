@@ -8,6 +8,7 @@
 
 #include "common/base/logging.h"
 #include "kernels/embedding.h"
+#include "kernels/head_rms_norm.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
@@ -26,7 +27,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
       backend_(backend ? backend : &kernels::CpuBackend()),
       dtype_(backend_->compute_dtype()) {
   TESSERA_CHECK(weights_.layout.tp == 1 || tp_comm_ != nullptr);
-  default_inv_freq_ = RopeInvFreq(config_, config_.max_position_embeddings);
+  // The table of a sequence within the pre-training context (longrope: the
+  // short factors).
+  default_inv_freq_ =
+      RopeInvFreq(config_, config_.rope_scaling.type == RopeType::kLongRope
+                               ? config_.rope_scaling.original_max_position_embeddings
+                               : config_.max_position_embeddings);
   const char* env = std::getenv("TESSERA_CUDA_GRAPHS");
   decode_graphs_ = backend_->device() == Device::kCUDA && !(env && std::strcmp(env, "0") == 0);
 }
@@ -82,11 +88,17 @@ Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInput
     const int64_t seq_len =
         std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
     // Dynamic NTK rope changes inv_freq once a sequence outgrows
-    // max_position_embeddings; every other type uses the fixed table.
+    // max_position_embeddings, longrope (one other table) once it outgrows
+    // original_max_position_embeddings; every other type uses the fixed table.
     Tensor inv = default_inv_freq_dev_;
     if (config_.rope_scaling.type == RopeType::kDynamic &&
         seq_len > config_.max_position_embeddings) {
       TESSERA_ASSIGN_OR_RETURN(inv, UploadF32(RopeInvFreq(config_, seq_len)));
+    } else if (LongRopeSwitched(seq_len)) {
+      if (!long_inv_freq_dev_.defined()) {
+        TESSERA_ASSIGN_OR_RETURN(long_inv_freq_dev_, UploadF32(RopeInvFreq(config_, seq_len)));
+      }
+      inv = long_inv_freq_dev_;
     }
     if (!in.rope.empty() && in.rope.back().end == begin &&
         in.rope.back().inv_freq.raw() == inv.raw() && inv.raw() == default_inv_freq_dev_.raw()) {
@@ -166,8 +178,19 @@ bool LlamaModel::UseDecodeGraph(const StepBatch& batch) const {
     if (config_.rope_scaling.type == RopeType::kDynamic &&
         seq_len > config_.max_position_embeddings)
       return false;
+    if (LongRopeSwitched(seq_len)) return false;
   }
   return true;
+}
+
+// Longrope: the short-factor table while the sequence is at most
+// original_max_position_embeddings long, the long one past it. A sequence
+// that outgrows it is recomputed from an empty cache by the scheduler
+// (common/engine/scheduler.cc, LongRopeRecompute), as transformers' Phi-3
+// generate() does, so its cached keys all carry the long rotation.
+bool LlamaModel::LongRopeSwitched(int64_t seq_len) const {
+  return config_.rope_scaling.type == RopeType::kLongRope &&
+         seq_len > config_.rope_scaling.original_max_position_embeddings;
 }
 
 Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
@@ -278,6 +301,10 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   Tensor q3 = q.Reshape({tokens, lay.heads_local, head_dim});
   Tensor k3 = k.Reshape({tokens, lay.kv_heads_local, head_dim});
   Tensor v3 = v.Reshape({tokens, lay.kv_heads_local, head_dim});
+  // Qwen3: per-head RMSNorm of q and k before RoPE. Each rank normalises its
+  // own heads with the whole (replicated) weight: no communication.
+  if (w.q_norm.defined()) TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(q3, w.q_norm, eps));
+  if (w.k_norm.defined()) TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(k3, w.k_norm, eps));
   for (const RopeSegment& seg : in.rope) {
     Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
     const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
@@ -286,8 +313,13 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   }
   TESSERA_RETURN_IF_ERROR(kernels::WriteKv(cache.layer(local), k3, v3, in.attention));
   TESSERA_ASSIGN_OR_RETURN(Tensor attn, Alloc({tokens, lay.heads_local * head_dim}));
-  TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(
-      q3, cache.layer(local), in.attention, 1.0f / std::sqrt(static_cast<float>(head_dim)), attn));
+  // Longrope scales cos and sin of q and k by attention_factor (1 for every
+  // other type): the scores by its square.
+  const double mscale = config_.rope_scaling.attention_factor;
+  float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (mscale != 1.0) scale = static_cast<float>(scale * mscale * mscale);
+  TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(q3, cache.layer(local), in.attention, scale, attn,
+                                                  config_.sliding_window));
   TESSERA_ASSIGN_OR_RETURN(Tensor o, Alloc({tokens, hidden}));
   TESSERA_RETURN_IF_ERROR(kernels::Linear(attn, w.o_proj, Tensor(), o));
   TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));

@@ -1,9 +1,11 @@
 // LlamaModel: the forward pass of one pipeline stage of a Llama-family
-// decoder (Llama, Mistral, Qwen2), on one tp rank.
+// decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3), on one tp rank.
 //
 // Per layer (HF LlamaDecoderLayer):
 //   x = RMSNorm(h); q,k,v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)
+//   q, k = per-head RMSNorm(q, k) when the layer has q_norm/k_norm (Qwen3)
 //   RoPE(q, k); write k, v to the paged KV cache; a = causal GQA attention
+//   (within sliding_window positions when set: Mistral, Phi-3)
 //   h += AllReduce(a Wo^T) (+bo)          <- row-parallel, one all-reduce
 //   x = RMSNorm(h); h += AllReduce((silu(x Wg^T) * x Wu^T) Wd^T) (+bd)
 // With tp > 1 the q/k/v/gate/up projections are column-parallel and o/down
@@ -25,7 +27,8 @@
 // into the graph's fixed input buffer (one host-to-device copy), the graph
 // is replayed, and the output is copied out: no host synchronisation. The
 // first step of a shape runs eagerly and is then recorded. Steps with
-// prefill chunks, dynamic NTK RoPE past max_position_embeddings, more than
+// prefill chunks, dynamic NTK RoPE past max_position_embeddings, longrope
+// past original_max_position_embeddings, more than
 // kMaxGraphBatch sequences or TESSERA_CUDA_GRAPHS=0 in the environment run
 // eagerly.
 //
@@ -115,6 +118,8 @@ class LlamaModel {
   // The stage's layers on prepared inputs (eager, or being recorded).
   Status Run(const StepInputs& in, const Tensor& hidden_in, KvCache& cache, Tensor& hidden_out);
   bool UseDecodeGraph(const StepBatch& batch) const;
+  // Longrope past original_max_position_embeddings: the long-factor table.
+  bool LongRopeSwitched(int64_t seq_len) const;
   Status GraphForward(const StepBatch& batch, const Tensor& hidden_in, KvCache& cache,
                       Tensor& hidden_out);
   // One decoder layer. `pending` holds the previous layer's (all-reduced)
@@ -129,6 +134,7 @@ class LlamaModel {
   DType dtype_;
   std::vector<float> default_inv_freq_;
   Tensor default_inv_freq_dev_;  // on the backend, made on the first step
+  Tensor long_inv_freq_dev_;     // longrope's long-factor table, made when first needed
 
   // One recorded decode step: fixed input/output buffers and the graph.
   struct DecodeGraph {

@@ -16,10 +16,18 @@ std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len) {
     base = base * std::pow(ratio, static_cast<double>(dim) / static_cast<double>(dim - 2));
   }
   std::vector<float> inv(static_cast<size_t>(dim / 2));
+  // _compute_longrope_parameters: the short factors up to the pre-training
+  // context, the long ones past it.
+  const std::vector<double>* ext = nullptr;
+  if (rs.type == RopeType::kLongRope) {
+    ext = seq_len > rs.original_max_position_embeddings ? &rs.long_factor : &rs.short_factor;
+  }
   for (int64_t i = 0; i < dim / 2; ++i) {
     // HF computes base ** (arange(0, dim, 2) / dim) in fp32.
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(base), exponent);
+    const float pw = std::pow(static_cast<float>(base), exponent);
+    inv[static_cast<size_t>(i)] =
+        ext ? 1.0f / (static_cast<float>((*ext)[static_cast<size_t>(i)]) * pw) : 1.0f / pw;
   }
   if (rs.type == RopeType::kLinear) {
     for (float& f : inv) f = static_cast<float>(f / rs.factor);

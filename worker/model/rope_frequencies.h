@@ -4,7 +4,11 @@
 // (see RopeScaling in common/format/model_config.h). Dynamic NTK scaling
 // depends on the sequence length; RopeInvFreq takes it and callers pass
 // max(position)+1 of the sequence being processed, which is what HF's
-// dynamic_rope_update does for one sequence.
+// dynamic_rope_update does for one sequence. Longrope (Phi-3) switches from
+// its short to its long factors once seq_len passes
+// original_max_position_embeddings, as HF's longrope_frequency_update does;
+// its attention_factor (which scales cos and sin of q and k alike) is applied
+// by the model as attention_factor^2 on the attention scale.
 //
 // Thread-safety: pure function.
 #pragma once

@@ -20,6 +20,7 @@ struct LayerWeights {
   Tensor q_proj, q_bias;      // [heads_local * head_dim, hidden], [..]  column-parallel
   Tensor k_proj, k_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
   Tensor v_proj, v_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor q_norm, k_norm;      // [head_dim] per-head RMSNorm (Qwen3)    replicated, or undefined
   Tensor o_proj;              // [hidden, heads_local * head_dim]        row-parallel
   Tensor o_bias;              // [hidden] added once after the all-reduce, or undefined
   Tensor post_norm;           // [hidden]                                replicated

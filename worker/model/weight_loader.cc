@@ -45,6 +45,10 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
       return &l.v_proj;
     case TensorRole::kVBias:
       return &l.v_bias;
+    case TensorRole::kQNorm:
+      return &l.q_norm;
+    case TensorRole::kKNorm:
+      return &l.k_norm;
     case TensorRole::kOProj:
       return &l.o_proj;
     case TensorRole::kOBias:

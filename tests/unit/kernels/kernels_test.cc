@@ -2,10 +2,12 @@
 // here from the formulas in each header.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "kernels/embedding.h"
+#include "kernels/head_rms_norm.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
@@ -73,6 +75,26 @@ TEST(RmsNorm, MatchesFormulaAndFusedAdd) {
   std::copy(r.data<float>(), r.data<float>() + 16, r0.data<float>());
   ASSERT_TRUE(AddRmsNorm(r, x, w, 1e-6f, y2).ok());
   EXPECT_FLOAT_EQ(r.data<float>()[3], r0.data<float>()[3] + x.data<float>()[3]);
+}
+
+TEST(HeadRmsNorm, NormalisesEveryHeadOnItsOwn) {
+  // [tokens 3, heads 4, head_dim 8]: each (token, head) row is RmsNorm'd with
+  // the same [head_dim] weight, exactly what RmsNorm does to the rows of the
+  // [12, 8] view.
+  Tensor x = Random({3, 4, 8}, 30), w = Random({8}, 31);
+  Tensor want = Tensor::Empty({12, 8});
+  ASSERT_TRUE(RmsNorm(x.Reshape({12, 8}), w, 1e-6f, want).ok());
+  // Heads differ in scale, so a norm over the whole row would differ.
+  for (int64_t i = 0; i < 8; ++i) x.data<float>()[8 + i] *= 10.0f;
+  Tensor scaled_want = Tensor::Empty({12, 8});
+  ASSERT_TRUE(RmsNorm(x.Reshape({12, 8}), w, 1e-6f, scaled_want).ok());
+  ASSERT_TRUE(HeadRmsNorm(x, w, 1e-6f).ok());
+  for (int64_t i = 0; i < 96; ++i) EXPECT_EQ(x.data<float>()[i], scaled_want.data<float>()[i]) << i;
+  for (int64_t i = 16; i < 96; ++i) EXPECT_EQ(x.data<float>()[i], want.data<float>()[i]) << i;
+  Tensor bad_w = Random({4}, 32);
+  Status s = HeadRmsNorm(x, bad_w, 1e-6f);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s.message();
 }
 
 TEST(SiluMul, MatchesFormula) {
@@ -151,16 +173,18 @@ TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
   EXPECT_NEAR(r[1], o[1] * std::cos(1.5f) - o[3] * std::sin(1.5f), 1e-6);
 }
 
-// Dense causal GQA attention, the textbook formula, for comparison.
-std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  int64_t start) {
+// Dense causal GQA attention, the textbook formula, for comparison; with
+// window > 0 the query at position p sees positions (p - window, p].
+std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t start,
+                                  int64_t window = 0) {
   const int64_t n = q.dim(0), h = q.dim(1), d = q.dim(2), kvh = k.dim(1), ctx = k.dim(0);
   std::vector<float> out(static_cast<size_t>(n * h * d), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t hh = 0; hh < h; ++hh) {
       const int64_t g = hh / (h / kvh);
       std::vector<double> s;
-      for (int64_t p = 0; p <= start + t && p < ctx; ++p) {
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, start + t - window + 1) : 0;
+      for (int64_t p = lo; p <= start + t && p < ctx; ++p) {
         double dot = 0;
         for (int64_t i = 0; i < d; ++i)
           dot += q.data<float>()[(t * h + hh) * d + i] * k.data<float>()[(p * kvh + g) * d + i];
@@ -172,7 +196,7 @@ std::vector<float> DenseAttention(const Tensor& q, const Tensor& k, const Tensor
         for (int64_t i = 0; i < d; ++i)
           out[static_cast<size_t>((t * h + hh) * d + i)] +=
               static_cast<float>(s[p] / den) *
-              v.data<float>()[(static_cast<int64_t>(p) * kvh + g) * d + i];
+              v.data<float>()[(static_cast<int64_t>(lo + p) * kvh + g) * d + i];
     }
   return out;
 }
@@ -211,6 +235,54 @@ TEST(PagedAttention, MatchesDenseCausalGqaAcrossScatteredBlocks) {
   std::vector<int32_t> bad_table = {5, 8};
   auto bad_block = Batch({{0, 1, 5, bad_table}}, 1, cache);
   EXPECT_EQ(bad_block.status().code(), StatusCode::kOutOfRange);
+}
+
+// A 3-position sliding window over a context of 11: the prefill rows past
+// the window and every decode step drop the oldest positions, as the dense
+// formula with the window does, and differ from full causal attention.
+TEST(PagedAttention, SlidingWindowSeesOnlyTheLastWindowPositions) {
+  const int64_t heads = 4, kv_heads = 2, d = 8, block = 4, ctx = 11, window = 3;
+  KvCacheLayer cache{Tensor::Zeros({8, block, kv_heads, d}),
+                     Tensor::Zeros({8, block, kv_heads, d})};
+  Tensor k = Random({ctx, kv_heads, d}, 41), v = Random({ctx, kv_heads, d}, 42);
+  Tensor q = Random({ctx, heads, d}, 43);
+  std::vector<int32_t> table = {6, 1, 3};
+  const float scale = 1.0f / std::sqrt(8.0f);
+  auto prefill = Batch({{0, 7, 0, table}}, 7, cache);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  ASSERT_TRUE(WriteKv(cache, k.Slice0(0, 7), v.Slice0(0, 7), *prefill).ok());
+  Tensor out = Tensor::Empty({7, heads * d});
+  ASSERT_TRUE(PagedAttention(q.Slice0(0, 7), cache, *prefill, scale, out, window).ok());
+  const auto ref = DenseAttention(q.Slice0(0, 7), k, v, 0, window);
+  const auto full = DenseAttention(q.Slice0(0, 7), k, v, 0);
+  double differs = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    EXPECT_NEAR(out.data<float>()[i], ref[static_cast<size_t>(i)], 1e-5) << i;
+    differs = std::max(differs, std::abs(static_cast<double>(ref[static_cast<size_t>(i)]) -
+                                         full[static_cast<size_t>(i)]));
+  }
+  EXPECT_GT(differs, 1e-2) << "the window must mask something past position 2";
+  // Rows within the window equal full attention (positions 0..2).
+  for (int64_t i = 0; i < 3 * heads * d; ++i)
+    EXPECT_NEAR(out.data<float>()[i], full[static_cast<size_t>(i)], 1e-5) << i;
+  for (int64_t p = 7; p < ctx; ++p) {
+    auto dec = Batch({{0, 1, static_cast<int32_t>(p), table}}, 1, cache);
+    ASSERT_TRUE(dec.ok());
+    ASSERT_TRUE(WriteKv(cache, k.Slice0(p, p + 1), v.Slice0(p, p + 1), *dec).ok());
+    Tensor o1 = Tensor::Empty({1, heads * d});
+    ASSERT_TRUE(PagedAttention(q.Slice0(p, p + 1), cache, *dec, scale, o1, window).ok());
+    const auto r1 = DenseAttention(q.Slice0(p, p + 1), k, v, p, window);
+    for (int64_t i = 0; i < o1.numel(); ++i)
+      EXPECT_NEAR(o1.data<float>()[i], r1[static_cast<size_t>(i)], 1e-5) << "position " << p;
+  }
+  // A window wider than the context is full causal attention.
+  Tensor wide = Tensor::Empty({7, heads * d});
+  ASSERT_TRUE(PagedAttention(q.Slice0(0, 7), cache, *prefill, scale, wide, 64).ok());
+  for (int64_t i = 0; i < wide.numel(); ++i)
+    EXPECT_NEAR(wide.data<float>()[i], full[static_cast<size_t>(i)], 1e-5) << i;
+  Status neg = PagedAttention(q.Slice0(0, 7), cache, *prefill, scale, wide, -1);
+  EXPECT_EQ(neg.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(neg.message().find("sliding window"), std::string::npos) << neg.message();
 }
 
 TEST(TensorOps, AddGatherAndCopyColumns) {

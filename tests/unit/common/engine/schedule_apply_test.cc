@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
+#include <vector>
 
 #include "common/engine/scheduler.h"
 
@@ -416,6 +418,57 @@ TEST(ScheduleApply, CancelWhileInFlightDropsTheToken) {
   EXPECT_EQ(rig.done[a].finish_reason, FinishReason::kCancelled);
   EXPECT_TRUE(rig.done[a].tokens.empty());
   EXPECT_EQ(rig.scheduler->running(), 0u);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Longrope (Phi-3): a sequence that outgrows original_max_position_embeddings
+// is recomputed from an empty cache, with prompt_len = the recomputed length
+// (what makes the workers take the long factors), once; a prompt longer
+// than the pre-training context is never recomputed; other RoPE types never.
+TEST(ScheduleApply, LongropeRecomputesASequenceOnceWhenItOutgrowsThePretrainingContext) {
+  for (bool longrope : {true, false}) {
+    SCOPED_TRACE(longrope ? "longrope" : "default rope");
+    Rig rig(16);
+    if (longrope) {
+      rig.config.rope_scaling.type = RopeType::kLongRope;
+      rig.config.rope_scaling.original_max_position_embeddings = 6;
+    }
+    rig.scheduler = std::make_unique<Scheduler>(rig.config, nullptr, &rig.allocator, 4, nullptr,
+                                                SchedulerOptions{});
+    const int64_t a = rig.Add({1, 2, 3, 4}, 6);
+    std::vector<std::tuple<int32_t, int32_t, int32_t>> steps;  // start_pos, num_tokens, prompt_len
+    for (int i = 0; i < 20 && (rig.scheduler->running() || rig.scheduler->waiting()); ++i) {
+      StepPlan p = rig.scheduler->Schedule(1);
+      for (const auto& b : p.submit)
+        for (const SeqStep& s : b.batch.seqs)
+          steps.emplace_back(s.start_pos, s.num_tokens, s.prompt_len);
+      ASSERT_TRUE(rig.Run(p).ok());
+    }
+    using T = std::tuple<int32_t, int32_t, int32_t>;
+    if (longrope) {
+      // Prefill 4, decode at 4 and 5; at length 7 > 6 the whole sequence again.
+      EXPECT_EQ(steps,
+                (std::vector<T>{{0, 4, 4}, {4, 1, 4}, {5, 1, 4}, {0, 7, 7}, {7, 1, 7}, {8, 1, 7}}));
+      EXPECT_EQ(rig.scheduler->stats().longrope_recomputes, 1);
+    } else {
+      EXPECT_EQ(steps,
+                (std::vector<T>{{0, 4, 4}, {4, 1, 4}, {5, 1, 4}, {6, 1, 4}, {7, 1, 4}, {8, 1, 4}}));
+    }
+    EXPECT_EQ(rig.done[a].tokens, std::vector<int32_t>(6, static_cast<int32_t>(100 + a)));
+  }
+  Rig rig(16);
+  rig.config.rope_scaling.type = RopeType::kLongRope;
+  rig.config.rope_scaling.original_max_position_embeddings = 6;
+  rig.scheduler = std::make_unique<Scheduler>(rig.config, nullptr, &rig.allocator, 4, nullptr,
+                                              SchedulerOptions{});
+  rig.Add({1, 2, 3, 4, 5, 6, 7, 8}, 4);  // longer than 6 from the start
+  rig.Drain();
+  EXPECT_EQ(rig.scheduler->stats().longrope_recomputes, 0);
 }
 
 }  // namespace

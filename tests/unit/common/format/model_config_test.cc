@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,40 @@ const char* kQwen2 = R"({
 })";
 
 StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(2), "m/config.json"); }
+
+// Qwen3-8B, as published (head_dim 128 is not hidden / heads = 128 by
+// coincidence only: Qwen3-0.6B has hidden 1024, 16 heads, head_dim 128).
+const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936
+})";
+
+// Phi-3-mini-128k-instruct's shape (its factor lists shortened to values
+// filled in by Phi3Longrope below).
+const char* kPhi3 = R"({
+  "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+  "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+  "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072,
+  "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 32, "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+  "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 262144,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064
+})";
+
+json Phi3Longrope(const char* type, size_t n) {
+  std::vector<double> short_f(n), long_f(n);
+  for (size_t i = 0; i < n; ++i) {
+    short_f[i] = 1.0 + 0.01 * static_cast<double>(i);
+    long_f[i] = 2.0 + 0.5 * static_cast<double>(i);
+  }
+  return {{"type", type}, {"short_factor", short_f}, {"long_factor", long_f}};
+}
 
 // `base` with `patch` merged in (a null value in the patch deletes the key).
 json Patched(const char* base, const json& patch) {
@@ -253,7 +288,8 @@ TEST(ModelConfig, UnsupportedArchitecture) {
   ExpectError(Parse(Patched(kLlama31, {{"architectures", json::array({"GPT2LMHeadModel"})}})),
               StatusCode::kUnimplemented,
               {"m/config.json", "'architectures'", "GPT2LMHeadModel",
-               "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM"});
+               "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+               "Phi3ForCausalLM"});
 }
 
 TEST(ModelConfig, UnsupportedRopeType) {
@@ -297,10 +333,84 @@ TEST(ModelConfig, InvalidValues) {
               {"a.json", "not a JSON object"});
 }
 
-TEST(ModelConfig, SlidingWindowIsUnimplemented) {
-  // Mistral-7B-v0.1 uses a 4096 window over a 32768 context.
-  ExpectError(Parse(Patched(kMistral, {{"sliding_window", 4096}})), StatusCode::kUnimplemented,
-              {"m/config.json", "'sliding_window'", "4096"});
+TEST(ModelConfig, Qwen3ReadsAttentionBiasAndHasNoMlpBias) {
+  auto c = ParseModelConfig(kQwen3, "qwen3/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, Architecture::kQwen3);
+  EXPECT_STREQ(ArchitectureName(c->architecture), "Qwen3ForCausalLM");
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_EQ(c->head_dim, 128);
+  // q/k/v/o, the two norms and the per-head q_norm/k_norm [head_dim].
+  EXPECT_EQ(LayerParameterCount(*c),
+            1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072 + 2 * 1024 + 2 * 128);
+  // Qwen3 reads attention_bias (q, k, v and o), unlike Qwen2.
+  EXPECT_TRUE(Parse(Patched(kQwen3, {{"attention_bias", true}}))->attention_bias);
+  EXPECT_FALSE(Parse(Patched(kQwen3, {{"mlp_bias", true}}))->mlp_bias);
+  // A model_type fallback, and per-layer windows that mask are refused.
+  EXPECT_EQ(Parse(Patched(kQwen3, {{"architectures", nullptr}}))->architecture,
+            Architecture::kQwen3);
+  ExpectError(Parse(Patched(kQwen3, {{"use_sliding_window", true},
+                                     {"sliding_window", 4096},
+                                     {"max_window_layers", 14}})),
+              StatusCode::kUnimplemented, {"'use_sliding_window'", "4096", "Qwen3ForCausalLM"});
+}
+
+TEST(ModelConfig, Phi3LongropeAndItsAttentionFactor) {
+  for (const char* type : {"su", "longrope"}) {
+    SCOPED_TRACE(type);
+    auto c = Parse(Patched(kPhi3, {{"rope_scaling", Phi3Longrope(type, 48)}}));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->architecture, Architecture::kPhi3);
+    EXPECT_FALSE(c->attention_bias);
+    EXPECT_FALSE(c->mlp_bias);
+    EXPECT_EQ(c->rope_scaling.type, RopeType::kLongRope);
+    EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+    ASSERT_EQ(c->rope_scaling.short_factor.size(), 48u);
+    EXPECT_DOUBLE_EQ(c->rope_scaling.long_factor[3], 3.5);
+    // transformers: factor = 131072 / 4096 = 32, sqrt(1 + ln 32 / ln 4096).
+    EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor,
+                     std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)));
+    EXPECT_EQ(c->sliding_window, 262144);
+  }
+  json given = Phi3Longrope("longrope", 48);
+  given["attention_factor"] = 1.25;
+  EXPECT_DOUBLE_EQ(Parse(Patched(kPhi3, {{"rope_scaling", given}}))->rope_scaling.attention_factor,
+                   1.25);
+  // Phi-3-mini-4k: no scaling, attention factor 1.
+  auto plain = Parse(json::parse(kPhi3));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->rope_scaling.type, RopeType::kDefault);
+  EXPECT_DOUBLE_EQ(plain->rope_scaling.attention_factor, 1.0);
+  // Fused q|k|v and gate|up count as their parts: the same parameters as
+  // the unfused layout.
+  EXPECT_EQ(LayerParameterCount(*plain), 3072 * 3072 * 4 + 3 * 3072 * 8192 + 2 * 3072);
+  ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", Phi3Longrope("longrope", 47)}})),
+              StatusCode::kInvalidArgument,
+              {"'rope_scaling'", "head_dim / 2 = 48", "got 47 and 47"});
+  json missing = Phi3Longrope("su", 48);
+  missing.erase("long_factor");
+  ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", missing}})), StatusCode::kInvalidArgument,
+              {"'rope_scaling.long_factor'"});
+  ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", Phi3Longrope("su", 48)},
+                                    {"original_max_position_embeddings", 1}})),
+              StatusCode::kInvalidArgument, {"'original_max_position_embeddings'", "at least 2"});
+  ExpectError(Parse(Patched(kPhi3, {{"partial_rotary_factor", 0.75}})), StatusCode::kUnimplemented,
+              {"'partial_rotary_factor'", "0.75"});
+  EXPECT_TRUE(Parse(Patched(kPhi3, {{"partial_rotary_factor", 1.0}})).ok());
+  ExpectError(Parse(Patched(kPhi3, {{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}})),
+              StatusCode::kUnimplemented, {"'rope_scaling.type'", "yarn", "longrope (su)"});
+}
+
+TEST(ModelConfig, SlidingWindowOnEveryLayerIsReadPerLayerWindowsAreRefused) {
+  // Mistral-7B-v0.1 uses a 4096 window over a 32768 context: every layer.
+  auto mistral = Parse(Patched(kMistral, {{"sliding_window", 4096}}));
+  ASSERT_TRUE(mistral.ok()) << mistral.status().ToString();
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_EQ(Parse(json::parse(kMistral))->sliding_window, 0);  // null: no window
+  // Phi-3-mini-4k: 2047 over 4096.
+  EXPECT_EQ(Parse(Patched(kPhi3, {{"sliding_window", 2047}}))->sliding_window, 2047);
+  // Qwen2's window applies to layers >= max_window_layers only: refused.
   ExpectError(Parse(Patched(kQwen2, {{"use_sliding_window", true},
                                      {"sliding_window", 4096},
                                      {"max_window_layers", 12}})),

@@ -727,6 +727,45 @@ TEST(ShardSpec, RejectsBadRankAndConfig) {
   EXPECT_THAT(sv.status().message(), HasSubstr("vocab_size=0"));
 }
 
+// Qwen3's q_norm / k_norm normalise each head with one [head_dim] weight, so
+// every tp rank holds the whole weight and normalises its own heads: the norm
+// needs no communication and no slicing, whatever the tp.
+TEST(ShardSpec, Qwen3HeadNormsAreWholeOnEveryRank) {
+  ModelConfig m;  // Qwen3-0.6B's attention: 16 heads, 8 KV heads, head_dim 128
+  m.architecture = Architecture::kQwen3;
+  m.hidden_size = 1024;
+  m.intermediate_size = 3072;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 16;
+  m.num_key_value_heads = 8;
+  m.head_dim = 128;
+  m.vocab_size = 1000;
+  m.tie_word_embeddings = true;
+  for (int tp : {1, 2, 4, 8, 16}) {
+    auto pc = ParallelConfig::Make(m, tp, 1);
+    ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+    for (int r = 0; r < tp; ++r) {
+      SCOPED_TRACE(::testing::Message() << "tp=" << tp << " rank " << r);
+      auto spec = ShardSpec::Make(m, *pc, r);
+      ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+      for (TensorRole role : {TensorRole::kQNorm, TensorRole::kKNorm}) {
+        auto t = spec->Find(role, 1);
+        ASSERT_TRUE(t.ok()) << t.status().ToString();
+        EXPECT_EQ((*t)->kind, SplitKind::kReplicated);
+        EXPECT_EQ((*t)->split_dim, -1);
+        EXPECT_EQ((*t)->local_shape, (std::vector<int64_t>{128}));
+      }
+      EXPECT_EQ((*spec->Find("model.layers.0.self_attn.q_norm.weight"))->role, TensorRole::kQNorm);
+      // q_proj: rows of this rank's heads, 128 per head (head_dim decoupled).
+      auto q = spec->Find(TensorRole::kQProj, 0);
+      ASSERT_TRUE(q.ok());
+      EXPECT_EQ((*q)->begin, r * (16 / tp) * 128);
+      EXPECT_EQ((*q)->end, (r + 1) * (16 / tp) * 128);
+      EXPECT_EQ((*q)->full_shape, (std::vector<int64_t>{2048, 1024}));
+    }
+  }
+}
+
 TEST(ShardSpec, SplitKindNames) {
   EXPECT_STREQ(SplitKindName(SplitKind::kReplicated), "replicated");
   EXPECT_STREQ(SplitKindName(SplitKind::kColumnParallel), "column-parallel");

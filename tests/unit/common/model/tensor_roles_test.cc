@@ -35,10 +35,18 @@ namespace fs = std::filesystem;
 // against the table's own rules only (and by shard_spec_test's literal
 // name list for a biased Llama).
 const std::set<std::pair<Architecture, TensorRole>> kNotInAnyFixture = {
-    {Architecture::kLlama, TensorRole::kQBias},    {Architecture::kLlama, TensorRole::kKBias},
-    {Architecture::kLlama, TensorRole::kVBias},    {Architecture::kLlama, TensorRole::kOBias},
-    {Architecture::kLlama, TensorRole::kGateBias}, {Architecture::kLlama, TensorRole::kUpBias},
+    {Architecture::kLlama, TensorRole::kQBias},
+    {Architecture::kLlama, TensorRole::kKBias},
+    {Architecture::kLlama, TensorRole::kVBias},
+    {Architecture::kLlama, TensorRole::kOBias},
+    {Architecture::kLlama, TensorRole::kGateBias},
+    {Architecture::kLlama, TensorRole::kUpBias},
     {Architecture::kLlama, TensorRole::kDownBias},
+    // Qwen3 configs leave attention_bias false (the fixture too).
+    {Architecture::kQwen3, TensorRole::kQBias},
+    {Architecture::kQwen3, TensorRole::kKBias},
+    {Architecture::kQwen3, TensorRole::kVBias},
+    {Architecture::kQwen3, TensorRole::kOBias},
 };
 
 std::vector<std::string> FixtureModels() {
@@ -51,7 +59,7 @@ std::vector<std::string> FixtureModels() {
 }
 
 TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
-  ASSERT_EQ(AllArchitectures().size(), 3u);
+  ASSERT_EQ(AllArchitectures().size(), 5u);
   for (Architecture arch : AllArchitectures()) {
     SCOPED_TRACE(ArchitectureName(arch));
     const FamilyRoles& family = FamilyRolesOf(arch);
@@ -90,6 +98,23 @@ TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
       }
       EXPECT_EQ(rs.add_after_all_reduce, bias && rs.split == SplitKind::kReplicated) << name;
       EXPECT_EQ(rs.tied_to_embedding, rs.role == TensorRole::kLmHead) << name;
+      // Fused roles: column-parallel parts of qkv_proj (q, k, v) or
+      // gate_up_proj (gate, up), named after the fused tensor.
+      switch (rs.fused) {
+        case FusedTensor::kNone:
+          break;
+        case FusedTensor::kQkv:
+          EXPECT_TRUE(rs.role == TensorRole::kQProj || rs.role == TensorRole::kKProj ||
+                      rs.role == TensorRole::kVProj);
+          EXPECT_NE(name.find(".qkv_proj.weight"), std::string::npos) << name;
+          EXPECT_EQ(rs.split, SplitKind::kColumnParallel) << name;
+          break;
+        case FusedTensor::kGateUp:
+          EXPECT_TRUE(rs.role == TensorRole::kGateProj || rs.role == TensorRole::kUpProj);
+          EXPECT_NE(name.find(".gate_up_proj.weight"), std::string::npos) << name;
+          EXPECT_EQ(rs.split, SplitKind::kColumnParallel) << name;
+          break;
+      }
     }
     // Every family has the roles a decoder needs.
     for (TensorRole r : {TensorRole::kEmbedTokens, TensorRole::kInputNorm, TensorRole::kQProj,
@@ -177,20 +202,29 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
     (m.tie_word_embeddings ? tied_met : untied_met).insert(m.architecture);
 
     std::set<std::string> expected;  // checkpoint tensors the table claims
+    // Fused tensors: the rows their parts claim, [begin, end) in claim order.
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> fused_rows;
     int64_t layer0_elements = 0;
     auto check = [&](const RoleSpec& rs, int layer) {
       if (!RolePresent(rs, m)) return;
       const std::string name = RoleSourceName(rs, m, layer);
       auto info = (*ckpt)->Find(name);
       ASSERT_TRUE(info.ok()) << TensorRoleName(rs.role) << ": " << info.status().ToString();
-      EXPECT_EQ(info->shape, RoleShape(rs, m)) << name;
+      EXPECT_EQ(info->shape, RoleSourceShape(rs, m)) << name;
       met.insert({m.architecture, rs.role});
       if (RoleIsTied(rs, m)) {
         EXPECT_FALSE((*ckpt)->Has(RoleTensorName(rs, layer))) << "a tied model has no " << name;
         return;  // the embedding's tensor, claimed by kEmbedTokens
       }
+      if (layer == 0) layer0_elements += RoleNumel(rs, m);
+      if (rs.fused != FusedTensor::kNone) {
+        const int64_t begin = RoleFusedRowOffset(rs, m);
+        fused_rows[name].push_back({begin, begin + RoleShape(rs, m)[0]});
+        EXPECT_EQ(RoleShape(rs, m)[1], info->shape[1]) << name;
+        expected.insert(name);
+        return;
+      }
       EXPECT_TRUE(expected.insert(name).second) << name << " claimed twice";
-      if (layer == 0) layer0_elements += info->NumElements();
     };
     for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) {
       if (rs.place != RolePlace::kLayer) {
@@ -198,6 +232,18 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
         continue;
       }
       for (int layer = 0; layer < m.num_hidden_layers; ++layer) check(rs, layer);
+    }
+
+    // The parts of a fused tensor tile its rows, in order, exactly once.
+    for (const auto& [name, parts] : fused_rows) {
+      auto info = (*ckpt)->Find(name);
+      ASSERT_TRUE(info.ok());
+      int64_t next = 0;
+      for (const auto& [begin, end] : parts) {
+        EXPECT_EQ(begin, next) << name;
+        next = end;
+      }
+      EXPECT_EQ(next, info->shape[0]) << name;
     }
 
     const std::vector<std::string> names = (*ckpt)->TensorNames();
@@ -227,12 +273,80 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
   EXPECT_TRUE(untied_met.count(Architecture::kLlama));
 }
 
+TEST(TensorRoles, Phi3RolesAreRowsOfTheFusedTensors) {
+  ModelConfig m;
+  m.architecture = Architecture::kPhi3;
+  m.hidden_size = 64;
+  m.intermediate_size = 96;
+  m.num_attention_heads = 8;
+  m.num_key_value_heads = 4;
+  m.head_dim = 8;
+  m.vocab_size = 512;
+  std::map<TensorRole, const RoleSpec*> by_role;
+  for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) by_role[rs.role] = &rs;
+  const RoleSpec& q = *by_role.at(TensorRole::kQProj);
+  const RoleSpec& k = *by_role.at(TensorRole::kKProj);
+  const RoleSpec& v = *by_role.at(TensorRole::kVProj);
+  EXPECT_EQ(RoleTensorName(k, 1), "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(RolePartName(k, 1), "model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(RolePartName(*by_role.at(TensorRole::kUpProj), 0), "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(RolePartName(*by_role.at(TensorRole::kOProj), 0),
+            "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(RoleShape(q, m), (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(RoleShape(k, m), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(RoleSourceShape(v, m), (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(RoleFusedRowOffset(q, m), 0);
+  EXPECT_EQ(RoleFusedRowOffset(k, m), 64);
+  EXPECT_EQ(RoleFusedRowOffset(v, m), 96);
+  const RoleSpec& gate = *by_role.at(TensorRole::kGateProj);
+  const RoleSpec& up = *by_role.at(TensorRole::kUpProj);
+  EXPECT_EQ(RoleTensorName(up, 0), "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(RoleSourceShape(gate, m), (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(RoleFusedRowOffset(gate, m), 0);
+  EXPECT_EQ(RoleFusedRowOffset(up, m), 96);
+  // Unfused roles read their own tensor from row 0.
+  const RoleSpec& o = *by_role.at(TensorRole::kOProj);
+  EXPECT_EQ(RoleFusedRowOffset(o, m), 0);
+  EXPECT_EQ(RoleSourceShape(o, m), RoleShape(o, m));
+  EXPECT_EQ(by_role.count(TensorRole::kQBias), 0u);  // no biases
+  // The parameters are the parts': qkv 128x64, o 64x64, gate_up 192x64,
+  // down 64x96, two norms.
+  EXPECT_EQ(LayerParameterCount(m), 128 * 64 + 64 * 64 + 192 * 64 + 64 * 96 + 2 * 64);
+}
+
+TEST(TensorRoles, Qwen3PerHeadNormsAreReplicatedHeadDimWeights) {
+  ModelConfig m;
+  m.architecture = Architecture::kQwen3;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 32;
+  m.vocab_size = 512;
+  std::map<TensorRole, const RoleSpec*> by_role;
+  for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) by_role[rs.role] = &rs;
+  for (TensorRole r : {TensorRole::kQNorm, TensorRole::kKNorm}) {
+    const RoleSpec& n = *by_role.at(r);
+    EXPECT_EQ(n.split, SplitKind::kReplicated);
+    EXPECT_EQ(RoleShape(n, m), (std::vector<int64_t>{32}));
+  }
+  EXPECT_EQ(RoleTensorName(*by_role.at(TensorRole::kKNorm), 1),
+            "model.layers.1.self_attn.k_norm.weight");
+  // q [128, 64], k and v [64, 64], o [64, 128], MLP 3 x 128 x 64, two hidden
+  // norms and two head norms; the replicated part is the four norms.
+  EXPECT_EQ(LayerParameterCount(m),
+            128 * 64 + 2 * 64 * 64 + 64 * 128 + 3 * 128 * 64 + 2 * 64 + 2 * 32);
+  EXPECT_EQ(LayerReplicatedParameterCount(m), 2 * 64 + 2 * 32);
+}
+
 TEST(TensorRoles, RoleAndSplitNames) {
   EXPECT_STREQ(TensorRoleName(TensorRole::kEmbedTokens), "embed_tokens");
   EXPECT_STREQ(TensorRoleName(TensorRole::kQBias), "q_proj.bias");
   EXPECT_STREQ(TensorRoleName(TensorRole::kPostAttentionNorm), "post_attention_layernorm");
   EXPECT_STREQ(TensorRoleName(TensorRole::kFinalNorm), "norm");
   EXPECT_STREQ(TensorRoleName(TensorRole::kLmHead), "lm_head");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kQNorm), "q_norm");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kKNorm), "k_norm");
   std::set<std::string> names;
   for (int r = 0; r < kNumTensorRoles; ++r) {
     names.insert(TensorRoleName(static_cast<TensorRole>(r)));

@@ -305,6 +305,8 @@ std::map<std::pair<TensorRole, int>, const Tensor*> HeldByRole(const StageWeight
       {TensorRole::kKBias, &LayerWeights::k_bias},
       {TensorRole::kVProj, &LayerWeights::v_proj},
       {TensorRole::kVBias, &LayerWeights::v_bias},
+      {TensorRole::kQNorm, &LayerWeights::q_norm},
+      {TensorRole::kKNorm, &LayerWeights::k_norm},
       {TensorRole::kOProj, &LayerWeights::o_proj},
       {TensorRole::kOBias, &LayerWeights::o_bias},
       {TensorRole::kPostAttentionNorm, &LayerWeights::post_norm},
