@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -152,10 +153,12 @@ TEST(AttentionKernelChoice, ParsesNamesAndKnowsFlashInferShapes) {
   EXPECT_FALSE(FlashInferTakes(DType::kF32, 32, 8, 128));
   EXPECT_FALSE(FlashInferTakes(DType::kBF16, 4, 2, 256));
   EXPECT_FALSE(FlashInferTakes(DType::kBF16, 10, 2, 64));  // group 5
-  // A CPU-only build has no FlashInfer, and the default follows.
+  // Without TESSERA_ATTENTION the default is FlashInfer exactly when the build has it.
+  ASSERT_EQ(std::getenv("TESSERA_ATTENTION"), nullptr) << "run without TESSERA_ATTENTION set";
   auto chosen = DefaultAttentionKernels();
   ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
-  if (!FlashInferBuilt()) EXPECT_EQ(*chosen, AttentionKernels::kTessera);
+  EXPECT_EQ(*chosen,
+            FlashInferBuilt() ? AttentionKernels::kFlashInfer : AttentionKernels::kTessera);
 }
 
 }  // namespace
