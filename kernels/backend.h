@@ -55,6 +55,9 @@ class Backend {
   virtual DType compute_dtype() const = 0;
   // "cpu" or "cuda:0 (NVIDIA H200)".
   virtual std::string name() const = 0;
+  // The device's streaming multiprocessors (0 on the CPU): how many CTAs a
+  // kernel needs per wave to fill it (DecodeWorkItems, kernels/attention_meta.h).
+  virtual int64_t multiprocessors() const { return 0; }
 
   // An uninitialised tensor of `shape` and `dtype` on this backend's device.
   // Errors: kResourceExhausted naming the bytes asked for when memory runs out.

@@ -45,6 +45,7 @@ class CudaBackendImpl final : public Backend {
   std::string name() const override {
     return "cuda:" + std::to_string(ctx_->device()) + " (" + ctx_->props().name + ")";
   }
+  int64_t multiprocessors() const override { return ctx_->props().multiProcessorCount; }
   cuda::Context* context() { return ctx_.get(); }
 
   StatusOr<Tensor> Allocate(const std::vector<int64_t>& shape, DType dtype) override {

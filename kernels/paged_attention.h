@@ -6,11 +6,9 @@
 // slot p % block_size. Blocks are fixed-size so sequences grow without
 // copying and without reserving max_context up front.
 //
-// A step processes a flat batch of tokens from several sequences with no
-// padding: sequence s covers rows [token_begin, token_begin + num_tokens) of
-// q/k/v and its first token is at absolute position start_pos (the number of
-// tokens already in its cache). Prefill chunks and single decode tokens mix
-// freely.
+// The step's layout (sequences, block tables, the packed device form) is an
+// AttentionBatch (kernels/attention_meta.h). Prefill chunks and single decode
+// tokens mix freely.
 //
 // Grouped-query attention (Ainslie et al. 2023): query head h reads KV head
 // h / (heads / kv_heads). Attention is causal: the token at position p
@@ -24,10 +22,12 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/base/status.h"
 #include "common/base/tensor.h"
+#include "kernels/attention_meta.h"
 #include "kernels/backend.h"
 
 namespace tessera::kernels {
@@ -36,61 +36,6 @@ struct KvCacheLayer {
   Tensor k;  // [num_blocks, block_size, kv_heads, head_dim]
   Tensor v;  // [num_blocks, block_size, kv_heads, head_dim]
 };
-
-struct AttentionSeq {
-  int64_t token_begin = 0;               // first row in the step's q/k/v
-  int64_t num_tokens = 0;                // rows of this sequence in the step
-  int32_t start_pos = 0;                 // absolute position of the first row
-  std::span<const int32_t> block_table;  // covers positions [0, start_pos + num_tokens)
-};
-
-// The layout of one step's sequences, built once per forward step and shared
-// by every layer's WriteKv and PagedAttention. On a CUDA backend it also
-// holds the layout packed into one device I32 tensor (uploaded once per
-// step, not once per layer):
-//   [0, T)            sequence index of every token
-//   [T, 2T)           absolute position of every token
-//   [2T, 2T + 4S)     per sequence: token_begin, num_tokens, start_pos,
-//                     offset of its block table in the tables below
-//   [2T + 4S, ...)    the block tables, concatenated
-struct AttentionBatch {
-  std::vector<AttentionSeq> seqs;
-  int64_t num_tokens = 0;      // T: rows of q/k/v
-  int64_t max_seq_tokens = 0;  // largest num_tokens of a sequence
-  int64_t max_context = 0;     // largest start_pos + num_tokens
-  Tensor device_meta;          // I32 packed layout on the backend's device, or undefined on the CPU
-};
-
-// Checks and packs `seqs` for a cache of `num_blocks` blocks of `block_size`
-// positions. The block tables are referenced, not copied: they must outlive
-// the batch. Errors: kInvalidArgument when the sequences do not tile
-// [0, num_tokens) in order; kOutOfRange when a position has no block in its
-// table or a block id lies outside [0, num_blocks) (naming both).
-StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
-                                            int64_t block_size, int64_t num_blocks,
-                                            Backend& backend);
-
-// MakeAttentionBatch without the upload: checks `seqs` and fills num_tokens,
-// max_seq_tokens and max_context (device_meta stays undefined). Errors: as
-// MakeAttentionBatch.
-StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
-                                             int64_t block_size, int64_t num_blocks);
-
-// The I32 values of the packed device layout of `batch` (see AttentionBatch)
-// for a cache of `block_size`. With table_stride > 0 sequence i's block table
-// starts at offset i * table_stride of the tables region (which then holds
-// S * table_stride values, the unused ones 0): the layout of a CUDA graph,
-// whose pointers and sizes must not change between steps. table_stride must
-// be at least the blocks every sequence needs (TESSERA_CHECKed).
-std::vector<int32_t> PackAttentionMeta(const AttentionBatch& batch, int64_t block_size,
-                                       int64_t table_stride = 0);
-
-// The context length by which the CUDA decode kernel splits its work
-// (flash-decoding): the smallest power of two >= 256 holding max_context.
-// Eager steps and recorded decode graphs (whose split is fixed when they are
-// recorded) both split by it, so a replayed graph computes bit for bit what
-// an eager step computes.
-int64_t DecodeContextBucket(int64_t max_context);
 
 // Writes k/v rows of every sequence into its cache slots.
 // Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
@@ -104,6 +49,33 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                       float scale, Tensor& out, int64_t sliding_window = 0);
 
+// The CUDA attention kernels (the CPU has one implementation).
+//   kFlashInfer: FlashInfer's (flashinfer-python 0.7.4's headers, kernels/flashinfer_launch.h):
+//     paged decode with a host-planned split of long contexts when every sequence of the step
+//     has one token, tensor-core causal prefill over the paged cache otherwise. Shapes
+//     FlashInferTakes() refuses run Tessera's kernels.
+//   kTessera: Tessera's own (kernels/paged_attention_cuda.cu): split-K decode and scalar tiled
+//     prefill, fp32 arithmetic, F32/BF16/F16, head_dim <= 256: the fallback and the parity
+//     reference of the GPU tests.
+enum class AttentionKernels { kFlashInfer, kTessera };
+
+// "flashinfer" or "tessera". Errors: kInvalidArgument naming the value and `what`.
+StatusOr<AttentionKernels> ParseAttentionKernels(const std::string& name, const char* what);
+const char* AttentionKernelsName(AttentionKernels kernels);
+
+// The process's choice: the environment's TESSERA_ATTENTION ("flashinfer" or "tessera"),
+// read once; kFlashInfer when it is unset and the build has FlashInfer, kTessera otherwise.
+// Errors: kInvalidArgument for another value; kFailedPrecondition for "flashinfer" in a build
+// without it (TESSERA_FLASHINFER=OFF), naming the variable.
+StatusOr<AttentionKernels> DefaultAttentionKernels();
+
+// Whether the build has FlashInfer's kernels (CMake TESSERA_FLASHINFER, CUDA builds only).
+bool FlashInferBuilt();
+
+// Whether FlashInfer's kernels are instantiated for the shape: BF16 or F16, head_dim 64 or 128,
+// heads / kv_heads in {1, 2, 3, 4, 6, 8, 16}.
+bool FlashInferTakes(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim);
+
 namespace cpu {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
@@ -112,8 +84,14 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
 
 namespace cuda {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
+// With DefaultAttentionKernels().
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                       float scale, Tensor& out, int64_t sliding_window);
+// With `kernels` (kFlashInfer falls back to Tessera's for a shape FlashInferTakes() refuses, a
+// sliding window, or a build without FlashInfer). A decode graph records the kernels of its
+// first step: `kernels` and the batch's decode_work_items must stay the same for its batch size.
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out, int64_t sliding_window, AttentionKernels kernels);
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -1,100 +1,60 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
+#include "common/base/logging.h"
 #include "kernels/dispatch.h"
 #include "kernels/paged_attention.h"
 
 namespace tessera::kernels {
 
-StatusOr<AttentionBatch> CheckAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
-                                             int64_t block_size, int64_t num_blocks) {
-  AttentionBatch b;
-  b.num_tokens = num_tokens;
-  if (block_size <= 0)
-    return InvalidArgument("attention batch: block_size " + std::to_string(block_size));
-  int64_t next = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const AttentionSeq& s = seqs[i];
-    if (s.token_begin != next || s.num_tokens < 0 || s.start_pos < 0)
-      return InvalidArgument("attention batch: sequence " + std::to_string(i) + " covers rows [" +
-                             std::to_string(s.token_begin) + ", " +
-                             std::to_string(s.token_begin + s.num_tokens) +
-                             "), expected to start at " + std::to_string(next));
-    next += s.num_tokens;
-    const int64_t ctx = s.start_pos + s.num_tokens;
-    const int64_t need = (ctx + block_size - 1) / block_size;
-    if (need > static_cast<int64_t>(s.block_table.size()))
-      return OutOfRange("kv cache: position " + std::to_string(ctx - 1) + " of sequence " +
-                        std::to_string(i) + " needs block index " + std::to_string(need - 1) +
-                        " but the block table has " + std::to_string(s.block_table.size()) +
-                        " blocks");
-    for (int64_t j = 0; j < need; ++j) {
-      const int32_t block = s.block_table[static_cast<size_t>(j)];
-      if (block < 0 || block >= num_blocks)
-        return OutOfRange("kv cache: block id " + std::to_string(block) + " of sequence " +
-                          std::to_string(i) + " outside [0, " + std::to_string(num_blocks) + ")");
-    }
-    b.max_seq_tokens = std::max(b.max_seq_tokens, s.num_tokens);
-    b.max_context = std::max(b.max_context, ctx);
-  }
-  if (next != num_tokens)
-    return InvalidArgument("attention batch: sequences cover " + std::to_string(next) +
-                           " rows, the step has " + std::to_string(num_tokens));
-  b.seqs = std::move(seqs);
-  return b;
+StatusOr<AttentionKernels> ParseAttentionKernels(const std::string& name, const char* what) {
+  if (name == "flashinfer") return AttentionKernels::kFlashInfer;
+  if (name == "tessera") return AttentionKernels::kTessera;
+  return InvalidArgument(std::string(what) + ": attention kernels \"" + name +
+                         "\" (expected \"flashinfer\" or \"tessera\")");
 }
 
-std::vector<int32_t> PackAttentionMeta(const AttentionBatch& b, int64_t block_size,
-                                       int64_t table_stride) {
-  const int64_t T = b.num_tokens, S = static_cast<int64_t>(b.seqs.size());
-  int64_t tables = 0;
-  for (const AttentionSeq& s : b.seqs) {
-    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
-    TESSERA_CHECK(table_stride == 0 || need <= table_stride);
-    tables += table_stride > 0 ? table_stride : need;
-  }
-  std::vector<int32_t> meta(static_cast<size_t>(2 * T + 4 * S + tables), 0);
-  int32_t* m = meta.data();
-  int32_t* seq_info = m + 2 * T;
-  int32_t* tab = seq_info + 4 * S;
-  int64_t off = 0;
-  for (int64_t i = 0; i < S; ++i) {
-    const AttentionSeq& s = b.seqs[static_cast<size_t>(i)];
-    for (int64_t t = 0; t < s.num_tokens; ++t) {
-      m[s.token_begin + t] = static_cast<int32_t>(i);
-      m[T + s.token_begin + t] = static_cast<int32_t>(s.start_pos + t);
-    }
-    const int64_t need = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
-    seq_info[4 * i + 0] = static_cast<int32_t>(s.token_begin);
-    seq_info[4 * i + 1] = static_cast<int32_t>(s.num_tokens);
-    seq_info[4 * i + 2] = s.start_pos;
-    seq_info[4 * i + 3] = static_cast<int32_t>(off);
-    for (int64_t j = 0; j < need; ++j) tab[off + j] = s.block_table[static_cast<size_t>(j)];
-    off += table_stride > 0 ? table_stride : need;
-  }
-  return meta;
+const char* AttentionKernelsName(AttentionKernels kernels) {
+  return kernels == AttentionKernels::kFlashInfer ? "flashinfer" : "tessera";
 }
 
-int64_t DecodeContextBucket(int64_t max_context) {
-  int64_t bucket = 256;
-  while (bucket < max_context) bucket *= 2;
-  return bucket;
+bool FlashInferBuilt() {
+#ifdef TESSERA_WITH_FLASHINFER
+  return true;
+#else
+  return false;
+#endif
 }
 
-StatusOr<AttentionBatch> MakeAttentionBatch(std::vector<AttentionSeq> seqs, int64_t num_tokens,
-                                            int64_t block_size, int64_t num_blocks,
-                                            Backend& backend) {
-  TESSERA_ASSIGN_OR_RETURN(
-      AttentionBatch b, CheckAttentionBatch(std::move(seqs), num_tokens, block_size, num_blocks));
-  if (backend.device() != Device::kCPU) {
-    std::vector<int32_t> meta = PackAttentionMeta(b, block_size);
-    Tensor host = Tensor::Wrap(meta.data(), {static_cast<int64_t>(meta.size())}, DType::kI32,
-                               Device::kCPU, nullptr);
-    TESSERA_ASSIGN_OR_RETURN(b.device_meta, backend.Upload(host));
-  }
-  return b;
+bool FlashInferTakes(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
+  if (head_dim != 64 && head_dim != 128) return false;
+  if (kv_heads <= 0 || heads % kv_heads != 0) return false;
+  const int64_t group = heads / kv_heads;
+  return group == 1 || group == 2 || group == 3 || group == 4 || group == 6 || group == 8 ||
+         group == 16;
+}
+
+StatusOr<AttentionKernels> DefaultAttentionKernels() {
+  // Read once: the environment does not change under a running worker.
+  static const StatusOr<AttentionKernels> chosen = []() -> StatusOr<AttentionKernels> {
+    const char* env = std::getenv("TESSERA_ATTENTION");
+    if (env == nullptr || *env == '\0')
+      return FlashInferBuilt() ? AttentionKernels::kFlashInfer : AttentionKernels::kTessera;
+    TESSERA_ASSIGN_OR_RETURN(AttentionKernels k, ParseAttentionKernels(env, "TESSERA_ATTENTION"));
+    if (k == AttentionKernels::kFlashInfer && !FlashInferBuilt())
+      return FailedPrecondition(
+          "TESSERA_ATTENTION=flashinfer, but this build has no FlashInfer "
+          "(TESSERA_FLASHINFER=OFF)");
+    TESSERA_LOG_INFO("kernels", "TESSERA_ATTENTION={}: CUDA attention uses {} kernels", env,
+                     AttentionKernelsName(k));
+    return k;
+  }();
+  return chosen;
 }
 
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch) {

@@ -1,12 +1,18 @@
-// Tensor-level CUDA KV writes and attention: checks, kernel choice (decode
-// split-K or flash-style prefill) and launch of kernels/paged_attention_cuda.cu.
+// Tensor-level CUDA KV writes and attention: checks, the choice of kernels
+// (FlashInfer's, kernels/flashinfer_launch.h, or Tessera's decode split-K and
+// flash-style prefill, kernels/paged_attention_cuda.cu) and their launch.
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
 #include "kernels/paged_attention.h"
+#ifdef TESSERA_WITH_FLASHINFER
+#include "kernels/flashinfer_launch.h"
+#endif
 
 namespace tessera::kernels::cuda {
 
@@ -17,16 +23,23 @@ namespace {
 // prefill kernel.
 constexpr int64_t kDecodeMaxTokens = 8;
 
+// The packed layout's regions (PackAttentionMeta packs at least one work item per sequence).
+AttentionMetaLayout LayoutOf(const AttentionBatch& b) {
+  const int64_t S = static_cast<int64_t>(b.seqs.size());
+  return MetaLayoutFor(b.num_tokens, S, std::max(b.decode_work_items, S));
+}
+
 StatusOr<AttentionMetaDev> DeviceMeta(const AttentionBatch& b) {
   if (!b.device_meta.defined() || b.device_meta.device() != Device::kCUDA)
     return FailedPrecondition("attention: the AttentionBatch was not built for a CUDA backend");
   const int64_t T = b.num_tokens, S = static_cast<int64_t>(b.seqs.size());
+  const AttentionMetaLayout L = LayoutOf(b);
   const int32_t* m = b.device_meta.data<int32_t>();
   AttentionMetaDev d;
-  d.token_seq = m;
-  d.token_pos = m + T;
-  d.seq_info = m + 2 * T;
-  d.tables = m + 2 * T + 4 * S;
+  d.token_seq = m + L.token_seq;
+  d.token_pos = m + L.token_pos;
+  d.seq_info = m + L.seq_info;
+  d.tables = m + L.tables;
   d.num_tokens = static_cast<int32_t>(T);
   d.num_seqs = static_cast<int32_t>(S);
   d.max_seq_tokens = static_cast<int32_t>(b.max_seq_tokens);
@@ -44,6 +57,107 @@ Status CheckCache(const KvCacheLayer& cache, int64_t kv_heads, int64_t head_dim,
                            std::to_string(head_dim) + " in " + DTypeName(dtype));
   return Status::Ok();
 }
+
+#ifdef TESSERA_WITH_FLASHINFER
+// The step's paged cache as FlashInfer reads it: the cache tensors in place, the page arrays
+// from the packed layout.
+FlashInferPagedKv PagedKvOf(const KvCacheLayer& cache, const AttentionBatch& b) {
+  const int64_t S = static_cast<int64_t>(b.seqs.size());
+  const AttentionMetaLayout L = LayoutOf(b);
+  const int32_t* m = b.device_meta.data<int32_t>();
+  FlashInferPagedKv kv;
+  kv.k_cache = const_cast<void*>(cache.k.raw());
+  kv.v_cache = const_cast<void*>(cache.v.raw());
+  kv.indices = m + L.tables;
+  kv.indptr = m + L.kv_indptr;
+  kv.last_page_len = m + L.kv_last_page_len;
+  kv.num_seqs = static_cast<int32_t>(S);
+  kv.kv_heads = static_cast<int32_t>(cache.k.dim(2));
+  kv.block_size = static_cast<int32_t>(cache.k.dim(1));
+  return kv;
+}
+
+Status FlashInferStatus(cudaError_t e, const std::string& error, const char* call) {
+  if (e == cudaSuccess) return Status::Ok();
+  if (!error.empty()) return Unimplemented(std::string(call) + ": " + error);
+  return CudaError(e, call, __FILE__, __LINE__);
+}
+
+// Decode: one query row per sequence; the work split is the batch's (PackAttentionMeta).
+Status FlashInferDecode(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
+                        float scale, Tensor& out, Context& ctx) {
+  const int64_t S = static_cast<int64_t>(b.seqs.size());
+  const int64_t P = std::max(b.decode_work_items, S), heads = q.dim(1), head_dim = q.dim(2);
+  const AttentionMetaLayout L = LayoutOf(b);
+  const int32_t* m = b.device_meta.data<int32_t>();
+  FlashInferDecodeArgs a;
+  a.kv = PagedKvOf(cache, b);
+  a.q = q.raw();
+  a.out = out.raw();
+  a.heads = static_cast<int32_t>(heads);
+  a.head_dim = static_cast<int32_t>(head_dim);
+  a.scale = scale;
+  a.request = m + L.decode_request;
+  a.kv_tile = m + L.decode_kv_tile;
+  a.o_indptr = m + L.decode_o_indptr;
+  a.chunk = m + L.decode_chunk;
+  a.valid = reinterpret_cast<const uint8_t*>(m + L.decode_valid);
+  a.work_items = static_cast<int32_t>(P);
+  Tensor tmp_v, tmp_s;
+  if (P > S) {
+    TESSERA_ASSIGN_OR_RETURN(tmp_v, ctx.Allocate({P, heads, head_dim}, q.dtype()));
+    TESSERA_ASSIGN_OR_RETURN(tmp_s, ctx.Allocate({P, heads}, DType::kF32));
+    a.tmp_v = tmp_v.raw();
+    a.tmp_s = tmp_s.data<float>();
+  }
+  std::string error;
+  return FlashInferStatus(LaunchFlashInferDecode(q.dtype(), a, ctx.stream(), &error), error,
+                          "FlashInfer BatchDecodeWithPagedKVCache");
+}
+
+// Prefill: the work items (query tiles of each sequence) are planned here and uploaded.
+Status FlashInferPrefill(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
+                         float scale, Tensor& out, Context& ctx) {
+  const int64_t S = static_cast<int64_t>(b.seqs.size());
+  const int64_t heads = q.dim(1), head_dim = q.dim(2), group = heads / cache.k.dim(2);
+  const int32_t tile = FlashInferPrefillTileQ(b.num_tokens, S, group);
+  // [chunk][request: N][qo_tile: N][kv_tile: N]
+  std::vector<int32_t> request, qo_tile;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t rows = b.seqs[static_cast<size_t>(i)].num_tokens * group;
+    for (int64_t t = 0; t * tile < rows; ++t) {
+      request.push_back(static_cast<int32_t>(i));
+      qo_tile.push_back(static_cast<int32_t>(t));
+    }
+  }
+  const int64_t N = static_cast<int64_t>(request.size());
+  if (N == 0) return Status::Ok();
+  std::vector<int32_t> plan(static_cast<size_t>(1 + 3 * N), 0);
+  plan[0] = static_cast<int32_t>(b.max_context);
+  std::copy(request.begin(), request.end(), plan.begin() + 1);
+  std::copy(qo_tile.begin(), qo_tile.end(), plan.begin() + 1 + N);
+  TESSERA_ASSIGN_OR_RETURN(Tensor dev_plan, ctx.UploadI32(plan));
+  const int32_t* pd = dev_plan.data<int32_t>();
+  const AttentionMetaLayout L = LayoutOf(b);
+  FlashInferPrefillArgs a;
+  a.kv = PagedKvOf(cache, b);
+  a.q = q.raw();
+  a.out = out.raw();
+  a.heads = static_cast<int32_t>(heads);
+  a.head_dim = static_cast<int32_t>(head_dim);
+  a.scale = scale;
+  a.q_indptr = b.device_meta.data<int32_t>() + L.q_indptr;
+  a.chunk = pd;
+  a.request = pd + 1;
+  a.qo_tile = pd + 1 + N;
+  a.kv_tile = pd + 1 + 2 * N;
+  a.work_items = static_cast<int32_t>(N);
+  a.cta_tile_q = tile;
+  std::string error;
+  return FlashInferStatus(LaunchFlashInferPrefill(q.dtype(), a, ctx.stream(), &error), error,
+                          "FlashInfer BatchPrefillWithPagedKVCache");
+}
+#endif  // TESSERA_WITH_FLASHINFER
 
 }  // namespace
 
@@ -70,6 +184,12 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                       float scale, Tensor& out, int64_t sliding_window) {
+  TESSERA_ASSIGN_OR_RETURN(AttentionKernels kernels, DefaultAttentionKernels());
+  return PagedAttention(q, cache, batch, scale, out, sliding_window, kernels);
+}
+
+Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
+                      float scale, Tensor& out, int64_t sliding_window, AttentionKernels kernels) {
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
   const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;
@@ -88,6 +208,23 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   if (batch.num_tokens == 0) return Status::Ok();
   TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+#ifdef TESSERA_WITH_FLASHINFER
+  // (Sliding windows run Tessera's kernels: FlashInfer's are instantiated without one.)
+  if (kernels == AttentionKernels::kFlashInfer && sliding_window == 0 &&
+      FlashInferTakes(q.dtype(), heads, kv_heads, head_dim)) {
+    const int64_t S = static_cast<int64_t>(batch.seqs.size());
+    if (batch.max_seq_tokens == 1 && batch.num_tokens == S)
+      return FlashInferDecode(q, cache, batch, scale, out, *ctx);
+    // The prefill plan is uploaded per call, which a CUDA graph cannot replay: a step being
+    // recorded (decode graphs record decode steps only) takes Tessera's kernels.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx->stream(), &capture));
+    if (capture == cudaStreamCaptureStatusNone)
+      return FlashInferPrefill(q, cache, batch, scale, out, *ctx);
+  }
+#else
+  (void)kernels;
+#endif
   AttentionShape shape;
   shape.heads = static_cast<int32_t>(heads);
   shape.kv_heads = static_cast<int32_t>(kv_heads);

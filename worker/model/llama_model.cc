@@ -113,9 +113,12 @@ Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInput
   if (begin != tokens)
     return InvalidArgument("forward: sequences cover " + std::to_string(begin) +
                            " tokens, batch has " + std::to_string(tokens));
+  const int64_t work_items =
+      kernels::DecodeWorkItems(static_cast<int64_t>(seqs.size()), weights_.layout.kv_heads_local,
+                               backend_->multiprocessors());
   TESSERA_ASSIGN_OR_RETURN(in.attention,
                            kernels::MakeAttentionBatch(std::move(seqs), tokens, cache.block_size(),
-                                                       cache.num_blocks(), *backend_));
+                                                       cache.num_blocks(), *backend_, work_items));
   return Status::Ok();
 }
 
@@ -206,12 +209,17 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
                     std::span<const int32_t>(s.block_table.data(), s.block_table.size())});
     ++begin;
   }
+  // The decode work split depends on B alone, so the graph's grid and the
+  // size of its input buffer stay those of its first step.
+  const int64_t work_items =
+      kernels::DecodeWorkItems(B, lay.kv_heads_local, backend_->multiprocessors());
   TESSERA_ASSIGN_OR_RETURN(
       kernels::AttentionBatch ab,
-      kernels::CheckAttentionBatch(std::move(seqs), B, block_size, cache.num_blocks()));
+      kernels::CheckAttentionBatch(std::move(seqs), B, block_size, cache.num_blocks(), work_items));
   const int64_t bucket = kernels::DecodeContextBucket(ab.max_context);
-  const int64_t stride = (bucket + block_size - 1) / block_size;
-  const int64_t meta_len = 6 * B + B * stride;
+  const int64_t table_capacity = B * ((bucket + block_size - 1) / block_size);
+  const std::vector<int32_t> meta = kernels::PackAttentionMeta(ab, block_size, table_capacity);
+  const int64_t meta_len = static_cast<int64_t>(meta.size());
   const GraphKey key{B, bucket, cache.layer(0).k.raw()};
   auto it = graphs_.find(key);
   const bool fresh = it == graphs_.end();
@@ -226,20 +234,21 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
       TESSERA_ASSIGN_OR_RETURN(g.hidden_in, NewHidden(B));
     }
     g.in.token_ids = g.inputs.Slice0(0, B);
-    const Tensor meta = g.inputs.Slice0(B, B + meta_len);
-    g.in.positions = meta.Slice0(B, 2 * B);  // the layout's token positions
+    const Tensor meta_dev = g.inputs.Slice0(B, B + meta_len);
+    const kernels::AttentionMetaLayout ml = kernels::MetaLayoutFor(B, B, work_items);
+    g.in.positions = meta_dev.Slice0(ml.token_pos, ml.token_pos + B);
     g.in.rope.push_back({0, B, default_inv_freq_dev_});
     // On CUDA only the packed layout and the sizes are read; seqs gives S.
     g.in.attention.seqs.resize(static_cast<size_t>(B));
     g.in.attention.num_tokens = B;
     g.in.attention.max_seq_tokens = 1;
     g.in.attention.max_context = bucket;
-    g.in.attention.device_meta = meta;
+    g.in.attention.decode_work_items = work_items;
+    g.in.attention.device_meta = meta_dev;
     it = graphs_.emplace(key, std::move(g)).first;
   }
   DecodeGraph& g = it->second;
   std::vector<int32_t> host(batch.token_ids);  // [B]: total_tokens() is its size
-  const std::vector<int32_t> meta = kernels::PackAttentionMeta(ab, block_size, stride);
   host.insert(host.end(), meta.begin(), meta.end());
   TESSERA_RETURN_IF_ERROR(
       backend_->CopyFromHost(g.inputs, host.data(), host.size() * sizeof(int32_t)));

@@ -22,8 +22,10 @@
 // Decode graphs (CUDA backend): a step in which every sequence has exactly
 // one token runs the stage's layers as a CUDA graph, one per (batch size,
 // context bucket, KV cache); the bucket is the smallest power of two >= 256
-// holding the longest context, and fixes the attention kernel's split of
-// the context. The step's token ids, positions and block tables are copied
+// holding the longest context, and fixes Tessera's attention kernel's split
+// of the context (FlashInfer's split is planned per step on the host into
+// DecodeWorkItems(B) work items, a number fixed per batch size, and travels
+// in the input buffer). The step's token ids, positions and block tables are copied
 // into the graph's fixed input buffer (one host-to-device copy), the graph
 // is replayed, and the output is copied out: no host synchronisation. The
 // first step of a shape runs eagerly and is then recorded. Steps with
