@@ -136,14 +136,19 @@ void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error)
     drops_->Drop(peer.worker_id, "not_in_plan", outside);
     return;
   }
+  // A hung or broken collective: rebuild the plan's communicators. The
+  // re-plan, with its accusations, is queued before the executor hears of the
+  // failure: the failed step's own re-plan request (the serving loop's, "step
+  // failed") then joins this job instead of running first without them and
+  // waiting a heartbeat timeout for the lost worker (a race CI saw: a killed
+  // worker declared lost after 6.01 s instead of within 0.2 s).
+  runner_->RequestReplan("worker " + peer.worker_id + " reported: " + error.message(), true,
+                         /*culprit_known=*/false, std::move(accused));
   {
     MutexLock lock(&state_.exec_mu);
     if (state_.executor) state_.executor->OnWorkerFailed(peer.worker_id, ErrorToStatus(error));
   }
   loop_->Wake();  // a draining loop re-checks the executor's health
-  // A hung or broken collective: rebuild the plan's communicators.
-  runner_->RequestReplan("worker " + peer.worker_id + " reported: " + error.message(), true,
-                         /*culprit_known=*/false, std::move(accused));
 }
 
 void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
