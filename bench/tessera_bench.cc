@@ -7,12 +7,14 @@
 //   {"engine":"tessera","tp":1,"what":"decode","batch":16,"prompt":128,
 //    "new_tokens":64,"ms_per_step":..,"tokens_per_s":..}
 // plus "load" (seconds, weight bytes per GPU, device memory after load) and
-// "prefill" (tokens/s over prompts of --prefill-len tokens).
+// "prefill" (tokens/s over prompts of --prefill-len tokens). A decode run prefills its
+// whole batch in one step, then times the pure decode steps.
 //
 // Usage: tessera_bench --model DIR [--tp 1|2] [--batches 1,16,64]
 //        [--prompt-len 128] [--new-tokens 64] [--prefill-len 1024] [--prefill-batch 4]
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -125,7 +127,15 @@ Status RunRank(const Args& a, int r, Store* store) {
           static_cast<double>(s.prefill_tokens) / s.prefill_seconds);
   }
   for (int b : a.batches) {
-    Engine e(config, &exec, &alloc, block, nullptr, eo);
+    // Every prompt prefills in the first step, so each step counted as decode is a pure
+    // decode step, as the peers (bench/torch_peer.py, hf_bench.py) measure it: with a
+    // smaller token budget the last prompt chunks share steps with the first sequences'
+    // decode tokens, and those mixed steps (a prefill chunk's cost each) land in
+    // decode_seconds.
+    EngineOptions deo = eo;
+    deo.max_batch_tokens = std::max<int64_t>(eo.max_batch_tokens,
+                                             static_cast<int64_t>(b) * a.prompt_len);
+    Engine e(config, &exec, &alloc, block, nullptr, deo);
     TESSERA_RETURN_IF_ERROR(
         e.Generate(Requests(b, a.prompt_len, a.new_tokens + 1, config.vocab_size, 3 + b)).status());
     const EngineStats& s = e.stats();

@@ -177,13 +177,15 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   std::string text = a.prompt;
   bool add_special = true;
   if (!a.raw) {
-    auto tmpl = a.chat_template.empty() ? ChatTemplate::Detect((*tok)->chat_template())
-                                        : ChatTemplate::FromName(a.chat_template);
+    auto tmpl = a.chat_template.empty()
+                    ? ChatTemplate::FromJinja((*tok)->chat_template(), (*tok)->bos_token(),
+                                              (*tok)->eos_token())
+                    : ChatTemplate::FromName(a.chat_template);
     if (!tmpl.ok()) return Fail(tmpl.status().WithContext("--chat-template (or pass --raw)"));
     auto rendered = tmpl->Render({{"user", a.prompt}});
     if (!rendered.ok()) return Fail(rendered.status());
     text = *rendered;
-    add_special = tmpl->format() == ChatFormat::kChatML;
+    add_special = tmpl->add_special_tokens();
   }
   GenerationRequest req;
   req.prompt_ids = (*tok)->Encode(text, add_special);

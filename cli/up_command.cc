@@ -38,8 +38,18 @@
 #include "common/net/endpoint.h"
 #include "common/net/http_client.h"
 #include "common/net/ports_file.h"
+#include "worker/topology/topology_discovery.h"
 
 namespace tessera::cli {
+
+namespace {
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
 
 namespace {
 
@@ -192,10 +202,21 @@ Subcommand AddUpCommand(CLI::App& app) {
       return argv;
     };
     const bool explicit_mode = cfg->parallel.mode == ParallelMode::kExplicit;
-    // Explicit: tp * pp workers; auto: parallel.workers (default 1), placed
-    // by the coordinator's planner.
-    const int workers =
-        explicit_mode ? cfg->parallel.world_size() : std::max(1, cfg->parallel.workers);
+    // Explicit: replicas * tp * pp workers; auto: parallel.workers (default
+    // 1), placed by the coordinator's planner. Auto with parallel.replicas
+    // other than 1 and no parallel.workers: one worker per GPU of this host
+    // (the coordinator is told to wait for them all), so every replica that
+    // fits is served.
+    int workers = cfg->parallel.ExpectedWorkers();
+    std::vector<std::string> coordinator_sets;
+    if (!explicit_mode && cfg->parallel.workers == 0 && cfg->parallel.replicas != 1) {
+      auto topo = DiscoverTopology();
+      if (topo.ok() && !topo->gpus.empty()) {
+        workers = static_cast<int>(topo->gpus.size());
+        coordinator_sets = {"--set", "parallel.workers=" + std::to_string(workers)};
+        std::printf("one worker per GPU: %d worker(s)\n", workers);
+      }
+    }
     // CURVE keys for this deployment, unless it runs unauthenticated on purpose.
     // The run directory holds the coordinator's ports file and the keys.
     RunDir run_dir;
@@ -227,7 +248,9 @@ Subcommand AddUpCommand(CLI::App& app) {
     // the coordinator first; it shuts its workers down.
     const ChildSpec coordinator{
         "coordinator",
-        with_sets({dir + "/tessera-coordinator", "--config", a->config, "--ports-file", ports_file},
+        with_sets(Concat({dir + "/tessera-coordinator", "--config", a->config, "--ports-file",
+                          ports_file},
+                         coordinator_sets),
                   keys ? keys->CoordinatorOverrides() : std::vector<std::string>{}),
         false, true};
     // Nothing starts while another process holds one of this deployment's
@@ -458,11 +481,34 @@ Subcommand AddStatusCommand(CLI::App& app) {
     if (c.contains("queue") && c["queue"].is_object())
       std::printf("queue: %d waiting, %d running\n", c["queue"].value("waiting", 0),
                   c["queue"].value("running", 0));
+    if (c.contains("replicas") && c["replicas"].is_array() && !c["replicas"].empty()) {
+      std::printf("replicas:\n");
+      for (const json& r : c["replicas"]) {
+        const json load = r.value("load", json::object());
+        const json layout = r.value("layout", json::object());
+        std::printf(
+            "  %-3d %-9s plan %-4llu tp %-3s pp %-3s %3d waiting %3d running %7lld tokens "
+            "outstanding %6lld/%lld KV blocks free %6lld finished%s\n",
+            r.value("replica", 0),
+            !r.value("degraded", json(nullptr)).is_null() ? "degraded"
+            : r.value("ready", false)                     ? "ready"
+                                                          : "replanning",
+            static_cast<unsigned long long>(r.value("plan_version", uint64_t{0})),
+            layout.value("tp", json(0)).dump().c_str(), layout.value("pp", json(0)).dump().c_str(),
+            load.value("waiting", 0), load.value("running", 0),
+            static_cast<long long>(load.value("outstanding_tokens", int64_t{0})),
+            static_cast<long long>(load.value("free_kv_blocks", int64_t{0})),
+            static_cast<long long>(load.value("kv_blocks", int64_t{0})),
+            static_cast<long long>(r.value("requests_finished_total", int64_t{0})),
+            r.value("accepting", true) ? "" : " (drained)");
+      }
+    }
     std::printf("workers:\n");
     for (const json& w : c["workers"]) {
       std::string rank = "idle";
       if (w.contains("rank") && w["rank"].is_object())
-        rank = "rank " + w["rank"]["world_rank"].dump();
+        rank = (w["rank"].contains("replica") ? "r" + w["rank"]["replica"].dump() + " " : "") +
+               "rank " + w["rank"]["world_rank"].dump();
       std::printf("  %-12s %-12s %-16s %-7s %-9s %-8s pid %d\n", w.value("id", "").c_str(),
                   w.value("host", "").c_str(), w.value("data_address", "").c_str(),
                   w.value("state", "").c_str(), w.value("worker_state", "").c_str(), rank.c_str(),

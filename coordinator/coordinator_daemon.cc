@@ -33,10 +33,8 @@ ListenerPorts CoordinatorDaemon::ports() const {
 
 Status CoordinatorDaemon::CheckLayout() {
   const std::string& dir = config_.model.path;
-  if (config_.parallel.mode != ParallelMode::kExplicit) {
-    expected_workers_ = std::max(1, config_.parallel.workers);
-    return Status::Ok();
-  }
+  expected_workers_ = config_.parallel.ExpectedWorkers();
+  if (config_.parallel.mode != ParallelMode::kExplicit) return Status::Ok();
   // The layout's rules against the model, before any worker is waited for.
   auto parallel = config_.parallel.tp_per_stage.empty()
                       ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
@@ -63,9 +61,6 @@ Status CoordinatorDaemon::CheckLayout() {
                                          dir + ")");
   }
   configured_ = std::move(parallel).value();
-  expected_workers_ = configured_.world_size();
-  MutexLock lock(&state_.mu);
-  state_.parallel = state_.wanted = configured_;
   return Status::Ok();
 }
 
@@ -82,10 +77,14 @@ Status CoordinatorDaemon::Start() {
   if (config_.model.chat_template) {
     TESSERA_ASSIGN_OR_RETURN(chat_template_,
                              ChatTemplate::FromName(ChatFormatName(*config_.model.chat_template)));
-  } else {
-    auto t = ChatTemplate::Detect(tokenizer_->chat_template());
-    if (t.ok()) chat_template_ = *t;  // else chat requests get a 400 naming the problem
-  }
+  } else if (!tokenizer_->chat_template().empty()) {
+    // The checkpoint's own Jinja template; one the interpreter cannot run
+    // exactly is refused here, naming the construct and its line.
+    auto t = ChatTemplate::FromJinja(tokenizer_->chat_template(), tokenizer_->bos_token(),
+                                     tokenizer_->eos_token());
+    if (!t.ok()) return t.status().WithContext(model_key + " (chat template)");
+    chat_template_ = std::move(t).value();
+  }  // else no template: chat requests get a 400 naming model.chat_template
   TESSERA_RETURN_IF_ERROR(CheckLayout());
   planner_ = std::make_unique<PlacementPlanner>();
   const ContextLimit limit = ModelContextLimit(model_);  // common/format/model_config.h
@@ -96,22 +95,15 @@ Status CoordinatorDaemon::Start() {
                            std::to_string(max_context_) + " exceeds the model's " + limit.bound);
   model_name_ = ServedModelName(config_.model);
 
-  SchedulerOptions sched;
-  sched.max_batch_tokens = config_.scheduler.max_batch_tokens;
-  sched.max_sequences = config_.scheduler.max_sequences;
-  sched.queue_limit = config_.scheduler.queue_limit;
-  sched.max_context = max_context_;
-  sched.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
-  sched.requeue_on_executor_error = true;  // a re-plan finishes them
-  sched.prefix_caching = config_.kv_cache.prefix_caching;
-  sched.model_id = config_.model.path;
-  loop_ = std::make_unique<ServingLoop>(model_, tokenizer_.get(), config_.kv_cache.block_size,
-                                        sched, &metrics_, [this](const Status& failed) {
-                                          state_.ready.store(false);
-                                          runner_->RequestReplan("step failed: " + failed.message(),
-                                                                 true);
-                                        });
-  // The store first: the control plane's callbacks need the plan runner,
+  sched_.max_batch_tokens = config_.scheduler.max_batch_tokens;
+  sched_.max_sequences = config_.scheduler.max_sequences;
+  sched_.queue_limit = config_.scheduler.queue_limit;
+  sched_.max_context = max_context_;
+  sched_.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
+  sched_.requeue_on_executor_error = true;  // a re-plan finishes them
+  sched_.prefix_caching = config_.kv_cache.prefix_caching;
+  sched_.model_id = config_.model.path;
+  // The store first: the control plane's callbacks need the replica set,
   // which needs the store; no worker is heard before the control plane binds.
   TESSERA_RETURN_IF_ERROR(StartStore());
   TESSERA_RETURN_IF_ERROR(StartControlPlane());
@@ -121,13 +113,15 @@ Status CoordinatorDaemon::Start() {
                    admin_ ? config_.admin.host : config_.server.host, admin_port(),
                    control_endpoint_, store_->port());
   TESSERA_LOG_INFO(
-      "coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({})",
+      "coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({}, {})",
       model_name_, config_.server.host, api_port(), control_endpoint_, expected_workers_,
       config_.parallel.mode == ParallelMode::kExplicit
           ? configured_.ToString()
           : std::string("auto placement, objective ") +
-                ParallelObjectiveName(config_.parallel.objective));
-  runner_->Start();
+                ParallelObjectiveName(config_.parallel.objective),
+      config_.parallel.replicas == 0 ? std::string("as many replicas as fit")
+                                     : std::to_string(config_.parallel.replicas) + " replica(s)");
+  replicas_->Start();
   return Status::Ok();
 }
 
@@ -177,21 +171,22 @@ Status CoordinatorDaemon::StartControlPlane() {
   };
   TESSERA_RETURN_IF_ERROR(ConfigureControlSecurity(config_, &co));
   control_ = std::make_unique<ControlServer>(co);
-  PlanRunner::Context rc;
+  ReplicaSet::Context rc;
   rc.config = &config_;
   rc.model = &model_;
-  rc.expected_workers = expected_workers_;
+  rc.tokenizer = tokenizer_.get();
   rc.configured = configured_;
+  rc.expected_workers = expected_workers_;
   rc.max_context = max_context_;
+  rc.scheduler = sched_;
   rc.control = control_.get();
   rc.store = store_.get();
   rc.store_secret = store_secret_;
   rc.metrics = &metrics_;
   rc.planner = planner_.get();
   rc.state = &state_;
-  rc.loop = loop_.get();
-  runner_ = std::make_unique<PlanRunner>(std::move(rc));
-  events_ = std::make_unique<WorkerEvents>(&state_, loop_.get(), runner_.get(), &drops_);
+  replicas_ = std::make_unique<ReplicaSet>(std::move(rc));
+  events_ = std::make_unique<WorkerEvents>(&state_, replicas_.get(), &drops_);
   TESSERA_ASSIGN_OR_RETURN(control_endpoint_, control_->Start(config_.server.control_endpoint));
   return Status::Ok();
 }
@@ -214,16 +209,16 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        loop_.get(), runner_.get());
+                                        replicas_.get());
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
-                                                      store_.get(), loop_.get());
+                                                      store_.get(), replicas_.get());
   cluster_metrics_->Install();
   request_metrics_ = std::make_unique<RequestMetrics>(metrics_);
   openai_ = std::make_unique<OpenAIFrontend>(&config_, model_name_, max_context_, tokenizer_.get(),
-                                             chat_template_, loop_.get(), view_.get(),
+                                             chat_template_, replicas_.get(), view_.get(),
                                              request_metrics_.get());
   RegisterRoutes(*api_, admin_.get(), config_.admin.effective_token, &metrics_, openai_.get(),
-                 runner_.get(), view_.get());
+                 replicas_.get(), view_.get());
   TESSERA_RETURN_IF_ERROR(api_->Start());
   if (admin_) TESSERA_RETURN_IF_ERROR(admin_->Start());
   return Status::Ok();
@@ -236,9 +231,9 @@ void CoordinatorDaemon::Stop() {
     state_.stopping = true;
   }
   state_.cv.notify_all();
-  // The loop first: a plan change waiting for its pause returns.
-  if (loop_) loop_->Stop();
-  if (runner_) runner_->Stop();
+  // The loops first (a plan change waiting for its pause returns), then the
+  // runners.
+  if (replicas_) replicas_->Stop();
   if (control_) {
     // Every live worker, assigned or idle, exits.
     std::vector<std::string> ids;
@@ -260,10 +255,10 @@ Status CoordinatorDaemon::WaitReady(double timeout_seconds) {
   MutexLock lock(&state_.mu);
   state_.cv.wait_for(
       state_.mu, std::chrono::duration<double>(timeout_seconds), [&]() REQUIRES(state_.mu) {
-        return state_.ready.load() || !state_.placement_status.ok() || state_.stopping;
+        return state_.all_ready.load() || !state_.placement_status.ok() || state_.stopping;
       });
   if (!state_.placement_status.ok()) return state_.placement_status;
-  if (!state_.ready.load())
+  if (!state_.all_ready.load())
     return DeadlineExceeded("not ready after " + std::to_string(timeout_seconds) + " s");
   return Status::Ok();
 }

@@ -6,20 +6,21 @@
 //       callbacks go to WorkerEvents (coordinator/serving/worker_events.h)
 //   TcpStoreServer (common/net/)           the Gloo rendezvous store (the
 //       coordinator is the store: no shared file system)
-//   ServingLoop (coordinator/serving/)     the thread that owns the Scheduler
-//       and the running plan's RemoteExecutor
-//   PlanRunner (coordinator/serving/)      the first placement and every plan
-//       change, on its thread, over the shared ClusterState
+//   ReplicaSet (coordinator/serving/)      the data-parallel replicas: per
+//       replica a ServingLoop (the thread that owns its Scheduler and its
+//       plan's RemoteExecutor) and a PlanRunner (its plan changes, on their
+//       thread), the first placement of them all, and the request router
 //   ClusterView, ClusterMetrics            /admin/cluster, /admin/plan,
 //       /readyz and the scrape-time gauges
 //   HttpServer x 2 (common/net/)           the API and admin listeners;
 //       routes in coordinator/api/api_routes.h: the OpenAI frontend sees a
-//       RequestSink (the loop), the admin API a PlanControl (the runner) and
-//       a ClusterStatus (the view)
+//       RequestSink and the admin API a PlanControl (both the replica set)
+//       and a ClusterStatus (the view)
 //
 // Start checks the model and the layout (an explicit layout that breaks the
 // model's rules is refused naming the config key), binds every listener and
-// starts the plan runner; it does not wait for workers (WaitReady does).
+// starts the replica set's placement; it does not wait for workers
+// (WaitReady does).
 //
 // Thread-safety: Start and Stop from one thread; the accessors are
 // thread-safe.
@@ -45,8 +46,7 @@
 #include "coordinator/serving/cluster_metrics.h"
 #include "coordinator/serving/cluster_state.h"
 #include "coordinator/serving/cluster_view.h"
-#include "coordinator/serving/plan_runner.h"
-#include "coordinator/serving/serving_loop.h"
+#include "coordinator/serving/replica_set.h"
 #include "coordinator/serving/worker_events.h"
 
 namespace tessera {
@@ -68,8 +68,9 @@ class CoordinatorDaemon {
   int admin_port() const;
   ListenerPorts ports() const;
   std::string control_endpoint() const { return control_endpoint_; }
-  bool ready() const { return state_.ready.load(); }
-  // Waits until serving or failed; returns the placement failure if any.
+  bool ready() const { return state_.ready.load(); }  // some replica serves
+  // Waits until every replica serves or the placement failed; returns the
+  // placement failure if any.
   Status WaitReady(double timeout_seconds);
 
  private:
@@ -85,6 +86,7 @@ class CoordinatorDaemon {
   std::optional<ChatTemplate> chat_template_;
   ParallelConfig configured_;  // explicit mode: the configured layout
   int expected_workers_ = 1;
+  SchedulerOptions sched_;  // every replica's scheduler
   int64_t max_context_ = 0;
   std::string model_name_;
   // GET /metrics. Declared before everything that records into it.
@@ -101,13 +103,12 @@ class CoordinatorDaemon {
   // derived from it per (plan, rank) leave this process.
   std::string store_secret_;
 
-  // Destroyed in reverse: the listeners and the runner go before the loop,
-  // the loop before the state it reads and before the OpenAI frontend (the
-  // scheduler's last callbacks, run as the loop goes, release the frontend's
+  // Destroyed in reverse: the listeners go before the replicas, the
+  // replicas before the state they read and before the OpenAI frontend (the
+  // schedulers' last callbacks, run as the loops go, release the frontend's
   // per-request exchanges, which point into it).
   std::unique_ptr<OpenAIFrontend> openai_;
-  std::unique_ptr<ServingLoop> loop_;
-  std::unique_ptr<PlanRunner> runner_;
+  std::unique_ptr<ReplicaSet> replicas_;
   std::unique_ptr<WorkerEvents> events_;
   std::unique_ptr<ClusterView> view_;
   std::unique_ptr<ClusterMetrics> cluster_metrics_;

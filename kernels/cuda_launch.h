@@ -17,17 +17,17 @@
 
 namespace tessera::kernels::cuda {
 
-// y = rmsnorm(x) * w, or with `add`: residual += add (rounded to the dtype),
-// y = rmsnorm(residual) * w. x is ignored when add is given.
-// Shapes: rows x hidden.
+// y = rmsnorm(x) * (w_offset + w), or with `add`: residual += add (rounded
+// to the dtype), y = rmsnorm(residual) * (w_offset + w). x is ignored when
+// add is given. Shapes: rows x hidden.
 cudaError_t LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* add,
                           const void* w, void* y, int64_t rows, int64_t hidden, float eps,
-                          cudaStream_t stream);
+                          float w_offset, cudaStream_t stream);
 
 // Each of `rows` rows of head_dim elements normalised in place:
-// x = rmsnorm(x) * w (kernels/head_rms_norm.h).
+// x = rmsnorm(x) * (w_offset + w) (kernels/head_rms_norm.h).
 cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t rows, int64_t head_dim,
-                              float eps, cudaStream_t stream);
+                              float eps, float w_offset, cudaStream_t stream);
 
 // x [tokens, heads, head_dim] rotated in place (HF rotate_half layout).
 cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const float* inv_freq,
@@ -36,6 +36,17 @@ cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const flo
 // out = silu(gate) * up, `count` elements.
 cudaError_t LaunchSiluMul(DType dtype, const void* gate, const void* up, void* out, int64_t count,
                           cudaStream_t stream);
+
+// out = gelu_tanh(gate) * up, `count` elements (kernels/geglu.h).
+cudaError_t LaunchGeluTanhMul(DType dtype, const void* gate, const void* up, void* out,
+                              int64_t count, cudaStream_t stream);
+
+// x = cap * tanh(x / cap), `count` elements in place (kernels/softcap.h).
+cudaError_t LaunchSoftCap(DType dtype, void* x, int64_t count, float cap, cudaStream_t stream);
+
+// x *= FromF<T>(scale) (the scale rounded to the dtype first), `count`
+// elements in place (kernels/tensor_ops.h ScaleInPlace).
+cudaError_t LaunchScale(DType dtype, void* x, int64_t count, float scale, cudaStream_t stream);
 
 // out[t] = table[ids[t] - vocab_begin] or zeros outside [0, rows).
 cudaError_t LaunchEmbedding(DType dtype, const int32_t* ids, int64_t tokens, const void* table,
@@ -67,6 +78,9 @@ struct AttentionShape {
   // Sliding window (0 = none): the token at position p attends to
   // positions [max(0, p - window + 1), p].
   int32_t window = 0;
+  // Tanh soft-capping of the scaled scores (0 = none): s = softcap *
+  // tanh(s / softcap) before the mask and softmax (Gemma 2).
+  float softcap = 0.0f;
 };
 
 // K/V rows of every token into their cache slots.

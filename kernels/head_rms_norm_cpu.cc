@@ -5,13 +5,13 @@
 
 namespace tessera::kernels {
 
-Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps) {
-  return TESSERA_DISPATCH(x.device(), HeadRmsNorm, x, weight, eps);
+Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps, float weight_offset) {
+  return TESSERA_DISPATCH(x.device(), HeadRmsNorm, x, weight, eps, weight_offset);
 }
 
 namespace cpu {
 
-Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps) {
+Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps, float weight_offset) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(x, 3, DType::kF32, "head_rms_norm input"));
   TESSERA_RETURN_IF_ERROR(ExpectTensor(weight, 1, DType::kF32, "head_rms_norm weight"));
   if (weight.dim(0) != x.dim(2))
@@ -25,7 +25,7 @@ Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps) {
     for (int64_t i = 0; i < head_dim; ++i) sum += static_cast<double>(v[i]) * v[i];
     const float inv =
         1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(head_dim)) + eps);
-    for (int64_t i = 0; i < head_dim; ++i) v[i] = w[i] * (v[i] * inv);
+    for (int64_t i = 0; i < head_dim; ++i) v[i] = (weight_offset + w[i]) * (v[i] * inv);
   }
   return Status::Ok();
 }

@@ -6,7 +6,7 @@
 
 namespace tessera::kernels::cuda {
 
-Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps) {
+Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps, float weight_offset) {
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(x, 3, Device::kCUDA, "head_rms_norm input"));
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(weight, 1, Device::kCUDA, "head_rms_norm weight"));
   TESSERA_RETURN_IF_ERROR(ExpectDType(weight, x.dtype(), "head_rms_norm weight", "the input"));
@@ -15,7 +15,7 @@ Status HeadRmsNorm(Tensor& x, const Tensor& weight, float eps) {
                            weight.Describe() + ": the weight must have head_dim elements");
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   TESSERA_CUDA_LAUNCH_CHECK(LaunchHeadRmsNorm(x.dtype(), x.raw(), weight.raw(), x.dim(0) * x.dim(1),
-                                              x.dim(2), eps, ctx->stream()),
+                                              x.dim(2), eps, weight_offset, ctx->stream()),
                             "HeadRmsNormKernel");
   return Status::Ok();
 }

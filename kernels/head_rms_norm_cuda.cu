@@ -13,7 +13,7 @@ constexpr int kRowsPerBlock = 8;
 
 template <typename T>
 __global__ void HeadRmsNormKernel(T* x, const T* __restrict__ w, int64_t rows, int head_dim,
-                                  float eps) {
+                                  float eps, float w_offset) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;  // a whole warp leaves together: WarpSum stays full
   T* v = x + row * head_dim;
@@ -24,19 +24,20 @@ __global__ void HeadRmsNormKernel(T* x, const T* __restrict__ w, int64_t rows, i
   }
   ss = WarpSum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
-  for (int i = threadIdx.x; i < head_dim; i += 32) v[i] = FromF<T>(ToF(w[i]) * (ToF(v[i]) * inv));
+  for (int i = threadIdx.x; i < head_dim; i += 32)
+    v[i] = FromF<T>((w_offset + ToF(w[i])) * (ToF(v[i]) * inv));
 }
 
 }  // namespace
 
 cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t rows, int64_t head_dim,
-                              float eps, cudaStream_t stream) {
+                              float eps, float w_offset, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const dim3 block(32, kRowsPerBlock);
-  TESSERA_FLOAT_SWITCH(
-      dtype, T,
-      HeadRmsNormKernel<T><<<Blocks(rows, kRowsPerBlock), block, 0, stream>>>(
-          static_cast<T*>(x), static_cast<const T*>(w), rows, static_cast<int>(head_dim), eps));
+  TESSERA_FLOAT_SWITCH(dtype, T,
+                       HeadRmsNormKernel<T><<<Blocks(rows, kRowsPerBlock), block, 0, stream>>>(
+                           static_cast<T*>(x), static_cast<const T*>(w), rows,
+                           static_cast<int>(head_dim), eps, w_offset));
   return cudaGetLastError();
 }
 

@@ -13,9 +13,11 @@
 // Grouped-query attention (Ainslie et al. 2023): query head h reads KV head
 // h / (heads / kv_heads). Attention is causal: the token at position p
 // attends to positions 0..p, or with a sliding window of W > 0 positions
-// (Mistral, Phi-3) to positions max(0, p - W + 1)..p, as transformers'
-// sliding-window mask has it (kv_idx > q_idx - W). Softmax accumulates in
-// fp32.
+// (Mistral, Phi-3, Gemma's sliding layers) to positions max(0, p - W + 1)..p,
+// as transformers' sliding-window mask has it (kv_idx > q_idx - W). With a
+// soft-cap C > 0 (Gemma 2's attn_logit_softcapping) each scaled score s
+// becomes C * tanh(s / C) before the mask and softmax. Softmax accumulates
+// in fp32.
 //
 // Thread-safety: stateless; callers serialise writes to the cache.
 #pragma once
@@ -41,13 +43,15 @@ struct KvCacheLayer {
 // Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 
-// out[t, h*head_dim:(h+1)*head_dim] = softmax(q[t,h] . K[b..p] * scale) V[b..p]
-// with b = 0, or b = max(0, p - sliding_window + 1) when sliding_window > 0.
+// out[t, h*head_dim:(h+1)*head_dim] = softmax(cap(q[t,h] . K[b..p] * scale)) V[b..p]
+// with b = 0, or b = max(0, p - sliding_window + 1) when sliding_window > 0,
+// and cap(s) = softcap * tanh(s / softcap) when softcap > 0, else s.
 // Shapes: q [tokens, heads, head_dim], out [tokens, heads * head_dim], both
 // in the cache's dtype. fp32 scores, softmax and accumulation.
-// Errors: kInvalidArgument on shapes, dtypes or a negative sliding_window.
+// Errors: kInvalidArgument on shapes, dtypes, a negative sliding_window or a
+// negative or non-finite softcap.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window = 0);
+                      float scale, Tensor& out, int64_t sliding_window = 0, float softcap = 0.0f);
 
 // The CUDA attention kernels (the CPU has one implementation).
 //   kFlashInfer: FlashInfer's (flashinfer-python 0.7.4's headers, kernels/flashinfer_launch.h):
@@ -79,19 +83,21 @@ bool FlashInferTakes(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_
 namespace cpu {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window);
+                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f);
 }  // namespace cpu
 
 namespace cuda {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 // With DefaultAttentionKernels().
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window);
+                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f);
 // With `kernels` (kFlashInfer falls back to Tessera's for a shape FlashInferTakes() refuses, a
-// sliding window, or a build without FlashInfer). A decode graph records the kernels of its
-// first step: `kernels` and the batch's decode_work_items must stay the same for its batch size.
+// sliding window, a soft-cap, or a build without FlashInfer). A decode graph records the kernels
+// of its first step: `kernels` and the batch's decode_work_items must stay the same for its batch
+// size.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, AttentionKernels kernels);
+                      float scale, Tensor& out, int64_t sliding_window, float softcap,
+                      AttentionKernels kernels);
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -62,11 +62,15 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
   if (sliding_window < 0)
     return InvalidArgument("attention: sliding window " + std::to_string(sliding_window) +
                            " is negative");
-  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out, sliding_window);
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap))
+    return InvalidArgument("attention: soft-cap " + std::to_string(softcap) +
+                           " is not a finite number >= 0");
+  return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out, sliding_window,
+                          softcap);
 }
 
 namespace cpu {
@@ -121,7 +125,7 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
   const std::vector<AttentionSeq>& seqs = batch.seqs;
   TESSERA_RETURN_IF_ERROR(ExpectTensor(q, 3, DType::kF32, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
@@ -160,7 +164,9 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
           const float* kv = cache.k.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
           float dot = 0.0f;
           for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-          scores[static_cast<size_t>(p)] = dot * scale;
+          float s = dot * scale;
+          if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;  // as transformers: /, tanh, *
+          scores[static_cast<size_t>(p)] = s;
           max_score = std::max(max_score, scores[static_cast<size_t>(p)]);
         }
         float denom = 0.0f;

@@ -183,13 +183,14 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
   TESSERA_ASSIGN_OR_RETURN(AttentionKernels kernels, DefaultAttentionKernels());
-  return PagedAttention(q, cache, batch, scale, out, sliding_window, kernels);
+  return PagedAttention(q, cache, batch, scale, out, sliding_window, softcap, kernels);
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, AttentionKernels kernels) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap,
+                      AttentionKernels kernels) {
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
   const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;
@@ -209,8 +210,9 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
 #ifdef TESSERA_WITH_FLASHINFER
-  // (Sliding windows run Tessera's kernels: FlashInfer's are instantiated without one.)
-  if (kernels == AttentionKernels::kFlashInfer && sliding_window == 0 &&
+  // (Sliding windows and soft-capping run Tessera's kernels: FlashInfer's are
+  // instantiated without either.)
+  if (kernels == AttentionKernels::kFlashInfer && sliding_window == 0 && softcap == 0.0f &&
       FlashInferTakes(q.dtype(), heads, kv_heads, head_dim)) {
     const int64_t S = static_cast<int64_t>(batch.seqs.size());
     if (batch.max_seq_tokens == 1 && batch.num_tokens == S)
@@ -232,6 +234,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   shape.block_size = static_cast<int32_t>(cache.k.dim(1));
   // A window at least the longest context masks nothing.
   shape.window = static_cast<int32_t>(std::min<int64_t>(sliding_window, INT32_MAX));
+  shape.softcap = softcap;
   const int64_t group = heads / kv_heads;
 
   if (batch.max_seq_tokens > kDecodeMaxTokens || group > 16) {

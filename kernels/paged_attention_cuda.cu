@@ -22,6 +22,10 @@
 // inside that window; a split wholly outside it contributes nothing to the
 // combine, as a split past the context does.
 //
+// Soft-capping (AttentionShape::softcap > 0, Gemma 2): each scaled score s
+// becomes softcap * tanh(s / softcap) where it is computed, before the mask,
+// the running max and the softmax.
+//
 // KV writes: one CTA per (token, chunk of its K/V row), 16-byte vectors when
 // the row and the pointers are 16-byte aligned (one scalar CTA per token
 // otherwise).
@@ -39,6 +43,10 @@ constexpr int kPrefillThreads = 128;
 constexpr int kPrefillRows = 64;
 constexpr int kPrefillKeys = 32;
 constexpr int kScoreStride = kPrefillKeys + 1;
+
+__device__ __forceinline__ float SoftCapScore(float s, float cap) {
+  return cap > 0.0f ? tanhf(s / cap) * cap : s;
+}
 
 __device__ __forceinline__ int64_t SlotBase(const int32_t* table, int p, const AttentionShape& s,
                                             int kvh) {
@@ -134,7 +142,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int g = 0; g < MAXG; ++g) {
       if (g < G) {
         const float s = WarpSum(dots[g]);
-        if (lane == 0) scores[g * partition + i] = s;
+        if (lane == 0) scores[g * partition + i] = SoftCapScore(s, shape.softcap);
       }
     }
   }
@@ -327,7 +335,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         const int c = tc + 8 * j;
         const bool visible =
             r < rows && k0 + c <= pos_r && (shape.window <= 0 || k0 + c > pos_r - shape.window);
-        S[r * kScoreStride + c] = visible ? acc[i][j] : -INFINITY;
+        S[r * kScoreStride + c] = visible ? SoftCapScore(acc[i][j], shape.softcap) : -INFINITY;
       }
     }
     __syncthreads();

@@ -5,12 +5,13 @@
 
 namespace tessera::kernels {
 
-Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
-  return TESSERA_DISPATCH(x.device(), RmsNorm, x, weight, eps, y);
+Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y, float weight_offset) {
+  return TESSERA_DISPATCH(x.device(), RmsNorm, x, weight, eps, y, weight_offset);
 }
 
-Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
-  return TESSERA_DISPATCH(x.device(), AddRmsNorm, residual, x, weight, eps, y);
+Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y,
+                  float weight_offset) {
+  return TESSERA_DISPATCH(x.device(), AddRmsNorm, residual, x, weight, eps, y, weight_offset);
 }
 
 namespace cpu {
@@ -25,7 +26,7 @@ static Status CheckNormShapes(const Tensor& x, const Tensor& weight, const Tenso
   return Status::Ok();
 }
 
-Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y, float weight_offset) {
   TESSERA_RETURN_IF_ERROR(CheckNormShapes(x, weight, y));
   const int64_t tokens = x.dim(0), hidden = x.dim(1);
   const float* w = weight.data<float>();
@@ -35,12 +36,13 @@ Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
     double sum = 0.0;
     for (int64_t i = 0; i < hidden; ++i) sum += static_cast<double>(in[i]) * in[i];
     const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(hidden)) + eps);
-    for (int64_t i = 0; i < hidden; ++i) out[i] = w[i] * (in[i] * inv);
+    for (int64_t i = 0; i < hidden; ++i) out[i] = (weight_offset + w[i]) * (in[i] * inv);
   }
   return Status::Ok();
 }
 
-Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y,
+                  float weight_offset) {
   TESSERA_RETURN_IF_ERROR(CheckNormShapes(x, weight, y));
   if (residual.shape() != x.shape())
     return InvalidArgument("add_rms_norm: residual " + residual.Describe() + " vs x " +
@@ -48,7 +50,7 @@ Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float
   float* r = residual.data<float>();
   const float* in = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) r[i] += in[i];
-  return RmsNorm(residual, weight, eps, y);
+  return RmsNorm(residual, weight, eps, y, weight_offset);
 }
 
 }  // namespace cpu

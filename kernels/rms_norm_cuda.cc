@@ -22,25 +22,28 @@ Status CheckNorm(const Tensor& x, const Tensor& weight, const Tensor& y) {
 
 }  // namespace
 
-Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y, float weight_offset) {
   TESSERA_RETURN_IF_ERROR(CheckNorm(x, weight, y));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
-  TESSERA_CUDA_LAUNCH_CHECK(LaunchRmsNorm(x.dtype(), x.raw(), nullptr, nullptr, weight.raw(),
-                                          y.raw(), x.dim(0), x.dim(1), eps, ctx->stream()),
-                            "RmsNormKernel");
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchRmsNorm(x.dtype(), x.raw(), nullptr, nullptr, weight.raw(), y.raw(), x.dim(0), x.dim(1),
+                    eps, weight_offset, ctx->stream()),
+      "RmsNormKernel");
   return Status::Ok();
 }
 
-Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y,
+                  float weight_offset) {
   TESSERA_RETURN_IF_ERROR(CheckNorm(x, weight, y));
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(residual, 2, Device::kCUDA, "add_rms_norm residual"));
   if (residual.shape() != x.shape() || residual.dtype() != x.dtype())
     return InvalidArgument("add_rms_norm: residual " + residual.Describe() + " vs x " +
                            x.Describe());
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
-  TESSERA_CUDA_LAUNCH_CHECK(LaunchRmsNorm(x.dtype(), nullptr, residual.raw(), x.raw(), weight.raw(),
-                                          y.raw(), x.dim(0), x.dim(1), eps, ctx->stream()),
-                            "RmsNormKernel (fused residual add)");
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchRmsNorm(x.dtype(), nullptr, residual.raw(), x.raw(), weight.raw(), y.raw(), x.dim(0),
+                    x.dim(1), eps, weight_offset, ctx->stream()),
+      "RmsNormKernel (fused residual add)");
   return Status::Ok();
 }
 

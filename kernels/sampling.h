@@ -53,7 +53,9 @@ struct SampleRow {
 
 // tokens[i] = the token drawn for row i (or kNonFiniteLogitsToken) of logits [rows.size(), vocab]
 // F32 (on the CPU or CUDA; tokens is host memory). On CUDA this is the step's one host
-// synchronisation. Errors: kInvalidArgument on shapes.
+// synchronisation. Errors: kInvalidArgument on shapes; on CUDA, kUnimplemented when a row
+// is sampled (not greedy) and rows x vocab exceeds 2^31 - 1 (the sort's int32 offsets:
+// 8191 rows of a 262144-entry vocab).
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
 

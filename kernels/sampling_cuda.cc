@@ -2,6 +2,7 @@
 // the non-greedy rows (kernels/sampling_cuda.cu); the tokens come back to the
 // host, the step's one synchronisation.
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
@@ -29,6 +30,12 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
   const bool any_sampled =
       std::any_of(rows.begin(), rows.end(), [](const SampleRow& r) { return !r.greedy(); });
   Tensor params, scratch;  // alive until the synchronisation below
+  // The segmented sort indexes rows x vocab elements with int32 (cub's
+  // segment offsets): 8191 rows of Gemma's 262144-entry vocab at most.
+  if (any_sampled && n * vocab > INT32_MAX)
+    return Unimplemented("sampling: " + std::to_string(n) + " rows x vocab " +
+                         std::to_string(vocab) +
+                         " exceed the 2^31 elements the CUDA sampler sorts in one call");
   if (any_sampled) {
     std::vector<SampleRowDev> host(rows.size());
     for (size_t i = 0; i < rows.size(); ++i)

@@ -1,6 +1,6 @@
 // Small data-movement operations of the forward pass that are not layers:
-// residual/bias adds, picking the rows that need logits, and placing one
-// rank's vocab slice of the logits.
+// residual/bias adds, scaling (Gemma's embedding multiplier), picking the
+// rows that need logits, and placing one rank's vocab slice of the logits.
 //
 // Every tensor is row-major and contiguous; all operands of one call are on
 // one device. Thread-safety: stateless.
@@ -20,6 +20,13 @@ namespace tessera::kernels {
 // Errors: kInvalidArgument naming the shapes.
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
 
+// x[i] *= scale, with scale first rounded to x's dtype (as transformers
+// multiplies Gemma's embeddings by embed_scale.to(weight.dtype)), computed
+// in fp32 and rounded once. Shapes: any; dtypes F32 (CPU) or F32, BF16, F16
+// (CUDA). Errors: kInvalidArgument for an undefined tensor or a scale that
+// is not finite.
+Status ScaleInPlace(Tensor& x, float scale);
+
 // out[i, :] = src[rows[i], :]. Shapes: src [n, cols], out [rows.size(), cols],
 // same dtype (any). Errors: kInvalidArgument on shapes, kOutOfRange for a
 // row outside [0, n).
@@ -33,12 +40,14 @@ Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst
 
 namespace cpu {
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
+Status ScaleInPlace(Tensor& x, float scale);
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols);
 }  // namespace cpu
 namespace cuda {
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
+Status ScaleInPlace(Tensor& x, float scale);
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols);
@@ -46,6 +55,7 @@ Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst
 
 // Shared argument checks (every device). Errors as above.
 Status CheckAddInPlace(const Tensor& acc, const Tensor& x, const Tensor& bias);
+Status CheckScaleInPlace(const Tensor& x, float scale);
 Status CheckGatherRows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& out);
 Status CheckCopyColumns(const Tensor& src, int64_t src_col0, const Tensor& dst, int64_t dst_col0,
                         int64_t cols);

@@ -1,4 +1,6 @@
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "kernels/dispatch.h"
 #include "kernels/tensor_ops.h"
@@ -13,6 +15,12 @@ Status CheckAddInPlace(const Tensor& acc, const Tensor& x, const Tensor& bias) {
   if (bias.defined() && (bias.rank() != 1 || bias.dim(0) != acc.dim(1) ||
                          bias.dtype() != acc.dtype() || bias.device() != acc.device()))
     return InvalidArgument("add: bias " + bias.Describe() + " vs accumulator " + acc.Describe());
+  return Status::Ok();
+}
+
+Status CheckScaleInPlace(const Tensor& x, float scale) {
+  if (!x.defined()) return InvalidArgument("scale: undefined tensor");
+  if (!std::isfinite(scale)) return InvalidArgument("scale: " + std::to_string(scale));
   return Status::Ok();
 }
 
@@ -46,6 +54,11 @@ Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
   return TESSERA_DISPATCH(acc.device(), AddInPlace, acc, x, bias);
 }
 
+Status ScaleInPlace(Tensor& x, float scale) {
+  TESSERA_RETURN_IF_ERROR(CheckScaleInPlace(x, scale));
+  return TESSERA_DISPATCH(x.device(), ScaleInPlace, x, scale);
+}
+
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out) {
   return TESSERA_DISPATCH(src.device(), GatherRows, src, rows, out);
 }
@@ -67,6 +80,16 @@ Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < cols; ++i)
       a[r * cols + i] += (xp ? xp[r * cols + i] : 0.0f) + (b ? b[i] : 0.0f);
+  return Status::Ok();
+}
+
+Status ScaleInPlace(Tensor& x, float scale) {
+  TESSERA_RETURN_IF_ERROR(CheckScaleInPlace(x, scale));
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(x, x.rank(), Device::kCPU, "scale input"));
+  if (x.dtype() != DType::kF32)
+    return InvalidArgument("scale: " + x.Describe() + " (the CPU takes F32)");
+  float* v = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) v[i] *= scale;
   return Status::Ok();
 }
 

@@ -18,6 +18,15 @@ Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
   return Status::Ok();
 }
 
+Status ScaleInPlace(Tensor& x, float scale) {
+  TESSERA_RETURN_IF_ERROR(CheckScaleInPlace(x, scale));
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(x, x.rank(), Device::kCUDA, "scale input"));
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(LaunchScale(x.dtype(), x.raw(), x.numel(), scale, ctx->stream()),
+                            "ScaleKernel");
+  return Status::Ok();
+}
+
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out) {
   TESSERA_RETURN_IF_ERROR(CheckGatherRows(src, rows, out));
   if (rows.empty()) return Status::Ok();

@@ -1,4 +1,4 @@
-// Residual/bias add and row gather (kernels/tensor_ops.h).
+// Residual/bias add, scaling and row gather (kernels/tensor_ops.h).
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -18,6 +18,14 @@ __global__ void AddKernel(T* acc, const T* x, const T* bias, int64_t rows, int64
   }
 }
 
+template <typename T>
+__global__ void ScaleKernel(T* x, int64_t count, float scale) {
+  const float s = ToF(FromF<T>(scale));  // the scale in x's dtype, as transformers rounds it
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = FromF<T>(ToF(x[i]) * s);
+}
+
 template <typename W>
 __global__ void GatherKernel(const W* src, const int32_t* rows, int64_t words, W* out) {
   const int64_t r = blockIdx.x;
@@ -27,6 +35,14 @@ __global__ void GatherKernel(const W* src, const int32_t* rows, int64_t words, W
 }
 
 }  // namespace
+
+cudaError_t LaunchScale(DType dtype, void* x, int64_t count, float scale, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const unsigned blocks = Blocks(count, 256) < 65535u ? Blocks(count, 256) : 65535u;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T, ScaleKernel<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(x), count, scale));
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchAddInPlace(DType dtype, void* acc, const void* x, const void* bias, int64_t rows,
                              int64_t cols, cudaStream_t stream) {

@@ -11,8 +11,9 @@ For every fixture in FIXTURES this writes tests/fixtures/models/<name>/:
                           "last_logits", "last_logits_native", "greedy", "greedy_margins"}]}
 
 Weights are random (normal, std = initializer_range) with every RMSNorm weight drawn
-as 1 + 0.2 * randn and every bias as 0.2 * randn, so a loader that leaves norms at 1
-or skips biases fails. The reference is computed from the SAVED checkpoint, loaded with
+as 1 + 0.2 * randn (0.2 * randn for Gemma, whose norms scale by 1 + weight: "norm_center")
+and every bias as 0.2 * randn, so a loader that leaves norms at 1 or skips biases fails.
+Gemma references run transformers' eager attention ("attn_implementation"). The reference is computed from the SAVED checkpoint, loaded with
 transformers in float32 on CPU (bf16/f16 weights upcast on load):
   last_logits         [vocab] logits at the last prompt position
   greedy              16 ids from generate(do_sample=False, min_new_tokens=16, max_new_tokens=16,
@@ -176,6 +177,62 @@ FIXTURES = [
             "vocab_size": 384, "initializer_range": 0.2, "use_cache": True,
             "torch_dtype": "float32",
         },
+        "require_prompt_longer_than_window": True,
+    },
+    {
+        "name": "gemma2_softcap_window",
+        "seed": 909,
+        "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
+        "config": {
+            # Gemma 2: (1 + w) RMSNorms before and after attention and the MLP, GeGLU (tanh gelu),
+            # embeddings scaled by sqrt(hidden), attention scale query_pre_attn_scalar^-0.5 (24, not
+            # head_dim 32), tanh soft-capping of the attention scores (cap 3: the scores of these
+            # weights reach it) and of the final logits (cap 10), a 4-position window on the even
+            # layers (transformers' default layer_types) that every prompt passes, a tied head.
+            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+            "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "query_pre_attn_scalar": 24, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0, "rope_scaling": None, "sliding_window": 4,
+            "attn_logit_softcapping": 3.0, "final_logit_softcapping": 10.0,
+            "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+            "pad_token_id": 0, "vocab_size": 512, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "float32",
+        },
+        "norm_center": 0.0,  # Gemma's RMSNorm scales by (1 + weight); transformers initialises it at 0
+        "attn_implementation": "eager",
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        "require_prompt_longer_than_window": True,
+    },
+    {
+        "name": "gemma3_text_local_rope_bf16",
+        "seed": 1010,
+        "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
+        "config": {
+            # Gemma 3 (text): Gemma 2's layer plus per-head (1 + w) q_norm/k_norm, sliding layers
+            # from sliding_window_pattern 3 (layers 0, 1 and 3; layer 2 global) rotating with
+            # rope_local_base_freq (100: far from the global table) while the global layer uses
+            # rope_theta with linear scaling x4; a 6-position window; no soft-capping (the
+            # published configs have none); a tied head; bfloat16.
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "query_pre_attn_scalar": 32, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0, "rope_local_base_freq": 100.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+            "sliding_window": 6, "sliding_window_pattern": 3,
+            "attn_logit_softcapping": None, "final_logit_softcapping": None,
+            "use_bidirectional_attention": False,
+            "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+            "pad_token_id": 0, "vocab_size": 512, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "bfloat16",
+        },
+        "norm_center": 0.0,
+        "attn_implementation": "eager",
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        "local_rope_theta": 100.0,
         "require_prompt_longer_than_window": True,
     },
     {
@@ -384,14 +441,14 @@ def reset_dynamic_rope(model):
     torch.manual_seed(0)
 
 
-def randomize(model, seed):
+def randomize(model, seed, norm_center=1.0):
     import torch
     g = torch.Generator().manual_seed(seed + 7)
     n_norm = n_bias = 0
     with torch.no_grad():
         for mod_name, mod in model.named_modules():
             if type(mod).__name__.endswith("RMSNorm"):
-                mod.weight.copy_(1.0 + 0.2 * torch.randn(mod.weight.shape, generator=g))
+                mod.weight.copy_(norm_center + 0.2 * torch.randn(mod.weight.shape, generator=g))
                 n_norm += 1
         for name, p in model.named_parameters():
             if name.endswith(".bias"):
@@ -469,11 +526,21 @@ def build_fixture(fx, out_root):
     hf_cfg = AutoConfig.from_pretrained(d)
     rp = dict(getattr(hf_cfg, "rope_parameters", None) or {})
     want_rope = fx.get("rope_type", (cfg["rope_scaling"] or {}).get("rope_type", "default"))
+    if "local_rope_theta" in fx:
+        # Gemma 3: one rope per layer type; the sliding layers' is the default one at the local base.
+        local = rp.get("sliding_attention") or {}
+        if local.get("rope_type") != "default" or abs(local.get("rope_theta", 0) - fx["local_rope_theta"]) > 1e-6:
+            raise RuntimeError("%s: transformers read sliding-layer rope parameters %s" % (name, rp))
+        rp = dict(rp.get("full_attention") or {})
     if rp.get("rope_type") != want_rope or abs(rp.get("rope_theta", 0) - cfg["rope_theta"]) > 1e-6:
         raise RuntimeError("%s: transformers read rope parameters %s from config.json" % (name, rp))
+    if "layer_types" in fx and list(hf_cfg.layer_types) != fx["layer_types"]:
+        raise RuntimeError("%s: transformers made layer_types %s from config.json, expected %s"
+                           % (name, hf_cfg.layer_types, fx["layer_types"]))
+    load_kwargs = {"attn_implementation": fx["attn_implementation"]} if "attn_implementation" in fx else {}
     torch.manual_seed(fx["seed"])
-    model = AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
-    n_norm, n_bias = randomize(model, fx["seed"])
+    model = AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32, **load_kwargs)
+    n_norm, n_bias = randomize(model, fx["seed"], fx.get("norm_center", 1.0))
     model = model.to(dtype)
     with tempfile.TemporaryDirectory() as tmp:
         shards = fx.get("shards", 1)
@@ -495,10 +562,14 @@ def build_fixture(fx, out_root):
     # --- reference -----------------------------------------------------------------------------
     raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     hf_tok = AutoTokenizer.from_pretrained(d)
-    m32, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
+    m32, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True,
+                                                     **load_kwargs)
     if any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
         raise RuntimeError("%s: loading the saved checkpoint: %s" % (name, info))
-    mnat = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
+    mnat = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, **load_kwargs)
+    for m in (m32, mnat):
+        if "attn_implementation" in fx and m.config._attn_implementation != fx["attn_implementation"]:
+            raise RuntimeError("%s: transformers runs %s attention" % (name, m.config._attn_implementation))
     m32.eval()
     mnat.eval()
     for m in (m32, mnat):

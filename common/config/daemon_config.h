@@ -54,9 +54,10 @@ struct ModelSection {
   // ("float16"). Narrower types halve weight and KV bytes at some accuracy
   // cost; the CPU backend computes in float32 whatever the choice.
   std::optional<DType> dtype;
-  // Chat template override: nullopt ("") = detect from the model's
-  // tokenizer_config.json; "chatml", "llama3" or "llama2" force one (for
-  // models whose Jinja template is not recognised).
+  // Chat template override: nullopt ("") = render the model's own Jinja
+  // chat_template (tokenizer_config.json or chat_template.jinja); "chatml",
+  // "llama3" or "llama2" force a built-in format instead (for a model without
+  // a template, or one using a Jinja construct Tessera refuses).
   std::optional<ChatFormat> chat_template;
 };
 
@@ -107,12 +108,29 @@ struct ParallelSection {
   }
 
   // Workers the coordinator waits for before it plans; the plan uses those
-  // that registered first. 0 = tp * pp in explicit mode, 1 in auto mode. In
-  // explicit mode a non-zero value must equal tp * pp. Workers the plan
-  // leaves idle are listed at /admin/cluster and shut down with the rest.
+  // that registered first. 0 = replicas * tp * pp in explicit mode, 1 in
+  // auto mode. In explicit mode a non-zero value must equal replicas * tp *
+  // pp (or, with replicas = 0, be at least tp * pp). Workers the plan leaves
+  // idle are spares: listed at /admin/cluster, taken by a replica that loses
+  // a worker, and shut down with the rest.
   int workers = 0;
   // What "auto" optimises (docs/planner.md): "latency" or "throughput".
   ParallelObjective objective = ParallelObjective::kLatency;
+  // Data-parallel replicas of the pipeline, each with its own workers,
+  // scheduler and serving thread, behind one API (coordinator/serving/
+  // replica_set.h). 0 = as many as fit the workers (explicit mode: parallel.
+  // workers / (tp * pp), so parallel.workers must be set; auto mode: as many
+  // as the planner fits). The default 1 serves one pipeline and leaves the
+  // other workers spare, as before replicas existed. In explicit mode every
+  // replica has the configured layout. >= 0.
+  int replicas = 1;
+
+  // The workers the coordinator waits for before it plans (see workers).
+  int ExpectedWorkers() const {
+    if (mode == ParallelMode::kAuto) return workers > 0 ? workers : 1;
+    if (workers > 0) return workers;
+    return (replicas > 0 ? replicas : 1) * world_size();
+  }
 };
 
 // [server]: the coordinator's listeners.

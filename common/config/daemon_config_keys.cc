@@ -412,6 +412,8 @@ const std::vector<Field>& Fields() {
                                                              &ParallelSection::layers_per_stage}),
       IntField("parallel", "workers",
                Member<ParallelSection, int>{&D::parallel, &ParallelSection::workers}),
+      IntField("parallel", "replicas",
+               Member<ParallelSection, int>{&D::parallel, &ParallelSection::replicas}),
       EnumField(
           "parallel", "objective",
           Member<ParallelSection, ParallelObjective>{&D::parallel, &ParallelSection::objective},

@@ -122,6 +122,10 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   const ParallelSection& par = c.parallel;
   if (par.workers < 0)
     return Bad(c, "parallel.workers", fmt::format("must be >= 0, got {}", par.workers));
+  if (par.replicas < 0 || par.replicas > kMaxLayoutRanks)
+    return Bad(c, "parallel.replicas",
+               fmt::format("must be in [0, {}] (0 = as many as fit), got {}", kMaxLayoutRanks,
+                           par.replicas));
   if (par.mode == ParallelMode::kAuto) {
     for (const char* key : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"}) {
       bool non_default =
@@ -175,10 +179,25 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                                ranks, kMaxLayoutRanks));
       }
     }
-    if (par.workers != 0 && par.workers != par.world_size())
+    if (par.replicas == 0 && par.workers == 0)
+      return Bad(c, "parallel.replicas",
+                 "0 (as many replicas as fit) needs parallel.workers in explicit mode: the "
+                 "coordinator places workers / (tp * pp) replicas");
+    if (par.replicas == 0 && par.workers < par.world_size())
       return Bad(c, "parallel.workers",
-                 fmt::format("must be 0 or the layout's worker count {} in explicit mode, got {}",
+                 fmt::format("must be at least the layout's worker count {} (tp * pp), got {}",
                              par.world_size(), par.workers));
+    if (par.replicas > 0 && par.workers != 0 &&
+        static_cast<int64_t>(par.workers) != static_cast<int64_t>(par.replicas) * par.world_size())
+      return Bad(c, "parallel.workers",
+                 fmt::format("must be 0 or parallel.replicas x the layout's worker count {} x {} "
+                             "= {} in explicit mode, got {}",
+                             par.replicas, par.world_size(),
+                             static_cast<int64_t>(par.replicas) * par.world_size(), par.workers));
+    if (static_cast<int64_t>(par.replicas) * par.world_size() > kMaxLayoutRanks)
+      return Bad(c, "parallel.replicas",
+                 fmt::format("{} replicas of {} ranks: at most {} workers in all", par.replicas,
+                             par.world_size(), kMaxLayoutRanks));
     const auto& layers = par.layers_per_stage;
     if (!layers.empty()) {
       if (static_cast<int>(layers.size()) != par.pp) {
@@ -424,8 +443,7 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                    "(tessera keygen)");
   {
     // The workers the coordinator waits for must fit in its records.
-    const int wanted =
-        c.parallel.mode == ParallelMode::kExplicit ? c.parallel.world_size() : c.parallel.workers;
+    const int wanted = c.parallel.ExpectedWorkers();
     // Blame what the operator set: the layout, unless max_workers was set
     // too (pp = 99 named server.max_workers, a key nobody had written).
     const bool explicit_layout = c.parallel.mode == ParallelMode::kExplicit;

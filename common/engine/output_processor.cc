@@ -138,12 +138,13 @@ void OutputProcessor::WaitProcessed(uint64_t serial) {
   done_cv_.wait(lock, [&] { return processed_ >= serial; });
 }
 
-std::vector<int64_t> OutputProcessor::TakeStops(uint64_t serial) {
+std::vector<int64_t> OutputProcessor::TakeStops(uint64_t serial,
+                                                const std::function<bool(int64_t)>& mine) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int64_t> ids;
   auto keep = stops_.begin();
   for (auto it = stops_.begin(); it != stops_.end(); ++it) {
-    if (it->first <= serial)
+    if (it->first <= serial && (!mine || mine(it->second)))
       ids.push_back(it->second);
     else
       *keep++ = *it;

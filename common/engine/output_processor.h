@@ -24,8 +24,14 @@
 // serial) sees the same stops whatever the thread timing: identical
 // schedulers (the stage-0 tp ranks of a pipeline) make identical decisions.
 //
-// Thread-safety: the posting methods, posted(), WaitProcessed, TakeStops
-// and pending_finishes() are thread-safe (one scheduler thread posts);
+// Sharing: several schedulers may post to one processor (the coordinator's
+// replicas, so that a request can move between them and keep its output
+// state); ids then come from NextId and each scheduler takes only its own
+// stops (TakeStops' filter).
+//
+// Thread-safety: the posting methods, NextId, posted(), WaitProcessed,
+// TakeStops and pending_finishes() are thread-safe (each scheduler thread
+// posts its own requests' events);
 // callbacks run on the processor's thread. The destructor processes every
 // event already posted, then joins the thread.
 #pragma once
@@ -34,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,13 +111,22 @@ class OutputProcessor {
   uint64_t Token(int64_t id, SampledToken token, bool eos, int preemptions);
   uint64_t Finish(int64_t id, FinishReason reason, Status error, int preemptions);
 
+  // A fresh request id (0, 1, ...): the schedulers that share this
+  // processor (coordinator replicas) draw their ids here, so an id names one
+  // request across all of them.
+  int64_t NextId() { return next_id_.fetch_add(1); }
+
   uint64_t posted() const;  // serial of the latest event posted (0: none)
   // Blocks until every event up to `serial` has been processed (its
   // callbacks returned).
   void WaitProcessed(uint64_t serial);
   // Removes and returns the ids whose stop string was hit by a Token event
-  // with serial <= `serial`, in hit order.
-  std::vector<int64_t> TakeStops(uint64_t serial);
+  // with serial <= `serial`, in hit order. With `mine` set, only the ids it
+  // accepts (the caller's requests when several schedulers share the
+  // processor); the others stay for their scheduler. `mine` runs under the
+  // processor's lock: it must not call the processor.
+  std::vector<int64_t> TakeStops(uint64_t serial,
+                                 const std::function<bool(int64_t)>& mine = nullptr);
   // Finish events posted whose callbacks have not returned yet.
   size_t pending_finishes() const { return pending_finishes_.load(); }
 
@@ -153,6 +169,7 @@ class OutputProcessor {
   bool stopping_ = false;                            // protected by mu_
   std::vector<std::pair<uint64_t, int64_t>> stops_;  // protected by mu_: (serial, id)
   std::atomic<size_t> pending_finishes_{0};
+  std::atomic<int64_t> next_id_{0};
   std::unordered_map<int64_t, Entry> entries_;  // processor thread only
   std::thread thread_;
 };

@@ -75,7 +75,7 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
       tokenizer_(tokenizer),
       options_(options),
       eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()),
-      output_(std::make_unique<OutputProcessor>(tokenizer)),
+      output_(options.output ? options.output : std::make_shared<OutputProcessor>(tokenizer)),
       plan_version_(options.plan_version) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
 }
@@ -149,11 +149,59 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
   std::vector<int64_t> ids;
   ids.reserve(seqs.size());
   for (auto& s : seqs) {
-    s->id = next_id_++;
+    s->id = output_->NextId();
     ids.push_back(s->id);
     waiting_.push_back(std::move(s));
   }
   return ids;
+}
+
+Scheduler::Migrant::Migrant(std::unique_ptr<Seq> seq, bool cancelled, const OutputProcessor* output)
+    : seq_(std::move(seq)), cancelled_(cancelled), output_(output) {}
+Scheduler::Migrant::Migrant(Migrant&&) noexcept = default;
+Scheduler::Migrant& Scheduler::Migrant::operator=(Migrant&&) noexcept = default;
+Scheduler::Migrant::~Migrant() = default;
+int64_t Scheduler::Migrant::id() const { return seq_->id; }
+int64_t Scheduler::Migrant::tokens() const { return static_cast<int64_t>(seq_->tokens.size()); }
+int64_t Scheduler::Migrant::remaining_tokens() const {
+  return std::max<int64_t>(0, seq_->req.max_tokens - seq_->generated);
+}
+
+std::vector<Scheduler::Migrant> Scheduler::TakeWaiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Migrant> out;
+  out.reserve(waiting_.size());
+  for (auto& s : waiting_) {
+    const bool cancelled = cancelled_.erase(s->id) > 0;
+    out.push_back(Migrant(std::move(s), cancelled, output_.get()));
+  }
+  waiting_.clear();
+  return out;
+}
+
+Status Scheduler::AdoptWaiting(std::vector<Migrant>* migrants_in) {
+  std::vector<Migrant>& migrants = *migrants_in;
+  for (const Migrant& m : migrants) {
+    if (m.output_ != output_.get())
+      return FailedPrecondition("request " + std::to_string(m.id()) +
+                                " comes from a scheduler with another output processor");
+    const int64_t ctx = static_cast<int64_t>(m.seq_->prompt_len) + m.seq_->req.max_tokens;
+    if (ctx > options_.max_context ||
+        BlockAllocator::BlocksFor(ctx, block_size_) > allocator_->num_blocks())
+      return InvalidArgument("request " + std::to_string(m.id()) + ": " + std::to_string(ctx) +
+                             " tokens do not fit this scheduler's context or KV cache");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = migrants.rbegin(); it != migrants.rend(); ++it) {
+    it->seq_->waiting = true;
+    it->seq_->cached = 0;
+    it->seq_->registered_blocks = 0;
+    it->seq_->blocks.clear();
+    if (it->cancelled_) cancelled_.insert(it->seq_->id);
+    waiting_.push_front(std::move(it->seq_));
+  }
+  migrants.clear();
+  return Status::Ok();
 }
 
 void Scheduler::Cancel(int64_t id) {
@@ -184,6 +232,7 @@ void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   s.done = true;
   allocator_->Free(s.blocks);
   finished_ids_.push_back(s.id);
+  if (options_.output) finished_recent_[0].push_back(s.id);
   Register(s);
   output_->Finish(s.id, reason, std::move(error), s.preemptions);
 }
@@ -203,11 +252,28 @@ void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
 }
 
 void Scheduler::TakeStops(uint64_t upto) {
-  const std::vector<int64_t> ids = output_->TakeStops(upto);
+  // Under mu_, so no request moves to another scheduler (TakeWaiting)
+  // between taking its stop and cancelling it.
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t> ids;
+  if (options_.output) {
+    // A shared processor: only this scheduler's requests.
+    std::set<int64_t> mine;
+    for (auto& s : running_) mine.insert(s->id);
+    for (auto& s : waiting_) mine.insert(s->id);
+    // And those finished in the last rounds (a stop on a request's last
+    // token is taken after it finished): taken and dropped, not left over.
+    for (const auto& round : finished_recent_) mine.insert(round.begin(), round.end());
+    finished_recent_[2].swap(finished_recent_[1]);
+    finished_recent_[1].swap(finished_recent_[0]);
+    finished_recent_[0].clear();
+    ids = output_->TakeStops(upto, [&](int64_t id) { return mine.count(id) > 0; });
+  } else {
+    ids = output_->TakeStops(upto);
+  }
   if (ids.empty()) return;
   // Cancel those still alive (one may have finished at max_tokens meanwhile).
   const std::set<int64_t> stopped(ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : running_)
     if (!s->done && stopped.count(s->id)) cancelled_.insert(s->id);
   for (auto& s : waiting_)

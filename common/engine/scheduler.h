@@ -49,6 +49,14 @@
 // requeue_on_executor_error an executor failure re-queues the sequences the
 // same way instead of failing them, so a re-plan can finish them.
 //
+// Moving requests (the coordinator's replicas, whose schedulers share one
+// OutputProcessor): TakeWaiting removes every waiting request, re-queued
+// ones included, as Migrants, and AdoptWaiting on another scheduler queues
+// them at its front. A migrant keeps its id, callbacks, output state
+// (detokenizer, stop strings, result so far) and generated tokens: it
+// resumes from prompt + generated tokens, so its output continues without
+// gaps or duplicates, as after a re-queue.
+//
 // Admission control: Enqueue refuses with kResourceExhausted when queue_limit
 // requests are waiting, and with kInvalidArgument when prompt + max_tokens
 // exceeds max_context (the message names both).
@@ -115,6 +123,10 @@ struct SchedulerOptions {
   // The plan the first executor runs (SetExecutor names later ones); part of
   // every prefix-cache key.
   uint64_t plan_version = 0;
+  // The output processor, shared with other schedulers (the coordinator's
+  // replicas: a waiting request can then move between them, TakeWaiting /
+  // AdoptWaiting); null: one of its own.
+  std::shared_ptr<OutputProcessor> output;
 };
 
 struct SchedulerStats {
@@ -136,7 +148,30 @@ struct SchedulerStats {
 };
 
 class Scheduler {
+  struct Seq;
+
  public:
+  // A waiting request taken out of one scheduler for another (see above).
+  class Migrant {
+   public:
+    Migrant(Migrant&&) noexcept;
+    Migrant& operator=(Migrant&&) noexcept;
+    ~Migrant();
+    int64_t id() const;
+    // Prompt + generated tokens (what the adopter recomputes) and the
+    // tokens it may still generate.
+    int64_t tokens() const;
+    int64_t remaining_tokens() const;
+    bool cancelled() const { return cancelled_; }
+
+   private:
+    friend class Scheduler;
+    Migrant(std::unique_ptr<Seq> seq, bool cancelled, const OutputProcessor* output);
+    std::unique_ptr<Seq> seq_;
+    bool cancelled_ = false;
+    const OutputProcessor* output_ = nullptr;
+  };
+
   // `tokenizer` may be null (then stop strings are refused and text is empty).
   // `executor` may be null when only Schedule(n)/Apply drive the scheduler
   // (RunOnce, CollectInFlight need one; SetExecutor sets it).
@@ -158,6 +193,17 @@ class Scheduler {
   // and `callbacks` have the same size.
   StatusOr<std::vector<int64_t>> EnqueueAll(std::vector<GenerationRequest> requests,
                                             std::vector<RequestCallbacks> callbacks);
+  // Thread-safe: removes every waiting request (queue order), its pending
+  // cancellation with it.
+  std::vector<Migrant> TakeWaiting();
+  // Thread-safe: queues `migrants` (from TakeWaiting of a scheduler sharing
+  // this one's OutputProcessor) at the front, in order, past queue_limit
+  // (they were admitted once), and empties the vector. Errors (nothing is
+  // queued, `migrants` is left as it was): kFailedPrecondition when a
+  // migrant comes from a scheduler with another output processor,
+  // kInvalidArgument when one does not fit this scheduler's KV cache or
+  // context.
+  Status AdoptWaiting(std::vector<Migrant>* migrants);
   // The most requests the queue holds (SchedulerOptions::queue_limit).
   int64_t queue_limit() const { return options_.queue_limit; }
   // Thread-safe. The request finishes with kCancelled at the next iteration.
@@ -238,12 +284,12 @@ class Scheduler {
 
   size_t waiting() const;  // thread-safe
   // Thread-safe: admitted sequences not finished, plus finished requests
-  // whose on_finish has not run yet (0 means every on_finish has returned).
+  // whose on_finish has not run yet (0 means every on_finish has returned;
+  // with a shared output processor, those of every scheduler sharing it).
   size_t running() const;
   const SchedulerStats& stats() const { return stats_; }
 
  private:
-  struct Seq;
   struct InFlight;
 
   Status Validate(const GenerationRequest& r) const;
@@ -279,13 +325,12 @@ class Scheduler {
   const Tokenizer* tokenizer_;
   SchedulerOptions options_;
   std::set<int32_t> eos_;
-  std::unique_ptr<OutputProcessor> output_;  // its own thread
+  std::shared_ptr<OutputProcessor> output_;  // its own thread; maybe shared (options.output)
 
   mutable std::mutex mu_;
   std::deque<std::unique_ptr<Seq>> waiting_;  // protected by mu_
   std::set<int64_t> cancelled_;               // protected by mu_
   std::atomic<size_t> running_count_{0};
-  int64_t next_id_ = 0;  // protected by mu_
 
   // Owner thread only.
   std::vector<std::unique_ptr<Seq>> running_;
@@ -294,6 +339,9 @@ class Scheduler {
   bool plan_open_ = false;         // a Schedule awaits its Apply
   uint64_t serial_ = 0;            // of the latest plan
   std::vector<int64_t> finished_ids_;
+  // With a shared output processor: the ids finished in the last three
+  // TakeStops rounds (newest first), whose late stop reports are its own.
+  std::vector<int64_t> finished_recent_[3];
   SchedulerStats stats_;
   double last_done_ = 0.0;
   bool admitting_ = true;

@@ -11,118 +11,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/base/json_parse.h"
+#include "common/format/config_reader.h"
+#include "common/format/gemma_config.h"
 
 namespace tessera {
 
+namespace config_json {
 namespace {
 
-using json = nlohmann::json;
-
 constexpr const char* kSupportedArchitectures =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
+    "Gemma2ForCausalLM, Gemma3ForCausalLM (text only)";
 constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, longrope (su)";
 constexpr const char* kSupportedDTypes = "float32, float16, bfloat16";
-
-// A short rendering of a JSON value for error messages.
-std::string Show(const json& j) { return ShowJsonValue(j, 60); }
-
-// Typed access to one JSON object, reporting errors as
-// "<path>: key '<prefix><key>': ...". A key whose value is null counts as
-// absent everywhere: HF writes null for "not set".
-class Reader {
- public:
-  Reader(const json& obj, const std::string& path, std::string prefix = "")
-      : obj_(obj), path_(path), prefix_(std::move(prefix)) {}
-
-  const json* Get(const std::string& key) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  bool Has(const std::string& key) const { return Get(key) != nullptr; }
-
-  Status Error(const std::string& key, const std::string& what) const {
-    return InvalidArgument(path_ + ": key '" + prefix_ + key + "': " + what);
-  }
-  Status Missing(const std::string& key) const {
-    return InvalidArgument(path_ + ": missing required key '" + prefix_ + key + "'");
-  }
-
-  Status Int(const std::string& key, bool required, int64_t* out) const {
-    const json* v = Get(key);
-    if (v == nullptr) return required ? Missing(key) : Status::Ok();
-    if (!v->is_number_integer() ||
-        (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX})) {
-      return Error(key, "expected an integer, got " + Show(*v));
-    }
-    *out = v->get<int64_t>();
-    return Status::Ok();
-  }
-  // As Int, and the value must be in [1, 2^31 - 1]: sizes, counts and
-  // positions, whose products (tensor shapes, byte counts) must fit int64.
-  Status PositiveInt(const std::string& key, bool required, int64_t* out) const {
-    TESSERA_RETURN_IF_ERROR(Int(key, required, out));
-    if (Has(key) && *out <= 0) return Error(key, "must be positive, got " + std::to_string(*out));
-    if (Has(key) && *out > INT32_MAX)
-      return Error(key, "must be at most 2147483647, got " + std::to_string(*out));
-    return Status::Ok();
-  }
-  Status Double(const std::string& key, bool required, double* out) const {
-    const json* v = Get(key);
-    if (v == nullptr) return required ? Missing(key) : Status::Ok();
-    if (!v->is_number()) return Error(key, "expected a number, got " + Show(*v));
-    *out = v->get<double>();
-    return Status::Ok();
-  }
-  Status PositiveDouble(const std::string& key, bool required, double* out) const {
-    TESSERA_RETURN_IF_ERROR(Double(key, required, out));
-    if (Has(key) && !(*out > 0)) return Error(key, "must be positive, got " + Show(*Get(key)));
-    return Status::Ok();
-  }
-  Status Bool(const std::string& key, bool* out) const {
-    const json* v = Get(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_boolean()) return Error(key, "expected true or false, got " + Show(*v));
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-  Status String(const std::string& key, std::string* out) const {
-    const json* v = Get(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_string()) return Error(key, "expected a string, got " + Show(*v));
-    *out = v->get<std::string>();
-    return Status::Ok();
-  }
-  // An int, a list of ints, or absent/null (-> empty).
-  Status IntList(const std::string& key, std::vector<int64_t>* out) const {
-    out->clear();
-    const json* v = Get(key);
-    if (v == nullptr) return Status::Ok();
-    const std::string expect = "expected an integer or a list of integers, got " + Show(*v);
-    if (v->is_number_integer()) {
-      out->push_back(v->get<int64_t>());
-      return Status::Ok();
-    }
-    if (!v->is_array()) return Error(key, expect);
-    for (const json& e : *v) {
-      if (!e.is_number_integer()) return Error(key, expect);
-      out->push_back(e.get<int64_t>());
-    }
-    return Status::Ok();
-  }
-  // An object or absent/null (-> nullptr).
-  StatusOr<const json*> Object(const std::string& key) const {
-    const json* v = Get(key);
-    if (v != nullptr && !v->is_object()) return Error(key, "expected an object, got " + Show(*v));
-    return v;
-  }
-
- private:
-  const json& obj_;
-  const std::string& path_;
-  std::string prefix_;
-};
 
 // nlohmann reports the 1-based byte index of the last character read; turn
 // it into 1-based line and column.
@@ -138,7 +39,7 @@ std::string LineCol(const std::string& text, size_t byte) {
   return std::to_string(line) + ":" + std::to_string(pos - line_start + 1);
 }
 
-StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& path) {
+StatusOr<Architecture> ParseArchitecture(const ConfigReader& r, const std::string& path) {
   const json* archs = r.Get("architectures");
   if (archs != nullptr) {
     if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
@@ -151,6 +52,13 @@ StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& pat
     if (name == "Qwen2ForCausalLM") return Architecture::kQwen2;
     if (name == "Qwen3ForCausalLM") return Architecture::kQwen3;
     if (name == "Phi3ForCausalLM") return Architecture::kPhi3;
+    if (name == "Gemma2ForCausalLM") return Architecture::kGemma2;
+    if (name == "Gemma3ForCausalLM") return Architecture::kGemma3Text;
+    if (name == "Gemma3ForConditionalGeneration") {
+      return Unimplemented(path + ": key 'architectures': '" + name +
+                           "' (a vision tower) is not supported: only the text model, "
+                           "Gemma3ForCausalLM with model_type gemma3_text");
+    }
     return Unimplemented(path + ": key 'architectures': '" + name +
                          "' is not supported (supported: " + kSupportedArchitectures + ")");
   }
@@ -163,17 +71,72 @@ StatusOr<Architecture> ParseArchitecture(const Reader& r, const std::string& pat
   if (model_type == "qwen2") return Architecture::kQwen2;
   if (model_type == "qwen3") return Architecture::kQwen3;
   if (model_type == "phi3") return Architecture::kPhi3;
+  if (model_type == "gemma2") return Architecture::kGemma2;
+  if (model_type == "gemma3_text") return Architecture::kGemma3Text;
   return Unimplemented(path + ": key 'model_type': '" + model_type +
                        "' is not supported and 'architectures' is absent (supported: " +
                        kSupportedArchitectures + ")");
 }
 
-// Parses one rope_scaling / rope_parameters object. `type_required`: whether
-// a missing "rope_type"/"type" is an error (rope_scaling) or means default
-// (rope_parameters).
+// Completes a longrope RopeScaling as transformers'
+// _compute_longrope_parameters does: original_max_position_embeddings from
+// the top-level key (Phi-3 keeps it there), else rope_scaling's, else
+// max_position_embeddings; attention_factor, when not given, from the
+// extension factor f = max_position_embeddings / original (Phi-3's rule,
+// taking precedence over rope_scaling.factor when the top-level key exists):
+// 1 when f <= 1, else sqrt(1 + ln(f) / ln(original)). Both factor lists must
+// hold head_dim / 2 values.
+Status FinishLongRope(const ConfigReader& r, ModelConfig& c) {
+  RopeScaling& rs = c.rope_scaling;
+  double factor = rs.factor;
+  if (r.Has("original_max_position_embeddings")) {
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("original_max_position_embeddings", false,
+                                          &rs.original_max_position_embeddings));
+    factor = static_cast<double>(c.max_position_embeddings) /
+             static_cast<double>(rs.original_max_position_embeddings);
+  } else if (rs.original_max_position_embeddings == 0) {
+    rs.original_max_position_embeddings = c.max_position_embeddings;
+  }
+  if (rs.original_max_position_embeddings < 2) {
+    // transformers divides by ln(original_max_position_embeddings).
+    return r.Error(
+        "original_max_position_embeddings",
+        "longrope needs at least 2, got " + std::to_string(rs.original_max_position_embeddings));
+  }
+  if (rs.attention_factor == 0) {
+    rs.attention_factor =
+        factor <= 1.0
+            ? 1.0
+            : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(
+                                                     rs.original_max_position_embeddings)));
+  }
+  const size_t half = static_cast<size_t>(c.head_dim / 2);
+  const char* key = r.Has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (rs.short_factor.size() != half || rs.long_factor.size() != half) {
+    return r.Error(
+        key, "longrope short_factor and long_factor need head_dim / 2 = " + std::to_string(half) +
+                 " values each, got " + std::to_string(rs.short_factor.size()) + " and " +
+                 std::to_string(rs.long_factor.size()));
+  }
+  return Status::Ok();
+}
+
+StatusOr<DType> ParseTorchDType(const ConfigReader& r) {
+  const char* key = r.Has("torch_dtype") ? "torch_dtype" : "dtype";
+  std::string name;
+  TESSERA_RETURN_IF_ERROR(r.String(key, &name));
+  if (name.empty() || name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
+  Status s = r.Error(key, "'" + name + "' is not supported (supported: " + kSupportedDTypes + ")");
+  return Status(StatusCode::kUnimplemented, s.message());
+}
+
+}  // namespace
+
 Status ParseRope(const json& obj, const std::string& path, const std::string& key,
                  bool type_required, RopeScaling* out) {
-  Reader r(obj, path, key + ".");
+  ConfigReader r(obj, path, key + ".");
   std::string type;
   const char* type_key = r.Has("rope_type") ? "rope_type" : "type";
   TESSERA_RETURN_IF_ERROR(r.String(type_key, &type));
@@ -238,61 +201,17 @@ Status ParseRope(const json& obj, const std::string& path, const std::string& ke
   return Status::Ok();
 }
 
-// Completes a longrope RopeScaling as transformers'
-// _compute_longrope_parameters does: original_max_position_embeddings from
-// the top-level key (Phi-3 keeps it there), else rope_scaling's, else
-// max_position_embeddings; attention_factor, when not given, from the
-// extension factor f = max_position_embeddings / original (Phi-3's rule,
-// taking precedence over rope_scaling.factor when the top-level key exists):
-// 1 when f <= 1, else sqrt(1 + ln(f) / ln(original)). Both factor lists must
-// hold head_dim / 2 values.
-Status FinishLongRope(const Reader& r, ModelConfig& c) {
-  RopeScaling& rs = c.rope_scaling;
-  double factor = rs.factor;
-  if (r.Has("original_max_position_embeddings")) {
-    TESSERA_RETURN_IF_ERROR(r.PositiveInt("original_max_position_embeddings", false,
-                                          &rs.original_max_position_embeddings));
-    factor = static_cast<double>(c.max_position_embeddings) /
-             static_cast<double>(rs.original_max_position_embeddings);
-  } else if (rs.original_max_position_embeddings == 0) {
-    rs.original_max_position_embeddings = c.max_position_embeddings;
-  }
-  if (rs.original_max_position_embeddings < 2) {
-    // transformers divides by ln(original_max_position_embeddings).
-    return r.Error(
-        "original_max_position_embeddings",
-        "longrope needs at least 2, got " + std::to_string(rs.original_max_position_embeddings));
-  }
-  if (rs.attention_factor == 0) {
-    rs.attention_factor =
-        factor <= 1.0
-            ? 1.0
-            : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(
-                                                     rs.original_max_position_embeddings)));
-  }
-  const size_t half = static_cast<size_t>(c.head_dim / 2);
-  const char* key = r.Has("rope_scaling") ? "rope_scaling" : "rope_parameters";
-  if (rs.short_factor.size() != half || rs.long_factor.size() != half) {
-    return r.Error(
-        key, "longrope short_factor and long_factor need head_dim / 2 = " + std::to_string(half) +
-                 " values each, got " + std::to_string(rs.short_factor.size()) + " and " +
-                 std::to_string(rs.long_factor.size()));
-  }
-  return Status::Ok();
-}
+}  // namespace config_json
 
-StatusOr<DType> ParseTorchDType(const Reader& r) {
-  const char* key = r.Has("torch_dtype") ? "torch_dtype" : "dtype";
-  std::string name;
-  TESSERA_RETURN_IF_ERROR(r.String(key, &name));
-  if (name.empty() || name == "float32") return DType::kF32;
-  if (name == "float16") return DType::kF16;
-  if (name == "bfloat16") return DType::kBF16;
-  Status s = r.Error(key, "'" + name + "' is not supported (supported: " + kSupportedDTypes + ")");
-  return Status(StatusCode::kUnimplemented, s.message());
-}
-
-}  // namespace
+using config_json::ConfigReader;
+using config_json::FinishLongRope;
+using config_json::IsGemma;
+using config_json::json;
+using config_json::LineCol;
+using config_json::ParseArchitecture;
+using config_json::ParseRope;
+using config_json::ParseTorchDType;
+using config_json::Show;
 
 const char* ArchitectureName(Architecture arch) {
   switch (arch) {
@@ -306,6 +225,20 @@ const char* ArchitectureName(Architecture arch) {
       return "Qwen3ForCausalLM";
     case Architecture::kPhi3:
       return "Phi3ForCausalLM";
+    case Architecture::kGemma2:
+      return "Gemma2ForCausalLM";
+    case Architecture::kGemma3Text:
+      return "Gemma3ForCausalLM";
+  }
+  return "?";
+}
+
+const char* ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGeluTanh:
+      return "gelu_pytorch_tanh";
   }
   return "?";
 }
@@ -330,6 +263,23 @@ int64_t ModelConfig::KvBytesPerTokenPerLayer(DType dtype) const {
   return 2 * num_key_value_heads * head_dim * static_cast<int64_t>(DTypeSize(dtype));
 }
 
+int64_t ModelConfig::LayerSlidingWindow(int64_t layer) const {
+  if (sliding_layers.empty()) return sliding_window;
+  if (layer < 0 || layer >= static_cast<int64_t>(sliding_layers.size())) return 0;
+  return sliding_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
+}
+
+bool ModelConfig::LayerUsesLocalRope(int64_t layer) const {
+  return local_rope_theta > 0 && layer >= 0 &&
+         layer < static_cast<int64_t>(sliding_layers.size()) &&
+         sliding_layers[static_cast<size_t>(layer)];
+}
+
+double ModelConfig::AttentionScale() const {
+  return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar
+                                                   : static_cast<double>(head_dim));
+}
+
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path) {
   json root;
   try {
@@ -346,10 +296,20 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     return InvalidArgument(path + ": malformed JSON: " + e.what());
   }
   if (!root.is_object()) return InvalidArgument(path + ": top level is not a JSON object");
-  const Reader r(root, path);
+  const ConfigReader r(root, path);
 
+  // A multimodal config (Gemma3ForConditionalGeneration, ...) nests its
+  // text model under text_config beside a vision tower.
+  if (r.Has("vision_config")) {
+    return Unimplemented(path +
+                         ": key 'vision_config': a vision tower is not supported (text "
+                         "models only: for Gemma 3, Gemma3ForCausalLM with model_type "
+                         "gemma3_text)");
+  }
   ModelConfig c;
   TESSERA_ASSIGN_OR_RETURN(c.architecture, ParseArchitecture(r, path));
+  const bool gemma = IsGemma(c.architecture);
+  if (gemma) config_json::SetGemmaDefaults(c);
   TESSERA_RETURN_IF_ERROR(r.String("model_type", &c.model_type));
   TESSERA_RETURN_IF_ERROR(r.PositiveInt("hidden_size", true, &c.hidden_size));
   TESSERA_RETURN_IF_ERROR(r.PositiveInt("intermediate_size", true, &c.intermediate_size));
@@ -365,6 +325,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   }
   if (r.Has("head_dim")) {
     TESSERA_RETURN_IF_ERROR(r.PositiveInt("head_dim", false, &c.head_dim));
+  } else if (gemma) {
+    c.head_dim = 256;  // Gemma2Config / Gemma3TextConfig default
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
       return r.Error("num_attention_heads",
@@ -396,15 +358,20 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
 
   // RoPE: "rope_theta" + "rope_scaling" (transformers 4.x), or one
   // "rope_parameters" object holding both (newer transformers).
+  // Gemma 3 has one set per layer type (config_json::ParseGemma3Rope).
   TESSERA_ASSIGN_OR_RETURN(const json* rope_params, r.Object("rope_parameters"));
   TESSERA_ASSIGN_OR_RETURN(const json* rope_scaling, r.Object("rope_scaling"));
-  if (r.Has("rope_theta")) {
+  if (c.architecture == Architecture::kGemma3Text) {
+    TESSERA_RETURN_IF_ERROR(config_json::ParseGemma3Rope(r, path, c));
+  } else if (r.Has("rope_theta")) {
     TESSERA_RETURN_IF_ERROR(r.PositiveDouble("rope_theta", false, &c.rope_theta));
   } else if (rope_params != nullptr) {
-    TESSERA_RETURN_IF_ERROR(Reader(*rope_params, path, "rope_parameters.")
+    TESSERA_RETURN_IF_ERROR(ConfigReader(*rope_params, path, "rope_parameters.")
                                 .PositiveDouble("rope_theta", false, &c.rope_theta));
   }
-  if (rope_scaling != nullptr) {
+  if (c.architecture == Architecture::kGemma3Text) {
+    // read above
+  } else if (rope_scaling != nullptr) {
     TESSERA_RETURN_IF_ERROR(ParseRope(*rope_scaling, path, "rope_scaling", true, &c.rope_scaling));
   } else if (rope_params != nullptr) {
     TESSERA_RETURN_IF_ERROR(
@@ -419,7 +386,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   for (const json* obj : std::initializer_list<const json*>{&root, rope_params}) {
     if (obj == nullptr) continue;
     const std::string prefix = obj == &root ? "" : "rope_parameters.";
-    const Reader rr(*obj, path, prefix);
+    const ConfigReader rr(*obj, path, prefix);
     double partial_rotary = 1.0;
     TESSERA_RETURN_IF_ERROR(rr.PositiveDouble("partial_rotary_factor", false, &partial_rotary));
     if (partial_rotary != 1.0) {
@@ -445,6 +412,10 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   TESSERA_RETURN_IF_ERROR(r.IntList("bos_token_id", &c.bos_token_ids));
   TESSERA_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
   TESSERA_ASSIGN_OR_RETURN(c.torch_dtype, ParseTorchDType(r));
+  if (gemma) {
+    TESSERA_RETURN_IF_ERROR(config_json::ParseGemmaKeys(r, path, c));
+    return c;
+  }
 
   // Sliding-window attention. Mistral and Phi-3 apply "sliding_window" on
   // every layer whenever it is set (MistralAttention / Phi3Attention pass

@@ -1,6 +1,7 @@
 // ModelConfig: the typed form of a Hugging Face `config.json` for the decoder
 // families Tessera runs (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM).
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM and
+// the text-only Gemma3ForCausalLM).
 //
 // Every field names the HF config key it comes from. Parsing and validation
 // happen once, in ParseModelConfig; the rest of Tessera reads this struct.
@@ -17,8 +18,15 @@
 
 namespace tessera {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kPhi3 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3Text };
 const char* ArchitectureName(Architecture arch);  // the HF class name
+
+// The activation of the gated MLP: down(act(gate(x)) * up(x)).
+//  - kSilu: x / (1 + exp(-x)) (SwiGLU: Llama, Mistral, Qwen2, Qwen3, Phi-3).
+//  - kGeluTanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GeGLU:
+//    Gemma's "hidden_activation" gelu_pytorch_tanh).
+enum class Activation { kSilu, kGeluTanh };
+const char* ActivationName(Activation act);  // "silu", "gelu_pytorch_tanh"
 
 // HF `rope_scaling` (or `rope_parameters` in newer transformers). Formulas as in
 // transformers' modeling_rope_utils.py:
@@ -78,12 +86,56 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // "eos_token_id" (int, list or null -> empty)
   // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
   DType torch_dtype = DType::kF32;
-  // The sliding-attention window in effect on every layer (0 = none): the
-  // token at position p attends to positions (p - sliding_window, p], as
-  // transformers' sliding-window mask has it. Mistral and Phi-3:
-  // "sliding_window". Qwen2/Qwen3 "use_sliding_window" with a window
-  // narrower than max_position_embeddings (per-layer windows) is refused.
+  // The sliding-attention window (0 = none): the token at position p attends
+  // to positions (p - sliding_window, p], as transformers' sliding-window
+  // mask has it. Mistral and Phi-3: "sliding_window" on every layer. Gemma:
+  // on the layers sliding_layers marks. Qwen2/Qwen3 "use_sliding_window"
+  // with a window narrower than max_position_embeddings is refused.
   int64_t sliding_window = 0;
+  // Per-layer attention types (Gemma's "layer_types"): empty = every layer
+  // has sliding_window; else num_hidden_layers entries, true for a sliding
+  // layer (window sliding_window, none when that is 0; a Gemma 3 sliding
+  // layer also rotates with local_rope_theta) and false for a global one
+  // (causal over the whole context). Gemma 2 without "layer_types": the even layers
+  // slide. Gemma 3: every "sliding_window_pattern"-th layer (default 6) is
+  // global. Indexed by the global layer index. Use LayerSlidingWindow.
+  std::vector<bool> sliding_layers;
+
+  // Gemma (both): every RMSNorm (the hidden norms and the per-head q/k
+  // norms) scales by (1 + weight) instead of weight, in fp32, rounded once.
+  bool rms_norm_unit_offset = false;
+  // The MLP activation: kSilu, or Gemma's "hidden_activation" (default and
+  // only accepted value gelu_pytorch_tanh).
+  Activation hidden_activation = Activation::kSilu;
+  // The embedding rows are multiplied by this (1 = not at all). Gemma:
+  // sqrt(hidden_size), rounded to the compute dtype before the multiply as
+  // transformers' Gemma*TextScaledWordEmbedding does.
+  double embedding_multiplier = 1.0;
+  // Gemma "query_pre_attn_scalar" (default 256): the attention scores are
+  // q.k * query_pre_attn_scalar^-0.5. 0 = head_dim (every other family).
+  double query_pre_attn_scalar = 0;
+  // Tanh soft-capping, cap * tanh(x / cap), 0 = none. Gemma 2:
+  // "attn_logit_softcapping" on the scaled attention scores before the mask
+  // and softmax (absent: 50; null: none); "final_logit_softcapping" on the
+  // logits (absent: 30; null: none). Gemma 3: the final one when set
+  // (default none); its attention scores are never capped (transformers'
+  // Gemma3Attention does not pass attn_logit_softcapping to attention).
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
+  // Gemma 3: the sliding layers rotate with default RoPE at this base
+  // ("rope_local_base_freq", default 10000; or rope_parameters
+  // .sliding_attention.rope_theta) while the global layers use rope_theta
+  // and rope_scaling. 0 = every layer uses rope_theta and rope_scaling.
+  double local_rope_theta = 0;
+
+  // The window of global layer `layer`: sliding_window, or 0 for a global
+  // layer of a per-layer model.
+  int64_t LayerSlidingWindow(int64_t layer) const;
+  // Whether layer `layer` rotates with local_rope_theta (a sliding layer of
+  // a model with local_rope_theta > 0).
+  bool LayerUsesLocalRope(int64_t layer) const;
+  // The attention score scale: query_pre_attn_scalar^-0.5, or head_dim^-0.5.
+  double AttentionScale() const;
 
   // Parameter counts are sums over the family's tensor table:
   // LayerParameterCount / ModelParameterCount in common/model/tensor_roles.h.
@@ -121,8 +173,11 @@ ContextLimit ModelContextLimit(const ModelConfig& config);
 // kUnimplemented naming the key for an architecture, rope type or dtype that
 // is not supported (listing the supported ones), for Qwen2/Qwen3 per-layer
 // sliding windows ("use_sliding_window", "layer_types") narrower than
-// max_position_embeddings, and for Phi-3's "partial_rotary_factor" other
-// than 1.
+// max_position_embeddings, for Phi-3's "partial_rotary_factor" other
+// than 1, for a vision tower ("vision_config": Gemma3ForConditionalGeneration
+// and other multimodal configs), and for Gemma's "hidden_activation" other
+// than gelu_pytorch_tanh, "use_bidirectional_attention" and Gemma 3 rope
+// types other than default and linear.
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path);
 // Reads and parses `<dir>/config.json`. Errors: kNotFound naming the path when
 // it does not exist, kIoError when it cannot be read, else as ParseModelConfig.

@@ -14,8 +14,9 @@
 //   uuid     NVML device UUID ("GPU-..."); "cpu" for CPU ranks
 //   stage    pipeline stage of the rank
 //   tp_rank  tensor-parallel rank inside the stage
-// There is one replica per deployment today (no data parallelism), so no
-// `replica` label is exported yet.
+//   replica  the coordinator's data-parallel replica (0, 1, ...) a
+//            scheduler, KV pool or rank belongs to (coordinator/serving/
+//            replica_set.h); request-level metrics are the whole fleet's
 //
 // Thread-safety: the catalog is immutable.
 #pragma once

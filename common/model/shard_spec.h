@@ -1,6 +1,6 @@
 // ShardSpec: exactly which slice of which checkpoint tensor one rank loads,
 // for tensor (tp) + pipeline (pp) parallel Llama-family models (Llama,
-// Mistral, Qwen2, Qwen3, Phi-3).
+// Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3 text).
 //
 // Which tensors a family has, their HF names, shapes and split kinds come from
 // its table in common/model/tensor_roles.h; ShardSpec turns a table into one
@@ -21,9 +21,10 @@
 //  - Biases, as the family tables have them (from transformers' modeling
 //    code): Llama q/k/v/o_proj.bias when attention_bias, gate/up/down_proj.bias
 //    when mlp_bias; Qwen2 q/k/v_proj.bias when attention_bias (no o_proj bias);
-//    Mistral none.
+//    Qwen3 and Gemma q/k/v/o_proj.bias when attention_bias; Mistral none.
 //  - Replicated: the RMSNorm weights (input_layernorm,
-//    post_attention_layernorm, model.norm, Qwen3's per-head q_norm/k_norm).
+//    post_attention_layernorm, Gemma's pre_/post_feedforward_layernorm,
+//    model.norm, Qwen3's and Gemma 3's per-head q_norm/k_norm).
 //  - Fused checkpoint tensors (Phi-3 qkv_proj, gate_up_proj): each role
 //    (q, k, v; gate, up) is its own shard, split as above within its part of
 //    the fused tensor, so a rank reads its q rows, its k rows and its v rows.

@@ -70,7 +70,8 @@ constexpr RoleSpec LmHead(const char* source) {
 // nn.Embedding(vocab, hidden) stores [vocab, hidden], <Family>RMSNorm(hidden)
 // stores [hidden]). Llama, Mistral and Qwen2 share the checkpoint layout and
 // differ only in which biases exist; Qwen3 adds per-head q/k norms; Phi-3
-// fuses q/k/v and gate/up in the checkpoint.
+// fuses q/k/v and gate/up in the checkpoint; Gemma 2 and 3 add norms after
+// attention and the MLP (and Gemma 3 Qwen3's q/k norms).
 
 // transformers/models/llama/modeling_llama.py
 constexpr RoleSpec kLlama[] = {
@@ -311,17 +312,140 @@ constexpr RoleSpec kPhi3[] = {
            "embed_tokens (absent from the checkpoint) when tie_word_embeddings"),
 };
 
+// transformers/models/gemma2/modeling_gemma2.py
+// Llama's projections (q/k/v/o biases with attention_bias, which Gemma 2
+// configs leave false; no MLP biases) and four RMSNorms per layer: before
+// attention, on its output, before the MLP and on its output (each output
+// norm applied before the residual add). Every Gemma2RMSNorm scales by
+// (1 + weight): a forward-pass property (ModelConfig::rms_norm_unit_offset),
+// not a different tensor.
+constexpr RoleSpec kGemma2[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel,
+           "Gemma2Model.embed_tokens = Gemma2TextScaledWordEmbedding(vocab_size, hidden_size, "
+           "embed_scale=hidden_size**0.5)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "Gemma2DecoderLayer.input_layernorm = Gemma2RMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma2Attention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kQBias, "model.layers.{layer}.self_attn.q_proj.bias", D::kQueryRows,
+           S::kColumnParallel, C::kAttentionBias, "Gemma2Attention.q_proj.bias"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma2Attention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kKBias, "model.layers.{layer}.self_attn.k_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Gemma2Attention.k_proj.bias"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma2Attention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kVBias, "model.layers.{layer}.self_attn.v_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Gemma2Attention.v_proj.bias"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "Gemma2Attention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=attention_bias)"),
+    RowBias(R::kOBias, "model.layers.{layer}.self_attn.o_proj.bias", C::kAttentionBias,
+            "Gemma2Attention.o_proj.bias"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "Gemma2DecoderLayer.post_attention_layernorm = Gemma2RMSNorm(hidden_size), on the "
+         "attention output"),
+    Norm(R::kPreFeedforwardNorm, "model.layers.{layer}.pre_feedforward_layernorm.weight", P::kLayer,
+         "Gemma2DecoderLayer.pre_feedforward_layernorm = Gemma2RMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Gemma2MLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Gemma2MLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "Gemma2MLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kPostFeedforwardNorm, "model.layers.{layer}.post_feedforward_layernorm.weight",
+         P::kLayer, "Gemma2DecoderLayer.post_feedforward_layernorm = Gemma2RMSNorm(hidden_size)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "Gemma2Model.norm = Gemma2RMSNorm(hidden_size)"),
+    LmHead("Gemma2ForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings (the default)"),
+};
+
+// transformers/models/gemma3/modeling_gemma3.py (Gemma3ForCausalLM, the text
+// model: model_type gemma3_text)
+// Gemma 2's layout plus Gemma3Attention's per-head q_norm and k_norm (also
+// (1 + weight) RMSNorms), applied to each head of q and k before RoPE.
+constexpr RoleSpec kGemma3Text[] = {
+    Matrix(R::kEmbedTokens, "model.embed_tokens.weight", P::kFirstStage, D::kVocab, D::kHidden,
+           S::kVocabParallel,
+           "Gemma3TextModel.embed_tokens = Gemma3TextScaledWordEmbedding(vocab_size, hidden_size, "
+           "embed_scale=hidden_size**0.5)"),
+    Norm(R::kInputNorm, "model.layers.{layer}.input_layernorm.weight", P::kLayer,
+         "Gemma3DecoderLayer.input_layernorm = Gemma3RMSNorm(hidden_size)"),
+    Matrix(R::kQProj, "model.layers.{layer}.self_attn.q_proj.weight", P::kLayer, D::kQueryRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma3Attention.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kQBias, "model.layers.{layer}.self_attn.q_proj.bias", D::kQueryRows,
+           S::kColumnParallel, C::kAttentionBias, "Gemma3Attention.q_proj.bias"),
+    Matrix(R::kKProj, "model.layers.{layer}.self_attn.k_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma3Attention.k_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kKBias, "model.layers.{layer}.self_attn.k_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Gemma3Attention.k_proj.bias"),
+    Matrix(R::kVProj, "model.layers.{layer}.self_attn.v_proj.weight", P::kLayer, D::kKvRows,
+           D::kHidden, S::kColumnParallel,
+           "Gemma3Attention.v_proj = nn.Linear(hidden_size, num_key_value_heads * head_dim, "
+           "bias=attention_bias)"),
+    Vector(R::kVBias, "model.layers.{layer}.self_attn.v_proj.bias", D::kKvRows, S::kColumnParallel,
+           C::kAttentionBias, "Gemma3Attention.v_proj.bias"),
+    HeadNorm(R::kQNorm, "model.layers.{layer}.self_attn.q_norm.weight",
+             "Gemma3Attention.q_norm = Gemma3RMSNorm(head_dim)"),
+    HeadNorm(R::kKNorm, "model.layers.{layer}.self_attn.k_norm.weight",
+             "Gemma3Attention.k_norm = Gemma3RMSNorm(head_dim)"),
+    Matrix(R::kOProj, "model.layers.{layer}.self_attn.o_proj.weight", P::kLayer, D::kHidden,
+           D::kQueryRows, S::kRowParallel,
+           "Gemma3Attention.o_proj = nn.Linear(num_attention_heads * head_dim, hidden_size, "
+           "bias=attention_bias)"),
+    RowBias(R::kOBias, "model.layers.{layer}.self_attn.o_proj.bias", C::kAttentionBias,
+            "Gemma3Attention.o_proj.bias"),
+    Norm(R::kPostAttentionNorm, "model.layers.{layer}.post_attention_layernorm.weight", P::kLayer,
+         "Gemma3DecoderLayer.post_attention_layernorm = Gemma3RMSNorm(hidden_size), on the "
+         "attention output"),
+    Norm(R::kPreFeedforwardNorm, "model.layers.{layer}.pre_feedforward_layernorm.weight", P::kLayer,
+         "Gemma3DecoderLayer.pre_feedforward_layernorm = Gemma3RMSNorm(hidden_size)"),
+    Matrix(R::kGateProj, "model.layers.{layer}.mlp.gate_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Gemma3MLP.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kUpProj, "model.layers.{layer}.mlp.up_proj.weight", P::kLayer, D::kIntermediate,
+           D::kHidden, S::kColumnParallel,
+           "Gemma3MLP.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)"),
+    Matrix(R::kDownProj, "model.layers.{layer}.mlp.down_proj.weight", P::kLayer, D::kHidden,
+           D::kIntermediate, S::kRowParallel,
+           "Gemma3MLP.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)"),
+    Norm(R::kPostFeedforwardNorm, "model.layers.{layer}.post_feedforward_layernorm.weight",
+         P::kLayer, "Gemma3DecoderLayer.post_feedforward_layernorm = Gemma3RMSNorm(hidden_size)"),
+    Norm(R::kFinalNorm, "model.norm.weight", P::kLastStage,
+         "Gemma3TextModel.norm = Gemma3RMSNorm(hidden_size)"),
+    LmHead("Gemma3ForCausalLM.lm_head = nn.Linear(hidden_size, vocab_size, bias=False); tied to "
+           "embed_tokens (absent from the checkpoint) when tie_word_embeddings (the default)"),
+};
+
 const FamilyRoles kFamilies[] = {
     {Architecture::kLlama, "transformers/models/llama/modeling_llama.py", kLlama},
     {Architecture::kMistral, "transformers/models/mistral/modeling_mistral.py", kMistral},
     {Architecture::kQwen2, "transformers/models/qwen2/modeling_qwen2.py", kQwen2},
     {Architecture::kQwen3, "transformers/models/qwen3/modeling_qwen3.py", kQwen3},
     {Architecture::kPhi3, "transformers/models/phi3/modeling_phi3.py", kPhi3},
+    {Architecture::kGemma2, "transformers/models/gemma2/modeling_gemma2.py", kGemma2},
+    {Architecture::kGemma3Text, "transformers/models/gemma3/modeling_gemma3.py", kGemma3Text},
 };
 
-constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kMistral,
-                                           Architecture::kQwen2, Architecture::kQwen3,
-                                           Architecture::kPhi3};
+constexpr Architecture kArchitectures[] = {
+    Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2,     Architecture::kQwen3,
+    Architecture::kPhi3,  Architecture::kGemma2,  Architecture::kGemma3Text};
 
 const RoleSpec& EmbeddingOf(const FamilyRoles& family) {
   for (const RoleSpec& s : family.roles) {
@@ -375,6 +499,8 @@ const char* TensorRoleName(TensorRole role) {
       return "o_proj.bias";
     case TensorRole::kPostAttentionNorm:
       return "post_attention_layernorm";
+    case TensorRole::kPreFeedforwardNorm:
+      return "pre_feedforward_layernorm";
     case TensorRole::kGateProj:
       return "gate_proj";
     case TensorRole::kGateBias:
@@ -387,6 +513,8 @@ const char* TensorRoleName(TensorRole role) {
       return "down_proj";
     case TensorRole::kDownBias:
       return "down_proj.bias";
+    case TensorRole::kPostFeedforwardNorm:
+      return "post_feedforward_layernorm";
     case TensorRole::kFinalNorm:
       return "norm";
     case TensorRole::kLmHead:

@@ -3,7 +3,8 @@
 //
 // A TensorRole names what a weight does in the forward pass (q_proj,
 // post_attention_layernorm, lm_head, ...), independent of its checkpoint
-// name. Each family (Llama, Mistral, Qwen2, Qwen3, Phi3) has one table of RoleSpecs giving,
+// name. Each family (Llama, Mistral, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 text) has one table
+// of RoleSpecs giving,
 // for each role it has:
 //  - the Hugging Face safetensors name, as a pattern in which "{layer}" stands
 //    for the decoder-layer index ("model.layers.{layer}.self_attn.q_proj.weight");
@@ -59,29 +60,35 @@ const char* SplitKindName(SplitKind kind);
 // What a weight does, in model order (the order ShardSpec lists a rank's
 // tensors in). A model family has a subset of these (Mistral has no biases).
 enum class TensorRole {
-  kEmbedTokens,        // token embedding table [vocab, hidden]
-  kInputNorm,          // RMSNorm weight before attention [hidden]
-  kQProj,              // query projection [heads*head_dim, hidden]
-  kQBias,              // its bias [heads*head_dim]
-  kKProj,              // key projection [kv_heads*head_dim, hidden]
-  kKBias,              // its bias [kv_heads*head_dim]
-  kVProj,              // value projection [kv_heads*head_dim, hidden]
-  kVBias,              // its bias [kv_heads*head_dim]
-  kQNorm,              // per-head RMSNorm weight on q before RoPE [head_dim] (Qwen3)
-  kKNorm,              // per-head RMSNorm weight on k before RoPE [head_dim] (Qwen3)
-  kOProj,              // attention output projection [hidden, heads*head_dim]
-  kOBias,              // its bias [hidden]
-  kPostAttentionNorm,  // RMSNorm weight before the MLP [hidden]
-  kGateProj,           // MLP gate projection [intermediate, hidden]
-  kGateBias,           // its bias [intermediate]
-  kUpProj,             // MLP up projection [intermediate, hidden]
-  kUpBias,             // its bias [intermediate]
-  kDownProj,           // MLP down projection [hidden, intermediate]
-  kDownBias,           // its bias [hidden]
-  kFinalNorm,          // RMSNorm weight after the last layer [hidden]
-  kLmHead,             // output projection [vocab, hidden]
+  kEmbedTokens,  // token embedding table [vocab, hidden]
+  kInputNorm,    // RMSNorm weight before attention [hidden]
+  kQProj,        // query projection [heads*head_dim, hidden]
+  kQBias,        // its bias [heads*head_dim]
+  kKProj,        // key projection [kv_heads*head_dim, hidden]
+  kKBias,        // its bias [kv_heads*head_dim]
+  kVProj,        // value projection [kv_heads*head_dim, hidden]
+  kVBias,        // its bias [kv_heads*head_dim]
+  kQNorm,        // per-head RMSNorm weight on q before RoPE [head_dim] (Qwen3)
+  kKNorm,        // per-head RMSNorm weight on k before RoPE [head_dim] (Qwen3)
+  kOProj,        // attention output projection [hidden, heads*head_dim]
+  kOBias,        // its bias [hidden]
+  // RMSNorm weight after attention [hidden]: before the MLP (Llama, ...);
+  // Gemma: on the attention output, before its residual add (Gemma's MLP
+  // input norm is then kPreFeedforwardNorm).
+  kPostAttentionNorm,
+  kPreFeedforwardNorm,   // RMSNorm weight before the MLP [hidden] (Gemma)
+  kGateProj,             // MLP gate projection [intermediate, hidden]
+  kGateBias,             // its bias [intermediate]
+  kUpProj,               // MLP up projection [intermediate, hidden]
+  kUpBias,               // its bias [intermediate]
+  kDownProj,             // MLP down projection [hidden, intermediate]
+  kDownBias,             // its bias [hidden]
+  kPostFeedforwardNorm,  // RMSNorm weight on the MLP output, before its residual add [hidden]
+                         // (Gemma)
+  kFinalNorm,            // RMSNorm weight after the last layer [hidden]
+  kLmHead,               // output projection [vocab, hidden]
 };
-inline constexpr int kNumTensorRoles = 21;
+inline constexpr int kNumTensorRoles = 23;
 // "embed_tokens", "input_layernorm", "q_proj", "q_proj.bias", ..., "norm", "lm_head".
 const char* TensorRoleName(TensorRole role);
 
@@ -189,11 +196,12 @@ int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model);
 
 // Parameters (elements, not bytes) of one decoder layer: the sum of RoleNumel
 // over the family's present per-layer roles (q/k/v/o projections, their
-// biases per attention_bias, gate/up/down plus biases per mlp_bias, the two
-// RMSNorm weights). Multiply by DTypeSize for bytes.
+// biases per attention_bias, gate/up/down plus biases per mlp_bias, the
+// RMSNorm weights: two, Gemma's four, Qwen3's and Gemma 3's per-head q/k
+// norms). Multiply by DTypeSize for bytes.
 int64_t LayerParameterCount(const ModelConfig& model);
 // Parameters of one decoder layer that every tp rank of its stage holds
-// whole: the present per-layer roles with SplitKind::kReplicated (the two
+// whole: the present per-layer roles with SplitKind::kReplicated (the
 // RMSNorm weights and the row-parallel biases).
 int64_t LayerReplicatedParameterCount(const ModelConfig& model);
 // Parameters of the whole model: embed_tokens, num_hidden_layers layers, the

@@ -253,10 +253,11 @@ TcpStoreServer::~TcpStoreServer() {
   close(wake_write_fd_);
 }
 
-void TcpStoreServer::OpenPlan(uint64_t version, int world_size, const std::string& key_prefix) {
+void TcpStoreServer::OpenPlan(uint64_t version, int world_size, const std::string& key_prefix,
+                              int slot) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    plan_queue_.push_back({version, world_size, key_prefix});
+    plan_queue_.push_back({version, world_size, key_prefix, slot});
   }
   Wake();
 }
@@ -280,7 +281,7 @@ void TcpStoreServer::Run() {
       if (stopping_) return false;
       q.swap(plan_queue_);
     }
-    for (const PlanCommand& p : q) core.OpenPlan(p.version, p.world_size, p.prefix);
+    for (const PlanCommand& p : q) core.OpenPlan(p.version, p.world_size, p.prefix, p.slot);
     return true;
   };
   for (;;) {

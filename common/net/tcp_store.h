@@ -89,12 +89,13 @@ class TcpStoreServer {
   // The port actually bound (useful after Start(host, 0)).
   int port() const { return port_; }
 
-  // Makes plan `version` the current plan: ranks 0..world_size-1 of it may
-  // authenticate with StoreCredentials::Rank and use keys under `key_prefix`
-  // only; the earlier plan's keys are erased and its ranks' connections
-  // closed. Takes effect before any connection accepted after it returns
-  // authenticates.
-  void OpenPlan(uint64_t version, int world_size, const std::string& key_prefix);
+  // Makes plan `version` the current plan of `slot` (a coordinator replica;
+  // the plans of different slots are open side by side): ranks
+  // 0..world_size-1 of it may authenticate with StoreCredentials::Rank and
+  // use keys under `key_prefix` only; the slot's earlier plan's keys are
+  // erased and its ranks' connections closed. Takes effect before any
+  // connection accepted after it returns authenticates.
+  void OpenPlan(uint64_t version, int world_size, const std::string& key_prefix, int slot = 0);
 
   // The counters as of the server thread's last turn (it updates them every
   // time it wakes).
@@ -105,6 +106,7 @@ class TcpStoreServer {
     uint64_t version;
     int world_size;
     std::string prefix;
+    int slot;
   };
 
   TcpStoreServer(std::string host, int port, int listen_fd, int wake_read_fd, int wake_write_fd,

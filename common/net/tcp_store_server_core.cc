@@ -399,9 +399,15 @@ std::optional<StoreServerCore::Clock::time_point> StoreServerCore::NextDeadline(
   return next;
 }
 
-void StoreServerCore::OpenPlan(uint64_t version, int world_size, const std::string& prefix) {
-  for (const auto& [v, plan] : plans_) {
-    if (v == version) continue;
+void StoreServerCore::OpenPlan(uint64_t version, int world_size, const std::string& prefix,
+                               int slot) {
+  for (auto pit = plans_.begin(); pit != plans_.end();) {
+    const uint64_t v = pit->first;
+    const Plan& plan = pit->second;
+    if (v == version || plan.slot != slot) {
+      ++pit;
+      continue;
+    }
     for (auto it = data_.lower_bound(plan.prefix);
          it != data_.end() && StartsWith(it->first, plan.prefix);) {
       data_bytes_ -= static_cast<int64_t>(it->first.size() + it->second.size());
@@ -411,9 +417,9 @@ void StoreServerCore::OpenPlan(uint64_t version, int world_size, const std::stri
       if (!c->closed && c->authenticated && !c->admin && c->plan_version == v)
         Refuse(c.get(), StatusCode::kUnavailable,
                fmt::format("TcpStore server: plan {} was replaced by plan {}", v, version));
+    pit = plans_.erase(pit);
   }
-  plans_.clear();
-  plans_[version] = Plan{world_size, prefix};
+  plans_[version] = Plan{world_size, prefix, slot};
 }
 
 std::vector<int> StoreServerCore::Reap() {

@@ -101,9 +101,11 @@ class StoreServerCore {
   std::optional<Clock::time_point> NextDeadline() const;
 
   // Makes plan `version` (with `world_size` ranks, keys under `prefix`) the
-  // current plan: its ranks may authenticate; every earlier plan's keys are
-  // erased and its connections closed.
-  void OpenPlan(uint64_t version, int world_size, const std::string& prefix);
+  // current plan of `slot`: its ranks may authenticate; the slot's earlier
+  // plan's keys are erased and its connections closed. Slots are the
+  // coordinator's replicas: their plans are open side by side (slot 0 alone
+  // with one replica).
+  void OpenPlan(uint64_t version, int world_size, const std::string& prefix, int slot = 0);
 
   // Removes the closed connections, returning their fds for the caller to
   // close (after it sent what their `out` holds).
@@ -118,6 +120,7 @@ class StoreServerCore {
   struct Plan {
     int world_size = 0;
     std::string prefix;
+    int slot = 0;
   };
 
   void HandleHandshake(Conn* c, const std::string& payload);
@@ -139,7 +142,7 @@ class StoreServerCore {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::string> data_;
   int64_t data_bytes_ = 0;
-  std::map<uint64_t, Plan> plans_;  // the current plan (at most one)
+  std::map<uint64_t, Plan> plans_;  // the current plan of each slot
   int64_t refused_connections_ = 0;
   int64_t auth_failures_ = 0;
 };

@@ -1,5 +1,7 @@
 #include "common/tokenizer/chat_template.h"
 
+#include "common/tokenizer/jinja_render.h"
+
 namespace tessera {
 
 const char* ChatFormatName(ChatFormat format) {
@@ -14,57 +16,16 @@ const char* ChatFormatName(ChatFormat format) {
   return "?";
 }
 
-namespace {
-
-// The literal default system prompt of a ChatML Jinja template, e.g.
-// {{ '<|im_start|>system\nYou are ...<|im_end|>\n' }}, with Jinja's \n
-// escapes undone. Empty when the template has none.
-std::string DefaultSystemPrompt(const std::string& jinja) {
-  // The newline after "system" is either a Jinja escape (\n) or a real
-  // newline, depending on how the template was serialised.
-  size_t at = std::string::npos;
-  for (const std::string& marker :
-       {std::string("<|im_start|>system\\n"), std::string("<|im_start|>system\n")}) {
-    at = jinja.find(marker);
-    if (at != std::string::npos) {
-      at += marker.size();
-      break;
-    }
-  }
-  if (at == std::string::npos) return "";
-  // Only a literal: the next character must not start a Jinja expression.
-  const size_t end = jinja.find("<|im_end|>", at);
-  if (end == std::string::npos) return "";
-  std::string raw = jinja.substr(at, end - at);
-  if (raw.find('\'') != std::string::npos || raw.find("{{") != std::string::npos) return "";
-  std::string out;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == 'n') {
-      out += '\n';
-      ++i;
-    } else {
-      out += raw[i];
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-StatusOr<ChatTemplate> ChatTemplate::Detect(const std::string& jinja) {
+StatusOr<ChatTemplate> ChatTemplate::FromJinja(const std::string& jinja, std::string bos_token,
+                                               std::string eos_token) {
+  if (jinja.empty())
+    return Unimplemented(
+        "the model has no chat_template; set model.chat_template (chatml, llama3, llama2)");
+  TESSERA_ASSIGN_OR_RETURN(jinja::Template tpl, jinja::Parse(jinja));
   ChatTemplate t;
-  if (jinja.find("<|im_start|>") != std::string::npos) {
-    t.format_ = ChatFormat::kChatML;
-    t.default_system_ = DefaultSystemPrompt(jinja);
-  } else if (jinja.find("<|start_header_id|>") != std::string::npos) {
-    t.format_ = ChatFormat::kLlama3;
-  } else if (jinja.find("[INST]") != std::string::npos) {
-    t.format_ = ChatFormat::kLlama2;
-  } else {
-    return Unimplemented(std::string(jinja.empty() ? "the model has no chat_template"
-                                                   : "unrecognised chat_template") +
-                         " (supported: chatml, llama3, llama2; set one explicitly)");
-  }
+  t.jinja_ = std::make_shared<const jinja::Template>(std::move(tpl));
+  t.bos_token_ = std::move(bos_token);
+  t.eos_token_ = std::move(eos_token);
   return t;
 }
 
@@ -82,7 +43,27 @@ StatusOr<ChatTemplate> ChatTemplate::FromName(const std::string& name) {
   return t;
 }
 
-StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages) const {
+StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                           bool add_generation_prompt) const {
+  if (jinja_) {
+    // What transformers' render_jinja_template passes (tools and documents
+    // are None: the API refuses tools).
+    jinja::List msgs;
+    for (const ChatMessage& m : messages) {
+      jinja::Dict d;
+      d.items = {{"role", jinja::Value::String(m.role)},
+                 {"content", jinja::Value::String(m.content)}};
+      msgs.push_back(jinja::Value::MakeDict(std::move(d)));
+    }
+    jinja::Dict ctx;
+    ctx.items = {{"messages", jinja::Value::MakeList(std::move(msgs))},
+                 {"tools", jinja::Value::None()},
+                 {"documents", jinja::Value::None()},
+                 {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
+                 {"bos_token", jinja::Value::String(bos_token_)},
+                 {"eos_token", jinja::Value::String(eos_token_)}};
+    return jinja::Render(*jinja_, ctx);
+  }
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant")
@@ -92,17 +73,15 @@ StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messa
   std::string out;
   switch (format_) {
     case ChatFormat::kChatML:
-      if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
-        out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
       for (const ChatMessage& m : messages)
         out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
     case ChatFormat::kLlama3:
       out += "<|begin_of_text|>";
       for (const ChatMessage& m : messages)
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatFormat::kLlama2: {
       std::string system;

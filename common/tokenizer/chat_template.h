@@ -1,22 +1,31 @@
-// Built-in chat templates, chosen by matching the Jinja `chat_template` of a
-// model's tokenizer_config.json. Tessera does not run Jinja: it recognises the
-// three families in use and renders them in C++.
+// A model's chat template. When the checkpoint has a Jinja `chat_template`
+// (tokenizer_config.json or chat_template.jinja), FromJinja parses it when the
+// model loads and Render runs it with the small Jinja interpreter of
+// jinja_{lexer,parser,render,builtins,value}.h, as transformers'
+// apply_chat_template does (context: messages, add_generation_prompt,
+// bos_token, eos_token, tools=None, documents=None, and the globals
+// raise_exception, strftime_now, namespace, dict, range). A template using a
+// construct the interpreter lacks is refused at load, naming it and its line.
+//
+// Three built-in formats remain, for a model without a template and for the
+// explicit `model.chat_template` config override (FromName):
 //  - kChatML (SmolLM2, Qwen2): "<|im_start|>role\ncontent<|im_end|>\n",
-//    generation prompt "<|im_start|>assistant\n". A default system message
-//    written into the template (SmolLM2 has one) is inserted when the
-//    conversation has none, as the Jinja template does.
+//    generation prompt "<|im_start|>assistant\n".
 //  - kLlama3: "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>",
 //    after "<|begin_of_text|>", generation prompt for "assistant".
 //  - kLlama2 (Llama-2 / Mistral): "<s>[INST] user [/INST] answer</s>"; a
 //    system message goes inside the first [INST] in <<SYS>> markers.
 //
-// Thread-safety: ChatTemplate is an immutable value.
+// Thread-safety: ChatTemplate is an immutable value; Render may run from many
+// threads at once.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/tokenizer/jinja_parser.h"
 
 namespace tessera {
 
@@ -30,23 +39,37 @@ struct ChatMessage {
 
 class ChatTemplate {
  public:
-  // Detects the family of a Jinja chat template. Errors: kUnimplemented when
-  // the template is empty or matches none, listing the supported families.
-  static StatusOr<ChatTemplate> Detect(const std::string& jinja);
+  // Parses a Jinja chat template; bos_token/eos_token are passed to it as
+  // transformers does. Errors: kInvalidArgument "chat_template line N: ..."
+  // for a syntax error or an unsupported construct (tag, filter, test,
+  // method); kUnimplemented when `jinja` is empty.
+  static StatusOr<ChatTemplate> FromJinja(const std::string& jinja, std::string bos_token,
+                                          std::string eos_token);
   // By name ("chatml", "llama3", "llama2"), for a config override.
   // Errors: kInvalidArgument listing the valid names.
   static StatusOr<ChatTemplate> FromName(const std::string& name);
 
+  bool is_jinja() const { return jinja_ != nullptr; }
+  // The built-in format; meaningful only when !is_jinja().
   ChatFormat format() const { return format_; }
-  // Renders the conversation, ending with the assistant generation prompt.
-  // The text contains special-token strings (e.g. "<|im_start|>"); encode it
-  // without adding BOS for kLlama3/kLlama2, which write their own.
-  // Errors: kInvalidArgument naming the message index for an unknown role.
-  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages) const;
+  // Whether the rendered text is encoded with the tokenizer's special tokens
+  // added: false for a Jinja template (it writes its own, as
+  // apply_chat_template encodes with add_special_tokens=False) and for
+  // kLlama3/kLlama2; true for kChatML.
+  bool add_special_tokens() const { return !is_jinja() && format_ == ChatFormat::kChatML; }
+  // Renders the conversation; with add_generation_prompt it ends with the
+  // assistant generation prompt. The text contains special-token strings.
+  // Errors: kInvalidArgument naming the problem: an unknown role (built-ins),
+  // or a template runtime error "chat_template line N: ..." (raise_exception's
+  // message, a type error, a render limit).
+  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt = true) const;
 
  private:
   ChatFormat format_ = ChatFormat::kChatML;
-  std::string default_system_;
+  std::shared_ptr<const jinja::Template> jinja_;  // immutable, shared by copies
+  std::string bos_token_;
+  std::string eos_token_;
 };
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 #include "coordinator/api/admin_api.h"
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,6 +68,26 @@ void HandleWorkerDrain(PlanControl& plans, const HttpRequest& req, std::shared_p
           .dump());
 }
 
+void HandleReplicaDrain(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res,
+                        bool drain) {
+  const std::string arg = req.path_params.empty() ? "" : req.path_params[0];
+  int replica = -1;
+  if (!arg.empty() && arg.size() <= 6 &&
+      std::all_of(arg.begin(), arg.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    replica = std::stoi(arg);
+  if (replica < 0) {
+    res->SendError(400, "replica: expected a replica index (0, 1, ...), got '" + arg + "'",
+                   std::string("replica"), "invalid_replica");
+    return;
+  }
+  auto changed = plans.SetReplicaDrained(replica, drain);
+  if (!changed.ok()) {
+    res->SendError(404, changed.status().message(), std::nullopt, "unknown_replica");
+    return;
+  }
+  res->SendJson(200, json{{"replica", replica}, {"drained", drain}, {"changed", *changed}}.dump());
+}
+
 }  // namespace
 
 void RegisterAdminRoutes(HttpServer& admin, const std::string& token, PlanControl* plans,
@@ -95,6 +116,14 @@ void RegisterAdminRoutes(HttpServer& admin, const std::string& token, PlanContro
   admin.Handle("POST", "/admin/workers/*/undrain",
                guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
                  HandleWorkerDrain(*plans, r, std::move(res), false);
+               }));
+  admin.Handle("POST", "/admin/replicas/*/drain",
+               guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleReplicaDrain(*plans, r, std::move(res), true);
+               }));
+  admin.Handle("POST", "/admin/replicas/*/undrain",
+               guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 HandleReplicaDrain(*plans, r, std::move(res), false);
                }));
 }
 

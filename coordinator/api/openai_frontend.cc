@@ -153,14 +153,14 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     if (!chat_template_) {
       res->SendError(
           400,
-          "the model has no recognised chat template; set model.chat_template (chatml, llama3, "
-          "llama2) in the config",
+          "the model has no chat template; set model.chat_template (chatml, llama3, llama2) in "
+          "the config",
           std::string("messages"), "unknown_chat_template");
       return;
     }
     auto text = chat_template_->Render(r.messages);
     if (!text.ok()) {
-      res->SendError(400, text.status().message(), std::string("messages"), std::nullopt);
+      res->SendError(400, text.status().message(), std::string("messages"), "chat_template_error");
       return;
     }
     const int64_t max_completion = config_.scheduler.max_completion_tokens;
@@ -171,7 +171,7 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       return;
     }
     GenerationRequest g;
-    g.prompt_ids = tokenizer_->Encode(*text, chat_template_->format() == ChatFormat::kChatML);
+    g.prompt_ids = tokenizer_->Encode(*text, chat_template_->add_special_tokens());
     int64_t room = std::max<int64_t>(max_context_ - static_cast<int64_t>(g.prompt_ids.size()), 0);
     if (max_completion > 0) room = std::min(room, max_completion);
     g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);

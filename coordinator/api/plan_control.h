@@ -24,6 +24,7 @@ struct PlanProposal {
   ParallelConfig parallel;
   std::vector<RankPlacement> ranks;
   std::optional<PlanResult> planned;  // the planner's result for {"auto": true}
+  int replica = 0;                    // the replica it changes
 };
 
 class PlanControl {
@@ -50,6 +51,13 @@ class PlanControl {
   // Takes worker `id` out of placement (drain) or puts it back, re-planning
   // when that moves ranks.
   virtual DrainOutcome SetDrained(const std::string& id, bool drain) = 0;
+  // Drains replica `replica` (no new request goes to it; its queued ones
+  // move to the others) or undrains it. Returns whether that changed it.
+  // Errors: kNotFound for a replica that does not exist.
+  virtual StatusOr<bool> SetReplicaDrained(int replica, bool drain) {
+    (void)drain;
+    return NotFound("no replica " + std::to_string(replica));
+  }
 };
 
 class ClusterStatus {

@@ -21,13 +21,20 @@ StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
   if (!ParseJsonBounded(body, kMaxRequestJsonDepth, &j, &error))
     return InvalidArgument("request body: not valid JSON: " + error.message);
   if (!j.is_object()) return InvalidArgument("request body: must be a JSON object");
-  static const std::vector<std::string> kKnown = {"tp", "pp", "layers_per_stage", "auto",
-                                                  "objective"};
+  static const std::vector<std::string> kKnown = {"tp",   "pp",        "layers_per_stage",
+                                                  "auto", "objective", "replica"};
   for (const auto& [key, value] : j.items())
     if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end())
       return InvalidArgument("request body: unknown field '" + key +
-                             "' (known: tp, pp, layers_per_stage, auto, objective)");
+                             "' (known: tp, pp, layers_per_stage, auto, objective, replica)");
   PlanRequest r;
+  if (j.contains("replica")) {
+    const json& v = j["replica"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLayoutDegree)
+      return InvalidArgument("replica: must be an integer >= 0 (a replica's index), got " +
+                             ShowJsonValue(v));
+    r.replica = v.get<int>();
+  }
   if (j.contains("auto")) {
     if (!j["auto"].is_boolean()) return InvalidArgument("auto: must be true or false");
     r.auto_plan = j["auto"].get<bool>();

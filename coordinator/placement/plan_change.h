@@ -43,6 +43,9 @@ struct PlanRequest {
   std::vector<int> tp_per_stage;              // "tp" given as a list, one entry per stage
   int pp = 0;
   std::vector<int> layers_per_stage;  // empty: even split
+  // The replica to change (its index); -1 (absent): the only one (the
+  // coordinator refuses an absent replica when it serves several).
+  int replica = -1;
 
   // The layout of `model` this request asks for (not auto_plan):
   // ParallelConfig::Make, or MakePerStage for a tp list. Errors: theirs.
@@ -53,7 +56,8 @@ struct PlanRequest {
 // not a JSON object, has an unknown field, tp / pp are not integers >= 1,
 // tp is an empty list or has an entry that is not an integer >= 1, pp
 // differs from the length of a tp list, layers_per_stage is not a list of
-// integers, auto is mixed with tp / pp, or objective is unknown.
+// integers, auto is mixed with tp / pp, objective is unknown, or replica
+// is not an integer >= 0.
 StatusOr<PlanRequest> ParsePlanRequest(const std::string& body);
 
 // The slice a worker holds now (from the plan it serves or served last).

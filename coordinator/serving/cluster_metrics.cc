@@ -25,18 +25,29 @@ void ClusterMetrics::Install() {
 void ClusterMetrics::Collect() {
   MetricsRegistry& m = metrics_;
   m.Gauge(metric::kReady).WithLabels({}).Set(state_.ready.load() ? 1 : 0);
-  int64_t capacity = 0;
+  std::vector<int64_t> capacity;  // per replica
   {
     MutexLock lock(&state_.mu);
-    capacity = state_.kv_blocks;
+    for (const ReplicaPlan& p : state_.replicas) capacity.push_back(p.kv_blocks);
   }
-  m.Gauge(metric::kKvCacheCapacityBlocks).WithLabels({}).Set(static_cast<double>(capacity));
-  if (state_.ready.load()) {  // the loop starts before ready turns true
-    m.Gauge(metric::kRunningSequences).WithLabels({}).Set(static_cast<double>(loop_->running()));
-    m.Gauge(metric::kWaitingSequences).WithLabels({}).Set(static_cast<double>(loop_->waiting()));
+  std::vector<double> used_blocks;  // published by each serving loop after every iteration
+  for (size_t r = 0; r < capacity.size(); ++r) {
+    const std::string label = std::to_string(r);
+    m.Gauge(metric::kKvCacheCapacityBlocks)
+        .WithLabels({label})
+        .Set(static_cast<double>(capacity[r]));
+    if (static_cast<int>(r) < replicas_->size() &&
+        replicas_->loop(static_cast<int>(r))->started()) {
+      const ServingLoop* loop = replicas_->loop(static_cast<int>(r));
+      m.Gauge(metric::kRunningSequences)
+          .WithLabels({label})
+          .Set(static_cast<double>(loop->running()));
+      m.Gauge(metric::kWaitingSequences)
+          .WithLabels({label})
+          .Set(static_cast<double>(loop->waiting()));
+    }
+    used_blocks.push_back(m.Gauge(metric::kKvCacheUsedBlocks).WithLabels({label}).value());
   }
-  // Published by the serving loop after every iteration.
-  const double used_blocks = m.Gauge(metric::kKvCacheUsedBlocks).WithLabels({}).value();
   std::map<std::string, int> states = {
       {"registered", 0}, {"loading", 0}, {"serving", 0}, {"failed", 0}};
   GaugeFamily& kv_used = m.Gauge(metric::kKvCacheUsedBytes);
@@ -60,29 +71,37 @@ void ClusterMetrics::Collect() {
       .WithLabels({"connections"})
       .Inc(static_cast<double>(store.refused_connections - state_.store_seen.refused_connections));
   state_.store_seen = store;
-  // The plan version gauge is also set by ApplyPlan as a plan changes.
-  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(state_.plan_version));
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(state_.parallel.tp);
-  m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(state_.parallel.pp);
+  // The plan version gauge (the newest plan of any replica) is also set by
+  // ApplyPlan as a plan changes; the layout gauges are replica 0's.
+  m.Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(state_.last_plan_version));
+  if (!state_.replicas.empty()) {
+    m.Gauge(metric::kPlanParallelSize).WithLabels({"tp"}).Set(state_.replicas[0].parallel.tp);
+    m.Gauge(metric::kPlanParallelSize).WithLabels({"pp"}).Set(state_.replicas[0].parallel.pp);
+  }
   for (const ControlWorkerInfo& w : workers) {
     const bool failed = !w.alive || state_.IsFailed(w.worker_id);
-    auto a = std::find_if(state_.assignments.begin(), state_.assignments.end(),
+    const int r = state_.ReplicaOf(w.worker_id);
+    static const std::vector<Assignment> kNone;
+    const std::vector<Assignment>& plan =
+        r >= 0 ? state_.replicas[static_cast<size_t>(r)].assignments : kNone;
+    const int64_t kv_blocks = r >= 0 ? state_.replicas[static_cast<size_t>(r)].kv_blocks : 0;
+    auto a = std::find_if(plan.begin(), plan.end(),
                           [&](const Assignment& x) { return x.worker_id == w.worker_id; });
     if (failed) {
       ++states["failed"];
-    } else if (a == state_.assignments.end()) {
+    } else if (a == plan.end()) {
       ++states["registered"];
     } else {
       ++states[a->loaded_weight_bytes >= 0 ? "serving" : "loading"];
     }
-    if (a == state_.assignments.end()) continue;
+    if (a == plan.end()) continue;
     const std::vector<std::string> labels = {
-        w.registration.host(),
+        std::to_string(r), w.registration.host(),
         std::to_string(w.registration.devices_size() ? w.registration.devices(0).index() : 0),
         std::to_string(a->stage), std::to_string(a->tp_rank)};
-    if (a->kv_bytes >= 0 && state_.kv_blocks > 0)
-      kv_used.WithLabels(labels).Set(static_cast<double>(a->kv_bytes / state_.kv_blocks) *
-                                     used_blocks);
+    if (a->kv_bytes >= 0 && kv_blocks > 0)
+      kv_used.WithLabels(labels).Set(static_cast<double>(a->kv_bytes / kv_blocks) *
+                                     used_blocks[static_cast<size_t>(r)]);
     load_seconds.WithLabels(labels).Set(a->load_seconds);
     load_bytes.WithLabels(labels).Set(static_cast<double>(
         a->loaded_weight_bytes >= 0 ? a->loaded_weight_bytes : a->load_bytes_done));

@@ -14,7 +14,7 @@
 #include "common/net/tcp_store.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
-#include "coordinator/serving/serving_loop.h"
+#include "coordinator/serving/replica_set.h"
 
 namespace tessera {
 
@@ -22,8 +22,8 @@ class ClusterMetrics {
  public:
   // All outlive this object (the registry keeps its hook).
   ClusterMetrics(MetricsRegistry* metrics, ClusterState* state, const ControlServer* control,
-                 const TcpStoreServer* store, const ServingLoop* loop)
-      : metrics_(*metrics), state_(*state), control_(control), store_(store), loop_(loop) {}
+                 const TcpStoreServer* store, const ReplicaSet* replicas)
+      : metrics_(*metrics), state_(*state), control_(control), store_(store), replicas_(replicas) {}
 
   void Install();
 
@@ -34,7 +34,7 @@ class ClusterMetrics {
   ClusterState& state_;
   const ControlServer* const control_;
   const TcpStoreServer* const store_;
-  const ServingLoop* const loop_;
+  const ReplicaSet* const replicas_;
 };
 
 }  // namespace tessera

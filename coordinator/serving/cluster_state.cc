@@ -12,14 +12,44 @@ bool Has(const std::vector<std::string>& ids, const std::string& id) {
 
 }  // namespace
 
-std::shared_ptr<RemoteExecutor> ClusterState::Executor() const {
-  MutexLock lock(&exec_mu);
-  return executor;
-}
-
-bool ClusterState::InPlan(const std::string& worker_id) const {
+bool ReplicaPlan::InPlan(const std::string& worker_id) const {
   return std::any_of(assignments.begin(), assignments.end(),
                      [&](const Assignment& a) { return a.worker_id == worker_id; });
+}
+
+std::shared_ptr<RemoteExecutor> ClusterState::Executor(int replica) const {
+  MutexLock lock(&exec_mu);
+  if (replica < 0 || replica >= static_cast<int>(executors.size())) return nullptr;
+  return executors[static_cast<size_t>(replica)];
+}
+
+std::shared_ptr<RemoteExecutor> ClusterState::ExecutorOfPlan(uint64_t plan_version) const {
+  MutexLock lock(&exec_mu);
+  for (const auto& e : executors)
+    if (e && e->plan_version() == plan_version) return e;
+  return nullptr;
+}
+
+int ClusterState::ReplicaOf(const std::string& worker_id) const {
+  for (size_t r = 0; r < replicas.size(); ++r)
+    if (replicas[r].InPlan(worker_id)) return static_cast<int>(r);
+  return -1;
+}
+
+int ClusterState::ReplicaOfPlan(uint64_t plan_version) const {
+  for (size_t r = 0; r < replicas.size(); ++r)
+    if (replicas[r].plan_version == plan_version) return static_cast<int>(r);
+  return -1;
+}
+
+void ClusterState::UpdateReady() {
+  bool any = false, all = !replicas.empty();
+  for (const ReplicaPlan& r : replicas) {
+    any |= r.ready;
+    all &= r.ready;
+  }
+  ready.store(any);
+  all_ready.store(all);
 }
 
 bool ClusterState::IsFailed(const std::string& worker_id) const {
@@ -30,17 +60,19 @@ bool ClusterState::IsDrained(const std::string& worker_id) const {
   return Has(drained_workers, worker_id);
 }
 
-bool ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
-  bool in_plan = false;
+int ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
+  int replica = -1;
   {
     MutexLock lock(&mu);
     if (!IsFailed(worker_id)) failed_workers.push_back(worker_id);
-    in_plan = InPlan(worker_id) && serving;
+    replica = ReplicaOf(worker_id);
+    if (replica >= 0 && !replicas[static_cast<size_t>(replica)].serving) replica = -1;
     cv.notify_all();
   }
   MutexLock lock(&exec_mu);
-  if (executor) executor->OnWorkerFailed(worker_id, why);
-  return in_plan;
+  for (const auto& e : executors)
+    if (e) e->OnWorkerFailed(worker_id, why);  // only its own replica's waits on it
+  return replica;
 }
 
 std::vector<std::string> ClusterState::UsableWorkers(

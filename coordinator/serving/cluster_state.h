@@ -1,15 +1,23 @@
-// ClusterState: what the coordinator knows of its cluster and running plan,
-// shared by the plan runner (coordinator/serving/plan_runner.h), the control
-// events (worker_events.h), the status views (cluster_view.h) and the
-// metrics (cluster_metrics.h).
+// ClusterState: what the coordinator knows of its cluster and of each
+// replica's running plan (ReplicaPlan), shared by the replica set
+// (coordinator/serving/replica_set.h), the replicas' plan runners
+// (plan_runner.h), the control events (worker_events.h), the status views
+// (cluster_view.h) and the metrics (cluster_metrics.h).
+//
+// A worker belongs to at most one replica: the one whose plan assigns it a
+// rank (ReplicaOf). Workers no replica holds are spares; a replica that
+// re-plans may take a spare, never another replica's worker. Plan versions
+// are unique over all replicas (NextPlanVersion), so a StepResult, a Loaded
+// or an Error names its replica by its plan version.
 //
 // Every field names the mutex that guards it (GUARDED_BY, checked by clang:
 // scripts/thread-safety). `cv` is notified whenever something a waiter
 // waits for changes: a worker registered or was lost, a Loaded or an Error
 // while loading, a placement failure, serving started, stopping.
 //
-// Thread-safety: take `mu` (MutexLock) for the guarded fields, `exec_mu` for
-// the executor; never `mu` inside `exec_mu`.
+// Thread-safety: take `mu` (MutexLock) for the guarded fields (the
+// replicas' plans included), `exec_mu` for the executors; never `mu` inside
+// `exec_mu`.
 #pragma once
 
 #include <atomic>
@@ -51,17 +59,38 @@ struct Assignment {
   int64_t load_bytes_done = 0, load_bytes_total = 0;  // from LoadProgress
 };
 
+struct ReplicaPlan {
+  ParallelConfig parallel;  // the running plan's layout
+  // The layout asked for: the config's or the planner's first choice, then
+  // POST /admin/plan's.
+  ParallelConfig wanted;
+  int64_t kv_blocks = 0;  // KV blocks per rank
+  uint64_t plan_version = 0;
+  std::vector<Assignment> assignments;
+  std::string degraded;    // why no plan runs ("" = none)
+  std::string load_error;  // an Error while loading
+  bool serving = false;    // the serving loop runs
+  // The plan is loaded and the loop serves it (false while re-planning
+  // after a fault, degraded or not placed yet).
+  bool ready = false;
+  nlohmann::json history = nlohmann::json::array();  // plan changes, last 32
+  int64_t reconfigurations = 0;
+  int64_t faults = 0;
+  int64_t requeued_total = 0;
+  std::optional<PlanResult> plan_result;  // the planner's, when it placed the plan
+  int plan_result_replica = 0;            // which of plan_result's replicas this one is
+
+  bool InPlan(const std::string& worker_id) const;
+};
+
 struct ClusterState {
   mutable Mutex mu;
   std::condition_variable_any cv;  // see the header comment; wait with `mu`
 
-  ParallelConfig parallel GUARDED_BY(mu);  // the running plan's layout
-  // The layout asked for: the config's or the planner's first choice, then
-  // POST /admin/plan's.
-  ParallelConfig wanted GUARDED_BY(mu);
-  int64_t kv_blocks GUARDED_BY(mu) = 0;  // KV blocks per rank
-  uint64_t plan_version GUARDED_BY(mu) = 0;
-  std::vector<Assignment> assignments GUARDED_BY(mu);
+  // One per replica: sized once by the first placement (empty before it),
+  // never resized after.
+  std::vector<ReplicaPlan> replicas GUARDED_BY(mu);
+  uint64_t last_plan_version GUARDED_BY(mu) = 0;           // the newest version handed out
   std::vector<std::string> failed_workers GUARDED_BY(mu);  // lost, not re-registered
   // Lost workers that registered again while a re-plan was pending or
   // running (a stopped worker resumed): still in failed_workers, so that
@@ -69,32 +98,37 @@ struct ClusterState {
   std::vector<std::string> returning_workers GUARDED_BY(mu);
   std::vector<std::string> drained_workers GUARDED_BY(mu);  // out of placement by the admin
   Status placement_status GUARDED_BY(mu);                   // the initial placement's failure
-  std::string degraded GUARDED_BY(mu);                      // why no plan runs ("" = none)
-  std::string load_error GUARDED_BY(mu);                    // an Error while loading
   bool stopping GUARDED_BY(mu) = false;
-  bool serving GUARDED_BY(mu) = false;                              // the serving loop runs
-  nlohmann::json history GUARDED_BY(mu) = nlohmann::json::array();  // plan changes, last 32
-  int64_t reconfigurations GUARDED_BY(mu) = 0;
-  int64_t faults GUARDED_BY(mu) = 0;
-  int64_t requeued_total GUARDED_BY(mu) = 0;
-  std::optional<PlanResult> plan_result GUARDED_BY(mu);  // the planner's, when it placed the plan
   std::map<std::string, control::WorkerState> states GUARDED_BY(mu);  // from heartbeats
   StoreServerCore::Stats store_seen GUARDED_BY(mu);  // the store's counters at the last scrape
-  // A plan is loaded and the loop serves it (/readyz).
+  // At least one replica serves (/readyz).
   std::atomic<bool> ready{false};
+  // Every replica placed serves (WaitReady).
+  std::atomic<bool> all_ready{false};
 
-  // The running plan's executor (StepResults go to it); swapped by the plan
-  // runner.
+  // Each replica's running executor (StepResults go to it); swapped by its
+  // plan runner. Sized with `replicas`.
   mutable Mutex exec_mu;
-  std::shared_ptr<RemoteExecutor> executor GUARDED_BY(exec_mu);
+  std::vector<std::shared_ptr<RemoteExecutor>> executors GUARDED_BY(exec_mu);
 
-  std::shared_ptr<RemoteExecutor> Executor() const EXCLUDES(exec_mu);
-  // Whether `worker_id` has a rank of the running plan / was lost / drained.
-  bool InPlan(const std::string& worker_id) const REQUIRES(mu);
+  std::shared_ptr<RemoteExecutor> Executor(int replica) const EXCLUDES(exec_mu);
+  // The executor of plan `plan_version` (null when no replica runs it).
+  std::shared_ptr<RemoteExecutor> ExecutorOfPlan(uint64_t plan_version) const EXCLUDES(exec_mu);
+  // A fresh plan version, unique over the replicas.
+  uint64_t NextPlanVersion() REQUIRES(mu) { return ++last_plan_version; }
+  // The replica whose plan gives `worker_id` a rank; -1: none (a spare).
+  int ReplicaOf(const std::string& worker_id) const REQUIRES(mu);
+  // The replica running plan `plan_version`; -1: none.
+  int ReplicaOfPlan(uint64_t plan_version) const REQUIRES(mu);
+  // Whether `worker_id` has a rank of a running plan / was lost / drained.
+  bool InPlan(const std::string& worker_id) const REQUIRES(mu) { return ReplicaOf(worker_id) >= 0; }
+  // Sets `ready` and `all_ready` from the replicas' ready flags.
+  void UpdateReady() REQUIRES(mu);
   // A worker declared lost (`why`): marks it failed (once) and fails the
-  // running executor's steps that wait on it. Returns whether it held a rank
-  // of the plan while serving. The caller wakes the serving loop.
-  bool MarkFailed(const std::string& worker_id, const Status& why) EXCLUDES(mu, exec_mu);
+  // steps of its replica's executor that wait on it. Returns the replica
+  // whose serving plan it held a rank of, or -1. The caller wakes that
+  // replica's serving loop.
+  int MarkFailed(const std::string& worker_id, const Status& why) EXCLUDES(mu, exec_mu);
   bool IsFailed(const std::string& worker_id) const REQUIRES(mu);
   bool IsDrained(const std::string& worker_id) const REQUIRES(mu);
   // The workers a plan may use: of `workers`, alive, not lost, not

@@ -11,11 +11,20 @@ using nlohmann::json;
 
 std::string ClusterView::NotReadyJson() const {
   MutexLock lock(&state_.mu);
+  std::string degraded;
+  bool serving = false;
+  for (size_t r = 0; r < state_.replicas.size(); ++r) {
+    const ReplicaPlan& p = state_.replicas[r];
+    if (!p.degraded.empty() && degraded.empty())
+      degraded = state_.replicas.size() > 1 ? "replica " + std::to_string(r) + ": " + p.degraded
+                                            : p.degraded;
+    serving |= p.serving;
+  }
   std::string reason = !state_.placement_status.ok() ? state_.placement_status.ToString()
-                       : !state_.degraded.empty()    ? "degraded: " + state_.degraded
-                       : state_.serving              ? "re-planning after a worker failure"
+                       : !degraded.empty()           ? "degraded: " + degraded
+                       : serving                     ? "re-planning after a worker failure"
                                                      : "waiting for workers";
-  json j = {{"status", state_.degraded.empty() ? "not_ready" : "degraded"}, {"reason", reason}};
+  json j = {{"status", degraded.empty() ? "not_ready" : "degraded"}, {"reason", reason}};
   return j.dump();
 }
 
@@ -61,13 +70,21 @@ json StageJson(const PlannedStage& st, const std::vector<std::string>& workers) 
 
 std::string ClusterView::ClusterJson() const {
   json workers = json::array();
-  const bool reconfiguring = runner_->reconfiguring();
+  const bool reconfiguring = replicas_->reconfiguring();
+  std::vector<ReplicaLoadInfo> loads;
+  std::vector<bool> replica_reconfiguring;
+  for (int r = 0; r < replicas_->size(); ++r) {
+    loads.push_back(replicas_->Load(r));
+    replica_reconfiguring.push_back(replicas_->runner(r)->reconfiguring());
+  }
   MutexLock lock(&state_.mu);
+  static const ReplicaPlan kNone;
+  const ReplicaPlan& first = state_.replicas.empty() ? kNone : state_.replicas[0];
   for (const ControlWorkerInfo& w : control_->Workers()) {
     const bool failed = state_.IsFailed(w.worker_id);
     const bool drained = state_.IsDrained(w.worker_id);
-    bool in_plan = false;
-    for (const Assignment& a : state_.assignments) in_plan |= a.worker_id == w.worker_id;
+    const int replica = state_.ReplicaOf(w.worker_id);
+    const bool in_plan = replica >= 0;
     json devices = json::array();
     for (const auto& d : w.registration.devices())
       devices.push_back({{"index", d.index()},
@@ -75,9 +92,13 @@ std::string ClusterView::ClusterJson() const {
                          {"kind", d.kind() == control::DEVICE_KIND_CPU ? "cpu" : "cuda"},
                          {"memory_bytes", d.total_memory_bytes()}});
     json role = nullptr;
-    for (const Assignment& a : state_.assignments)
-      if (a.worker_id == w.worker_id)
-        role = {{"world_rank", a.world_rank}, {"stage", a.stage}, {"tp_rank", a.tp_rank}};
+    if (replica >= 0)
+      for (const Assignment& a : state_.replicas[static_cast<size_t>(replica)].assignments)
+        if (a.worker_id == w.worker_id)
+          role = {{"world_rank", a.world_rank},
+                  {"stage", a.stage},
+                  {"tp_rank", a.tp_rank},
+                  {"replica", replica}};
     auto st = state_.states.find(w.worker_id);
     workers.push_back(
         {{"id", w.worker_id},
@@ -92,69 +113,129 @@ std::string ClusterView::ClusterJson() const {
          {"worker_state", st == state_.states.end() ? "registered" : StateName(st->second)},
          {"rank", role},
          {"in_plan", in_plan && w.alive},
+         {"replica", replica >= 0 ? json(replica) : json(nullptr)},
          {"seconds_since_last_message", w.seconds_since_last_message}});
   }
   json queue = nullptr;
-  if (state_.ready.load() && loop_->started())
-    queue = {{"waiting", loop_->waiting()}, {"running", loop_->running()}};
+  if (state_.ready.load() && replicas_->placed())
+    queue = {{"waiting", replicas_->waiting()}, {"running", replicas_->running()}};
+  json replicas = json::array();
+  int64_t reconfigurations = 0, faults = 0, requeued = 0;
+  for (size_t r = 0; r < state_.replicas.size(); ++r) {
+    const ReplicaPlan& p = state_.replicas[r];
+    reconfigurations += p.reconfigurations;
+    faults += p.faults;
+    requeued += p.requeued_total;
+    std::vector<std::string> ws;
+    for (const Assignment& a : p.assignments) ws.push_back(a.worker_id);
+    json j = {{"replica", r},
+              {"ready", p.ready},
+              {"degraded", p.degraded.empty() ? json(nullptr) : json(p.degraded)},
+              {"plan_version", p.plan_version},
+              {"layout", LayoutJson(p.parallel)},
+              {"workers", ws},
+              {"reconfigurations_total", p.reconfigurations},
+              {"faults_total", p.faults},
+              {"requeued_requests_total", p.requeued_total}};
+    if (r < loads.size()) {
+      const ReplicaLoadInfo& l = loads[r];
+      j["reconfiguring"] = static_cast<bool>(replica_reconfiguring[r]);
+      j["accepting"] = l.accepting;
+      j["load"] = {{"waiting", l.waiting},
+                   {"running", l.running},
+                   {"outstanding_tokens", l.outstanding_tokens},
+                   {"free_kv_blocks", l.free_kv_blocks},
+                   {"kv_blocks", l.kv_blocks}};
+      j["requests_routed_total"] = l.routed_total;
+      j["requests_finished_total"] = l.finished_total;
+      j["requests_handed_off_total"] = l.handed_off_total;
+    }
+    replicas.push_back(std::move(j));
+  }
   return json{{"workers", workers},
               {"ready", state_.ready.load()},
-              {"degraded", state_.degraded.empty() ? json(nullptr) : json(state_.degraded)},
-              {"plan_version", state_.plan_version},
+              {"degraded", first.degraded.empty() ? json(nullptr) : json(first.degraded)},
+              {"plan_version", first.plan_version},
               {"queue", queue},
               {"reconfiguring", reconfiguring},
-              {"reconfigurations_total", state_.reconfigurations},
-              {"faults_total", state_.faults},
-              {"requeued_requests_total", state_.requeued_total}}
+              {"reconfigurations_total", reconfigurations},
+              {"faults_total", faults},
+              {"requeued_requests_total", requeued},
+              {"replicas", replicas}}
       .dump();
 }
 
 std::string ClusterView::PlanJson() const {
-  json ranks = json::array();
   MutexLock lock(&state_.mu);
-  for (const Assignment& a : state_.assignments) {
-    ranks.push_back(
-        {{"worker", a.worker_id},
-         {"host", a.host},
-         {"device", a.device_index},
-         {"world_rank", a.world_rank},
-         {"stage", a.stage},
-         {"tp_rank", a.tp_rank},
-         {"layers", {state_.parallel.FirstLayer(a.stage), state_.parallel.EndLayer(a.stage)}},
-         {"predicted_weight_bytes", a.predicted_weight_bytes},
-         {"shard_weight_bytes", a.shard_weight_bytes},
-         {"weight_bytes", a.loaded_weight_bytes},
-         {"reused_weight_bytes", a.reused_weight_bytes},
-         {"predicted_kv_bytes", a.predicted_kv_bytes},
-         {"kv_bytes", a.kv_bytes},
-         {"load_seconds", a.load_seconds},
-         {"load_bytes_done", a.load_bytes_done},
-         {"load_bytes_total", a.load_bytes_total}});
-  }
-  json out = {{"plan_version", state_.plan_version},
-              {"mode", ParallelModeName(config_.parallel.mode)},
-              {"ready", state_.ready.load()},
-              {"ranks", ranks}};
-  if (!state_.placement_status.ok()) out["error"] = state_.placement_status.ToString();
-  if (state_.assignments.empty()) {
-    if (state_.placement_status.ok()) out["waiting_for_workers"] = expected_workers_;
+  json out;
+  if (state_.replicas.empty()) {
+    out = {{"plan_version", 0},
+           {"mode", ParallelModeName(config_.parallel.mode)},
+           {"ready", false},
+           {"ranks", json::array()}};
+    if (!state_.placement_status.ok()) {
+      out["error"] = state_.placement_status.ToString();
+    } else {
+      out["waiting_for_workers"] = expected_workers_;
+    }
+    out["replicas"] = json::array();
     return out.dump();
   }
-  out["tp"] = state_.parallel.tp;  // 0 when stages differ in tp
-  out["tp_per_stage"] = state_.parallel.TpPerStage();
-  out["pp"] = state_.parallel.pp;
-  out["layers_per_stage"] = state_.parallel.layers_per_stage;
-  out["kv_blocks"] = state_.kv_blocks;
+  out = ReplicaPlanJson(0);
+  json all = json::array();
+  for (size_t r = 0; r < state_.replicas.size(); ++r) all.push_back(ReplicaPlanJson(r));
+  out["replicas"] = std::move(all);
+  return out.dump();
+}
+
+json ClusterView::ReplicaPlanJson(size_t index) const {
+  const ReplicaPlan& p = state_.replicas[index];
+  json ranks = json::array();
+  for (const Assignment& a : p.assignments) {
+    ranks.push_back({{"worker", a.worker_id},
+                     {"host", a.host},
+                     {"device", a.device_index},
+                     {"world_rank", a.world_rank},
+                     {"stage", a.stage},
+                     {"tp_rank", a.tp_rank},
+                     {"layers", {p.parallel.FirstLayer(a.stage), p.parallel.EndLayer(a.stage)}},
+                     {"predicted_weight_bytes", a.predicted_weight_bytes},
+                     {"shard_weight_bytes", a.shard_weight_bytes},
+                     {"weight_bytes", a.loaded_weight_bytes},
+                     {"reused_weight_bytes", a.reused_weight_bytes},
+                     {"predicted_kv_bytes", a.predicted_kv_bytes},
+                     {"kv_bytes", a.kv_bytes},
+                     {"load_seconds", a.load_seconds},
+                     {"load_bytes_done", a.load_bytes_done},
+                     {"load_bytes_total", a.load_bytes_total}});
+  }
+  json out = {{"plan_version", p.plan_version},
+              {"replica", index},
+              {"mode", ParallelModeName(config_.parallel.mode)},
+              {"ready", p.ready},
+              {"ranks", ranks}};
+  if (!state_.placement_status.ok()) out["error"] = state_.placement_status.ToString();
+  if (!p.degraded.empty()) out["degraded"] = p.degraded;
+  if (p.assignments.empty()) {
+    if (state_.placement_status.ok()) out["waiting_for_workers"] = expected_workers_;
+    return out;
+  }
+  out["tp"] = p.parallel.tp;  // 0 when stages differ in tp
+  out["tp_per_stage"] = p.parallel.TpPerStage();
+  out["pp"] = p.parallel.pp;
+  out["layers_per_stage"] = p.parallel.layers_per_stage;
+  out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = config_.kv_cache.block_size;
-  out["wanted"] = LayoutJson(state_.wanted);
-  out["history"] = state_.history;
-  if (!state_.plan_result) return out.dump();  // an explicit tp per stage: no planner run
-  const PlanResult& r = *state_.plan_result;
-  const PlannedReplica& rep = r.plan.replicas[0];
+  out["wanted"] = LayoutJson(p.wanted);
+  out["history"] = p.history;
+  if (!p.plan_result) return out;  // an explicit tp per stage: no planner run
+  const PlanResult& r = *p.plan_result;
+  const PlannedReplica& rep = r.plan.replicas[std::min<size_t>(
+      static_cast<size_t>(std::max(0, p.plan_result_replica)), r.plan.replicas.size() - 1)];
   json stages = json::array();
   for (int s = 0; s < rep.pp(); ++s) {
     std::vector<std::string> ws;
-    for (const Assignment& a : state_.assignments)
+    for (const Assignment& a : p.assignments)
       if (a.stage == s) ws.push_back(a.worker_id);
     stages.push_back(StageJson(rep.stages[s], ws));
   }
@@ -175,6 +256,8 @@ std::string ClusterView::PlanJson() const {
   out["planner"] = {{"objective", ObjectiveName(r.plan.objective)},
                     {"layout", r.plan.layout},
                     {"devices_used", r.plan.gpus_used},
+                    {"replicas", r.plan.replicas.size()},
+                    {"fleet_throughput_tokens_per_s", r.plan.throughput_tokens_per_s},
                     {"devices_total", r.plan.gpus_total},
                     {"decode_latency_s", rep.decode_latency_s},
                     {"throughput_tokens_per_s", rep.throughput_tokens_per_s},
@@ -188,7 +271,7 @@ std::string ClusterView::PlanJson() const {
                     {"rejected", rejected},
                     {"notes", r.explanation.notes},
                     {"text", r.ToText()}};
-  return out.dump();
+  return out;
 }
 
 }  // namespace tessera

@@ -1,20 +1,23 @@
 // ClusterView: the coordinator's status documents, read from the cluster
-// state: GET /admin/cluster (workers, their state and rank, the queue, the
-// re-plan counters), GET /admin/plan (the running plan, its ranks' load
-// results, the planner's explanation, the history of changes) and /readyz's
-// reason when not ready. Implements ClusterStatus for coordinator/api/.
+// state: GET /admin/cluster (workers, their state, replica and rank, the
+// queue, the re-plan counters, and per replica its load), GET /admin/plan
+// (each replica's running plan, its ranks' load results, the planner's
+// explanation, the history of changes) and /readyz's reason when not ready.
+// The top-level plan fields of both documents are replica 0's (what a
+// one-replica deployment reads); "replicas" lists every replica. Implements
+// ClusterStatus for coordinator/api/.
 //
 // Thread-safety: safe from any thread.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/config/daemon_config.h"
 #include "coordinator/api/plan_control.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
-#include "coordinator/serving/plan_runner.h"
-#include "coordinator/serving/serving_loop.h"
+#include "coordinator/serving/replica_set.h"
 
 namespace tessera {
 
@@ -23,13 +26,12 @@ class ClusterView : public ClusterStatus {
   // All outlive the view. `expected_workers`: how many the first placement
   // waits for.
   ClusterView(const DaemonConfig* config, int expected_workers, const ClusterState* state,
-              const ControlServer* control, const ServingLoop* loop, const PlanRunner* runner)
+              const ControlServer* control, const ReplicaSet* replicas)
       : config_(*config),
         expected_workers_(expected_workers),
         state_(*state),
         control_(control),
-        loop_(loop),
-        runner_(runner) {}
+        replicas_(replicas) {}
 
   bool ready() const override { return state_.ready.load(); }
   std::string NotReadyJson() const override EXCLUDES(state_.mu);
@@ -37,12 +39,15 @@ class ClusterView : public ClusterStatus {
   std::string PlanJson() const override EXCLUDES(state_.mu);
 
  private:
+  // Replica r's plan document (GET /admin/plan's body for one replica).
+  nlohmann::json ReplicaPlanJson(size_t r) const REQUIRES(state_.mu);
+
+ private:
   const DaemonConfig& config_;
   const int expected_workers_;
   const ClusterState& state_;
   const ControlServer* const control_;
-  const ServingLoop* const loop_;
-  const PlanRunner* const runner_;
+  const ReplicaSet* const replicas_;
 };
 
 }  // namespace tessera

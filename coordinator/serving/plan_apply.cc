@@ -40,16 +40,6 @@ std::string PlanRunner::StoreHostFor(const std::string& worker_address) const {
   return "127.0.0.1";
 }
 
-int64_t PlanRunner::PredictedKvBytes(const ParallelConfig& parallel, int stage,
-                                     int64_t blocks) const {
-  StageShape shape;
-  shape.tp = parallel.TpOfStage(stage);
-  shape.layers = parallel.EndLayer(stage) - parallel.FirstLayer(stage);
-  return static_cast<int64_t>(
-      static_cast<double>(blocks * config_.kv_cache.block_size) *
-      KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
-}
-
 Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
                              const std::vector<RankPlacement>& ranks, const std::string& reason,
                              json& report, std::optional<PlanResult> planned,
@@ -60,7 +50,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
   int64_t kv_blocks = 0;
   {
     MutexLock lock(&state_.mu);
-    kv_blocks = state_.kv_blocks;
+    kv_blocks = rep().kv_blocks;
   }
   for (const RankPlacement& r : ranks) {
     Assignment a;
@@ -77,7 +67,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
     a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
     // The KV pool keeps its kv_blocks across re-plans; this rank's part of it.
-    a.predicted_kv_bytes = PredictedKvBytes(parallel, a.stage, kv_blocks);
+    a.predicted_kv_bytes = placer_.PredictedKvBytes(parallel, a.stage, kv_blocks);
     // The planner's predictions for this rank, when it placed the plan.
     if (predicted)
       for (const Assignment& p : *predicted)
@@ -91,17 +81,27 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
   uint64_t version = 0;
   {
     MutexLock lock(&state_.mu);
-    for (const Assignment& a : state_.assignments) old_workers.push_back(a.worker_id);
-    version = ++state_.plan_version;
+    // A worker is one replica's: a spare another replica took since this
+    // placement was computed fails the attempt (the next one places without it).
+    for (const Assignment& a : plan) {
+      const int owner = state_.ReplicaOf(a.worker_id);
+      if (owner >= 0 && owner != replica_)
+        return Unavailable("worker " + a.worker_id + " was taken by replica " +
+                           std::to_string(owner));
+    }
+    for (const Assignment& a : rep().assignments) old_workers.push_back(a.worker_id);
+    version = state_.NextPlanVersion();
+    rep().plan_version = version;
     metrics_->Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(version));
-    state_.parallel = parallel;
-    state_.assignments = plan;
-    state_.plan_result = std::move(planned);  // the planner's explanation, when it placed this plan
+    rep().parallel = parallel;
+    rep().assignments = plan;
+    rep().plan_result = std::move(planned);  // the planner's explanation, when it placed this plan
+    rep().plan_result_replica = 0;
     for (const Assignment& a : plan) state_.states[a.worker_id] = control::WORKER_STATE_LOADING;
-    state_.load_error.clear();
+    rep().load_error.clear();
   }
-  TESSERA_LOG_INFO("coordinator", "plan {}: applying {} ({}) on {} workers", version,
-                   parallel.ToString(), reason, plan.size());
+  TESSERA_LOG_INFO("coordinator", "replica {}: plan {}: applying {} ({}) on {} workers", replica_,
+                   version, parallel.ToString(), reason, plan.size());
   // End the old plan on its workers: stage-0 ranks pass the end down their
   // pipelines, everyone drops the plan's communicators and keeps its weights.
   for (const std::string& w : old_workers) {
@@ -112,7 +112,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
   // The store admits this plan's ranks (and erases the last plan's keys)
   // before any of them hears of it.
   const std::string key_prefix = "plan" + std::to_string(version) + "/";
-  store_->OpenPlan(version, static_cast<int>(plan.size()), key_prefix);
+  store_->OpenPlan(version, static_cast<int>(plan.size()), key_prefix, replica_);
   for (const Assignment& a : plan) {
     control::Envelope e;
     control::AssignShard* s = e.mutable_assign_shard();
@@ -149,14 +149,14 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     MutexLock lock(&state_.mu);
     while (true) {
       if (state_.stopping) return Unavailable("stopping");
-      for (const Assignment& a : state_.assignments)
+      for (const Assignment& a : rep().assignments)
         if (std::find(state_.failed_workers.begin(), state_.failed_workers.end(), a.worker_id) !=
             state_.failed_workers.end())
           return Unavailable("worker " + a.worker_id + " was lost while loading plan " +
                              std::to_string(version));
-      if (!state_.load_error.empty())
-        return Unavailable("loading plan " + std::to_string(version) + ": " + state_.load_error);
-      if (std::all_of(state_.assignments.begin(), state_.assignments.end(),
+      if (!rep().load_error.empty())
+        return Unavailable("loading plan " + std::to_string(version) + ": " + rep().load_error);
+      if (std::all_of(rep().assignments.begin(), rep().assignments.end(),
                       [](const Assignment& a) { return a.loaded_weight_bytes >= 0; }))
         break;
       if (std::chrono::steady_clock::now() > deadline)
@@ -165,7 +165,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
                                 std::to_string(kLoadTimeoutSeconds) + " s");
       state_.cv.wait_for(state_.mu, std::chrono::milliseconds(50));
     }
-    for (const Assignment& a : state_.assignments) {
+    for (const Assignment& a : rep().assignments) {
       reused += a.reused_weight_bytes;
       weights += a.loaded_weight_bytes;
     }
@@ -182,25 +182,31 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
                                        model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
   {
     MutexLock lock(&state_.exec_mu);
-    state_.executor = executor;
+    state_.executors[static_cast<size_t>(replica_)] = executor;
   }
   // The loop is paused (or not started yet): its thread swaps the executor.
   if (loop_->started())
     loop_->SwapExecutor(
         executor, [executor] { return executor->health(); }, version);
   const double seconds = SecondsSince(t0);
-  report = {{"plan_version", version},        {"reason", reason},
-            {"layout", LayoutJson(parallel)}, {"workers", all},
-            {"load_seconds", seconds},        {"weight_bytes", weights},
-            {"reused_weight_bytes", reused},  {"unix_time", UnixSeconds()}};
+  report = {{"plan_version", version},
+            {"reason", reason},
+            {"replica", replica_},
+            {"layout", LayoutJson(parallel)},
+            {"workers", all},
+            {"load_seconds", seconds},
+            {"weight_bytes", weights},
+            {"reused_weight_bytes", reused},
+            {"unix_time", UnixSeconds()}};
   {
     MutexLock lock(&state_.mu);
-    state_.history.push_back(report);
-    if (state_.history.size() > 32) state_.history.erase(state_.history.begin());
+    rep().history.push_back(report);
+    if (rep().history.size() > 32) rep().history.erase(rep().history.begin());
   }
   TESSERA_LOG_INFO("coordinator",
-                   "plan {} loaded on {} workers in {:.2f} s ({:.1f} of {:.1f} MB reused); serving",
-                   version, plan.size(), seconds, static_cast<double>(reused) / 1e6,
+                   "replica {}: plan {} loaded on {} workers in {:.2f} s ({:.1f} of {:.1f} MB "
+                   "reused); serving",
+                   replica_, version, plan.size(), seconds, static_cast<double>(reused) / 1e6,
                    static_cast<double>(weights) / 1e6);
   return Status::Ok();
 }

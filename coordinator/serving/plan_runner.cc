@@ -29,108 +29,80 @@ constexpr double kAccusedSilenceSeconds = 0.2;
 PlanRunner::PlanRunner(Context c)
     : config_(*c.config),
       model_(*c.model),
-      expected_workers_(c.expected_workers),
-      configured_(c.configured),
-      max_context_(c.max_context),
+      replica_(c.replica),
+      placer_(*c.placer),
       control_(c.control),
       store_(c.store),
       store_secret_(c.store_secret),
       metrics_(c.metrics),
       planner_(c.planner),
       state_(*c.state),
-      loop_(c.loop) {}
+      loop_(c.loop),
+      hand_off_(std::move(c.hand_off)) {}
 
 PlanRunner::~PlanRunner() { Stop(); }
 
-void PlanRunner::Start() {
-  thread_ = std::thread([this] { PlaceAndServe(); });
+void PlanRunner::Start(ReplicaStart first) {
+  thread_ = std::thread([this, first = std::move(first)]() mutable { Serve(std::move(first)); });
 }
 
 void PlanRunner::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void PlanRunner::PlaceAndServe() {
+void PlanRunner::SetReady(bool ready) {
+  MutexLock lock(&state_.mu);
+  rep().ready = ready;
+  state_.UpdateReady();
+  state_.cv.notify_all();
+}
+
+void PlanRunner::Serve(ReplicaStart first) {
   auto fail = [&](const Status& s) {
-    TESSERA_LOG_ERROR("coordinator", "placement failed: {}", s.ToString());
+    TESSERA_LOG_ERROR("coordinator", "replica {}: placement failed: {}", replica_, s.ToString());
     MutexLock lock(&state_.mu);
     state_.placement_status = s;
+    rep().degraded = s.message();
     state_.cv.notify_all();
   };
-  // 1. Wait for the workers: the layout's count (parallel.workers in auto
-  //    mode), or (after a coordinator restart) workers re-registering with a
-  //    complete plan they hold.
-  std::vector<std::string> workers;
-  std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> adopted;
-  uint64_t adopted_version = 0;
-  int64_t adopted_kv_blocks = 0;
-  while (true) {
-    {
-      MutexLock lock(&state_.mu);
-      if (state_.cv.wait_for(state_.mu, std::chrono::milliseconds(100),
-                             [&]() REQUIRES(state_.mu) { return state_.stopping; }))
-        return;
-    }
-    workers = UsableWorkers();
-    adopted = HeldPlan(workers, &adopted_version, &adopted_kv_blocks);
-    if (adopted || static_cast<int>(workers.size()) >= expected_workers_) break;
-  }
-  // 2. Place: the adopted plan's ranks, or the planner's placement (nothing
-  //    is assigned unless a layout fits); then apply: workers reuse the
-  //    weights they hold.
-  std::vector<RankPlacement> ranks;
-  std::optional<PlanResult> planned;
-  std::vector<Assignment> predicted;
-  std::string reason = "initial placement";
-  if (adopted) {
+  {
     MutexLock lock(&state_.mu);
-    state_.parallel = state_.wanted = adopted->first;
-    state_.plan_version = adopted_version;
-    state_.kv_blocks = adopted_kv_blocks;
-    ranks = adopted->second;
-    reason = "adopted plan " + std::to_string(adopted_version) + " held by the workers";
-    TESSERA_LOG_INFO("coordinator", "{}: {}", reason, state_.parallel.ToString());
-  } else {
-    std::vector<ControlWorkerInfo> infos = WorkerInfos(workers);
-    infos.resize(static_cast<size_t>(expected_workers_));  // the rest are spares
-    if (Status st = Plan(infos); !st.ok()) return fail(st);
-    MutexLock lock(&state_.mu);
-    state_.wanted = state_.parallel;
-    predicted.swap(state_.assignments);  // ApplyPlan fills state_.assignments anew
-    planned = std::move(state_.plan_result);
-    state_.plan_result.reset();
-    TESSERA_LOG_INFO("coordinator", "placing {} on {} of {} workers\n{}",
-                     state_.parallel.ToString(), predicted.size(), workers.size(),
-                     planned ? planned->ToText() : std::string("(explicit tp per stage)"));
-    for (const Assignment& a : predicted) {
-      RankPlacement r = RankSlice(state_.parallel, a.world_rank);
-      r.worker_id = a.worker_id;
-      ranks.push_back(r);
+    rep().parallel = rep().wanted = first.parallel;
+    rep().kv_blocks = first.kv_blocks;
+    if (first.adopted_version > 0) {
+      // The adopted version: the next plan (ApplyPlan) gets a newer one.
+      rep().plan_version = first.adopted_version;
+      TESSERA_LOG_INFO("coordinator", "replica {}: {}: {}", replica_, first.reason,
+                       first.parallel.ToString());
+    } else {
+      TESSERA_LOG_INFO(
+          "coordinator", "replica {}: placing {} on {} workers\n{}", replica_,
+          first.parallel.ToString(), first.ranks.size(),
+          first.planned ? first.planned->ToText() : std::string("(explicit tp per stage)"));
     }
   }
   json report;
-  ParallelConfig layout;
+  Status applied = ApplyPlan(first.parallel, first.ranks, first.reason, report,
+                             std::move(first.planned), &first.predicted);
+  if (!applied.ok()) return fail(applied);
   {
     MutexLock lock(&state_.mu);
-    layout = state_.parallel;
+    rep().plan_result_replica = first.planned_index;
   }
-  Status applied = ApplyPlan(layout, ranks, reason, report, std::move(planned), &predicted);
-  if (!applied.ok()) return fail(applied);
   // 3. Serve.
   int64_t kv_blocks = 0;
   {
     MutexLock lock(&state_.mu);
-    kv_blocks = state_.kv_blocks;
+    kv_blocks = rep().kv_blocks;
   }
-  std::shared_ptr<RemoteExecutor> executor = state_.Executor();
+  std::shared_ptr<RemoteExecutor> executor = state_.Executor(replica_);
   loop_->Start(
       executor, [executor] { return executor->health(); }, kv_blocks, executor->plan_version());
   {
     MutexLock lock(&state_.mu);
-    state_.serving = true;
+    rep().serving = true;
   }
-  state_.ready.store(true);
-  state_.cv.notify_all();
+  SetReady(true);
   // 4. Re-plan on demand.
   PlanLoop();
 }
@@ -154,7 +126,7 @@ void PlanRunner::RequestReplan(
   job.fault = fault;
   job.culprit_known = culprit_known;
   job.accused = std::move(accused);
-  job.plan_version = state_.plan_version;
+  job.plan_version = rep().plan_version;
   job.raised = std::chrono::steady_clock::now();
   jobs_.push_back(std::move(job));
   state_.cv.notify_all();
@@ -167,13 +139,13 @@ bool PlanRunner::reconfiguring() const {
 
 ParallelConfig PlanRunner::Wanted() const {
   MutexLock lock(&state_.mu);
-  return state_.wanted;
+  return rep().wanted;
 }
 
 Status PlanRunner::Apply(PlanProposal proposal, std::shared_ptr<Responder> res) {
   MutexLock lock(&state_.mu);
-  if (!state_.serving || job_running_ || !jobs_.empty())
-    return FailedPrecondition(state_.serving
+  if (!rep().serving || job_running_ || !jobs_.empty())
+    return FailedPrecondition(rep().serving
                                   ? "a reconfiguration is in progress; retry when it is done"
                                   : "the initial placement is in progress; retry when serving");
   PlanJob job;
@@ -205,7 +177,7 @@ PlanControl::DrainOutcome PlanRunner::SetDrained(const std::string& id, bool dra
       state_.drained_workers.erase(it);
       out.changed = true;
     }
-    in_plan = state_.InPlan(id);
+    in_plan = rep().InPlan(id);
   }
   TESSERA_LOG_INFO("coordinator", "worker {} {} by the admin API", id,
                    drain ? "drained" : "undrained");
@@ -253,8 +225,8 @@ void PlanRunner::ReleaseReturningWorkers() {
       state_.failed_workers.erase(
           std::remove(state_.failed_workers.begin(), state_.failed_workers.end(), id),
           state_.failed_workers.end());
-    replan = state_.serving && (!state_.degraded.empty() ||
-                                state_.parallel.world_size() < state_.wanted.world_size());
+    replan = rep().serving &&
+             (!rep().degraded.empty() || rep().parallel.world_size() < rep().wanted.world_size());
   }
   for (const std::string& id : returned)
     TESSERA_LOG_INFO("coordinator", "worker {} (declared lost, registered again) is usable", id);
@@ -320,13 +292,9 @@ void PlanRunner::RunJob(PlanJob job) {
     bool superseded;
     {
       MutexLock lock(&state_.mu);
-      superseded = job.plan_version < state_.plan_version && state_.degraded.empty();
+      superseded = job.plan_version < rep().plan_version && rep().degraded.empty();
     }
-    std::shared_ptr<RemoteExecutor> ex;
-    {
-      MutexLock lock(&state_.exec_mu);
-      ex = state_.executor;
-    }
+    std::shared_ptr<RemoteExecutor> ex = state_.Executor(replica_);
     if (superseded && ex && ex->health().ok()) {
       TESSERA_LOG_INFO("coordinator", "fault already handled by a later plan: {}", job.reason);
       return;
@@ -346,20 +314,28 @@ void PlanRunner::RunJob(PlanJob job) {
   }
   {
     MutexLock lock(&state_.mu);
-    ++state_.reconfigurations;
-    if (job.fault) ++state_.faults;
+    ++rep().reconfigurations;
+    if (job.fault) ++rep().faults;
   }
   metrics_->Counter(metric::kReconfigurationsTotal).WithLabels({}).Inc();
   if (job.fault) metrics_->Counter(metric::kFaultsTotal).WithLabels({}).Inc();
-  TESSERA_LOG_INFO("coordinator", "re-plan: {}", job.reason);
-  // A fault breaks the running plan: /readyz answers 503 (re-planning) from
-  // here until the new plan serves, whoever reported the fault.
-  if (job.fault) state_.ready.store(false);
+  TESSERA_LOG_INFO("coordinator", "replica {}: re-plan: {}", replica_, job.reason);
+  // A fault breaks the running plan: the replica is not ready (the router
+  // sends it nothing; /readyz answers 503 when no replica is) from here
+  // until the new plan serves, whoever reported the fault.
+  if (job.fault) SetReady(false);
   // Drain: no admission; in-flight sequences get the deadline (none after a
   // fault: the plan is broken), the rest are re-queued.
   const int requeued =
       loop_->Pause(job.fault ? 0.0 : config_.scheduler.drain_timeout_seconds).value_or(0);
   const double drain_seconds = SecondsSince(t0);
+  // A broken replica's queue (its re-queued sequences included) goes to the
+  // replicas that serve: they finish those requests while this one
+  // re-plans.
+  const int handed_off = job.fault && hand_off_ ? hand_off_() : 0;
+  if (handed_off > 0)
+    TESSERA_LOG_INFO("coordinator", "replica {}: {} request(s) moved to the other replicas",
+                     replica_, handed_off);
   // A known culprit (declared lost by its heartbeats, or a silent worker a
   // survivor saw disconnect) needs no wait; otherwise (a timeout) wait until
   // every worker was heard from, so no rank lands on a dead one.
@@ -368,7 +344,7 @@ void PlanRunner::RunJob(PlanJob job) {
   const double detect_seconds = SecondsSince(job.raised);
   {
     MutexLock lock(&state_.mu);
-    state_.requeued_total += requeued;
+    rep().requeued_total += requeued;
   }
   metrics_->Counter(metric::kRequeuedRequestsTotal)
       .WithLabels({})
@@ -413,17 +389,18 @@ void PlanRunner::RunJob(PlanJob job) {
   if (result.ok()) {
     {
       MutexLock lock(&state_.mu);
-      state_.degraded.clear();
-      if (admin) state_.wanted = *job.target;
+      rep().degraded.clear();
+      if (admin) rep().wanted = *job.target;
       report["drain_seconds"] = drain_seconds;
       if (job.fault) report["detect_seconds"] = detect_seconds;
       report["requeued_requests"] = requeued;
+      report["handed_off_requests"] = handed_off;
+      report["replica"] = replica_;
       report["total_seconds"] = SecondsSince(t0);
-      if (!state_.history.empty()) state_.history.back() = report;
+      if (!rep().history.empty()) rep().history.back() = report;
     }
     loop_->Resume();
-    state_.ready.store(true);
-    state_.cv.notify_all();
+    SetReady(true);
     TESSERA_LOG_INFO("coordinator",
                      "re-plan done in {:.2f} s (drain {:.2f} s, {} requests re-queued): {}",
                      SecondsSince(t0), drain_seconds, requeued, job.reason);
@@ -442,9 +419,9 @@ void PlanRunner::RunJob(PlanJob job) {
   }
   {
     MutexLock lock(&state_.mu);
-    state_.degraded = result.message();
+    rep().degraded = result.message();
   }
-  state_.ready.store(false);
+  SetReady(false);
   TESSERA_LOG_ERROR("coordinator", "degraded: {}; waiting for workers", result.message());
 }
 

@@ -1,28 +1,35 @@
-// PlanRunner: places the first plan and applies every later plan change, on
-// its own thread, one change at a time.
+// PlanRunner: one replica's plans (coordinator/serving/replica_set.h): it
+// applies the replica's first plan and every later change, on its own
+// thread, one change at a time.
 //
-//  1. Waits for the workers (parallel.workers; tp * pp in explicit mode), or
-//     adopts the complete plan that re-registered workers hold (a restarted
-//     coordinator: same layout and ranks, version + 1, weights reused).
-//  2. Plans (the Planner; an explicit tp per stage in registration order),
-//     applies the plan (ApplyPlan: Drain the old plan's workers, AssignShard
-//     under plan version + 1, wait for every Loaded), starts the serving
-//     loop and marks the cluster ready.
+//  1. Start(first): the replica set placed every replica (ReplicaPlacer) or
+//     found the plan re-registered workers hold (a restarted coordinator:
+//     same layout and ranks, a new version, weights reused).
+//  2. Applies it (ApplyPlan: Drain the old plan's workers, AssignShard under
+//     a new plan version, wait for every Loaded), starts the replica's
+//     serving loop and marks the replica ready.
 //  3. Runs the queued changes (POST /admin/plan, drain / undrain, a lost or
 //     failing worker, a registration while degraded or shrunk): pause
 //     command on the serving loop (drain and re-queue), ApplyPlan, swap
 //     command, resume command. A failed re-fit after kMaxFitAttempts leaves
-//     the cluster degraded until a worker registers.
+//     the replica degraded until a worker registers. After a fault's pause
+//     the replica hands its queued requests (re-queued ones included) to
+//     the other replicas (`hand_off`), which serve them while it re-plans.
 //
-// It implements PlanControl for the admin API.
+// The replica plans on its own workers and the spares (workers no replica
+// holds); a worker another replica took meanwhile fails the attempt, and the
+// next one places without it. It implements PlanControl for the admin API
+// (the replica set routes a request to its replica).
 //
 // Thread-safety: Start and Stop from one thread (Stop after
 // ClusterState::stopping is set and the serving loop stopped); the rest from
-// any thread. Its job queue is guarded by the cluster state's mutex.
+// any thread. Its job queue and its replica's plan are guarded by the
+// cluster state's mutex.
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -41,6 +48,7 @@
 #include "coordinator/placement/plan_change.h"
 #include "coordinator/placement/planner.h"
 #include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/replica_placement.h"
 #include "coordinator/serving/serving_loop.h"
 
 namespace tessera {
@@ -51,24 +59,26 @@ class PlanRunner : public PlanControl {
   struct Context {
     const DaemonConfig* config = nullptr;
     const ModelConfig* model = nullptr;
-    int expected_workers = 1;
-    // Explicit mode: the configured layout (the planner's fixed tp, pp and
-    // layer split).
-    ParallelConfig configured;
-    int64_t max_context = 0;
+    int replica = 0;  // its index in ClusterState::replicas
+    const ReplicaPlacer* placer = nullptr;
     ControlServer* control = nullptr;
     TcpStoreServer* store = nullptr;
     std::string store_secret;  // the store's deployment secret (per-rank keys derive from it)
     MetricsRegistry* metrics = nullptr;
     Planner* planner = nullptr;
     ClusterState* state = nullptr;
-    ServingLoop* loop = nullptr;
+    ServingLoop* loop = nullptr;  // the replica's
+    // Moves the replica's queued requests to the other serving replicas;
+    // returns how many moved. May be empty.
+    std::function<int()> hand_off;
   };
   explicit PlanRunner(Context context);
   ~PlanRunner() override;
 
-  void Start();  // the plan thread: steps 1 to 3 of the header comment
-  void Stop();   // joins it; queued admin requests get a 503
+  // The plan thread: steps 2 and 3 of the header comment, from `first`.
+  void Start(ReplicaStart first);
+  int replica() const { return replica_; }
+  void Stop();  // joins it; queued admin requests get a 503
 
   // Queues a re-fit of the wanted layout to the usable workers (`fault`: the
   // running plan is broken, no drain wait). One pending re-fit covers every
@@ -82,6 +92,9 @@ class PlanRunner : public PlanControl {
       EXCLUDES(state_.mu);
   // A change is queued or running.
   bool reconfiguring() const EXCLUDES(state_.mu);
+  // Sets the replica's ready flag (and the cluster's): false stops the
+  // router sending it requests until its re-plan serves.
+  void SetReady(bool ready) EXCLUDES(state_.mu);
 
   // PlanControl.
   StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
@@ -113,7 +126,12 @@ class PlanRunner : public PlanControl {
   };
 
   // plan_runner.cc: the thread and the changes.
-  void PlaceAndServe();
+  void Serve(ReplicaStart first);
+  // This replica's plan (ClusterState::replicas[replica_]).
+  ReplicaPlan& rep() const REQUIRES(state_.mu) {
+    return state_.replicas[static_cast<size_t>(replica_)];
+  }
+
   void PlanLoop();
   void RunJob(PlanJob job);
   ParallelConfig Wanted() const EXCLUDES(state_.mu);
@@ -131,30 +149,20 @@ class PlanRunner : public PlanControl {
   // (GET /admin/plan shows it); `predicted`: its per-rank predictions.
   // Errors: a worker lost or failing while loading, the load deadline,
   // stopping.
+  // Errors also: a rank's worker taken by another replica meanwhile.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
                    const std::string& reason, nlohmann::json& report,
                    std::optional<PlanResult> planned = std::nullopt,
                    const std::vector<Assignment>* predicted = nullptr);
-  // Bytes of a KV pool of `blocks` blocks on one rank of `stage` in
-  // `parallel` (F32 cache: the CPU backend's; the cost model's formula).
-  int64_t PredictedKvBytes(const ParallelConfig& parallel, int stage, int64_t blocks) const;
   // The rendezvous store's address as the worker at `worker_address` reaches
   // it: the store's host, or, when it listens on every interface, this
   // host's address on the route to the worker.
   std::string StoreHostFor(const std::string& worker_address) const;
 
   // plan_proposal.cc: computing layouts and placements.
-  // Plans on `workers`; fills the state's assignments, parallel, kv_blocks
-  // and plan_result. Errors: the cluster cannot be modelled, no layout fits.
-  Status Plan(const std::vector<ControlWorkerInfo>& workers);
-  Status PlanPerStageTp(const std::vector<ControlWorkerInfo>& workers);
-  PlanOptions PlanOptionsFor(bool cpu) const;
-  // The complete plan the `usable` workers hold (their re-registrations'
-  // held_shard, the newest version, one worker per rank), with its version
-  // and KV blocks per rank; nullopt when there is none.
-  std::optional<std::pair<ParallelConfig, std::vector<RankPlacement>>> HeldPlan(
-      const std::vector<std::string>& usable, uint64_t* version, int64_t* kv_blocks) const;
-  std::vector<std::string> UsableWorkers() const;
+  // The workers this replica may use: usable (ClusterState::UsableWorkers),
+  // and its own or spares.
+  std::vector<std::string> UsableWorkers() const EXCLUDES(state_.mu);
   // The registrations of the workers `ids`, in that order.
   std::vector<ControlWorkerInfo> WorkerInfos(const std::vector<std::string>& ids) const;
   std::map<std::string, HeldSlice> HeldSlices() const;  // what each worker holds
@@ -166,9 +174,8 @@ class PlanRunner : public PlanControl {
 
   const DaemonConfig& config_;
   const ModelConfig& model_;
-  const int expected_workers_;
-  const ParallelConfig configured_;
-  const int64_t max_context_;
+  const int replica_;
+  const ReplicaPlacer& placer_;
   ControlServer* const control_;
   TcpStoreServer* const store_;
   const std::string store_secret_;
@@ -176,6 +183,7 @@ class PlanRunner : public PlanControl {
   Planner* const planner_;
   ClusterState& state_;
   ServingLoop* const loop_;
+  const std::function<int()> hand_off_;
 
   std::deque<PlanJob> jobs_ GUARDED_BY(state_.mu);
   bool job_running_ GUARDED_BY(state_.mu) = false;  // a re-plan is in progress

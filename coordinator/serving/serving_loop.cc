@@ -9,13 +9,14 @@ namespace tessera {
 
 ServingLoop::ServingLoop(const ModelConfig& model, const Tokenizer* tokenizer, int64_t block_size,
                          SchedulerOptions options, MetricsRegistry* metrics,
-                         std::function<void(const Status&)> on_step_failed)
+                         std::function<void(const Status&)> on_step_failed, int replica)
     : model_(model),
       tokenizer_(tokenizer),
       block_size_(block_size),
       options_(options),
       metrics_(metrics),
-      on_step_failed_(std::move(on_step_failed)) {}
+      on_step_failed_(std::move(on_step_failed)),
+      replica_(std::to_string(replica)) {}
 
 ServingLoop::~ServingLoop() { Stop(); }
 
@@ -24,6 +25,8 @@ void ServingLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, i
   TESSERA_CHECK(!started() && executor && health);
   health_ = std::move(health);
   allocator_ = std::make_unique<BlockAllocator>(kv_blocks);
+  kv_blocks_.store(kv_blocks);
+  free_blocks_.store(kv_blocks);
   executor_ = std::move(executor);
   SchedulerOptions options = options_;
   options.plan_version = plan_version;
@@ -59,6 +62,18 @@ void ServingLoop::Cancel(const std::vector<int64_t>& ids) {
 
 size_t ServingLoop::waiting() const { return started() ? scheduler_->waiting() : 0; }
 size_t ServingLoop::running() const { return started() ? scheduler_->running() : 0; }
+
+std::vector<Scheduler::Migrant> ServingLoop::TakeWaiting() {
+  if (!started()) return {};
+  return scheduler_->TakeWaiting();
+}
+
+Status ServingLoop::Adopt(std::vector<Scheduler::Migrant>* migrants) {
+  if (!started()) return Unavailable("no plan is serving yet");
+  TESSERA_RETURN_IF_ERROR(scheduler_->AdoptWaiting(migrants));
+  Wake();
+  return Status::Ok();
+}
 
 void ServingLoop::Wake() {
   {
@@ -136,21 +151,22 @@ bool ServingLoop::Resume() {
 void ServingLoop::Publish() {
   const int64_t preempted = scheduler_->stats().preemptions;
   metrics_->Counter(metric::kPreemptionsTotal)
-      .WithLabels({})
+      .WithLabels({replica_})
       .Inc(static_cast<double>(preempted - preemptions_seen_));
   preemptions_seen_ = preempted;
   const SchedulerStats& st = scheduler_->stats();
   metrics_->Counter(metric::kPrefixCacheQueriesTokensTotal)
-      .WithLabels({})
+      .WithLabels({replica_})
       .Inc(static_cast<double>(st.prefix_cache_query_tokens - prefix_queries_seen_));
   prefix_queries_seen_ = st.prefix_cache_query_tokens;
   metrics_->Counter(metric::kPrefixCacheHitsTokensTotal)
-      .WithLabels({})
+      .WithLabels({replica_})
       .Inc(static_cast<double>(st.prefix_cache_hit_tokens - prefix_hits_seen_));
   prefix_hits_seen_ = st.prefix_cache_hit_tokens;
   metrics_->Gauge(metric::kKvCacheUsedBlocks)
-      .WithLabels({})
+      .WithLabels({replica_})
       .Set(static_cast<double>(allocator_->num_blocks() - allocator_->num_free()));
+  free_blocks_.store(allocator_->num_free(), std::memory_order_relaxed);
 }
 
 void ServingLoop::Loop() {

@@ -28,8 +28,8 @@
 // and asks `health` whether it is broken (a draining loop then stops
 // waiting for in-flight sequences).
 //
-// Metrics it keeps: tessera_scheduler_preemptions_total,
-// tessera_kv_cache_used_blocks and the prefix cache's
+// Metrics it keeps (labelled with its replica): tessera_scheduler_
+// preemptions_total, tessera_kv_cache_used_blocks and the prefix cache's
 // tessera_prefix_cache_queries_tokens_total and
 // tessera_prefix_cache_hits_tokens_total after every iteration.
 //
@@ -46,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -63,10 +64,11 @@ namespace tessera {
 class ServingLoop : public RequestSink {
  public:
   // `model`, `tokenizer` (may be null) and `metrics` outlive the loop.
-  // `block_size`: tokens per KV block.
+  // `block_size`: tokens per KV block. `replica`: the `replica` label of
+  // its metrics.
   ServingLoop(const ModelConfig& model, const Tokenizer* tokenizer, int64_t block_size,
               SchedulerOptions options, MetricsRegistry* metrics,
-              std::function<void(const Status&)> on_step_failed);
+              std::function<void(const Status&)> on_step_failed, int replica = 0);
   ~ServingLoop() override;
   ServingLoop(const ServingLoop&) = delete;
   ServingLoop& operator=(const ServingLoop&) = delete;
@@ -95,6 +97,17 @@ class ServingLoop : public RequestSink {
   // a draining loop re-checks it.
   void Wake();
 
+  // Moving queued requests between replicas (their schedulers share one
+  // OutputProcessor, SchedulerOptions::output): every waiting request, and
+  // queueing such requests at the front (Scheduler::TakeWaiting /
+  // AdoptWaiting). Before Start: nothing / kUnavailable.
+  std::vector<Scheduler::Migrant> TakeWaiting();
+  Status Adopt(std::vector<Scheduler::Migrant>* migrants);
+  // KV blocks free after the last iteration, and the pool's size (0 before
+  // Start).
+  int64_t free_kv_blocks() const { return free_blocks_.load(std::memory_order_relaxed); }
+  int64_t kv_blocks() const { return kv_blocks_.load(std::memory_order_relaxed); }
+
   // Commands (see the header comment). Each returns once run on the loop
   // thread; nullopt / false when the loop was not started or stopped.
   // Pause returns the sequences re-queued since the previous pause (by
@@ -120,6 +133,7 @@ class ServingLoop : public RequestSink {
   const SchedulerOptions options_;
   MetricsRegistry* metrics_;
   const std::function<void(const Status&)> on_step_failed_;
+  const std::string replica_;  // the metrics' replica label
 
   // Written once by Start before started_ turns true, never reset until
   // the destructor: read by other threads only after started().
@@ -127,6 +141,8 @@ class ServingLoop : public RequestSink {
   std::unique_ptr<Scheduler> scheduler_;
   std::atomic<bool> started_{false};
   std::thread thread_;
+  std::atomic<int64_t> free_blocks_{0};  // published by the loop thread
+  std::atomic<int64_t> kv_blocks_{0};
 
   // Loop thread only.
   std::shared_ptr<StepExecutor> executor_;

@@ -18,26 +18,32 @@ void WorkerEvents::OnMessage(const ControlPeer& peer, const control::Envelope& e
   if (e.has_heartbeat()) {
     // A heartbeat written before the worker took in its assignment (or its
     // Loaded) is stale: the coordinator already knows better.
-    for (const Assignment& a : state_.assignments) {
-      if (a.worker_id != peer.worker_id) continue;
-      if (e.heartbeat().plan_version() != state_.plan_version) return;
-      if (a.loaded_weight_bytes >= 0 && e.heartbeat().state() == control::WORKER_STATE_LOADING)
-        return;
+    const int r = state_.ReplicaOf(peer.worker_id);
+    if (r >= 0) {
+      const ReplicaPlan& rp = state_.replicas[static_cast<size_t>(r)];
+      for (const Assignment& a : rp.assignments) {
+        if (a.worker_id != peer.worker_id) continue;
+        if (e.heartbeat().plan_version() != rp.plan_version) return;
+        if (a.loaded_weight_bytes >= 0 && e.heartbeat().state() == control::WORKER_STATE_LOADING)
+          return;
+      }
     }
     state_.states[peer.worker_id] = e.heartbeat().state();
     return;
   }
   if (e.has_load_progress()) {
-    if (e.load_progress().plan_version() != state_.plan_version) return;
-    for (Assignment& a : state_.assignments) {
+    const int r = state_.ReplicaOfPlan(e.load_progress().plan_version());
+    if (r < 0) return;
+    for (Assignment& a : state_.replicas[static_cast<size_t>(r)].assignments) {
       if (a.worker_id != peer.worker_id) continue;
       a.load_bytes_done = static_cast<int64_t>(e.load_progress().bytes_done());
       a.load_bytes_total = static_cast<int64_t>(e.load_progress().bytes_total());
     }
   } else if (e.has_loaded()) {
-    if (e.loaded().plan_version() != state_.plan_version) return;
+    const int r = state_.ReplicaOfPlan(e.loaded().plan_version());
+    if (r < 0) return;
     state_.states[peer.worker_id] = control::WORKER_STATE_READY;
-    for (Assignment& a : state_.assignments) {
+    for (Assignment& a : state_.replicas[static_cast<size_t>(r)].assignments) {
       if (a.worker_id != peer.worker_id) continue;
       a.loaded_weight_bytes = static_cast<int64_t>(e.loaded().weights_bytes());
       a.reused_weight_bytes = static_cast<int64_t>(e.loaded().reused_bytes());
@@ -49,7 +55,17 @@ void WorkerEvents::OnMessage(const ControlPeer& peer, const control::Envelope& e
 }
 
 void WorkerEvents::OnStepResult(const ControlPeer& peer, const control::StepResult& result) {
-  std::shared_ptr<RemoteExecutor> ex = state_.Executor();
+  std::shared_ptr<RemoteExecutor> ex = state_.ExecutorOfPlan(result.plan_version());
+  if (!ex) {
+    // No replica runs that version: its replica's executor says why (a
+    // superseded plan).
+    int r = -1;
+    {
+      MutexLock lock(&state_.mu);
+      r = state_.ReplicaOf(peer.worker_id);
+    }
+    ex = state_.Executor(r < 0 ? 0 : r);
+  }
   if (!ex) {
     drops_->Drop(peer.worker_id, "no_plan",
                  "StepResult for plan " + std::to_string(result.plan_version()) +
@@ -61,8 +77,9 @@ void WorkerEvents::OnStepResult(const ControlPeer& peer, const control::StepResu
 }
 
 void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& reg) {
-  bool replan = false, returning = false;
-  const bool reconfiguring = runner_->reconfiguring();
+  bool returning = false;
+  int replan = -1;  // the replica to re-plan
+  const bool reconfiguring = replicas_->reconfiguring();
   {
     MutexLock lock(&state_.mu);
     auto failed =
@@ -77,10 +94,13 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
         state_.returning_workers.push_back(peer.worker_id);
     } else {
       if (failed != state_.failed_workers.end()) state_.failed_workers.erase(failed);
-      // A worker joining a degraded cluster, or one running a smaller layout
-      // than wanted, is used at once.
-      replan = state_.serving && (!state_.degraded.empty() ||
-                                  state_.parallel.world_size() < state_.wanted.world_size());
+      // A worker joining while a replica is degraded, or runs a smaller
+      // layout than wanted, is used at once (by the first such replica).
+      for (size_t r = 0; r < state_.replicas.size() && replan < 0; ++r) {
+        const ReplicaPlan& p = state_.replicas[r];
+        if (p.serving && (!p.degraded.empty() || p.parallel.world_size() < p.wanted.world_size()))
+          replan = static_cast<int>(r);
+      }
     }
     state_.cv.notify_all();
   }
@@ -93,7 +113,8 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
   }
   TESSERA_LOG_INFO("coordinator", "worker {} registered ({}, pid {})", peer.worker_id, reg.host(),
                    reg.pid());
-  if (replan) runner_->RequestReplan("worker " + peer.worker_id + " registered", false);
+  if (replan >= 0 && replan < replicas_->size())
+    replicas_->runner(replan)->RequestReplan("worker " + peer.worker_id + " registered", false);
 }
 
 void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error) {
@@ -101,33 +122,38 @@ void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error)
   // Peers whose connection to it broke: suspects, declared lost unless they
   // speak at once (PlanRunner::SettleAccusations).
   std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused;
+  int replica = -1;
   {
     MutexLock lock(&state_.mu);
     const uint64_t v = error.plan_version();
-    if (v != 0 && v != state_.plan_version) {
+    replica = state_.ReplicaOf(peer.worker_id);
+    const uint64_t running =
+        replica >= 0 ? state_.replicas[static_cast<size_t>(replica)].plan_version : 0;
+    if (v != 0 && v != running && state_.ReplicaOfPlan(v) < 0) {
       TESSERA_LOG_INFO("coordinator", "worker {} (plan {}, superseded): {}", peer.worker_id, v,
                        error.message());
       return;
     }
-    if (!state_.InPlan(peer.worker_id)) {
-      // Only a rank of the plan can break it: an idle worker's Error
-      // neither fails steps nor forces a re-plan.
-      outside = "Error from a worker outside plan " + std::to_string(state_.plan_version) + ": " +
-                error.message();
+    if (replica < 0 || (v != 0 && v != running)) {
+      // Only a rank of a replica's plan can break it: an idle worker's
+      // Error neither fails steps nor forces a re-plan.
+      outside = "Error from a worker outside plan " + std::to_string(v) + ": " + error.message();
     } else {
+      ReplicaPlan& rp = state_.replicas[static_cast<size_t>(replica)];
       state_.states[peer.worker_id] = control::WORKER_STATE_FAILED;
-      TESSERA_LOG_ERROR("coordinator", "worker {}: {}", peer.worker_id, error.message());
+      TESSERA_LOG_ERROR("coordinator", "worker {} (replica {}): {}", peer.worker_id, replica,
+                        error.message());
       const bool loading =
-          std::any_of(state_.assignments.begin(), state_.assignments.end(),
+          std::any_of(rp.assignments.begin(), rp.assignments.end(),
                       [](const Assignment& a) { return a.loaded_weight_bytes < 0; });
       if (loading) {
-        state_.load_error = "worker " + peer.worker_id + ": " + error.message();
+        rp.load_error = "worker " + peer.worker_id + ": " + error.message();
         state_.cv.notify_all();
         return;
       }
       const auto now = std::chrono::steady_clock::now();
       for (uint32_t r : error.lost_peer_world_ranks())
-        for (const Assignment& a : state_.assignments)
+        for (const Assignment& a : rp.assignments)
           if (a.world_rank == static_cast<int>(r) && a.worker_id != peer.worker_id)
             accused.emplace_back(a.worker_id, now);
     }
@@ -142,13 +168,12 @@ void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error)
   // failed") then joins this job instead of running first without them and
   // waiting a heartbeat timeout for the lost worker (a race CI saw: a killed
   // worker declared lost after 6.01 s instead of within 0.2 s).
-  runner_->RequestReplan("worker " + peer.worker_id + " reported: " + error.message(), true,
-                         /*culprit_known=*/false, std::move(accused));
-  {
-    MutexLock lock(&state_.exec_mu);
-    if (state_.executor) state_.executor->OnWorkerFailed(peer.worker_id, ErrorToStatus(error));
-  }
-  loop_->Wake();  // a draining loop re-checks the executor's health
+  if (replica >= replicas_->size()) return;  // placed, not started yet
+  replicas_->runner(replica)->RequestReplan(
+      "worker " + peer.worker_id + " reported: " + error.message(), true,
+      /*culprit_known=*/false, std::move(accused));
+  if (auto ex = state_.Executor(replica)) ex->OnWorkerFailed(peer.worker_id, ErrorToStatus(error));
+  replicas_->loop(replica)->Wake();  // a draining loop re-checks the executor's health
 }
 
 void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
@@ -164,13 +189,13 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
 
 void WorkerEvents::OnWorkerLost(const std::string& worker_id) {
   TESSERA_LOG_ERROR("coordinator", "worker {} missed its heartbeats: marked failed", worker_id);
-  const bool in_plan = state_.MarkFailed(worker_id, Unavailable("missed heartbeats"));
-  loop_->Wake();  // a draining loop re-checks the executor's health
-  if (in_plan) {
-    state_.ready.store(false);
-    runner_->RequestReplan("worker " + worker_id + " lost (missed heartbeats)", true,
-                           /*culprit_known=*/true);
-  }
+  const int replica = state_.MarkFailed(worker_id, Unavailable("missed heartbeats"));
+  if (replica < 0 || replica >= replicas_->size()) return;
+  replicas_->loop(replica)->Wake();  // a draining loop re-checks the executor's health
+  // Only its replica re-plans; the router sends that one nothing meanwhile.
+  replicas_->runner(replica)->SetReady(false);
+  replicas_->runner(replica)->RequestReplan("worker " + worker_id + " lost (missed heartbeats)",
+                                            true, /*culprit_known=*/true);
 }
 
 }  // namespace tessera

@@ -2,17 +2,20 @@
 // and losses (the ControlServer's on_message, on_worker_lost and
 // on_worker_forgotten callbacks, run on its thread):
 //
-//   StepResult     to the running plan's executor (refused ones are counted
-//                  in tessera_control_messages_dropped_total);
-//   Register       clears a lost mark; a worker joining a degraded or shrunk
-//                  cluster triggers a re-plan;
+//   StepResult     to the executor of the replica running its plan version
+//                  (refused ones are counted in
+//                  tessera_control_messages_dropped_total);
+//   Register       clears a lost mark; a worker joining while a replica is
+//                  degraded or shrunk triggers that replica's re-plan (the
+//                  first such replica's);
 //   Heartbeat      the worker's state (stale ones ignored);
 //   LoadProgress,
 //   Loaded         the rank's load progress and result;
-//   Error          from a rank of the plan: while loading, fails the load;
-//                  while serving, fails the steps and re-plans (an idle
-//                  worker's Error is dropped);
-//   lost           fails the steps, re-plans when it held a rank.
+//   Error          from a rank of a replica's plan: while loading, fails the
+//                  load; while serving, fails the replica's steps and
+//                  re-plans it (an idle worker's Error is dropped);
+//   lost           fails the steps of its replica and re-plans that one
+//                  replica when it held a rank; the others keep serving.
 //
 // Thread-safety: called from the control server's thread; takes the cluster
 // state's mutexes itself.
@@ -24,16 +27,15 @@
 #include "coordinator/control/control_plane_guard.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
-#include "coordinator/serving/plan_runner.h"
-#include "coordinator/serving/serving_loop.h"
+#include "coordinator/serving/replica_set.h"
 
 namespace tessera {
 
 class WorkerEvents {
  public:
   // All outlive this object.
-  WorkerEvents(ClusterState* state, ServingLoop* loop, PlanRunner* runner, ControlDrops* drops)
-      : state_(*state), loop_(loop), runner_(runner), drops_(drops) {}
+  WorkerEvents(ClusterState* state, ReplicaSet* replicas, ControlDrops* drops)
+      : state_(*state), replicas_(replicas), drops_(drops) {}
 
   void OnMessage(const ControlPeer& peer, const control::Envelope& envelope) EXCLUDES(state_.mu);
   void OnWorkerLost(const std::string& worker_id) EXCLUDES(state_.mu);
@@ -47,8 +49,7 @@ class WorkerEvents {
   void OnError(const ControlPeer& peer, const control::Error& error) EXCLUDES(state_.mu);
 
   ClusterState& state_;
-  ServingLoop* const loop_;
-  PlanRunner* const runner_;
+  ReplicaSet* const replicas_;
   ControlDrops* const drops_;
 };
 

@@ -73,10 +73,10 @@ void RunCase(DType dt, Shape sh, int64_t block, std::vector<SeqSpec> specs, bool
   const Tensor qd = Up(g, q.raw);
   Tensor out_fi = Dev(g, {tokens, sh.heads * sh.head_dim}, dt);
   Tensor out_ts = Dev(g, {tokens, sh.heads * sh.head_dim}, dt);
-  s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_fi, 0,
+  s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_fi, 0, 0.0f,
                                     kernels::AttentionKernels::kFlashInfer);
   ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
-  s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_ts, 0,
+  s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_ts, 0, 0.0f,
                                     kernels::AttentionKernels::kTessera);
   ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
   char what[160];
@@ -197,7 +197,7 @@ TEST_P(AttentionKernels, FlashInferDecodeGraphReplaysNewContexts) {
     ASSERT_TRUE(g.CopyFromHost(meta_buf, meta.data(), meta.size() * sizeof(int32_t)).ok());
     if (step == 0) {
       auto captured = g.Capture([&] {
-        return kernels::cuda::PagedAttention(qd, dev_cache, graph_batch, scale, out, 0,
+        return kernels::cuda::PagedAttention(qd, dev_cache, graph_batch, scale, out, 0, 0.0f,
                                              kernels::AttentionKernels::kFlashInfer);
       });
       ASSERT_TRUE(captured.ok()) << captured.status().ToString();

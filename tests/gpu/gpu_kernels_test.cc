@@ -137,7 +137,7 @@ TEST_P(Kernels, EmbeddingGatherAndCopyColumnsAreExact) {
 // head dims 16..256, scattered blocks. Covers both CUDA kernels (decode
 // split-K when every sequence has few tokens; tiled prefill otherwise).
 void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, bool decode_only,
-                      uint64_t seed, int64_t window = 0) {
+                      uint64_t seed, int64_t window = 0, float softcap = 0.0f) {
   kernels::Backend& g = Gpu(dt);
   const int64_t block = 16, num_blocks = 300;
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -182,7 +182,8 @@ void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, boo
   ASSERT_TRUE(kernels::cpu::WriteKv(cpu_cache, k.f32, v.f32, *cpu_batch).ok());
   Tensor ref = Tensor::Empty({tokens, heads * hd});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ASSERT_TRUE(kernels::cpu::PagedAttention(q.f32, cpu_cache, *cpu_batch, scale, ref, window).ok());
+  ASSERT_TRUE(
+      kernels::cpu::PagedAttention(q.f32, cpu_cache, *cpu_batch, scale, ref, window, softcap).ok());
 
   kernels::KvCacheLayer dev_cache{Up(g, kc.raw), Up(g, vc.raw)};
   auto batch = kernels::MakeAttentionBatch(as, tokens, block, num_blocks, g);
@@ -192,13 +193,13 @@ void RunAttentionCase(DType dt, int64_t heads, int64_t kv_heads, int64_t hd, boo
   EXPECT_EQ(Down(g, dev_cache.k), Vec(cpu_cache.k)) << "K cache after WriteKv";
   EXPECT_EQ(Down(g, dev_cache.v), Vec(cpu_cache.v)) << "V cache after WriteKv";
   Tensor out = Dev(g, {tokens, heads * hd}, dt);
-  s = kernels::PagedAttention(Up(g, q.raw), dev_cache, *batch, scale, out, window);
+  s = kernels::PagedAttention(Up(g, q.raw), dev_cache, *batch, scale, out, window, softcap);
   ASSERT_TRUE(s.ok()) << s.ToString();
   char what[128];
-  std::snprintf(what, sizeof what, "attention %s h%lld kv%lld d%lld window %lld",
+  std::snprintf(what, sizeof what, "attention %s h%lld kv%lld d%lld window %lld softcap %g",
                 decode_only ? "decode" : "prefill", static_cast<long long>(heads),
                 static_cast<long long>(kv_heads), static_cast<long long>(hd),
-                static_cast<long long>(window));
+                static_cast<long long>(window), static_cast<double>(softcap));
   ExpectClose(Down(g, out), Vec(ref), dt, what);
 }
 
@@ -226,6 +227,25 @@ TEST_P(Kernels, PagedAttentionSlidingWindowMatchesCpu) {
       RunAttentionCase(dt, 8, 2, 64, decode, seed += 10, window);    // GQA 4
       RunAttentionCase(dt, 4, 1, 16, decode, seed += 10, window);    // fixture head dim
       RunAttentionCase(dt, 32, 8, 128, decode, seed += 10, window);  // Mistral-7B shape
+    }
+  }
+}
+
+// Gemma 2's tanh soft-capping of the scores (Tessera's kernels: FlashInfer's
+// are instantiated without it), alone and with a sliding window: caps that
+// bite (1: unit-variance q and k give scores of about 1) and Gemma 2's 50.
+// Shapes: gemma-2-2b (8 heads, 4 KV heads, head_dim 256), gemma-2-27b
+// (32 / 16, 128) and the fixture's (4 / 2, 32).
+TEST_P(Kernels, PagedAttentionSoftCapMatchesCpu) {
+  const DType dt = GetParam();
+  uint64_t seed = 1300;
+  for (float cap : {1.0f, 50.0f}) {
+    for (int64_t window : {0, 37, 4096}) {
+      for (bool decode : {true, false}) {
+        RunAttentionCase(dt, 8, 4, 256, decode, seed += 10, window, cap);
+        RunAttentionCase(dt, 32, 16, 128, decode, seed += 10, window, cap);
+        RunAttentionCase(dt, 4, 2, 32, decode, seed += 10, window, cap);
+      }
     }
   }
 }

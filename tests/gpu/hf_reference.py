@@ -3,18 +3,23 @@
 
   hf_reference.py make --out DIR [--hidden 4096 --layers 8 --heads 32 --kv-heads 32
                                   --intermediate 11008 --vocab 32000 --seed 0
-                                  --family llama|qwen3|phi3|mistral --sliding-window N]
+                                  --family llama|qwen3|phi3|mistral|gemma2|gemma3_text
+                                  --sliding-window N]
       Builds the family's ForCausalLM (default Llama; qwen3: head_dim 128 and q/k
       norms; phi3: fused qkv/gate_up and longrope with original_max_position_embeddings
       256, so the 511-token prompt takes the long factors; mistral: --sliding-window,
-      default 64, which every prompt but the shortest passes) from a config with random
-      weights directly on the GPU
-      (normal, std = initializer_range 0.02; every RMSNorm weight 1 + 0.2 * randn so
-      a loader that leaves norms at 1 fails) and saves it in bfloat16 with
-      save_pretrained (safetensors shards).
+      default 64, which every prompt but the shortest passes; gemma2: Gemma 2's
+      soft-capping (50 on the scores, 30 on the logits) and --sliding-window on the
+      even layers; gemma3_text: q/k norms, every sixth layer global, the sliding ones
+      on rope_local_base_freq 10000, the global ones on linear rope x8) from a config
+      with random weights directly on the GPU
+      (normal, std = initializer_range 0.02; every RMSNorm weight 1 + 0.2 * randn, or
+      0.2 * randn for Gemma's (1 + weight) norms, so a loader that leaves norms at 1
+      fails) and saves it in bfloat16 with save_pretrained (safetensors shards).
 
   hf_reference.py reference --model DIR --out JSON [--positions 256]
-      Loads DIR with transformers in bfloat16 on cuda:0 and records, for four random
+      Loads DIR with transformers in bfloat16 on cuda:0 (eager attention for Gemma,
+      whose soft-capping sdpa lacks) and records, for four random
       prompts (7, 33, 120 and 511 tokens): last-position logits, 16 greedy ids
       (generate, do_sample=False, no EOS) and the top1 - top2 margin at each step;
       and for one random sequence of --positions tokens the argmax and margin at
@@ -52,6 +57,16 @@ def make(args):
                                     "long_factor": [1.0 + 0.5 * i for i in range(half)]})
     elif args.family == "mistral":
         common.update(sliding_window=args.sliding_window)
+    elif args.family in ("gemma2", "gemma3_text"):
+        head_dim = args.hidden // args.heads
+        common.update(head_dim=head_dim, query_pre_attn_scalar=head_dim, sliding_window=args.sliding_window,
+                      hidden_activation="gelu_pytorch_tanh", attention_bias=False, pad_token_id=0)
+        if args.family == "gemma2":
+            common.update(attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+        else:
+            common.update(rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window_pattern=6,
+                          rope_scaling={"rope_type": "linear", "factor": 8.0})
+    gemma = args.family in ("gemma2", "gemma3_text")
     cfg = AutoConfig.for_model(args.family, **common)
     t0 = time.time()
     torch.set_default_dtype(torch.bfloat16)
@@ -60,7 +75,7 @@ def make(args):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
-                    p.copy_(1.0 + 0.2 * torch.randn_like(p, dtype=torch.float32))
+                    p.copy_((0.0 if gemma else 1.0) + 0.2 * torch.randn_like(p, dtype=torch.float32))
                 else:
                     p.normal_(0.0, cfg.initializer_range)
     torch.set_default_dtype(torch.float32)
@@ -74,10 +89,13 @@ def make(args):
 def reference(args):
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda:0").eval()
+    kwargs = {}
+    if AutoConfig.from_pretrained(args.model).model_type in ("gemma2", "gemma3_text"):
+        kwargs["attn_implementation"] = "eager"
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, **kwargs).to("cuda:0").eval()
     vocab = model.config.vocab_size
     rng = np.random.default_rng(1234)
     out = {"model": args.model, "dtype": "bfloat16", "device": torch.cuda.get_device_name(0),
@@ -128,7 +146,8 @@ def main(argv=None):
     m.add_argument("--intermediate", type=int, default=11008)
     m.add_argument("--vocab", type=int, default=32000)
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--family", choices=["llama", "qwen3", "phi3", "mistral"], default="llama")
+    m.add_argument("--family", choices=["llama", "qwen3", "phi3", "mistral", "gemma2", "gemma3_text"],
+                   default="llama")
     m.add_argument("--sliding-window", type=int, default=64)
     r = sub.add_parser("reference")
     r.add_argument("--model", required=True)

@@ -70,15 +70,15 @@ TEST_F(PrefixCacheDaemons, UsageAndMetricsReportCachedTokensAndAPlanChangeClears
   const std::vector<int32_t> a = Tokens(22, 1);
   std::vector<int32_t> b(a.begin(), a.begin() + 20);  // 5 full blocks shared with a
   for (int32_t t : Tokens(6, 2)) b.push_back(t);
-  EXPECT_EQ(Counter("tessera_prefix_cache_queries_tokens_total"), 0);
+  EXPECT_EQ(Counter("tessera_prefix_cache_queries_tokens_total{replica=\"0\"}"), 0);
   const json ra = Complete(a);
   EXPECT_EQ(CachedTokens(ra), 0) << ra;
   EXPECT_EQ(ra["usage"]["prompt_tokens"], 22);
   const json rb = Complete(b);
   EXPECT_EQ(CachedTokens(rb), 20) << rb;
   EXPECT_EQ(rb["usage"]["prompt_tokens"], 26);
-  EXPECT_EQ(Counter("tessera_prefix_cache_queries_tokens_total"), 22 + 26);
-  EXPECT_EQ(Counter("tessera_prefix_cache_hits_tokens_total"), 20);
+  EXPECT_EQ(Counter("tessera_prefix_cache_queries_tokens_total{replica=\"0\"}"), 22 + 26);
+  EXPECT_EQ(Counter("tessera_prefix_cache_hits_tokens_total{replica=\"0\"}"), 20);
   // The same prompt again: everything but the block holding its last token.
   const json rb2 = Complete(b);
   EXPECT_EQ(CachedTokens(rb2), 24) << rb2;
@@ -96,7 +96,7 @@ TEST_F(PrefixCacheDaemons, UsageAndMetricsReportCachedTokensAndAPlanChangeClears
   ASSERT_GT(PlanVersion(), version);
   const json rb3 = Complete(b);
   EXPECT_EQ(CachedTokens(rb3), 0) << rb3;
-  EXPECT_EQ(Counter("tessera_prefix_cache_hits_tokens_total"), 20 + 24);
+  EXPECT_EQ(Counter("tessera_prefix_cache_hits_tokens_total{replica=\"0\"}"), 20 + 24);
   // Another layout sums its partial products in another order: the
   // sharded-equivalence bound (1e-4), not the same-layout 1e-5.
   ExpectSameChoice(rb3, rb, 1e-4);

@@ -1,6 +1,9 @@
 // Prefix caching at every parallel layout: the same requests run with and
 // without the cache as real rank processes over Gloo/TCP on loopback (tp1,
-// tp2 x pp2, and stages of different tp), fixture llama_gqa_f32 in fp32.
+// tp2 x pp2, and stages of different tp), fixture llama_gqa_f32 in fp32, and
+// the Gemma fixtures (their windows of 4 and 6 positions are narrower than the
+// 14-token shared prefixes, so cached blocks hold keys both inside and outside
+// the windows of the sliding layers; soft-capped scores; Gemma 3's local RoPE).
 // The KV pool holds barely more than one sequence, so the requests run
 // nearly one after another and each hits the blocks its predecessors left
 // cached (every rank of the pipeline reads the same block ids the
@@ -28,6 +31,7 @@ struct Layout {
   std::string name;
   int tp, pp;
   std::vector<int> tps;  // a tp per stage, or empty
+  std::string fixture = "llama_gqa_f32";
   int World() const {
     if (tps.empty()) return tp * pp;
     int w = 0;
@@ -49,7 +53,7 @@ constexpr int64_t kBlocks = 9;  // the longest sequence (25 tokens) needs 7
 
 RunOutput RunLayout(const Layout& layout, const std::vector<GenerationRequest>& requests,
                     bool prefix_caching) {
-  const std::string model = ::tessera::testing::FixturePath("models/llama_gqa_f32");
+  const std::string model = ::tessera::testing::FixturePath("models/" + layout.fixture);
   auto server = ::tessera::testing::StoreProcess::Start();  // RunRanks forks
   TESSERA_CHECK(server.ok());
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-prefix");
@@ -71,7 +75,7 @@ RunOutput RunLayout(const Layout& layout, const std::vector<GenerationRequest>& 
         o.engine.max_batch_tokens = 24;
         o.engine.prefill_chunk_tokens = 7;  // chunk boundaries inside blocks
         o.engine.prefix_caching = prefix_caching;
-        o.engine.model_id = "llama_gqa_f32";
+        o.engine.model_id = layout.fixture;
         json rows = json::object();
         LogitsSink sink = [&](const StepBatch& batch, const Tensor& l) {
           int64_t row = 0;
@@ -183,11 +187,14 @@ TEST_P(PrefixCacheLayouts, CachedRunMatchesUncachedTokensAndLogprobs) {
       static_cast<long long>(off.preemptions), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, PrefixCacheLayouts,
-                         ::testing::Values(Layout{"tp1", 1, 1, {}}, Layout{"tp2_pp2", 2, 2, {}},
-                                           Layout{"tp2x1", 0, 2, {2, 1}},
-                                           Layout{"tp1x2", 0, 2, {1, 2}}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PrefixCacheLayouts,
+    ::testing::Values(Layout{"tp1", 1, 1, {}}, Layout{"tp2_pp2", 2, 2, {}},
+                      Layout{"tp2x1", 0, 2, {2, 1}}, Layout{"tp1x2", 0, 2, {1, 2}},
+                      Layout{"gemma2_tp1", 1, 1, {}, "gemma2_softcap_window"},
+                      Layout{"gemma2_tp2_pp2", 2, 2, {}, "gemma2_softcap_window"},
+                      Layout{"gemma3_tp2x1", 0, 2, {2, 1}, "gemma3_text_local_rope_bf16"}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace tessera

@@ -233,6 +233,29 @@ std::vector<Case> Cases() {
       {"mistral_sliding_window", {1, 2, {}}},
       {"mistral_sliding_window", {2, 2, {}}},
       {"mistral_sliding_window", PerStage({1, 2})},
+      // Gemma 2: (1 + w) norms around attention and the MLP, GeGLU, scaled
+      // embeddings, soft-capped scores and logits, a 4-position window on
+      // the even layers that every prompt passes (chunked prefill included),
+      // a tied head.
+      {"gemma2_softcap_window", {1, 1, {}}},
+      {"gemma2_softcap_window", {2, 1, {}}},
+      {"gemma2_softcap_window", {4, 1, {}}},  // 2 KV heads < tp = 4: KV heads replicated
+      {"gemma2_softcap_window", {1, 2, {}}},  // the tied head under pp
+      {"gemma2_softcap_window", {2, 2, {}}},
+      // Stage 1 holds global layers 1-3 (local 0-2): the windows follow the
+      // global index (layers 1 and 3 are global, 2 slides).
+      {"gemma2_softcap_window", {1, 2, {1, 3}}},
+      {"gemma2_softcap_window", PerStage({2, 1})},
+      // Gemma 3: per-head (1 + w) q/k norms, sliding layers 0, 1, 3 on the
+      // local RoPE table and global layer 2 on the linear-scaled one, a tied
+      // head, bf16 weights.
+      {"gemma3_text_local_rope_bf16", {1, 1, {}}},
+      {"gemma3_text_local_rope_bf16", {2, 1, {}}},
+      {"gemma3_text_local_rope_bf16", {4, 1, {}}},
+      {"gemma3_text_local_rope_bf16", {1, 2, {}}},  // the tied head under pp; stage 1: layers 2, 3
+      {"gemma3_text_local_rope_bf16", {2, 2, {}}},
+      {"gemma3_text_local_rope_bf16", {1, 2, {3, 1}}},  // stage 1 holds the sliding layer 3 alone
+      {"gemma3_text_local_rope_bf16", PerStage({4, 2})},
   };
 }
 

@@ -61,7 +61,10 @@ class SmolLM2 : public ::testing::Test {
 TEST_F(SmolLM2, ChatPromptTokensLogitsAndGreedyMatchTransformers) {
   auto tok = Tokenizer::Load(dir_);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto tmpl = ChatTemplate::Detect((*tok)->chat_template());
+  auto tmpl =
+      ChatTemplate::FromJinja((*tok)->chat_template(), (*tok)->bos_token(), (*tok)->eos_token());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  ASSERT_TRUE(tmpl->is_jinja());
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
   auto model = ::tessera::testing::LocalModel::Load(dir_, 64, 16);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -70,7 +73,7 @@ TEST_F(SmolLM2, ChatPromptTokensLogitsAndGreedyMatchTransformers) {
     auto text = tmpl->Render({{"user", p["question"].get<std::string>()}});
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(*text, p["text"].get<std::string>());
-    const auto ids = (*tok)->Encode(*text, true);
+    const auto ids = (*tok)->Encode(*text, tmpl->add_special_tokens());
     EXPECT_EQ(ids, p["ids"].get<std::vector<int32_t>>()) << p["question"];
     prompts.push_back(p["ids"].get<std::vector<int32_t>>());
     auto logits = (*model)->LastLogits(prompts.back());

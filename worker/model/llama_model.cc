@@ -8,11 +8,13 @@
 
 #include "common/base/logging.h"
 #include "kernels/embedding.h"
+#include "kernels/geglu.h"
 #include "kernels/head_rms_norm.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
 #include "worker/model/rope_frequencies.h"
@@ -33,6 +35,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
       RopeInvFreq(config_, config_.rope_scaling.type == RopeType::kLongRope
                                ? config_.rope_scaling.original_max_position_embeddings
                                : config_.max_position_embeddings);
+  if (config_.local_rope_theta > 0) local_inv_freq_ = LocalRopeInvFreq(config_);
   const char* env = std::getenv("TESSERA_CUDA_GRAPHS");
   decode_graphs_ = backend_->device() == Device::kCUDA && !(env && std::strcmp(env, "0") == 0);
 }
@@ -74,12 +77,21 @@ Status LlamaModel::AllReduce(Tensor& t, const char* what, int layer) {
   return Status::Ok();
 }
 
-Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInputs& in) {
-  const int64_t tokens = batch.total_tokens();
-  TESSERA_ASSIGN_OR_RETURN(in.positions, UploadI32(batch.Positions()));
+Status LlamaModel::UploadTables() {
   if (!default_inv_freq_dev_.defined()) {
     TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
   }
+  if (!local_inv_freq_.empty() && !local_inv_freq_dev_.defined()) {
+    TESSERA_ASSIGN_OR_RETURN(local_inv_freq_dev_, UploadF32(local_inv_freq_));
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInputs& in) {
+  const int64_t tokens = batch.total_tokens();
+  TESSERA_ASSIGN_OR_RETURN(in.positions, UploadI32(batch.Positions()));
+  TESSERA_RETURN_IF_ERROR(UploadTables());
+  in.local_inv_freq = local_inv_freq_dev_;
   std::vector<kernels::AttentionSeq> seqs;
   seqs.reserve(batch.seqs.size());
   int64_t begin = 0;
@@ -159,6 +171,11 @@ Status LlamaModel::Run(const StepInputs& in, const Tensor& hidden_in, KvCache& c
     TESSERA_RETURN_IF_ERROR(
         kernels::EmbeddingLookup(in.token_ids, weights_.embed_tokens, lay.vocab_begin, hidden_out));
     TESSERA_RETURN_IF_ERROR(AllReduce(hidden_out, "embedding", -1));
+    if (config_.embedding_multiplier != 1.0) {
+      // Gemma: x * sqrt(hidden), the multiplier rounded to the dtype first.
+      TESSERA_RETURN_IF_ERROR(
+          kernels::ScaleInPlace(hidden_out, static_cast<float>(config_.embedding_multiplier)));
+    }
   } else {
     TESSERA_RETURN_IF_ERROR(backend_->Copy(hidden_out, hidden_in));
   }
@@ -224,9 +241,7 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
   auto it = graphs_.find(key);
   const bool fresh = it == graphs_.end();
   if (fresh) {
-    if (!default_inv_freq_dev_.defined()) {
-      TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
-    }
+    TESSERA_RETURN_IF_ERROR(UploadTables());
     DecodeGraph g;
     TESSERA_ASSIGN_OR_RETURN(g.inputs, backend_->Zeros({B + meta_len}, DType::kI32));
     TESSERA_ASSIGN_OR_RETURN(g.hidden_out, NewHidden(B));
@@ -238,6 +253,7 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
     const kernels::AttentionMetaLayout ml = kernels::MetaLayoutFor(B, B, work_items);
     g.in.positions = meta_dev.Slice0(ml.token_pos, ml.token_pos + B);
     g.in.rope.push_back({0, B, default_inv_freq_dev_});
+    g.in.local_inv_freq = local_inv_freq_dev_;
     // On CUDA only the packed layout and the sizes are read; seqs gives S.
     g.in.attention.seqs.resize(static_cast<size_t>(B));
     g.in.attention.num_tokens = B;
@@ -285,6 +301,21 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
   return backend_->Copy(hidden_out, g.hidden_out);
 }
 
+Status LlamaModel::Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3) {
+  if (config_.LayerUsesLocalRope(layer)) {
+    // Gemma 3's sliding layers: one fixed table for every row.
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(q3, in.positions, in.local_inv_freq));
+    return kernels::ApplyRope(k3, in.positions, in.local_inv_freq);
+  }
+  for (const RopeSegment& seg : in.rope) {
+    Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
+    const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(qs, pos, seg.inv_freq));
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(ks, pos, seg.inv_freq));
+  }
+  return Status::Ok();
+}
+
 Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h,
                          Tensor& pending) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(local)];
@@ -293,13 +324,15 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   const int64_t tokens = h.dim(0);
   const int64_t hidden = config_.hidden_size, head_dim = config_.head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  // Gemma's RMSNorms scale by (1 + weight).
+  const float norm_offset = config_.rms_norm_unit_offset ? 1.0f : 0.0f;
 
   TESSERA_ASSIGN_OR_RETURN(Tensor x, Alloc({tokens, hidden}));
   if (pending.defined()) {
     // The previous layer's MLP residual, fused into this layer's input norm.
-    TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, pending, w.input_norm, eps, x));
+    TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, pending, w.input_norm, eps, x, norm_offset));
   } else {
-    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(h, w.input_norm, eps, x));
+    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(h, w.input_norm, eps, x, norm_offset));
   }
   TESSERA_ASSIGN_OR_RETURN(Tensor q, Alloc({tokens, lay.heads_local * head_dim}));
   TESSERA_ASSIGN_OR_RETURN(Tensor k, Alloc({tokens, lay.kv_heads_local * head_dim}));
@@ -310,42 +343,58 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   Tensor q3 = q.Reshape({tokens, lay.heads_local, head_dim});
   Tensor k3 = k.Reshape({tokens, lay.kv_heads_local, head_dim});
   Tensor v3 = v.Reshape({tokens, lay.kv_heads_local, head_dim});
-  // Qwen3: per-head RMSNorm of q and k before RoPE. Each rank normalises its
-  // own heads with the whole (replicated) weight: no communication.
-  if (w.q_norm.defined()) TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(q3, w.q_norm, eps));
-  if (w.k_norm.defined()) TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(k3, w.k_norm, eps));
-  for (const RopeSegment& seg : in.rope) {
-    Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
-    const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(qs, pos, seg.inv_freq));
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(ks, pos, seg.inv_freq));
-  }
+  // Qwen3, Gemma 3: per-head RMSNorm of q and k before RoPE. Each rank
+  // normalises its own heads with the whole (replicated) weight: no
+  // communication.
+  if (w.q_norm.defined())
+    TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(q3, w.q_norm, eps, norm_offset));
+  if (w.k_norm.defined())
+    TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(k3, w.k_norm, eps, norm_offset));
+  TESSERA_RETURN_IF_ERROR(Rotate(layer, in, q3, k3));
   TESSERA_RETURN_IF_ERROR(kernels::WriteKv(cache.layer(local), k3, v3, in.attention));
   TESSERA_ASSIGN_OR_RETURN(Tensor attn, Alloc({tokens, lay.heads_local * head_dim}));
-  // Longrope scales cos and sin of q and k by attention_factor (1 for every
-  // other type): the scores by its square.
+  // head_dim^-0.5, or Gemma's query_pre_attn_scalar^-0.5. Longrope scales cos
+  // and sin of q and k by attention_factor (1 for every other type): the
+  // scores by its square.
   const double mscale = config_.rope_scaling.attention_factor;
-  float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  float scale = static_cast<float>(config_.AttentionScale());
   if (mscale != 1.0) scale = static_cast<float>(scale * mscale * mscale);
-  TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(q3, cache.layer(local), in.attention, scale, attn,
-                                                  config_.sliding_window));
+  TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(
+      q3, cache.layer(local), in.attention, scale, attn, config_.LayerSlidingWindow(layer),
+      static_cast<float>(config_.attn_logit_softcapping)));
   TESSERA_ASSIGN_OR_RETURN(Tensor o, Alloc({tokens, hidden}));
   TESSERA_RETURN_IF_ERROR(kernels::Linear(attn, w.o_proj, Tensor(), o));
   TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));
   // Row-parallel biases are added once, after the all-reduce.
   if (w.o_bias.defined()) TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(o, Tensor(), w.o_bias));
-  TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x));
+  if (w.pre_ff_norm.defined()) {
+    // Gemma: post_attention_layernorm on the attention output, the residual
+    // add, then pre_feedforward_layernorm before the MLP. Every rank holds
+    // the all-reduced output, so the norm needs no communication.
+    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(o, w.post_norm, eps, o, norm_offset));
+    TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.pre_ff_norm, eps, x, norm_offset));
+  } else {
+    TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x, norm_offset));
+  }
 
   TESSERA_ASSIGN_OR_RETURN(Tensor gate, Alloc({tokens, lay.inter_local}));
   TESSERA_ASSIGN_OR_RETURN(Tensor up, Alloc({tokens, lay.inter_local}));
   TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.gate_proj, w.gate_bias, gate));
   TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.up_proj, w.up_bias, up));
-  TESSERA_RETURN_IF_ERROR(kernels::SiluMul(gate, up, gate));
+  if (config_.hidden_activation == Activation::kGeluTanh) {
+    TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMul(gate, up, gate));
+  } else {
+    TESSERA_RETURN_IF_ERROR(kernels::SiluMul(gate, up, gate));
+  }
   TESSERA_ASSIGN_OR_RETURN(Tensor down, Alloc({tokens, hidden}));
   TESSERA_RETURN_IF_ERROR(kernels::Linear(gate, w.down_proj, Tensor(), down));
   TESSERA_RETURN_IF_ERROR(AllReduce(down, "mlp", layer));
   if (w.down_bias.defined())
     TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(down, Tensor(), w.down_bias));
+  // Gemma: post_feedforward_layernorm on the MLP output; the residual add is
+  // fused into the next layer's input norm as for every family.
+  if (w.post_ff_norm.defined())
+    TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(down, w.post_ff_norm, eps, down, norm_offset));
   pending = down;
   return Status::Ok();
 }
@@ -379,7 +428,8 @@ Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& 
   }
   TESSERA_ASSIGN_OR_RETURN(Tensor normed, Alloc({n, hsize}));
   TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(picked, weights_.final_norm,
-                                           static_cast<float>(config_.rms_norm_eps), normed));
+                                           static_cast<float>(config_.rms_norm_eps), normed,
+                                           config_.rms_norm_unit_offset ? 1.0f : 0.0f));
   const bool direct = logits.device() == backend_->device();
   Tensor out = logits;
   if (!direct) {
@@ -411,6 +461,11 @@ Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& 
         TESSERA_RETURN_IF_ERROR(kernels::CopyColumns(part, 0, out, col0, cols));
       }
     }
+  }
+  if (config_.final_logit_softcapping > 0) {
+    // Gemma 2: cap * tanh(logits / cap), on the F32 logits.
+    TESSERA_RETURN_IF_ERROR(
+        kernels::SoftCap(out, static_cast<float>(config_.final_logit_softcapping)));
   }
   if (!direct) TESSERA_RETURN_IF_ERROR(backend_->Copy(logits, out));
   return Status::Ok();

@@ -1,5 +1,6 @@
 // LlamaModel: the forward pass of one pipeline stage of a Llama-family
-// decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3), on one tp rank.
+// decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3 text), on
+// one tp rank.
 //
 // Per layer (HF LlamaDecoderLayer):
 //   x = RMSNorm(h); q,k,v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)
@@ -8,6 +9,18 @@
 //   (within sliding_window positions when set: Mistral, Phi-3)
 //   h += AllReduce(a Wo^T) (+bo)          <- row-parallel, one all-reduce
 //   x = RMSNorm(h); h += AllReduce((silu(x Wg^T) * x Wu^T) Wd^T) (+bd)
+// Gemma (HF Gemma2DecoderLayer / Gemma3DecoderLayer) differs where its
+// config or tensors say so: every RMSNorm scales by (1 + weight)
+// (rms_norm_unit_offset); the embedding is multiplied by sqrt(hidden)
+// (embedding_multiplier); the attention output and the MLP output are each
+// normalised before their residual add (post_attention_layernorm,
+// post_feedforward_layernorm; the MLP input norm is pre_feedforward_layernorm);
+// the activation is tanh GELU (GeGLU); the scores are scaled by
+// query_pre_attn_scalar^-0.5 and (Gemma 2) soft-capped; each layer has its
+// own window (sliding_layers) and, Gemma 3, sliding layers rotate with the
+// local RoPE table; the final logits are soft-capped (Gemma 2). Per layer the
+// window and the RoPE table follow its global index, so a pipeline stage
+// applies the same ones as the whole model.
 // With tp > 1 the q/k/v/gate/up projections are column-parallel and o/down
 // row-parallel (Megatron-LM, Shoeybi et al. 2019), so each layer needs
 // exactly two all-reduces. The embedding and lm_head are vocab-parallel.
@@ -110,6 +123,7 @@ class LlamaModel {
     Tensor token_ids;  // I32 [tokens] on the backend (first stage)
     Tensor positions;  // I32 [tokens] on the backend
     std::vector<RopeSegment> rope;
+    Tensor local_inv_freq;  // Gemma 3's sliding layers: every row (undefined otherwise)
     kernels::AttentionBatch attention;
   };
 
@@ -127,6 +141,10 @@ class LlamaModel {
   // One decoder layer. `pending` holds the previous layer's (all-reduced)
   // MLP output not yet added to h; on return it holds this layer's.
   Status Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h, Tensor& pending);
+  // q and k of one layer rotated in place with the layer's table.
+  Status Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3);
+  // Uploads the fixed RoPE tables on the first step.
+  Status UploadTables();
   Status AllReduce(Tensor& t, const char* what, int layer);
 
   ModelConfig config_;
@@ -135,8 +153,10 @@ class LlamaModel {
   kernels::Backend* backend_;
   DType dtype_;
   std::vector<float> default_inv_freq_;
-  Tensor default_inv_freq_dev_;  // on the backend, made on the first step
-  Tensor long_inv_freq_dev_;     // longrope's long-factor table, made when first needed
+  Tensor default_inv_freq_dev_;        // on the backend, made on the first step
+  Tensor long_inv_freq_dev_;           // longrope's long-factor table, made when first needed
+  std::vector<float> local_inv_freq_;  // Gemma 3's sliding layers (empty otherwise)
+  Tensor local_inv_freq_dev_;          // on the backend, made on the first step
 
   // One recorded decode step: fixed input/output buffers and the graph.
   struct DecodeGraph {

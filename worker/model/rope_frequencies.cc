@@ -51,4 +51,11 @@ std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len) {
   return inv;
 }
 
+std::vector<float> LocalRopeInvFreq(const ModelConfig& config) {
+  ModelConfig local = config;
+  local.rope_theta = config.local_rope_theta;
+  local.rope_scaling = RopeScaling{};
+  return RopeInvFreq(local, config.max_position_embeddings);
+}
+
 }  // namespace tessera

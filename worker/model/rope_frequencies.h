@@ -24,4 +24,9 @@ namespace tessera {
 // (tokens).
 std::vector<float> RopeInvFreq(const ModelConfig& config, int64_t seq_len);
 
+// Gemma 3's sliding layers: default RoPE at config.local_rope_theta
+// (rope_local_base_freq), whatever rope_scaling the global layers have.
+// inv_freq [head_dim / 2] F32; requires local_rope_theta > 0.
+std::vector<float> LocalRopeInvFreq(const ModelConfig& config);
+
 }  // namespace tessera

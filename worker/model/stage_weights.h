@@ -16,19 +16,23 @@
 namespace tessera {
 
 struct LayerWeights {
-  Tensor input_norm;          // [hidden]                                replicated
-  Tensor q_proj, q_bias;      // [heads_local * head_dim, hidden], [..]  column-parallel
-  Tensor k_proj, k_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
-  Tensor v_proj, v_bias;      // [kv_heads_local * head_dim, hidden]     column-parallel
-  Tensor q_norm, k_norm;      // [head_dim] per-head RMSNorm (Qwen3)    replicated, or undefined
-  Tensor o_proj;              // [hidden, heads_local * head_dim]        row-parallel
-  Tensor o_bias;              // [hidden] added once after the all-reduce, or undefined
-  Tensor post_norm;           // [hidden]                                replicated
+  Tensor input_norm;      // [hidden]                                replicated
+  Tensor q_proj, q_bias;  // [heads_local * head_dim, hidden], [..]  column-parallel
+  Tensor k_proj, k_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor v_proj, v_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
+  Tensor q_norm, k_norm;  // [head_dim] per-head RMSNorm (Qwen3, Gemma 3) replicated, or undefined
+  Tensor o_proj;          // [hidden, heads_local * head_dim]        row-parallel
+  Tensor o_bias;          // [hidden] added once after the all-reduce, or undefined
+  // [hidden] replicated: before the MLP, or (with pre_ff_norm: Gemma) on the
+  // attention output before its residual add.
+  Tensor post_norm;
+  Tensor pre_ff_norm;         // [hidden] before the MLP (Gemma)         replicated, or undefined
   Tensor gate_proj;           // [inter_local, hidden]                   column-parallel
   Tensor up_proj;             // [inter_local, hidden]                   column-parallel
   Tensor gate_bias, up_bias;  // [inter_local] or undefined (mlp_bias)
   Tensor down_proj;           // [hidden, inter_local]                   row-parallel
   Tensor down_bias;           // [hidden] added once after the all-reduce, or undefined
+  Tensor post_ff_norm;        // [hidden] on the MLP output (Gemma)      replicated, or undefined
 };
 
 // Where this rank sits in the model and which slices it holds.

@@ -55,6 +55,8 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
       return &l.o_bias;
     case TensorRole::kPostAttentionNorm:
       return &l.post_norm;
+    case TensorRole::kPreFeedforwardNorm:
+      return &l.pre_ff_norm;
     case TensorRole::kGateProj:
       return &l.gate_proj;
     case TensorRole::kGateBias:
@@ -67,6 +69,8 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
       return &l.down_proj;
     case TensorRole::kDownBias:
       return &l.down_bias;
+    case TensorRole::kPostFeedforwardNorm:
+      return &l.post_ff_norm;
     case TensorRole::kEmbedTokens:
     case TensorRole::kFinalNorm:
     case TensorRole::kLmHead:

@@ -124,7 +124,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 61);
+  EXPECT_EQ(keys, 62);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {

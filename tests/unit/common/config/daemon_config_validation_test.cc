@@ -145,8 +145,19 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "x.toml:2:13: worker.gloo_host: must be a host name or IP address, got \"no spaces\""},
       {"[parallel]\nworkers = -1\n", "x.toml:2:11: parallel.workers: must be >= 0, got -1"},
       {"[parallel]\ntp = 2\npp = 2\nworkers = 3\n",
-       "x.toml:4:11: parallel.workers: must be 0 or the layout's worker count 4 in explicit mode, "
-       "got 3"},
+       "x.toml:4:11: parallel.workers: must be 0 or parallel.replicas x the layout's worker count "
+       "1 x 4 = 4 in explicit mode, got 3"},
+      {"[parallel]\ntp = 1\npp = 2\nreplicas = 3\nworkers = 4\n",
+       "x.toml:5:11: parallel.workers: must be 0 or parallel.replicas x the layout's worker count "
+       "3 x 2 = 6 in explicit mode, got 4"},
+      {"[parallel]\nreplicas = -1\n",
+       "x.toml:2:12: parallel.replicas: must be in [0, 1048576] (0 = as many as fit), got -1"},
+      {"[parallel]\ntp = 1\npp = 2\nreplicas = 0\n",
+       "x.toml:4:12: parallel.replicas: 0 (as many replicas as fit) needs parallel.workers in "
+       "explicit mode: the coordinator places workers / (tp * pp) replicas"},
+      {"[parallel]\ntp = 1\npp = 2\nreplicas = 0\nworkers = 1\n",
+       "x.toml:5:11: parallel.workers: must be at least the layout's worker count 2 (tp * pp), got "
+       "1"},
       {"[parallel]\nobjective = \"speed\"\n",
        "x.toml:2:13: parallel.objective: must be one of \"latency\", \"throughput\", got "
        "\"speed\""},

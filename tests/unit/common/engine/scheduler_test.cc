@@ -436,5 +436,65 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyThatSequence) {
   EXPECT_EQ(rig.allocator->num_free(), 256);
 }
 
+// Two schedulers sharing one OutputProcessor (the coordinator's replicas):
+// requests started on one, re-queued mid-generation and moved to the other
+// (TakeWaiting / AdoptWaiting) finish there with exactly the tokens of an
+// undisturbed run, each token reaching on_token once, and ids unique over
+// both schedulers.
+TEST(Scheduler, WaitingRequestsMoveBetweenSchedulersSharingAnOutputProcessor) {
+  std::vector<std::vector<int32_t>> want;
+  {
+    Rig ref = MakeRig(256, 4, SchedulerOptions{});
+    std::map<int64_t, GenerationResult> done;
+    std::vector<std::unique_ptr<int64_t>> ids;
+    for (const auto& p : Prompts()) {
+      ids.push_back(std::make_unique<int64_t>(-1));
+      *ids.back() = *ref.scheduler->Enqueue(Req(p, 20), Collect(done, ids.back().get()));
+    }
+    Drain(*ref.scheduler, done);
+    for (const auto& id : ids) want.push_back(done[*id].tokens);
+  }
+  SchedulerOptions o;
+  o.output = std::make_shared<OutputProcessor>(nullptr);
+  Rig a = MakeRig(256, 4, o);
+  Rig b = MakeRig(256, 4, o);
+  std::map<int64_t, GenerationResult> done;
+  std::map<int64_t, int> streamed;  // on_token calls per request
+  std::vector<std::unique_ptr<int64_t>> ids;
+  for (const auto& p : Prompts()) {
+    ids.push_back(std::make_unique<int64_t>(-1));
+    RequestCallbacks cb = Collect(done, ids.back().get());
+    int64_t* slot = ids.back().get();
+    cb.on_token = [&streamed, slot](const std::string&, int32_t token, const SampledToken*) {
+      if (token >= 0) ++streamed[*slot];
+    };
+    *ids.back() = *a.scheduler->Enqueue(Req(p, 20), std::move(cb));
+  }
+  // An id drawn on the other scheduler does not collide.
+  int64_t other = -1;
+  other = *b.scheduler->Enqueue(Req({1, 2, 3}, 2), Collect(done, &other));
+  for (const auto& id : ids) EXPECT_NE(*id, other);
+  Drain(*b.scheduler, done);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a.scheduler->RunOnce().ok());
+  ASSERT_TRUE(a.scheduler->CollectInFlight().ok());
+  EXPECT_GT(a.scheduler->RequeueRunning(), 0);
+  std::vector<Scheduler::Migrant> moved = a.scheduler->TakeWaiting();
+  ASSERT_EQ(moved.size(), Prompts().size());
+  EXPECT_EQ(a.scheduler->waiting(), 0u);
+  // A scheduler with its own processor refuses them and leaves them intact.
+  Rig alone = MakeRig(256, 4, SchedulerOptions{});
+  EXPECT_EQ(alone.scheduler->AdoptWaiting(&moved).code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(moved.size(), Prompts().size());
+  ASSERT_TRUE(b.scheduler->AdoptWaiting(&moved).ok());
+  EXPECT_TRUE(moved.empty());
+  Drain(*b.scheduler, done);
+  b.scheduler->WaitForOutput();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(done[*ids[i]].tokens, want[i]) << "request " << i;
+    EXPECT_EQ(streamed[*ids[i]], 20) << "request " << i;
+  }
+  EXPECT_EQ(a.scheduler->running(), 0u);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -47,6 +47,15 @@ const std::set<std::pair<Architecture, TensorRole>> kNotInAnyFixture = {
     {Architecture::kQwen3, TensorRole::kKBias},
     {Architecture::kQwen3, TensorRole::kVBias},
     {Architecture::kQwen3, TensorRole::kOBias},
+    // So do Gemma's (the fixtures' too, as every published Gemma 2 and 3).
+    {Architecture::kGemma2, TensorRole::kQBias},
+    {Architecture::kGemma2, TensorRole::kKBias},
+    {Architecture::kGemma2, TensorRole::kVBias},
+    {Architecture::kGemma2, TensorRole::kOBias},
+    {Architecture::kGemma3Text, TensorRole::kQBias},
+    {Architecture::kGemma3Text, TensorRole::kKBias},
+    {Architecture::kGemma3Text, TensorRole::kVBias},
+    {Architecture::kGemma3Text, TensorRole::kOBias},
 };
 
 std::vector<std::string> FixtureModels() {
@@ -59,7 +68,7 @@ std::vector<std::string> FixtureModels() {
 }
 
 TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
-  ASSERT_EQ(AllArchitectures().size(), 5u);
+  ASSERT_EQ(AllArchitectures().size(), 7u);
   for (Architecture arch : AllArchitectures()) {
     SCOPED_TRACE(ArchitectureName(arch));
     const FamilyRoles& family = FamilyRolesOf(arch);
@@ -339,6 +348,49 @@ TEST(TensorRoles, Qwen3PerHeadNormsAreReplicatedHeadDimWeights) {
   EXPECT_EQ(LayerReplicatedParameterCount(m), 2 * 64 + 2 * 32);
 }
 
+// Gemma: four [hidden] RMSNorms per layer (input, post-attention on the
+// attention output, pre- and post-feed-forward), all replicated; Gemma 3 adds
+// the per-head q/k norms. Their (1 + weight) scale is a forward-pass property
+// (ModelConfig::rms_norm_unit_offset), so the tensors are plain norms.
+TEST(TensorRoles, GemmaHasFourHiddenNormsPerLayer) {
+  ModelConfig m;
+  m.hidden_size = 64;
+  m.intermediate_size = 96;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 32;
+  m.vocab_size = 512;
+  m.num_hidden_layers = 3;
+  m.tie_word_embeddings = true;
+  for (Architecture arch : {Architecture::kGemma2, Architecture::kGemma3Text}) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    m.architecture = arch;
+    std::map<TensorRole, const RoleSpec*> by_role;
+    for (const RoleSpec& rs : FamilyRolesOf(arch).roles) by_role[rs.role] = &rs;
+    for (TensorRole r : {TensorRole::kInputNorm, TensorRole::kPostAttentionNorm,
+                         TensorRole::kPreFeedforwardNorm, TensorRole::kPostFeedforwardNorm}) {
+      const RoleSpec& n = *by_role.at(r);
+      EXPECT_EQ(n.split, SplitKind::kReplicated);
+      EXPECT_EQ(RoleShape(n, m), (std::vector<int64_t>{64}));
+    }
+    EXPECT_EQ(RoleTensorName(*by_role.at(TensorRole::kPreFeedforwardNorm), 2),
+              "model.layers.2.pre_feedforward_layernorm.weight");
+    EXPECT_EQ(RoleTensorName(*by_role.at(TensorRole::kPostFeedforwardNorm), 0),
+              "model.layers.0.post_feedforward_layernorm.weight");
+    const bool head_norms = arch == Architecture::kGemma3Text;
+    EXPECT_EQ(by_role.count(TensorRole::kQNorm), head_norms ? 1u : 0u);
+    EXPECT_EQ(by_role.count(TensorRole::kKNorm), head_norms ? 1u : 0u);
+    EXPECT_TRUE(RoleIsTied(*by_role.at(TensorRole::kLmHead), m));
+    // q [128, 64], k and v [64, 64], o [64, 128], MLP 3 x 96 x 64, four
+    // hidden norms (+ two head norms).
+    const int64_t norms = 4 * 64 + (head_norms ? 2 * 32 : 0);
+    EXPECT_EQ(LayerParameterCount(m), 128 * 64 + 2 * 64 * 64 + 64 * 128 + 3 * 96 * 64 + norms);
+    EXPECT_EQ(LayerReplicatedParameterCount(m), norms);
+    // Three layers, the embedding (the tied head adds nothing), the final norm.
+    EXPECT_EQ(ModelParameterCount(m), 3 * LayerParameterCount(m) + 512 * 64 + 64);
+  }
+}
+
 TEST(TensorRoles, RoleAndSplitNames) {
   EXPECT_STREQ(TensorRoleName(TensorRole::kEmbedTokens), "embed_tokens");
   EXPECT_STREQ(TensorRoleName(TensorRole::kQBias), "q_proj.bias");
@@ -347,6 +399,8 @@ TEST(TensorRoles, RoleAndSplitNames) {
   EXPECT_STREQ(TensorRoleName(TensorRole::kLmHead), "lm_head");
   EXPECT_STREQ(TensorRoleName(TensorRole::kQNorm), "q_norm");
   EXPECT_STREQ(TensorRoleName(TensorRole::kKNorm), "k_norm");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kPreFeedforwardNorm), "pre_feedforward_layernorm");
+  EXPECT_STREQ(TensorRoleName(TensorRole::kPostFeedforwardNorm), "post_feedforward_layernorm");
   std::set<std::string> names;
   for (int r = 0; r < kNumTensorRoles; ++r) {
     names.insert(TensorRoleName(static_cast<TensorRole>(r)));

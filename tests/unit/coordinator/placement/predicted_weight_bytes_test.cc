@@ -2,8 +2,9 @@
 // family's tensor table through LayerParameterCount) against the bytes a
 // rank really loads (LoadStageWeights), for the model families of issue 22:
 // Qwen3 (per-head q/k norms, tied head), Phi-3 (fused qkv_proj and
-// gate_up_proj, counted as their parts) and Mistral with a sliding window,
-// at tp=2 on one stage and on two. The fixtures' vocabularies are multiples
+// gate_up_proj, counted as their parts), Mistral with a sliding window and
+// Gemma 2 / Gemma 3 (four hidden norms per layer, Gemma 3's per-head q/k
+// norms, tied heads), at tp=2 on one stage and on two. The fixtures' vocabularies are multiples
 // of 2 and their KV heads are not replicated at tp=2, so the prediction is
 // exact.
 #include <gtest/gtest.h>
@@ -54,7 +55,8 @@ TEST_P(PredictedWeightBytes, EqualLoadedBytesAtTp2) {
 
 INSTANTIATE_TEST_SUITE_P(Families, PredictedWeightBytes,
                          ::testing::Values("qwen3_qknorm_tied", "phi3_fused_longrope_bf16",
-                                           "mistral_sliding_window"));
+                                           "mistral_sliding_window", "gemma2_softcap_window",
+                                           "gemma3_text_local_rope_bf16"));
 
 }  // namespace
 }  // namespace tessera

@@ -310,12 +310,14 @@ std::map<std::pair<TensorRole, int>, const Tensor*> HeldByRole(const StageWeight
       {TensorRole::kOProj, &LayerWeights::o_proj},
       {TensorRole::kOBias, &LayerWeights::o_bias},
       {TensorRole::kPostAttentionNorm, &LayerWeights::post_norm},
+      {TensorRole::kPreFeedforwardNorm, &LayerWeights::pre_ff_norm},
       {TensorRole::kGateProj, &LayerWeights::gate_proj},
       {TensorRole::kGateBias, &LayerWeights::gate_bias},
       {TensorRole::kUpProj, &LayerWeights::up_proj},
       {TensorRole::kUpBias, &LayerWeights::up_bias},
       {TensorRole::kDownProj, &LayerWeights::down_proj},
       {TensorRole::kDownBias, &LayerWeights::down_bias},
+      {TensorRole::kPostFeedforwardNorm, &LayerWeights::post_ff_norm},
   };
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const int layer = w.layout.first_layer + static_cast<int>(i);

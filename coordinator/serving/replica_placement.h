@@ -1,0 +1,87 @@
+// ReplicaPlacer: the first placement of every replica (coordinator/serving/
+// replica_set.h): the planner's plan over the registered workers, an
+// explicit tp per stage replicated over them in registration order, or the
+// plans re-registered workers hold (a restarted coordinator adopts them),
+// and the planner options every placement uses (PlanOptionsFor).
+//
+// parallel.replicas bounds the replicas placed (0: as many as fit). The
+// objective picks the layout (docs/planner.md): `throughput` the one whose
+// replicas together generate the most tokens/s, `latency` the fastest
+// single replica, replicated over the GPUs it leaves.
+//
+// Thread-safety: const and stateless after construction; safe from any
+// thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config/daemon_config.h"
+#include "common/format/model_config.h"
+#include "coordinator/control/control_server.h"
+#include "coordinator/placement/plan_change.h"
+#include "coordinator/placement/planner.h"
+#include "coordinator/serving/cluster_state.h"
+
+namespace tessera {
+
+// One replica's first plan.
+struct ReplicaStart {
+  ParallelConfig parallel;
+  std::vector<RankPlacement> ranks;  // worker per world rank, in rank order
+  // The planner's per-rank predictions (weight and KV bytes), when it placed
+  // the plan; empty otherwise.
+  std::vector<Assignment> predicted;
+  // The planner's result (every replica's), and which of its replicas this
+  // is; unset for an explicit tp per stage or an adopted plan.
+  std::optional<PlanResult> planned;
+  int planned_index = 0;
+  int64_t kv_blocks = 0;         // per rank
+  uint64_t adopted_version = 0;  // an adopted plan: the version its workers hold; else 0
+  std::string reason;            // "initial placement", "adopted plan N held by the workers"
+};
+
+class ReplicaPlacer {
+ public:
+  // All outlive the placer. `configured`: the explicit layout (explicit
+  // mode); `max_context`: the scheduler's.
+  ReplicaPlacer(const DaemonConfig* config, const ModelConfig* model, ParallelConfig configured,
+                int64_t max_context, Planner* planner)
+      : config_(*config),
+        model_(*model),
+        configured_(std::move(configured)),
+        max_context_(max_context),
+        planner_(planner) {}
+
+  // The planner's options for one placement over CPU or GPU workers, at most
+  // `max_replicas` replicas (0: as many as fit).
+  PlanOptions PlanOptionsFor(bool cpu, int max_replicas) const;
+  // Bytes of a KV pool of `blocks` blocks on one rank of `stage` in
+  // `parallel` (F32 cache: the CPU backend's; the cost model's formula).
+  int64_t PredictedKvBytes(const ParallelConfig& parallel, int stage, int64_t blocks) const;
+
+  // Every replica's first plan over `workers` (registration order), at most
+  // parallel.replicas of them. Errors: the cluster cannot be modelled, no
+  // layout fits, fewer replicas than parallel.replicas fit (naming both),
+  // the KV cache holds less than one sequence of scheduler.max_context.
+  StatusOr<std::vector<ReplicaStart>> Place(const std::vector<ControlWorkerInfo>& workers) const;
+
+  // The complete plans the `usable` workers hold (their re-registrations'
+  // held_shard for this model, one worker per rank of each plan version),
+  // newest first.
+  std::vector<ReplicaStart> HeldPlans(const std::vector<ControlWorkerInfo>& usable) const;
+
+ private:
+  StatusOr<std::vector<ReplicaStart>> PlacePerStageTp(
+      const std::vector<ControlWorkerInfo>& workers) const;
+
+  const DaemonConfig& config_;
+  const ModelConfig& model_;
+  const ParallelConfig configured_;
+  const int64_t max_context_;
+  Planner* const planner_;
+};
+
+}  // namespace tessera
