@@ -60,6 +60,9 @@ def percentile(xs, q):
 def write_config(path, args, port, control, prefix_caching):
     ctx = args.system_tokens + args.user_tokens + args.max_tokens
     blocks_per_seq = -(-ctx // args.block_size)
+    max_context = max(ctx, 2048)
+    # The pool holds every client's sequence, and at least one of max_context.
+    max_blocks = max(blocks_per_seq * args.clients, -(-max_context // args.block_size)) + 8
     with open(path, "w") as f:
         f.write(
             f'[model]\npath = "{os.path.abspath(args.model)}"\ndtype = "{args.dtype}"\n'
@@ -71,9 +74,9 @@ def write_config(path, args, port, control, prefix_caching):
             f"[heartbeat]\ninterval_seconds = 1.0\ntimeout_seconds = {args.heartbeat_timeout}\n"
             f"[kv_cache]\nmemory_fraction = {args.memory_fraction}\n"
             f"block_size = {args.block_size}\n"
-            f"max_blocks = {blocks_per_seq * args.clients + 8}\n"
+            f"max_blocks = {max_blocks}\n"
             f"prefix_caching = {'true' if prefix_caching else 'false'}\n"
-            f"[scheduler]\nmax_context = {max(ctx, 2048)}\nqueue_limit = {4 * args.clients}\n"
+            f"[scheduler]\nmax_context = {max_context}\nqueue_limit = {4 * args.clients}\n"
             f"max_sequences = {args.clients}\nmax_batch_tokens = {args.max_batch_tokens}\n"
             f"prefill_chunk_tokens = {args.prefill_chunk_tokens}\n"
             f'[worker]\nbackend = "{args.backend}"\n')
@@ -128,7 +131,8 @@ async def one_request(client, url, model, prompt, max_tokens):
                 if ttft is None:
                     ttft = time.perf_counter() - t0
                 text.append(c.get("text", ""))
-    return {"ttft": ttft, "e2e": time.perf_counter() - t0, "text": "".join(text), "usage": usage}
+    return {"ttft": ttft, "e2e": time.perf_counter() - t0, "text": "".join(text), "pieces": text,
+            "usage": usage}
 
 
 async def run_clients(url, model, prompts, max_tokens):
@@ -204,8 +208,18 @@ def run_once(args, prompts, prefix_caching):
         "prefix_cache_queries_tokens_total": counters.get(names[0], 0.0),
         "prefix_cache_hits_tokens_total": counters.get(names[1], 0.0),
         "warmup_ttft_seconds": round(warm[(0, 0)]["ttft"], 4),
-        "texts": {f"{c}/{i}": r["text"] for (c, i), r in results.items()},
+        "texts": {f"{c}/{i}": r["pieces"] for (c, i), r in results.items()},
     }
+
+
+def compare(a, b):
+    """Mismatched request keys, and each one's first differing generated token."""
+    mismatches = sorted(k for k in a if a[k] != b.get(k))
+    first = []
+    for k in mismatches:
+        x, y = a[k], b.get(k, [])
+        first.append(next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y))))
+    return mismatches, first
 
 
 def main():
@@ -230,7 +244,8 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per client, one at a time")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--order", default="on,off", help="which runs, in order")
+    ap.add_argument("--order", default="on,off",
+                    help="which runs, in order: on or off, a trailing digit repeats one (off2)")
     ap.add_argument("--out", help="also write the JSON summary here")
     ap.add_argument("--md", help="write a Markdown table here")
     args = ap.parse_args()
@@ -241,17 +256,28 @@ def main():
     runs = {}
     for name in args.order.split(","):
         print(f"prefix_caching={name}: running", file=sys.stderr, flush=True)
-        runs[name] = run_once(args, prompts, name == "on")
+        runs[name] = run_once(args, prompts, name.startswith("on"))
         r = runs[name]
         print(f"prefix_caching={name}: ttft p50 {r['ttft_p50_seconds']} s, p99 "
               f"{r['ttft_p99_seconds']} s, {r['requests_per_second']} req/s", file=sys.stderr,
               flush=True)
     identical = None
     mismatches = []
+    first_divergence = []
     if "on" in runs and "off" in runs:
         a, b = runs["on"]["texts"], runs["off"]["texts"]
-        mismatches = sorted(k for k in a if a[k] != b.get(k))
+        mismatches, first_divergence = compare(a, b)
         identical = not mismatches and a.keys() == b.keys()
+    # Repeats of a run (--order on,off,off2): the run-to-run noise floor of the
+    # same configuration, which tells a cache defect from batch-dependent
+    # rounding (bf16 GEMMs of a different batch shape round differently).
+    repeats = {}
+    for name in runs:
+        base = name.rstrip("0123456789")
+        if name != base and base in runs:
+            m, f = compare(runs[base]["texts"], runs[name]["texts"])
+            repeats[f"{base} vs {name}"] = {"mismatched_requests": len(m),
+                                            "first_divergent_token": f}
     summary = {
         "workload": {"system_tokens": args.system_tokens, "user_tokens": args.user_tokens,
                      "clients": args.clients, "requests_per_client": args.requests,
@@ -262,6 +288,8 @@ def main():
         "runs": {k: {kk: vv for kk, vv in v.items() if kk != "texts"} for k, v in runs.items()},
         "identical_outputs": identical,
         "mismatched_requests": mismatches,
+        "first_divergent_token": first_divergence,
+        "repeats": repeats,
     }
     if identical is not None:
         on, off = runs["on"], runs["off"]
@@ -292,6 +320,13 @@ def main():
                       f"{summary['ttft_p99_speedup']}x, throughput "
                       f"{summary['throughput_speedup']}x with the cache; outputs identical: "
                       f"{identical}."]
+        if first_divergence:
+            lines.append(f"The {len(mismatches)} differing requests first differ at generated "
+                         f"token {min(first_divergence)} to {max(first_divergence)} "
+                         f"(median {statistics.median(first_divergence)}).")
+        for k, r in repeats.items():
+            lines.append(f"Repeat {k}: {r['mismatched_requests']} of {len(prompts) * args.requests}"
+                         " requests differ.")
         with open(args.md, "w") as f:
             f.write("\n".join(lines) + "\n")
     if identical is False:
