@@ -41,6 +41,14 @@ cudaError_t LaunchSiluMul(DType dtype, const void* gate, const void* up, void* o
 cudaError_t LaunchGeluTanhMul(DType dtype, const void* gate, const void* up, void* out,
                               int64_t count, cudaStream_t stream);
 
+// The fused gate|up variants: gate_up [rows, 2 * cols] (gate columns, then
+// up), out [rows, cols] (kernels/swiglu.h SiluMulFused, kernels/geglu.h
+// GeluTanhMulFused).
+cudaError_t LaunchSiluMulFused(DType dtype, const void* gate_up, void* out, int64_t rows,
+                               int64_t cols, cudaStream_t stream);
+cudaError_t LaunchGeluTanhMulFused(DType dtype, const void* gate_up, void* out, int64_t rows,
+                                   int64_t cols, cudaStream_t stream);
+
 // x = cap * tanh(x / cap), `count` elements in place (kernels/softcap.h).
 cudaError_t LaunchSoftCap(DType dtype, void* x, int64_t count, float cap, cudaStream_t stream);
 
@@ -56,6 +64,11 @@ cudaError_t LaunchEmbedding(DType dtype, const int32_t* ids, int64_t tokens, con
 // acc[r, i] += x[r, i] + bias[i] (x or bias may be null).
 cudaError_t LaunchAddInPlace(DType dtype, void* acc, const void* x, const void* bias, int64_t rows,
                              int64_t cols, cudaStream_t stream);
+
+// src [rows, bytes[0] + bytes[1] + bytes[2]] (row bytes) split by columns
+// into dst[0..2], rows of bytes[i] each (kernels/tensor_ops.h SplitColumns).
+cudaError_t LaunchSplitColumns(const void* src, int64_t rows, const size_t bytes[3],
+                               void* const dst[3], cudaStream_t stream);
 
 // out[i] = src[rows[i]] for rows of `row_bytes` bytes.
 cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int64_t num_rows,

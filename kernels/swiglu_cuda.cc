@@ -19,4 +19,14 @@ Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& out) {
   return Status::Ok();
 }
 
+Status SiluMulFused(const Tensor& gate_up, Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(CheckGluFused(gate_up, out, "swiglu (fused gate|up)"));
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(gate_up, 2, Device::kCUDA, "swiglu gate_up"));
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(LaunchSiluMulFused(gate_up.dtype(), gate_up.raw(), out.raw(),
+                                               out.dim(0), out.dim(1), ctx->stream()),
+                            "SiluMulFusedKernel");
+  return Status::Ok();
+}
+
 }  // namespace tessera::kernels::cuda

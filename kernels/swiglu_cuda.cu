@@ -1,6 +1,7 @@
 // SwiGLU (kernels/swiglu.h): out = silu(gate) * up elementwise in fp32.
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/glu_fused.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -15,7 +16,18 @@ __global__ void SiluMulKernel(const T* gate, const T* up, T* out, int64_t count)
   }
 }
 
+struct Silu {
+  __device__ float operator()(float g) const { return g / (1.0f + expf(-g)); }
+};
+
 }  // namespace
+
+cudaError_t LaunchSiluMulFused(DType dtype, const void* gate_up, void* out, int64_t rows,
+                               int64_t cols, cudaStream_t stream) {
+  TESSERA_FLOAT_SWITCH(dtype, T,
+                       return (LaunchGluFused<T, Silu>(gate_up, out, rows, cols, stream)));
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchSiluMul(DType dtype, const void* gate, const void* up, void* out, int64_t count,
                           cudaStream_t stream) {

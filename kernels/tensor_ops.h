@@ -1,6 +1,7 @@
 // Small data-movement operations of the forward pass that are not layers:
 // residual/bias adds, scaling (Gemma's embedding multiplier), picking the
-// rows that need logits, and placing one rank's vocab slice of the logits.
+// rows that need logits, placing one rank's vocab slice of the logits, and
+// splitting the fused q|k|v projection's output.
 //
 // Every tensor is row-major and contiguous; all operands of one call are on
 // one device. Thread-safety: stateless.
@@ -38,12 +39,22 @@ Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& o
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols);
 
+// The columns of src split, in order, into three tensors: a[r, j] = src[r,
+// j], b[r, j] = src[r, a_cols + j], c[r, j] = src[r, a_cols + b_cols + j]
+// (the fused q|k|v GEMM's output [tokens, q + k + v] into q, k and v).
+// Shapes: src [rows, a_cols + b_cols + c_cols], a [rows, a_cols], b [rows,
+// b_cols], c [rows, c_cols] (any rank-2 views), one dtype (any), one device;
+// the outputs must not overlap src. Errors: kInvalidArgument naming the
+// shapes.
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c);
+
 namespace cpu {
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
 Status ScaleInPlace(Tensor& x, float scale);
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols);
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c);
 }  // namespace cpu
 namespace cuda {
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias);
@@ -51,6 +62,7 @@ Status ScaleInPlace(Tensor& x, float scale);
 Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& out);
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols);
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c);
 }  // namespace cuda
 
 // Shared argument checks (every device). Errors as above.
@@ -59,5 +71,6 @@ Status CheckScaleInPlace(const Tensor& x, float scale);
 Status CheckGatherRows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& out);
 Status CheckCopyColumns(const Tensor& src, int64_t src_col0, const Tensor& dst, int64_t dst_col0,
                         int64_t cols);
+Status CheckSplitColumns(const Tensor& src, const Tensor& a, const Tensor& b, const Tensor& c);
 
 }  // namespace tessera::kernels

@@ -50,6 +50,34 @@ Status CheckCopyColumns(const Tensor& src, int64_t src_col0, const Tensor& dst, 
   return Status::Ok();
 }
 
+namespace {
+
+// Whether the bytes of x and y overlap (both defined, on one device).
+bool Overlap(const Tensor& x, const Tensor& y) {
+  const auto* xb = static_cast<const char*>(x.raw());
+  const auto* yb = static_cast<const char*>(y.raw());
+  return x.nbytes() > 0 && y.nbytes() > 0 && xb < yb + y.nbytes() && yb < xb + x.nbytes();
+}
+
+}  // namespace
+
+Status CheckSplitColumns(const Tensor& src, const Tensor& a, const Tensor& b, const Tensor& c) {
+  const std::string what = "split columns: src " + src.Describe() + " into " + a.Describe() + ", " +
+                           b.Describe() + ", " + c.Describe();
+  if (!src.defined() || src.rank() != 2) return InvalidArgument(what);
+  for (const Tensor* t : {&a, &b, &c}) {
+    if (!t->defined() || t->rank() != 2 || t->dim(0) != src.dim(0) || t->dtype() != src.dtype() ||
+        t->device() != src.device())
+      return InvalidArgument(what);
+  }
+  if (a.dim(1) + b.dim(1) + c.dim(1) != src.dim(1))
+    return InvalidArgument(what + ": the parts' columns do not add up to src's");
+  if (Overlap(src, a) || Overlap(src, b) || Overlap(src, c) || Overlap(a, b) || Overlap(a, c) ||
+      Overlap(b, c))
+    return InvalidArgument(what + ": the tensors overlap");
+  return Status::Ok();
+}
+
 Status AddInPlace(Tensor& acc, const Tensor& x, const Tensor& bias) {
   return TESSERA_DISPATCH(acc.device(), AddInPlace, acc, x, bias);
 }
@@ -66,6 +94,10 @@ Status GatherRows(const Tensor& src, const std::vector<int64_t>& rows, Tensor& o
 Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst_col0,
                    int64_t cols) {
   return TESSERA_DISPATCH(src.device(), CopyColumns, src, src_col0, dst, dst_col0, cols);
+}
+
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c) {
+  return TESSERA_DISPATCH(src.device(), SplitColumns, src, a, b, c);
 }
 
 namespace cpu {
@@ -111,6 +143,22 @@ Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst
     std::memcpy(static_cast<char*>(dst.raw()) + (r * dst.dim(1) + dst_col0) * e,
                 static_cast<const char*>(src.raw()) + (r * src.dim(1) + src_col0) * e,
                 static_cast<size_t>(cols) * e);
+  return Status::Ok();
+}
+
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c) {
+  TESSERA_RETURN_IF_ERROR(CheckSplitColumns(src, a, b, c));
+  const size_t e = DTypeSize(src.dtype());
+  const auto* s = static_cast<const char*>(src.raw());
+  const size_t src_row = static_cast<size_t>(src.dim(1)) * e;
+  for (int64_t r = 0; r < src.dim(0); ++r) {
+    const char* row = s + static_cast<size_t>(r) * src_row;
+    for (Tensor* t : {&a, &b, &c}) {
+      const size_t n = static_cast<size_t>(t->dim(1)) * e;
+      std::memcpy(static_cast<char*>(t->raw()) + static_cast<size_t>(r) * n, row, n);
+      row += n;
+    }
+  }
   return Status::Ok();
 }
 

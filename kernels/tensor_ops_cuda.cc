@@ -55,4 +55,17 @@ Status CopyColumns(const Tensor& src, int64_t src_col0, Tensor& dst, int64_t dst
   return Status::Ok();
 }
 
+Status SplitColumns(const Tensor& src, Tensor& a, Tensor& b, Tensor& c) {
+  TESSERA_RETURN_IF_ERROR(CheckSplitColumns(src, a, b, c));
+  if (src.numel() == 0) return Status::Ok();
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  const size_t e = DTypeSize(src.dtype());
+  const size_t bytes[3] = {static_cast<size_t>(a.dim(1)) * e, static_cast<size_t>(b.dim(1)) * e,
+                           static_cast<size_t>(c.dim(1)) * e};
+  void* const dst[3] = {a.raw(), b.raw(), c.raw()};
+  TESSERA_CUDA_LAUNCH_CHECK(LaunchSplitColumns(src.raw(), src.dim(0), bytes, dst, ctx->stream()),
+                            "SplitColumnsKernel");
+  return Status::Ok();
+}
+
 }  // namespace tessera::kernels::cuda

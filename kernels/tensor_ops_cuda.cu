@@ -1,4 +1,5 @@
-// Residual/bias add, scaling and row gather (kernels/tensor_ops.h).
+// Residual/bias add, scaling, row gather and the q|k|v column split
+// (kernels/tensor_ops.h).
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -34,7 +35,66 @@ __global__ void GatherKernel(const W* src, const int32_t* rows, int64_t words, W
   for (int64_t i = threadIdx.x; i < words; i += blockDim.x) o[i] = s[i];
 }
 
+// Row r of src (w0 + w1 + w2 words) into row r of d0, d1, d2.
+template <typename W>
+__global__ void SplitColumnsKernel(const W* src, int64_t rows, int64_t w0, int64_t w1, int64_t w2,
+                                   W* d0, W* d1, W* d2) {
+  const int64_t total = w0 + w1 + w2;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const W* s = src + r * total;
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const W v = s[j];
+      if (j < w0) {
+        d0[r * w0 + j] = v;
+      } else if (j < w0 + w1) {
+        d1[r * w1 + (j - w0)] = v;
+      } else {
+        d2[r * w2 + (j - w0 - w1)] = v;
+      }
+    }
+  }
+}
+
+template <typename W>
+void LaunchSplitWords(const void* src, int64_t rows, const size_t bytes[3], void* const dst[3],
+                      cudaStream_t stream) {
+  const int64_t w0 = static_cast<int64_t>(bytes[0] / sizeof(W));
+  const int64_t w1 = static_cast<int64_t>(bytes[1] / sizeof(W));
+  const int64_t w2 = static_cast<int64_t>(bytes[2] / sizeof(W));
+  const int64_t total = w0 + w1 + w2;
+  const dim3 grid(Blocks(total, 256) < 65535u ? Blocks(total, 256) : 65535u,
+                  rows < 65535 ? static_cast<unsigned>(rows) : 65535u);
+  SplitColumnsKernel<W><<<grid, 256, 0, stream>>>(static_cast<const W*>(src), rows, w0, w1, w2,
+                                                  static_cast<W*>(dst[0]), static_cast<W*>(dst[1]),
+                                                  static_cast<W*>(dst[2]));
+}
+
+// Whether every row width is a multiple of `w` bytes and every pointer
+// aligned to it.
+bool WordsOf(size_t w, const void* src, const size_t bytes[3], void* const dst[3]) {
+  if (reinterpret_cast<uintptr_t>(src) % w != 0) return false;
+  for (int i = 0; i < 3; ++i)
+    if (bytes[i] % w != 0 || reinterpret_cast<uintptr_t>(dst[i]) % w != 0) return false;
+  return true;
+}
+
 }  // namespace
+
+cudaError_t LaunchSplitColumns(const void* src, int64_t rows, const size_t bytes[3],
+                               void* const dst[3], cudaStream_t stream) {
+  if (rows == 0 || bytes[0] + bytes[1] + bytes[2] == 0) return cudaSuccess;
+  if (WordsOf(16, src, bytes, dst)) {
+    LaunchSplitWords<uint4>(src, rows, bytes, dst, stream);
+  } else if (WordsOf(4, src, bytes, dst)) {
+    LaunchSplitWords<uint32_t>(src, rows, bytes, dst, stream);
+  } else if (WordsOf(2, src, bytes, dst)) {
+    LaunchSplitWords<uint16_t>(src, rows, bytes, dst, stream);
+  } else {
+    LaunchSplitWords<uint8_t>(src, rows, bytes, dst, stream);
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchScale(DType dtype, void* x, int64_t count, float scale, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;

@@ -97,6 +97,31 @@ TEST_P(FamilyKernels, GeluTanhMulMatchesCpu) {
   }
 }
 
+// GeGLU reading the fused gate|up output [rows, 2 * cols]: matches the CPU
+// and gives the same bits as GeluTanhMul on the two halves.
+TEST_P(FamilyKernels, GeluTanhMulFusedMatchesCpu) {
+  const DType dt = GetParam();
+  kernels::Backend& g = Gpu(dt);
+  for (int64_t rows : {1, 5}) {
+    for (int64_t cols : {96, 9216, 777}) {
+      HostPair gu = Random({rows, 2 * cols}, 720 + cols + rows, dt, 3.0f);
+      Tensor ref = Tensor::Empty({rows, cols});
+      ASSERT_TRUE(kernels::cpu::GeluTanhMulFused(gu.f32, ref).ok());
+      const Tensor gud = Up(g, gu.raw);
+      Tensor out = Dev(g, {rows, cols}, dt);
+      Status s = kernels::GeluTanhMulFused(gud, out);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      const std::string what = "geglu fused " + std::to_string(rows) + " x " + std::to_string(cols);
+      ExpectClose(Down(g, out), Vec(ref), dt, what);
+      Tensor gate = Dev(g, {rows, cols}, dt), up = Dev(g, {rows, cols}, dt);
+      ASSERT_TRUE(kernels::CopyColumns(gud, 0, gate, 0, cols).ok());
+      ASSERT_TRUE(kernels::CopyColumns(gud, cols, up, 0, cols).ok());
+      ASSERT_TRUE(kernels::GeluTanhMul(gate, up, gate).ok());
+      EXPECT_EQ(Down(g, out), Down(g, gate)) << what << " vs the two halves";
+    }
+  }
+}
+
 // Final-logit soft-capping on F32 logits of a Gemma-sized vocab (the model's
 // logits are F32 on every backend), and on the dtype itself; then the
 // embedding multiplier, whose scale is rounded to the dtype first

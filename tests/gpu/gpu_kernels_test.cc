@@ -132,6 +132,52 @@ TEST_P(Kernels, EmbeddingGatherAndCopyColumnsAreExact) {
   EXPECT_EQ(wv[5 * 30 + 9], 0.0f);
 }
 
+// The fused projections' consumers: SplitColumns (q|k|v -> q, k, v) is a
+// copy, exact, for 16-byte rows and for odd widths (the narrower word
+// paths), one row and several; SiluMulFused matches the CPU and gives the
+// same bits as SiluMul on the two halves, on the vector and the scalar path.
+TEST_P(Kernels, FusedQkvSplitAndSwigluMatchCpu) {
+  const DType dt = GetParam();
+  kernels::Backend& g = Gpu(dt);
+  struct Widths {
+    int64_t q, k, v;
+  };
+  for (const Widths w : {Widths{256, 64, 64}, Widths{512, 128, 128}, Widths{7, 3, 5}}) {
+    for (int64_t rows : {1, 9, 300}) {
+      const std::string what = "split " + std::to_string(w.q) + "|" + std::to_string(w.k) + "|" +
+                               std::to_string(w.v) + " rows " + std::to_string(rows);
+      HostPair src = Random({rows, w.q + w.k + w.v}, 900 + rows + w.q, dt);
+      Tensor rq = Tensor::Empty({rows, w.q}), rk = Tensor::Empty({rows, w.k}),
+             rv = Tensor::Empty({rows, w.v});
+      ASSERT_TRUE(kernels::cpu::SplitColumns(src.f32, rq, rk, rv).ok());
+      Tensor q = Dev(g, {rows, w.q}, dt), k = Dev(g, {rows, w.k}, dt), v = Dev(g, {rows, w.v}, dt);
+      Status s = kernels::SplitColumns(Up(g, src.raw), q, k, v);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(Down(g, q), Vec(rq)) << what << " q";
+      EXPECT_EQ(Down(g, k), Vec(rk)) << what << " k";
+      EXPECT_EQ(Down(g, v), Vec(rv)) << what << " v";
+    }
+  }
+  Tensor a = Dev(g, {4, 8}, dt), b = Dev(g, {4, 8}, dt), c = Dev(g, {4, 7}, dt);
+  EXPECT_EQ(kernels::SplitColumns(Dev(g, {4, 24}, dt), a, b, c).code(),
+            StatusCode::kInvalidArgument);
+  for (int64_t cols : {1024, 300, 777}) {
+    HostPair gu = Random({7, 2 * cols}, 950 + cols, dt, 3.0f);
+    Tensor ref = Tensor::Empty({7, cols});
+    ASSERT_TRUE(kernels::cpu::SiluMulFused(gu.f32, ref).ok());
+    const Tensor gud = Up(g, gu.raw);
+    Tensor out = Dev(g, {7, cols}, dt);
+    Status s = kernels::SiluMulFused(gud, out);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectClose(Down(g, out), Vec(ref), dt, "swiglu fused gate|up " + std::to_string(cols));
+    Tensor gate = Dev(g, {7, cols}, dt), up = Dev(g, {7, cols}, dt);
+    ASSERT_TRUE(kernels::CopyColumns(gud, 0, gate, 0, cols).ok());
+    ASSERT_TRUE(kernels::CopyColumns(gud, cols, up, 0, cols).ok());
+    ASSERT_TRUE(kernels::SiluMul(gate, up, gate).ok());
+    EXPECT_EQ(Down(g, out), Down(g, gate)) << "fused vs two halves, " << cols;
+  }
+}
+
 // Attention over mixed sequences: chunked prefill with earlier context,
 // fresh prefills of several lengths and decode tokens, GQA groups 1..8,
 // head dims 16..256, scattered blocks. Covers both CUDA kernels (decode

@@ -316,6 +316,31 @@ Status LlamaModel::Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k
   return Status::Ok();
 }
 
+// x [tokens, hidden] times the fused q|k|v weight: one GEMM into [tokens,
+// q + k + v]. With one token the three column ranges are contiguous, so q, k
+// and v are views of that row; with more, SplitColumns copies them out (one
+// kernel), as the attention, RoPE and KV-write kernels take dense rows.
+Status LlamaModel::ProjectQkv(const LayerWeights& w, const Tensor& x, Tensor& q, Tensor& k,
+                              Tensor& v) const {
+  const StageLayout& lay = weights_.layout;
+  const int64_t tokens = x.dim(0);
+  const int64_t q_cols = lay.heads_local * config_.head_dim;
+  const int64_t kv_cols = lay.kv_heads_local * config_.head_dim;
+  TESSERA_ASSIGN_OR_RETURN(Tensor qkv, Alloc({tokens, q_cols + 2 * kv_cols}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.qkv_proj, w.qkv_bias, qkv));
+  if (tokens == 1) {
+    const Tensor row = qkv.Reshape({q_cols + 2 * kv_cols});
+    q = row.Slice0(0, q_cols).Reshape({1, q_cols});
+    k = row.Slice0(q_cols, q_cols + kv_cols).Reshape({1, kv_cols});
+    v = row.Slice0(q_cols + kv_cols, q_cols + 2 * kv_cols).Reshape({1, kv_cols});
+    return Status::Ok();
+  }
+  TESSERA_ASSIGN_OR_RETURN(q, Alloc({tokens, q_cols}));
+  TESSERA_ASSIGN_OR_RETURN(k, Alloc({tokens, kv_cols}));
+  TESSERA_ASSIGN_OR_RETURN(v, Alloc({tokens, kv_cols}));
+  return kernels::SplitColumns(qkv, q, k, v);
+}
+
 Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h,
                          Tensor& pending) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(local)];
@@ -334,12 +359,9 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   } else {
     TESSERA_RETURN_IF_ERROR(kernels::RmsNorm(h, w.input_norm, eps, x, norm_offset));
   }
-  TESSERA_ASSIGN_OR_RETURN(Tensor q, Alloc({tokens, lay.heads_local * head_dim}));
-  TESSERA_ASSIGN_OR_RETURN(Tensor k, Alloc({tokens, lay.kv_heads_local * head_dim}));
-  TESSERA_ASSIGN_OR_RETURN(Tensor v, Alloc({tokens, lay.kv_heads_local * head_dim}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.q_proj, w.q_bias, q));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.k_proj, w.k_bias, k));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.v_proj, w.v_bias, v));
+  // One GEMM for q, k and v (the fused weight, stage_weights.h).
+  Tensor q, k, v;
+  TESSERA_RETURN_IF_ERROR(ProjectQkv(w, x, q, k, v));
   Tensor q3 = q.Reshape({tokens, lay.heads_local, head_dim});
   Tensor k3 = k.Reshape({tokens, lay.kv_heads_local, head_dim});
   Tensor v3 = v.Reshape({tokens, lay.kv_heads_local, head_dim});
@@ -377,17 +399,19 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
     TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x, norm_offset));
   }
 
-  TESSERA_ASSIGN_OR_RETURN(Tensor gate, Alloc({tokens, lay.inter_local}));
-  TESSERA_ASSIGN_OR_RETURN(Tensor up, Alloc({tokens, lay.inter_local}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.gate_proj, w.gate_bias, gate));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.up_proj, w.up_bias, up));
+  // One GEMM for gate and up (the fused weight), then the activation reads
+  // both halves of each row of its output.
+  TESSERA_ASSIGN_OR_RETURN(Tensor gate_up, Alloc({tokens, 2 * lay.inter_local}));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.gate_up_proj, w.gate_up_bias, gate_up));
+  TESSERA_ASSIGN_OR_RETURN(Tensor act, Alloc({tokens, lay.inter_local}));
   if (config_.hidden_activation == Activation::kGeluTanh) {
-    TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMul(gate, up, gate));
+    TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMulFused(gate_up, act));
   } else {
-    TESSERA_RETURN_IF_ERROR(kernels::SiluMul(gate, up, gate));
+    TESSERA_RETURN_IF_ERROR(kernels::SiluMulFused(gate_up, act));
   }
+  gate_up = Tensor();  // back to the allocator before the down projection's output
   TESSERA_ASSIGN_OR_RETURN(Tensor down, Alloc({tokens, hidden}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(gate, w.down_proj, Tensor(), down));
+  TESSERA_RETURN_IF_ERROR(kernels::Linear(act, w.down_proj, Tensor(), down));
   TESSERA_RETURN_IF_ERROR(AllReduce(down, "mlp", layer));
   if (w.down_bias.defined())
     TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(down, Tensor(), w.down_bias));

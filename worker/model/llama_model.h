@@ -141,6 +141,10 @@ class LlamaModel {
   // One decoder layer. `pending` holds the previous layer's (all-reduced)
   // MLP output not yet added to h; on return it holds this layer's.
   Status Layer(int local, const StepInputs& in, KvCache& cache, Tensor& h, Tensor& pending);
+  // The fused q|k|v projection of x [tokens, hidden]: q [tokens, heads_local
+  // * head_dim], k and v [tokens, kv_heads_local * head_dim] (views of the
+  // GEMM's output row for one token, copies split from it otherwise).
+  Status ProjectQkv(const LayerWeights& w, const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const;
   // q and k of one layer rotated in place with the layer's table.
   Status Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3);
   // Uploads the fixed RoPE tables on the first step.

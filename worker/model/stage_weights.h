@@ -5,6 +5,16 @@
 // kv_heads_local = max(1, num_key_value_heads / tp), inter_local =
 // intermediate_size / tp, vocab_local = padded_vocab / tp.
 //
+// Fused projections: each layer holds its q, k and v rows as ONE tensor
+// qkv_proj [(heads_local + 2 * kv_heads_local) * head_dim, hidden] (this
+// rank's q rows, then its k rows, then its v rows) and its gate and up rows
+// as ONE tensor gate_up_proj [2 * inter_local, hidden] (gate, then up), so
+// the forward pass runs one GEMM for each. Their biases, when the family has
+// them, are fused the same way (qkv_bias, gate_up_bias). q_proj, k_proj,
+// v_proj, gate_proj, up_proj and the part biases are Slice0 row views of the
+// fused tensors (they share the storage: nothing is held twice); the loader
+// fills every part in place, from its own rows of the checkpoint.
+//
 // Thread-safety: immutable after loading; shared by the owner thread.
 #pragma once
 
@@ -16,7 +26,10 @@
 namespace tessera {
 
 struct LayerWeights {
-  Tensor input_norm;      // [hidden]                                replicated
+  Tensor input_norm;  // [hidden]                                replicated
+  Tensor qkv_proj;    // [(heads_local + 2*kv_heads_local) * head_dim, hidden]: q|k|v rows
+  Tensor qkv_bias;    // [(heads_local + 2*kv_heads_local) * head_dim], or undefined
+  // Views of qkv_proj / qkv_bias:
   Tensor q_proj, q_bias;  // [heads_local * head_dim, hidden], [..]  column-parallel
   Tensor k_proj, k_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
   Tensor v_proj, v_bias;  // [kv_heads_local * head_dim, hidden]     column-parallel
@@ -26,7 +39,10 @@ struct LayerWeights {
   // [hidden] replicated: before the MLP, or (with pre_ff_norm: Gemma) on the
   // attention output before its residual add.
   Tensor post_norm;
-  Tensor pre_ff_norm;         // [hidden] before the MLP (Gemma)         replicated, or undefined
+  Tensor pre_ff_norm;   // [hidden] before the MLP (Gemma)         replicated, or undefined
+  Tensor gate_up_proj;  // [2 * inter_local, hidden]: gate rows, then up rows
+  Tensor gate_up_bias;  // [2 * inter_local] or undefined (mlp_bias)
+  // Views of gate_up_proj / gate_up_bias:
   Tensor gate_proj;           // [inter_local, hidden]                   column-parallel
   Tensor up_proj;             // [inter_local, hidden]                   column-parallel
   Tensor gate_bias, up_bias;  // [inter_local] or undefined (mlp_bias)
@@ -59,7 +75,9 @@ struct StageWeights {
   std::vector<LayerWeights> layers;  // [num_layers], index 0 = first_layer
   Tensor final_norm;                 // [hidden], last stage only
   Tensor lm_head;  // [vocab_local, hidden], last stage only (tied: a slice of embed_tokens)
-  int64_t weight_bytes = 0;  // bytes of every tensor above, counted once
+  // Bytes of every tensor above, counted once (a fused tensor is its parts:
+  // the views add nothing).
+  int64_t weight_bytes = 0;
   // Of weight_bytes: bytes (and tensors) reused from tensors the rank already
   // held (a re-plan that keeps its layers), not read from the checkpoint.
   int64_t reused_bytes = 0;

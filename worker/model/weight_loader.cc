@@ -1,9 +1,13 @@
 #include "worker/model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -79,6 +83,165 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
   return Internal("weight loader: no slot for shard role " + std::string(TensorRoleName(t.role)));
 }
 
+// Roles held as the rows of one fused tensor per layer, in row order, and
+// the field of that tensor (stage_weights.h, "Fused projections").
+struct FusedGroup {
+  TensorRole parts[3];
+  int num_parts;
+  Tensor LayerWeights::*fused;
+  const char* name;
+};
+const FusedGroup kFusedGroups[] = {
+    {{TensorRole::kQProj, TensorRole::kKProj, TensorRole::kVProj},
+     3,
+     &LayerWeights::qkv_proj,
+     "qkv_proj"},
+    {{TensorRole::kQBias, TensorRole::kKBias, TensorRole::kVBias},
+     3,
+     &LayerWeights::qkv_bias,
+     "qkv_bias"},
+    {{TensorRole::kGateProj, TensorRole::kUpProj}, 2, &LayerWeights::gate_up_proj, "gate_up_proj"},
+    {{TensorRole::kGateBias, TensorRole::kUpBias}, 2, &LayerWeights::gate_up_bias, "gate_up_bias"},
+};
+
+using ShardKey = std::tuple<std::string, int64_t, int64_t>;
+
+ShardKey KeyOf(const TensorShard& t) { return std::make_tuple(t.name, t.begin, t.end); }
+
+// The held tensor of `t`'s slice, or null: only a slice of this shape, in
+// this backend's dtype and on its device.
+const Tensor* HeldSlice(const HeldWeights* held, const TensorShard& t, DType dtype, Device device) {
+  if (!held) return nullptr;
+  auto h = held->find(KeyOf(t));
+  if (h == held->end() || h->second.shape() != t.local_shape || h->second.dtype() != dtype ||
+      h->second.device() != device)
+    return nullptr;
+  return &h->second;
+}
+
+// Where the loader puts one part of a fused tensor: its row view, and
+// whether the whole fused tensor was taken from the held weights (then the
+// part is already in place).
+struct PartDest {
+  Tensor view;
+  bool taken = false;
+};
+using PartDests = std::map<std::pair<TensorRole, int>, PartDest>;
+
+// Builds the fused tensor of `g` in global layer `layer`: taken whole from
+// `held` when every part is held, matches and lies in place (one after the
+// other, as a previous load fused them), else allocated on the backend.
+// Binds each part's field to its row view and records it in `dests`.
+// Nothing when the layer has none of the parts (an absent bias). Errors:
+// kInternal when only some parts are in the spec or their shapes do not
+// stack; allocation errors naming the tensor.
+Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, StageWeights& w,
+                      kernels::Backend& backend, DType dtype, const HeldWeights* held,
+                      PartDests& dests) {
+  std::vector<const TensorShard*> shards;
+  for (int i = 0; i < g.num_parts; ++i) {
+    auto s = spec.Find(g.parts[i], layer);
+    if (s.ok()) shards.push_back(*s);
+  }
+  if (shards.empty()) return Status::Ok();
+  const std::string where = std::string(g.name) + " of layer " + std::to_string(layer);
+  if (static_cast<int>(shards.size()) != g.num_parts)
+    return Internal("weight loader: the shard spec has " + std::to_string(shards.size()) + " of " +
+                    std::to_string(g.num_parts) + " parts of " + where);
+  std::vector<int64_t> shape = shards[0]->local_shape;
+  if (shape.empty()) return Internal("weight loader: a part of " + where + " is a scalar");
+  shape[0] = 0;
+  for (const TensorShard* s : shards) {
+    if (s->local_shape.size() != shape.size() ||
+        !std::equal(shape.begin() + 1, shape.end(), s->local_shape.begin() + 1))
+      return Internal("weight loader: the parts of " + where + " do not stack along rows (" +
+                      s->role_name + ")");
+    shape[0] += s->local_shape[0];
+  }
+  // Whole from `held`: every part there, one right after the other. The
+  // fused tensor keeps every part's storage alive.
+  Tensor fused;
+  bool taken = held != nullptr;
+  std::vector<Tensor> held_parts;
+  const char* next = nullptr;
+  for (const TensorShard* s : shards) {
+    if (!taken) break;
+    const Tensor* h = HeldSlice(held, *s, dtype, backend.device());
+    taken = h != nullptr && (next == nullptr || static_cast<const char*>(h->raw()) == next);
+    if (taken) {
+      held_parts.push_back(*h);
+      next = static_cast<const char*>(h->raw()) + h->nbytes();
+    }
+  }
+  if (taken) {
+    void* data = const_cast<void*>(held_parts[0].raw());
+    fused = Tensor::Wrap(data, shape, dtype, backend.device(),
+                         std::make_shared<std::vector<Tensor>>(std::move(held_parts)));
+  } else {
+    auto a = backend.Allocate(shape, dtype);
+    if (!a.ok()) return a.status().WithContext("allocating the fused " + where);
+    fused = std::move(*a);
+  }
+  w.layers[static_cast<size_t>(layer - w.layout.first_layer)].*g.fused = fused;
+  int64_t row = 0;
+  for (const TensorShard* s : shards) {
+    TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, *s));
+    *slot = fused.Slice0(row, row + s->local_shape[0]);
+    dests[{s->role, layer}] = PartDest{*slot, taken};
+    row += s->local_shape[0];
+  }
+  return Status::Ok();
+}
+
+// Reads `t`'s slice from the checkpoint in `dtype` onto the backend: into
+// `into` (a part's row view, local_shape) when given, else into a new
+// tensor. On the CPU a part is read (or converted) straight into its view.
+StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, DType dtype,
+                           kernels::Backend& backend, const Tensor* into) {
+  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
+  if (info.shape != t.full_shape) {
+    std::string want, got;
+    for (int64_t d : t.full_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : info.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
+                           "] but config.json implies [" + want + "]");
+  }
+  const bool on_host = backend.device() == Device::kCPU;
+  // Read raw when the checkpoint has the compute dtype, else through fp32.
+  // Only the vocab padding rows past the slice need zeroing.
+  const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
+  Tensor host =
+      into && on_host && read_dtype == dtype ? *into : Tensor::Empty(t.local_shape, read_dtype);
+  const int64_t filled_rows =
+      t.split_dim == 0 ? t.end - t.begin : (t.local_shape.empty() ? 0 : t.local_shape[0]);
+  if (t.split_dim == 0 && !t.local_shape.empty() && filled_rows < t.local_shape[0]) {
+    const size_t row_bytes = host.nbytes() / static_cast<size_t>(t.local_shape[0]);
+    std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
+                static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
+  }
+  if (t.split_dim < 0) {
+    TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
+  } else if (t.end > t.begin) {
+    TESSERA_RETURN_IF_ERROR(
+        checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
+  }
+  if (read_dtype != dtype) {
+    Tensor converted = into && on_host ? *into : Tensor::Empty(t.local_shape, dtype);
+    ConvertFromF32(dtype, host.data<float>(), converted.raw(), static_cast<size_t>(host.numel()));
+    host = converted;
+  }
+  if (into) {
+    Tensor dst = *into;
+    Status s = backend.Copy(dst, host);  // a no-op when read in place
+    if (!s.ok()) return s.WithContext("loading tensor '" + t.name + "'");
+    return dst;
+  }
+  if (on_host) return host;
+  auto up = backend.Upload(host);
+  if (!up.ok()) return up.status().WithContext("loading tensor '" + t.name + "'");
+  return std::move(*up);
+}
+
 }  // namespace
 
 StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const ModelConfig& config,
@@ -103,76 +266,66 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   lay.vocab_size = config.vocab_size;
   w.layers.resize(static_cast<size_t>(lay.num_layers()));
 
+  // The fused tensors first, so each part is read into its rows.
+  PartDests parts;
+  for (int layer = lay.first_layer; layer < lay.end_layer; ++layer) {
+    for (const FusedGroup& g : kFusedGroups)
+      TESSERA_RETURN_IF_ERROR(PlanFusedGroup(g, layer, spec, w, backend, dtype, held, parts));
+  }
+
   int64_t total = 0;
   for (const TensorShard& t : spec.tensors())
     total += t.local_numel() * static_cast<int64_t>(DTypeSize(dtype));
   int64_t loaded = 0;
   // The tied embedding on a single stage is one buffer with two roles.
-  std::map<std::tuple<std::string, int64_t, int64_t>, Tensor> read;
+  std::map<ShardKey, Tensor> read;
+  auto count = [&](const Tensor& t, bool reused) {
+    w.weight_bytes += static_cast<int64_t>(t.nbytes());
+    loaded += static_cast<int64_t>(t.nbytes());
+    if (reused) {
+      w.reused_bytes += static_cast<int64_t>(t.nbytes());
+      ++w.reused_tensors;
+    }
+    if (progress) progress(loaded, total);
+  };
   for (const TensorShard& t : spec.tensors()) {
     TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, t));
-    const auto key = std::make_tuple(t.name, t.begin, t.end);
+    const ShardKey key = KeyOf(t);
+    auto part = parts.find({t.role, t.layer});
+    if (part != parts.end()) {
+      // A part of a fused tensor: its slot is already its row view.
+      const PartDest& dest = part->second;
+      read.emplace(key, dest.view);
+      if (dest.taken) {
+        count(dest.view, true);
+        continue;
+      }
+      if (const Tensor* h = HeldSlice(held, t, dtype, backend.device())) {
+        Tensor dst = dest.view;
+        Status s = backend.Copy(dst, *h);
+        if (!s.ok()) return s.WithContext("reusing tensor '" + t.name + "'");
+        count(dst, true);
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, &dest.view));
+      count(dst, false);
+      continue;
+    }
     auto it = read.find(key);
     if (it != read.end()) {
       *slot = it->second;
       continue;
     }
-    if (held) {
-      auto h = held->find(key);
-      // Only a slice of this shape, in this backend's dtype and on its device.
-      if (h != held->end() && h->second.shape() == t.local_shape && h->second.dtype() == dtype &&
-          h->second.device() == backend.device()) {
-        *slot = h->second;
-        read.emplace(key, h->second);
-        w.weight_bytes += static_cast<int64_t>(h->second.nbytes());
-        w.reused_bytes += static_cast<int64_t>(h->second.nbytes());
-        ++w.reused_tensors;
-        loaded += static_cast<int64_t>(h->second.nbytes());
-        if (progress) progress(loaded, total);
-        continue;
-      }
+    if (const Tensor* h = HeldSlice(held, t, dtype, backend.device())) {
+      *slot = *h;
+      read.emplace(key, *h);
+      count(*h, true);
+      continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
-    if (info.shape != t.full_shape) {
-      std::string want, got;
-      for (int64_t d : t.full_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : info.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
-                             "] but config.json implies [" + want + "]");
-    }
-    // Read raw when the checkpoint has the compute dtype, else through fp32.
-    // Only the vocab padding rows past the slice need zeroing.
-    const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
-    Tensor host = Tensor::Empty(t.local_shape, read_dtype);
-    const int64_t filled_rows =
-        t.split_dim == 0 ? t.end - t.begin : (t.local_shape.empty() ? 0 : t.local_shape[0]);
-    if (t.split_dim == 0 && !t.local_shape.empty() && filled_rows < t.local_shape[0]) {
-      const size_t row_bytes = host.nbytes() / static_cast<size_t>(t.local_shape[0]);
-      std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
-                  static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
-    }
-    if (t.split_dim < 0) {
-      TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
-    } else if (t.end > t.begin) {
-      TESSERA_RETURN_IF_ERROR(
-          checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
-    }
-    if (read_dtype != dtype) {
-      Tensor converted = Tensor::Empty(t.local_shape, dtype);
-      ConvertFromF32(dtype, host.data<float>(), converted.raw(), static_cast<size_t>(host.numel()));
-      host = converted;
-    }
-    Tensor dst = host;
-    if (backend.device() != Device::kCPU) {
-      auto up = backend.Upload(host);
-      if (!up.ok()) return up.status().WithContext("loading tensor '" + t.name + "'");
-      dst = std::move(*up);
-    }
+    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, nullptr));
     *slot = dst;
     read.emplace(key, dst);
-    w.weight_bytes += static_cast<int64_t>(dst.nbytes());
-    loaded += static_cast<int64_t>(dst.nbytes());
-    if (progress) progress(loaded, total);
+    count(dst, false);
   }
   return w;
 }

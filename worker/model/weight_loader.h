@@ -11,6 +11,13 @@
 // uploaded to the backend's device one tensor at a time, so host memory
 // holds at most one tensor beyond the staging buffers.
 //
+// Fused projections (stage_weights.h): per layer the loader first allocates
+// qkv_proj and gate_up_proj (and the fused biases) on the device, then reads
+// each part's own slice (q, k, v; gate, up) into its rows, so the rank holds
+// every byte once. A checkpoint that fuses them already (Phi-3's qkv_proj,
+// gate_up_proj) is read the same way: the ShardSpec names this rank's rows of
+// each part.
+//
 // Thread-safety: a free function; the Checkpoint may be shared (reads use
 // pread and are safe to issue concurrently).
 #pragma once
@@ -37,7 +44,10 @@ using LoadProgressFn = std::function<void(int64_t loaded_bytes, int64_t total_by
 // tensor). A shard of a later load with the same key, the same local shape,
 // and the backend's device and compute dtype is the same slice (the same
 // layer under the same tp slice, where the backend keeps it), so it is taken
-// from here instead of being read again (Tensors share their storage). The
+// from here instead of being read again (Tensors share their storage; a
+// fused tensor whose parts are all held one after the other, as an earlier
+// load fused them, is taken whole; a held part of a fused tensor that is not
+// is copied into its rows, on the device). The
 // tensors live wherever the backend that loaded them put them (host memory
 // for the CPU, device memory for CUDA): reuse them only with that backend.
 using HeldWeights = std::map<std::tuple<std::string, int64_t, int64_t>, Tensor>;

@@ -106,6 +106,33 @@ TEST(SiluMul, MatchesFormula) {
   }
 }
 
+// The fused gate|up input: each row's first half is the gate, the second
+// the up; bit-equal to SiluMul on the two halves copied out.
+TEST(SiluMulFused, EqualsSiluMulOnTheTwoHalves) {
+  const int64_t rows = 3, n = 5;
+  Tensor gu = Random({rows, 2 * n}, 30), o = Tensor::Empty({rows, n});
+  Tensor g = Tensor::Empty({rows, n}), u = Tensor::Empty({rows, n}), ref = Tensor::Empty({rows, n});
+  ASSERT_TRUE(CopyColumns(gu, 0, g, 0, n).ok());
+  ASSERT_TRUE(CopyColumns(gu, n, u, 0, n).ok());
+  ASSERT_TRUE(SiluMul(g, u, ref).ok());
+  ASSERT_TRUE(SiluMulFused(gu, o).ok());
+  for (int64_t i = 0; i < rows * n; ++i) EXPECT_EQ(o.data<float>()[i], ref.data<float>()[i]) << i;
+  // Row 1, column 2 by the formula: gate at [1, 2], up at [1, n + 2].
+  const float a = gu.data<float>()[2 * n + 2], b = gu.data<float>()[2 * n + n + 2];
+  EXPECT_NEAR(o.data<float>()[n + 2], a / (1 + std::exp(-a)) * b, 1e-6);
+  // Shapes: out must be [rows, gate_up columns / 2] and must not overlap.
+  Tensor wide = Tensor::Empty({rows, 2 * n});
+  Status s = SiluMulFused(gu, wide);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gate_up"), std::string::npos) << s.message();
+  Tensor alias = gu.Reshape({2 * rows, n}).Slice0(0, rows);
+  s = SiluMulFused(gu, alias);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlaps"), std::string::npos) << s.message();
+  Tensor odd = Random({rows, 2 * n + 1}, 31);
+  EXPECT_EQ(SiluMulFused(odd, o).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Embedding, VocabParallelSlicesSumToFullLookup) {
   Tensor table = Random({10, 4}, 9);
   Tensor ids = I32({0, 9, 3, 5});
@@ -303,6 +330,44 @@ TEST(TensorOps, AddGatherAndCopyColumns) {
   EXPECT_EQ(wide.data<float>()[6 + 3], acc.data<float>()[4 + 1]);
   EXPECT_EQ(wide.data<float>()[6 + 2], 0.0f);
   EXPECT_EQ(CopyColumns(acc, 2, wide, 4, 3).code(), StatusCode::kOutOfRange);
+}
+
+// The fused q|k|v output split into q, k and v: every element in its place.
+TEST(TensorOps, SplitColumnsPlacesEveryColumn) {
+  const int64_t rows = 4, qc = 6, kc = 2, vc = 3;
+  Tensor src = Random({rows, qc + kc + vc}, 40);
+  Tensor q = Tensor::Empty({rows, qc}), k = Tensor::Empty({rows, kc}),
+         v = Tensor::Empty({rows, vc});
+  ASSERT_TRUE(SplitColumns(src, q, k, v).ok());
+  const int64_t w = qc + kc + vc;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < qc; ++j)
+      EXPECT_EQ(q.data<float>()[r * qc + j], src.data<float>()[r * w + j]);
+    for (int64_t j = 0; j < kc; ++j)
+      EXPECT_EQ(k.data<float>()[r * kc + j], src.data<float>()[r * w + qc + j]);
+    for (int64_t j = 0; j < vc; ++j)
+      EXPECT_EQ(v.data<float>()[r * vc + j], src.data<float>()[r * w + qc + kc + j]);
+  }
+  // Any dtype: int32 words.
+  Tensor isrc = Tensor::Empty({2, 5}, DType::kI32);
+  for (int i = 0; i < 10; ++i) isrc.data<int32_t>()[i] = i;
+  Tensor a = Tensor::Empty({2, 1}, DType::kI32), b = Tensor::Empty({2, 3}, DType::kI32),
+         c = Tensor::Empty({2, 1}, DType::kI32);
+  ASSERT_TRUE(SplitColumns(isrc, a, b, c).ok());
+  EXPECT_EQ(a.data<int32_t>()[1], 5);
+  EXPECT_EQ(b.data<int32_t>()[3], 6);
+  EXPECT_EQ(c.data<int32_t>()[1], 9);
+  // Columns that do not add up, a row count that differs, an overlap.
+  Tensor short_v = Tensor::Empty({rows, vc - 1});
+  Status s = SplitColumns(src, q, k, short_v);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("add up"), std::string::npos) << s.message();
+  Tensor few = Tensor::Empty({rows - 1, vc});
+  EXPECT_EQ(SplitColumns(src, q, k, few).code(), StatusCode::kInvalidArgument);
+  Tensor inside = src.Reshape({rows * w}).Slice0(0, rows * vc).Reshape({rows, vc});
+  s = SplitColumns(src, q, k, inside);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "common/format/checkpoint.h"
 #include "common/format/model_config.h"
@@ -51,8 +52,12 @@ TEST(HeldWeights, SameSliceOnTheSameBackendAndDtypeIsReusedNotRead) {
   EXPECT_EQ(again.weights.weight_bytes, first.weights.weight_bytes);
   EXPECT_EQ(again.weights.reused_bytes, again.weights.weight_bytes);
   EXPECT_EQ(again.weights.reused_tensors, static_cast<int>(held->size()));
-  // The very same storage, not a copy.
+  // The very same storage, not a copy: the fused tensors are taken whole.
   EXPECT_EQ(again.weights.layers[0].q_proj.raw(), first.weights.layers[0].q_proj.raw());
+  EXPECT_EQ(again.weights.layers[0].qkv_proj.raw(), first.weights.layers[0].qkv_proj.raw());
+  EXPECT_EQ(again.weights.layers[0].qkv_proj.shape(), first.weights.layers[0].qkv_proj.shape());
+  EXPECT_EQ(again.weights.layers[0].gate_up_proj.raw(), first.weights.layers[0].gate_up_proj.raw());
+  EXPECT_EQ(again.weights.layers[0].v_proj.raw(), first.weights.layers[0].v_proj.raw());
   EXPECT_EQ(again.weights.final_norm.raw(), first.weights.final_norm.raw());
 }
 
@@ -100,6 +105,39 @@ TEST(HeldWeights, ADifferentTpSliceIsReadAgainButReplicatedNormsAreReused) {
   EXPECT_LT(half.weights.reused_bytes, half.weights.weight_bytes);
   EXPECT_EQ(half.weights.layers[0].input_norm.raw(), whole.weights.layers[0].input_norm.raw());
   EXPECT_NE(half.weights.layers[0].q_proj.raw(), whole.weights.layers[0].q_proj.raw());
+}
+
+// A held part of a fused tensor whose other parts are not held (or not in
+// place) is copied into its rows of a new fused tensor and counted as
+// reused; the parts not held are read from the checkpoint. The values are
+// those of a fresh load.
+TEST(HeldWeights, AHeldPartOfAFusedTensorIsCopiedIntoItsRows) {
+  StatusOr<Loaded> first_or = Load(2, 1, nullptr);
+  ASSERT_TRUE(first_or.ok()) << first_or.status().ToString();
+  Loaded& first = *first_or;
+  StatusOr<HeldWeights> all = HoldWeights(first.weights, first.spec);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  // Only layer 0's k_proj.
+  auto k = first.spec.Find(TensorRole::kKProj, 0);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  const auto key = std::make_tuple((*k)->name, (*k)->begin, (*k)->end);
+  ASSERT_EQ(all->count(key), 1u);
+  HeldWeights held;
+  held.emplace(key, all->at(key));
+  StatusOr<Loaded> again_or = Load(2, 1, &held);
+  ASSERT_TRUE(again_or.ok()) << again_or.status().ToString();
+  Loaded& again = *again_or;
+  EXPECT_EQ(again.weights.reused_tensors, 1);
+  EXPECT_EQ(again.weights.reused_bytes,
+            static_cast<int64_t>(first.weights.layers[0].k_proj.nbytes()));
+  EXPECT_EQ(again.weights.weight_bytes, first.weights.weight_bytes);
+  const LayerWeights& a = first.weights.layers[0];
+  const LayerWeights& b = again.weights.layers[0];
+  EXPECT_NE(b.qkv_proj.raw(), a.qkv_proj.raw());  // a new fused tensor
+  EXPECT_EQ(static_cast<const char*>(b.k_proj.raw()),
+            static_cast<const char*>(b.qkv_proj.raw()) + b.q_proj.nbytes());
+  ASSERT_EQ(a.qkv_proj.nbytes(), b.qkv_proj.nbytes());
+  EXPECT_EQ(std::memcmp(a.qkv_proj.raw(), b.qkv_proj.raw(), a.qkv_proj.nbytes()), 0);
 }
 
 }  // namespace
