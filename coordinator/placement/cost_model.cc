@@ -52,8 +52,10 @@ double KvBytesPerTokenPerGpu(const ModelSizes& m, const StageShape& s) {
 
 double ActivationBytesPerGpu(const ModelSizes& m, const StageShape& s, const WorkloadShape& w) {
   const double t = s.tp;
+  // 3 I / t: the MLP's fused gate|up output [C, 2 I/t] and the activated
+  // product [C, I/t] are alive together (worker/model/llama_model.cc).
   const double per_token =
-      4.0 * m.hidden + 2.0 * m.intermediate / t + (m.heads + 2.0 * m.kv_heads) * m.head_dim / t;
+      4.0 * m.hidden + 3.0 * m.intermediate / t + (m.heads + 2.0 * m.kv_heads) * m.head_dim / t;
   double a = static_cast<double>(w.prefill_chunk_tokens) * per_token * 4.0;
   if (s.last)
     a += static_cast<double>(std::min(w.prefill_chunk_tokens, w.max_batch)) *

@@ -12,8 +12,9 @@
 //                             + [last] (E/t_s + h x dtype)   (tied, pp = 1: E once)
 //  KV per token per GPU k_s = L_s x 2 x kv_local x head_dim x kv dtype bytes,
 //                             kv_local = max(1, KV / t_s)
-//  activations per GPU  a_s = C x (4h + 2I/t_s + (H + 2KV) d / t_s) x 4
+//  activations per GPU  a_s = C x (4h + 3I/t_s + (H + 2KV) d / t_s) x 4
 //                             + [last] min(C, max_batch) x V/t_s x 4   (C: prefill chunk)
+//                             (3I: the fused gate|up output and its product live together)
 //  all-reduce (ring)    AR(t, S) = alpha + 2(t-1) beta + 2(t-1)/t x S / (eta_link B_link)
 //  all-gather (ring)    AG(t, S) = alpha + (t-1) beta + (t-1)/t x S / (eta_link B_link)
 //  stage step           tau_s(n, c) = max(bytes / (eta_hbm B_hbm), flops / (eta_mm F))
