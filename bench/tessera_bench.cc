@@ -133,8 +133,8 @@ Status RunRank(const Args& a, int r, Store* store) {
     // decode tokens, and those mixed steps (a prefill chunk's cost each) land in
     // decode_seconds.
     EngineOptions deo = eo;
-    deo.max_batch_tokens = std::max<int64_t>(eo.max_batch_tokens,
-                                             static_cast<int64_t>(b) * a.prompt_len);
+    deo.max_batch_tokens =
+        std::max<int64_t>(eo.max_batch_tokens, static_cast<int64_t>(b) * a.prompt_len);
     Engine e(config, &exec, &alloc, block, nullptr, deo);
     TESSERA_RETURN_IF_ERROR(
         e.Generate(Requests(b, a.prompt_len, a.new_tokens + 1, config.vocab_size, 3 + b)).status());
