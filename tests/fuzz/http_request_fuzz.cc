@@ -10,11 +10,14 @@
 //            until the server closes, and every answer must be HTTP.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -92,6 +95,28 @@ Live& TheLive() {
   return *live;
 }
 
+// connect() that survives a signal: libFuzzer's -timeout timer (SIGALRM)
+// interrupts a blocking call on a socket with a send timeout, and connect()
+// then returns EINTR while the handshake goes on (connect(2)). Waits for it
+// to finish (the socket's send timeout, 5 s, bounds the wait). False with
+// errno set when the connection failed.
+bool Connect(int fd, const sockaddr_in& addr) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return true;
+  if (errno != EINTR) return false;
+  pollfd p{fd, POLLOUT, 0};
+  int ready;
+  do {
+    ready = poll(&p, 1, 5000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) errno = ETIMEDOUT;
+  if (ready <= 0) return false;
+  int error = 0;
+  socklen_t len = sizeof error;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) return false;
+  errno = error;
+  return error == 0;
+}
+
 void OverTheWire(std::string_view bytes) {
   Live& live = TheLive();
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -99,15 +124,29 @@ void OverTheWire(std::string_view bytes) {
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  // Each connection comes from the next of 65,536 loopback source addresses
+  // (127.1.0.0 to 127.1.255.255, all on lo). The client half-closes first, so
+  // each run leaves its port in TIME_WAIT for a minute: from one address,
+  // a thousand runs a second would use up the machine's ephemeral ports
+  // (shared with whatever else runs there) and connect() would fail for want
+  // of a port, not because of the server.
+  static uint32_t connections = 0;
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | (connections++ & 0xFFFFu));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0)
+    fuzz::Fail(std::string("bind to a loopback source address: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(live.server->port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    fuzz::Fail("the http server stopped accepting connections");
+  if (!Connect(fd, addr))
+    fuzz::Fail(std::string("the http server stopped accepting connections: connect: ") +
+               std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server answered early (413, 431) and closed
     done += static_cast<size_t>(n);
   }
@@ -116,6 +155,7 @@ void OverTheWire(std::string_view bytes) {
   char buf[4096];
   while (true) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         fuzz::Fail("the http server neither answered nor closed within 5 s");
