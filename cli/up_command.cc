@@ -471,11 +471,25 @@ Subcommand AddStatusCommand(CLI::App& app) {
       std::fprintf(stderr, "tessera status: %s\n", s.ToString().c_str());
       return 1;
     }
-    const json c = json::parse(cluster.body, nullptr, false);
+    json c = json::parse(cluster.body, nullptr, false);
     if (c.is_discarded() || !c.is_object()) {
       std::fprintf(stderr, "tessera status: /admin/cluster is not JSON: %s\n",
                    cluster.body.c_str());
       return 1;
+    }
+    // A large fleet's document comes in pages: read every one.
+    const int64_t pages = c.value("pages", int64_t{1});
+    for (int64_t page = 1; page < pages; ++page) {
+      const std::string target = "/admin/cluster?page=" + std::to_string(page);
+      HttpReply more = HttpCall(a->port, "GET", target, "", a->token, a->host);
+      const json m = more.status == 200 ? json::parse(more.body, nullptr, false) : json();
+      if (!m.is_object() || !m.contains("workers") || !m.contains("replicas")) {
+        const Status s = AdminCallError(a->host, a->port, target, more, !a->token.empty());
+        std::fprintf(stderr, "tessera status: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      for (const json& w : m["workers"]) c["workers"].push_back(w);
+      for (const json& r : m["replicas"]) c["replicas"].push_back(r);
     }
     std::printf("ready: %s\n", c.value("ready", false) ? "yes" : "no");
     if (c.contains("queue") && c["queue"].is_object())
@@ -500,7 +514,7 @@ Subcommand AddStatusCommand(CLI::App& app) {
             static_cast<long long>(load.value("free_kv_blocks", int64_t{0})),
             static_cast<long long>(load.value("kv_blocks", int64_t{0})),
             static_cast<long long>(r.value("requests_finished_total", int64_t{0})),
-            r.value("accepting", true) ? "" : " (drained)");
+            r.value("accepting", true) || !r.value("ready", false) ? "" : " (drained)");
       }
     }
     std::printf("workers:\n");

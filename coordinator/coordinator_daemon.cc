@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <thread>
 
 #include "common/base/logging.h"
@@ -164,10 +165,21 @@ Status CoordinatorDaemon::StartControlPlane() {
   co.on_worker_lost = [this](const std::string& id) { events_->OnWorkerLost(id); };
   co.on_worker_forgotten = [this](const std::string& id) { events_->OnWorkerForgotten(id); };
   co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
-  co.accept_register = [](const ControlPeer&, const control::Register& reg) -> Status {
-    // The planner needs a readable topology report; refuse a broken one now.
-    if (reg.topology_json().empty()) return Status::Ok();
-    return TopologyReportFromJson(reg.topology_json(), "Register.topology_json").status();
+  // The planner needs a readable topology report; a broken one is refused
+  // at registration. The GPUs of one host send the same report, and a fleet
+  // registers thousands at once: reports already found valid are not
+  // parsed again (the last kCheckedReports, owner thread of the control
+  // plane only).
+  co.accept_register = [checked = std::make_shared<std::deque<std::string>>()](
+                           const ControlPeer&, const control::Register& reg) -> Status {
+    constexpr size_t kCheckedReports = 64;
+    const std::string& json = reg.topology_json();
+    if (json.empty() || std::find(checked->rbegin(), checked->rend(), json) != checked->rend())
+      return Status::Ok();
+    TESSERA_RETURN_IF_ERROR(TopologyReportFromJson(json, "Register.topology_json").status());
+    checked->push_back(json);
+    if (checked->size() > kCheckedReports) checked->pop_front();
+    return Status::Ok();
   };
   TESSERA_RETURN_IF_ERROR(ConfigureControlSecurity(config_, &co));
   control_ = std::make_unique<ControlServer>(co);

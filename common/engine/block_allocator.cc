@@ -6,11 +6,7 @@
 
 namespace tessera {
 
-BlockAllocator::BlockAllocator(int64_t num_blocks)
-    : num_blocks_(num_blocks), blocks_(static_cast<size_t>(num_blocks)) {
-  unused_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t b = num_blocks - 1; b >= 0; --b) unused_.push_back(static_cast<int32_t>(b));
-}
+BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks) {}
 
 Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
   if (n > num_free())
@@ -18,9 +14,18 @@ Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
                              std::to_string(num_free()) + " of " + std::to_string(num_blocks_) +
                              " free");
   for (int64_t i = 0; i < n; ++i) {
-    if (unused_.empty()) Evict(lru_.front());
-    const int32_t b = unused_.back();
-    unused_.pop_back();
+    int32_t b = 0;
+    if (!unused_.empty()) {  // every id there is below fresh_: the lowest first
+      b = unused_.top();
+      unused_.pop();
+    } else if (fresh_ < num_blocks_) {
+      b = static_cast<int32_t>(fresh_++);
+      blocks_.emplace_back();
+    } else {
+      b = lru_.front();
+      Evict(b);
+      unused_.pop();  // Evict made b the only unused block
+    }
     blocks_[static_cast<size_t>(b)].refs = 1;
     table.push_back(b);
   }
@@ -28,15 +33,12 @@ Status BlockAllocator::Allocate(int64_t n, std::vector<int32_t>& table) {
 }
 
 void BlockAllocator::Free(std::vector<int32_t>& table) {
-  bool released_unused = false;
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     Block& blk = blocks_[static_cast<size_t>(*it)];
     TESSERA_CHECK(blk.refs > 0);
     if (--blk.refs > 0) continue;
-    released_unused |= !blk.key.has_value();
     Release(*it);
   }
-  if (released_unused) std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
   table.clear();
 }
 
@@ -45,7 +47,7 @@ void BlockAllocator::Release(int32_t block) {
   if (blk.key) {
     blk.lru = lru_.insert(lru_.end(), block);
   } else {
-    unused_.push_back(block);  // the caller restores the order
+    unused_.push(block);
   }
 }
 
@@ -55,8 +57,7 @@ void BlockAllocator::Evict(int32_t block) {
   lru_.erase(blk.lru);
   index_.erase(*blk.key);
   blk.key.reset();
-  unused_.push_back(block);
-  std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
+  unused_.push(block);
 }
 
 std::optional<int32_t> BlockAllocator::Find(const BlockKey& key) const {
@@ -82,10 +83,9 @@ bool BlockAllocator::Register(int32_t block, const BlockKey& key) {
 
 void BlockAllocator::ClearCache() {
   for (Block& blk : blocks_) blk.key.reset();
-  for (int32_t b : lru_) unused_.push_back(b);
+  for (int32_t b : lru_) unused_.push(b);
   lru_.clear();
   index_.clear();
-  std::sort(unused_.begin(), unused_.end(), std::greater<int32_t>());
 }
 
 }  // namespace tessera

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -37,19 +38,28 @@ namespace tessera {
 
 // Block ids [0, num_blocks). Allocate hands out the lowest unused ids first,
 // then evicts cached blocks, so runs are reproducible.
+//
+// Cost: memory grows with the blocks ever handed out, not with num_blocks
+// (a GPU's pool is 10^5 blocks, and a coordinator holds one per replica);
+// Allocate, Free and eviction are O(log n) per block.
 class BlockAllocator {
  public:
   explicit BlockAllocator(int64_t num_blocks);
 
   // Blocks Allocate can hand out now: unused plus cached (unreferenced).
-  int64_t num_free() const { return static_cast<int64_t>(unused_.size() + lru_.size()); }
+  int64_t num_free() const {
+    return static_cast<int64_t>(unused_.size() + lru_.size()) + (num_blocks_ - fresh_);
+  }
   // Unreferenced blocks that hold a registered prefix block (part of num_free).
   int64_t num_cached() const { return static_cast<int64_t>(lru_.size()); }
   // Blocks with a key (referenced or cached): the prefix cache's size.
   int64_t num_registered() const { return static_cast<int64_t>(index_.size()); }
   int64_t num_blocks() const { return num_blocks_; }
   // References to `block` (0 when unused or cached).
-  int32_t ref_count(int32_t block) const { return blocks_[static_cast<size_t>(block)].refs; }
+  int32_t ref_count(int32_t block) const {
+    return static_cast<size_t>(block) < blocks_.size() ? blocks_[static_cast<size_t>(block)].refs
+                                                       : 0;
+  }
 
   // Appends `n` block ids to `table`, each with one reference: unused blocks
   // first (lowest id first), then cached ones, least recently released
@@ -93,8 +103,12 @@ class BlockAllocator {
   void Evict(int32_t block);    // a cached block loses its key, becomes unused
 
   int64_t num_blocks_;
-  std::vector<Block> blocks_;
-  std::vector<int32_t> unused_;  // kept sorted descending; back() is the lowest id
+  // Blocks [0, fresh_) were handed out at least once; [fresh_, num_blocks_)
+  // never were (unused, with no state held).
+  int64_t fresh_ = 0;
+  std::vector<Block> blocks_;  // size fresh_
+  // Unused blocks below fresh_, lowest id on top.
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> unused_;
   std::list<int32_t> lru_;       // cached blocks, least recently released first
   std::unordered_map<BlockKey, int32_t, BlockKeyHash> index_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -12,6 +13,27 @@ namespace tessera {
 using nlohmann::json;
 
 namespace {
+
+// GET /admin/cluster's query: page and page_size, decimal integers.
+StatusOr<ClusterPage> ParseClusterPage(const HttpRequest& req) {
+  ClusterPage page;
+  for (const auto& [key, value] : req.query) {
+    int64_t* field = key == "page" ? &page.page : key == "page_size" ? &page.page_size : nullptr;
+    if (!field)
+      return InvalidArgument("unknown query parameter '" + key +
+                             "' (GET /admin/cluster takes page and page_size)");
+    const int64_t lo = key == "page" ? 0 : 1;
+    const int64_t hi = key == "page" ? int64_t{1} << 40 : kMaxClusterPageSize;
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() || v < lo ||
+        v > hi)
+      return InvalidArgument(key + ": expected an integer in " + std::to_string(lo) + ".." +
+                             std::to_string(hi) + ", got '" + value + "'");
+    *field = v;
+  }
+  return page;
+}
 
 void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res) {
   auto parsed = ParsePlanRequest(req.body);
@@ -98,8 +120,13 @@ void RegisterAdminRoutes(HttpServer& admin, const std::string& token, PlanContro
     return token.empty() ? h : RequireBearerToken(token, std::move(h));
   };
   admin.Handle("GET", "/admin/cluster",
-               guard([status](const HttpRequest&, std::shared_ptr<Responder> res) {
-                 res->Send(200, "application/json", status->ClusterJson());
+               guard([status](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 auto page = ParseClusterPage(r);
+                 if (!page.ok()) {
+                   res->SendError(400, page.status().message(), std::nullopt, "invalid_query");
+                   return;
+                 }
+                 res->Send(200, "application/json", status->ClusterJson(*page));
                }));
   admin.Handle("GET", "/admin/plan",
                guard([status](const HttpRequest&, std::shared_ptr<Responder> res) {

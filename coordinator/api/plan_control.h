@@ -60,6 +60,16 @@ class PlanControl {
   }
 };
 
+// One page of GET /admin/cluster: the workers (in registration order) and
+// the replicas (by index) numbered [page * page_size, (page + 1) *
+// page_size); the document's "pages" says how many there are.
+inline constexpr int64_t kDefaultClusterPageSize = 1024;
+inline constexpr int64_t kMaxClusterPageSize = 4096;
+struct ClusterPage {
+  int64_t page = 0;                              // >= 0
+  int64_t page_size = kDefaultClusterPageSize;  // 1..kMaxClusterPageSize
+};
+
 class ClusterStatus {
  public:
   virtual ~ClusterStatus() = default;
@@ -67,8 +77,8 @@ class ClusterStatus {
   virtual bool ready() const = 0;
   // GET /readyz's 503 body when not ready: {"status","reason"}.
   virtual std::string NotReadyJson() const = 0;
-  // GET /admin/cluster and GET /admin/plan.
-  virtual std::string ClusterJson() const = 0;
+  // GET /admin/cluster (one page of it) and GET /admin/plan.
+  virtual std::string ClusterJson(const ClusterPage& page) const = 0;
   virtual std::string PlanJson() const = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -28,6 +29,8 @@ constexpr const char* kZapDomain = "tessera-control";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
+// ZAP requests answered per loop turn (each is one CURVE handshake).
+constexpr int kMaxZapPerTurn = 256;
 // Peers whose first dropped frame is logged; drops from further peers (a
 // flood of routing ids) are counted only.
 constexpr size_t kMaxDropLoggedPeers = 1024;
@@ -45,6 +48,13 @@ std::string PrintableIdentity(const std::string& id) {
     out.push_back(kHex[c & 15]);
   }
   return out;
+}
+
+// The record index `index` holds for `key`, or null.
+template <typename Index>
+const size_t* Find(const Index& index, const std::string& key) {
+  auto it = index.find(key);
+  return it == index.end() ? nullptr : &it->second;
 }
 
 // The bodies a worker may send; anything else from a worker is dropped.
@@ -68,7 +78,9 @@ struct ControlServer::Impl {
   struct Record {
     std::string worker_id;
     std::string identity;  // raw routing id
-    control::Register registration;
+    // Shared with every Workers() snapshot: a Register carries the host's
+    // topology report (kilobytes), and a fleet has thousands of workers.
+    std::shared_ptr<const control::Register> registration;
     std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
     bool alive = true;
     Clock::time_point last_seen;
@@ -111,6 +123,10 @@ struct ControlServer::Impl {
   std::vector<Record> records;                 // registration order
   std::map<std::string, size_t> by_identity;   // raw routing id -> latest record
   std::map<std::string, size_t> by_worker_id;  // worker id -> latest record
+  std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
+  // The next liveness scan (owner thread): every heartbeat_interval / 4,
+  // not every turn, so a fleet's messages do not each cost a scan of it.
+  Clock::time_point next_liveness_check{};
   uint64_t next_auto_id = 0;
   // The "max_workers reached" refusal was logged; cleared when a record
   // goes. Owner thread only.
@@ -126,6 +142,7 @@ struct ControlServer::Impl {
   void ReadFrames();
   void HandleFrame(std::vector<zmq::message_t>& parts);
   void HandleZap();
+  bool HandleOneZap();  // false when no request was waiting
   void HandleRegister(const std::string& identity, const std::string& curve_key,
                       control::Envelope envelope);
   void HandleMessage(const std::string& identity, const std::string& curve_key,
@@ -191,6 +208,11 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
     }
     s.router->set(zmq::sockopt::router_mandatory, 1);
     s.router->set(zmq::sockopt::router_handover, 1);
+    // A fleet's workers connect at once (a coordinator restart): a listen
+    // queue of ZeroMQ's default 100 drops the rest, and each waits out a
+    // TCP retransmit (1 s, 3 s, 7 s...). The kernel caps it at somaxconn.
+    s.router->set(zmq::sockopt::backlog,
+                  static_cast<int>(std::clamp<size_t>(s.options.max_workers, 100, 65535)));
     s.router->set(zmq::sockopt::linger, static_cast<int>(s.options.linger.count()));
     const int64_t cap = s.options.max_message_bytes > static_cast<size_t>(INT64_MAX / 2)
                             ? INT64_MAX
@@ -347,8 +369,15 @@ void ControlServer::Impl::Drop(const ControlPeer& peer, const Status& reason,
 // routing id, mechanism, credentials. Admits a CURVE client whose public key
 // is allowed, with its Z85 key as the user id that later frames carry.
 void ControlServer::Impl::HandleZap() {
+  // Every handshake waits on its ZAP reply: answer all that wait, up to a
+  // bound per turn (8,192 workers connecting at once queue that many).
+  for (int i = 0; i < kMaxZapPerTurn && !loop.stopping(); ++i)
+    if (!HandleOneZap()) return;
+}
+
+bool ControlServer::Impl::HandleOneZap() {
   std::vector<zmq::message_t> req;
-  if (!zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+  if (!zmq::recv_multipart(*zap, std::back_inserter(req), zmq::recv_flags::dontwait)) return false;
   auto frame = [&req](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
   const std::string request_id = frame(1);
   const std::string address = frame(3);
@@ -409,6 +438,7 @@ void ControlServer::Impl::HandleZap() {
   reply.emplace_back(user_id.data(), user_id.size());
   reply.emplace_back();  // no metadata
   (void)zmq::send_multipart(*zap, reply, zmq::send_flags::dontwait);
+  return true;
 }
 
 void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
@@ -557,15 +587,16 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
                   "' and cannot register again as '" + requested + "'";
       }
     } else {
-      // One key, one worker: a live worker's key cannot register another.
+      // One key, one worker: a live worker's key cannot register another
+      // (a key's records: the latest; earlier ones were replaced).
       if (!curve_key.empty()) {
-        for (const Record& rec : records) {
-          if (!rec.alive || rec.curve_key != curve_key) continue;
+        auto by_key = by_curve_key.find(curve_key);
+        if (by_key != by_curve_key.end() && records[by_key->second].alive) {
+          const Record& rec = records[by_key->second];
           refusal = "CURVE key " + curve_key + " is in use by live worker '" + rec.worker_id +
                     "' (peer " + PrintableIdentity(rec.identity) +
                     "); one key registers one worker";
           refusal_counter = &counters.registrations_refused_key_in_use;
-          break;
         }
       }
       if (refusal.empty() && !requested.empty()) {
@@ -579,7 +610,8 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
           worker_id = "worker-" + std::to_string(next_auto_id++);
         } while (by_worker_id.count(worker_id) && records[by_worker_id[worker_id]].alive);
       }
-      if (refusal.empty() && options.max_workers > 0) {
+      // Counted only near the bound: below it, every record may stay.
+      if (refusal.empty() && options.max_workers > 0 && records.size() >= options.max_workers) {
         const size_t kept = static_cast<size_t>(std::count_if(
             records.begin(), records.end(), [&](const Record& r) { return !replaced(r); }));
         if (kept >= options.max_workers) {
@@ -611,7 +643,14 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     std::vector<std::string> gone;
     {
       std::lock_guard<std::mutex> lock(registry_mu);
-      gone = EraseRecordsLocked(replaced);
+      // A record it replaces is the latest of its routing id, worker id or
+      // key: look there before scanning every record.
+      bool any = false;
+      for (const size_t* at :
+           {Find(by_identity, identity), Find(by_worker_id, worker_id),
+            curve_key.empty() ? nullptr : Find(by_curve_key, curve_key)})
+        any = any || (at && replaced(records[*at]));
+      if (any) gone = EraseRecordsLocked(replaced);
     }
     for (const std::string& id : gone) {
       ++counters.workers_forgotten;
@@ -623,13 +662,14 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     Record rec;
     rec.worker_id = worker_id;
     rec.identity = identity;
-    rec.registration = envelope.register_worker();
+    rec.registration = std::make_shared<const control::Register>(envelope.register_worker());
     rec.curve_key = curve_key;
     rec.last_seen = now;
     rec.messages_received = 1;
     records.push_back(std::move(rec));
     by_identity[identity] = records.size() - 1;
     by_worker_id[worker_id] = records.size() - 1;
+    if (!curve_key.empty()) by_curve_key[curve_key] = records.size() - 1;
   }
   control::Envelope ack;
   ack.set_protocol_version(kControlProtocolVersion);
@@ -683,6 +723,10 @@ bool ControlServer::Impl::SendNow(const Outgoing& out) {
 
 void ControlServer::Impl::CheckLiveness() {
   const Clock::time_point now = Clock::now();
+  if (now < next_liveness_check) return;
+  next_liveness_check = now + std::clamp<Clock::duration>(options.heartbeat_interval / 4,
+                                                          std::chrono::milliseconds(5),
+                                                          std::chrono::milliseconds(100));
   std::vector<std::string> lost;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -739,9 +783,11 @@ std::vector<std::string> ControlServer::Impl::EraseRecordsLocked(
   records.swap(kept);
   by_identity.clear();
   by_worker_id.clear();
+  by_curve_key.clear();
   for (size_t i = 0; i < records.size(); ++i) {
     by_identity[records[i].identity] = i;
     by_worker_id[records[i].worker_id] = i;
+    if (!records[i].curve_key.empty()) by_curve_key[records[i].curve_key] = i;
   }
   full_logged = false;
   return removed;

@@ -141,7 +141,9 @@ struct ControlServerStats {
 struct ControlWorkerInfo {
   std::string worker_id;
   std::string identity;
-  control::Register registration;  // as it registered
+  // As it registered; never null. Shared, not copied: a snapshot of a
+  // fleet's workers must not copy thousands of topology reports.
+  std::shared_ptr<const control::Register> registration;
   std::string curve_public_key;    // the Z85 key it authenticated with ("" without CURVE)
   bool alive = true;               // false once declared lost
   double seconds_since_last_message = 0;

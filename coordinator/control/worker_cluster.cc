@@ -27,13 +27,13 @@ StatusOr<WorkerCluster> BuildWorkerCluster(const std::vector<ControlWorkerInfo>&
   const ControlWorkerInfo* a_cpu = nullptr;
   const ControlWorkerInfo* a_gpu = nullptr;
   for (const ControlWorkerInfo& w : workers) {
-    if (w.registration.devices_size() == 0)
+    if (w.registration->devices_size() == 0)
       return InvalidArgument("worker " + w.worker_id + " offers no device");
-    (w.registration.devices(0).kind() == control::DEVICE_KIND_CPU ? a_cpu : a_gpu) = &w;
+    (w.registration->devices(0).kind() == control::DEVICE_KIND_CPU ? a_cpu : a_gpu) = &w;
   }
   if (a_cpu && a_gpu)
     return InvalidArgument("workers " + a_cpu->worker_id + " (cpu) and " + a_gpu->worker_id + " (" +
-                           a_gpu->registration.devices(0).name() +
+                           a_gpu->registration->devices(0).name() +
                            ") run different backends; a pipeline runs on one backend");
   WorkerCluster out;
   out.cpu = a_cpu != nullptr;
@@ -44,7 +44,7 @@ StatusOr<WorkerCluster> BuildWorkerCluster(const std::vector<ControlWorkerInfo>&
   std::vector<HostWorkers> hosts;
   std::map<std::string, size_t> host_index;
   for (const ControlWorkerInfo& w : workers) {
-    const std::string& h = w.registration.host();
+    const std::string& h = w.registration->host();
     auto it = host_index.find(h);
     if (it == host_index.end()) {
       it = host_index.emplace(h, hosts.size()).first;
@@ -57,8 +57,8 @@ StatusOr<WorkerCluster> BuildWorkerCluster(const std::vector<ControlWorkerInfo>&
     // The host's report: the first worker's that has one.
     std::optional<TopologyReport> report;
     for (const ControlWorkerInfo* w : hw.workers) {
-      if (w->registration.topology_json().empty()) continue;
-      auto r = TopologyReportFromJson(w->registration.topology_json(),
+      if (w->registration->topology_json().empty()) continue;
+      auto r = TopologyReportFromJson(w->registration->topology_json(),
                                       "the registration of worker " + w->worker_id);
       if (!r.ok()) return r.status();
       report = std::move(*r);
@@ -82,9 +82,9 @@ StatusOr<WorkerCluster> BuildWorkerCluster(const std::vector<ControlWorkerInfo>&
       const int n = static_cast<int>(hw.workers.size());
       int64_t memory = node.host_memory_bytes;
       if (memory <= 0)
-        memory = static_cast<int64_t>(hw.workers[0]->registration.devices(0).total_memory_bytes());
+        memory = static_cast<int64_t>(hw.workers[0]->registration->devices(0).total_memory_bytes());
       const std::string cpu_name =
-          node.cpu.model.empty() ? hw.workers[0]->registration.devices(0).name() : node.cpu.model;
+          node.cpu.model.empty() ? hw.workers[0]->registration->devices(0).name() : node.cpu.model;
       for (int i = 0; i < n; ++i) {
         GpuInfo g;
         g.index = i;
@@ -112,12 +112,12 @@ StatusOr<WorkerCluster> BuildWorkerCluster(const std::vector<ControlWorkerInfo>&
       // GPU workers in device-index order.
       std::vector<const ControlWorkerInfo*> ws = hw.workers;
       std::stable_sort(ws.begin(), ws.end(), [](const auto* x, const auto* y) {
-        return x->registration.devices(0).index() < y->registration.devices(0).index();
+        return x->registration->devices(0).index() < y->registration->devices(0).index();
       });
       std::vector<int> src;  // index into report->gpus, -1: from the Device
       for (size_t i = 0; i < ws.size(); ++i) {
-        const control::Device& d = ws[i]->registration.devices(0);
-        if (i > 0 && ws[i - 1]->registration.devices(0).index() == d.index())
+        const control::Device& d = ws[i]->registration->devices(0);
+        if (i > 0 && ws[i - 1]->registration->devices(0).index() == d.index())
           return InvalidArgument("workers " + ws[i - 1]->worker_id + " and " + ws[i]->worker_id +
                                  " both offer GPU " + std::to_string(d.index()) + " of host " +
                                  hw.host);

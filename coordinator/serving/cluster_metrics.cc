@@ -96,8 +96,8 @@ void ClusterMetrics::Collect() {
     }
     if (a == plan.end()) continue;
     const std::vector<std::string> labels = {
-        std::to_string(r), w.registration.host(),
-        std::to_string(w.registration.devices_size() ? w.registration.devices(0).index() : 0),
+        std::to_string(r), w.registration->host(),
+        std::to_string(w.registration->devices_size() ? w.registration->devices(0).index() : 0),
         std::to_string(a->stage), std::to_string(a->tp_rank)};
     if (a->kv_bytes >= 0 && kv_blocks > 0)
       kv_used.WithLabels(labels).Set(static_cast<double>(a->kv_bytes / kv_blocks) *

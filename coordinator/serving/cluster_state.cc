@@ -1,6 +1,7 @@
 #include "coordinator/serving/cluster_state.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace tessera {
 
@@ -31,9 +32,18 @@ std::shared_ptr<RemoteExecutor> ClusterState::ExecutorOfPlan(uint64_t plan_versi
 }
 
 int ClusterState::ReplicaOf(const std::string& worker_id) const {
-  for (size_t r = 0; r < replicas.size(); ++r)
-    if (replicas[r].InPlan(worker_id)) return static_cast<int>(r);
-  return -1;
+  auto it = replica_of_worker.find(worker_id);
+  return it == replica_of_worker.end() ? -1 : it->second;
+}
+
+void ClusterState::SetAssignments(int replica, std::vector<Assignment> plan) {
+  ReplicaPlan& rp = replicas[static_cast<size_t>(replica)];
+  for (const Assignment& a : rp.assignments) {
+    auto it = replica_of_worker.find(a.worker_id);
+    if (it != replica_of_worker.end() && it->second == replica) replica_of_worker.erase(it);
+  }
+  rp.assignments = std::move(plan);
+  for (const Assignment& a : rp.assignments) replica_of_worker[a.worker_id] = replica;
 }
 
 int ClusterState::ReplicaOfPlan(uint64_t plan_version) const {
@@ -78,10 +88,12 @@ int ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
 std::vector<std::string> ClusterState::UsableWorkers(
     const std::vector<ControlWorkerInfo>& workers) const {
   std::vector<std::string> out;
+  std::unordered_set<std::string> seen;  // a fleet has thousands: no linear search
   MutexLock lock(&mu);
   for (const ControlWorkerInfo& w : workers) {
     if (!w.alive) continue;
-    if (IsFailed(w.worker_id) || IsDrained(w.worker_id) || Has(out, w.worker_id)) continue;
+    if (IsFailed(w.worker_id) || IsDrained(w.worker_id) || !seen.insert(w.worker_id).second)
+      continue;
     out.push_back(w.worker_id);
   }
   return out;

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/base/mutex.h"
@@ -90,6 +91,9 @@ struct ClusterState {
   // One per replica: sized once by the first placement (empty before it),
   // never resized after.
   std::vector<ReplicaPlan> replicas GUARDED_BY(mu);
+  // ReplicaOf's index: worker id -> the replica whose plan gives it a rank.
+  // Kept by SetAssignments, the one writer of ReplicaPlan::assignments' ids.
+  std::unordered_map<std::string, int> replica_of_worker GUARDED_BY(mu);
   uint64_t last_plan_version GUARDED_BY(mu) = 0;           // the newest version handed out
   std::vector<std::string> failed_workers GUARDED_BY(mu);  // lost, not re-registered
   // Lost workers that registered again while a re-plan was pending or
@@ -117,7 +121,10 @@ struct ClusterState {
   // A fresh plan version, unique over the replicas.
   uint64_t NextPlanVersion() REQUIRES(mu) { return ++last_plan_version; }
   // The replica whose plan gives `worker_id` a rank; -1: none (a spare).
+  // O(1): every heartbeat asks.
   int ReplicaOf(const std::string& worker_id) const REQUIRES(mu);
+  // Replaces replica `replica`'s assignments with `plan`, keeping the index.
+  void SetAssignments(int replica, std::vector<Assignment> plan) REQUIRES(mu);
   // The replica running plan `plan_version`; -1: none.
   int ReplicaOfPlan(uint64_t plan_version) const REQUIRES(mu);
   // Whether `worker_id` has a rank of a running plan / was lost / drained.

@@ -68,25 +68,36 @@ json StageJson(const PlannedStage& st, const std::vector<std::string>& workers) 
 
 }  // namespace
 
-std::string ClusterView::ClusterJson() const {
+std::string ClusterView::ClusterJson(const ClusterPage& page) const {
   json workers = json::array();
   const bool reconfiguring = replicas_->reconfiguring();
+  // This page's slice of the replicas [r0, r1) and of the workers.
+  const auto slice = [&page](size_t n) {
+    const size_t size = static_cast<size_t>(std::max<int64_t>(1, page.page_size));
+    const size_t first = std::min(n, static_cast<size_t>(page.page) * size);
+    return std::pair<size_t, size_t>{first, std::min(n, first + size)};
+  };
+  const size_t num_replicas = static_cast<size_t>(std::max(0, replicas_->size()));
+  const auto [r0, r1] = slice(num_replicas);
   std::vector<ReplicaLoadInfo> loads;
   std::vector<bool> replica_reconfiguring;
-  for (int r = 0; r < replicas_->size(); ++r) {
-    loads.push_back(replicas_->Load(r));
-    replica_reconfiguring.push_back(replicas_->runner(r)->reconfiguring());
+  for (size_t r = r0; r < r1; ++r) {
+    loads.push_back(replicas_->Load(static_cast<int>(r)));
+    replica_reconfiguring.push_back(replicas_->runner(static_cast<int>(r))->reconfiguring());
   }
+  const std::vector<ControlWorkerInfo> all_workers = control_->Workers();
+  const auto [w0, w1] = slice(all_workers.size());
   MutexLock lock(&state_.mu);
   static const ReplicaPlan kNone;
   const ReplicaPlan& first = state_.replicas.empty() ? kNone : state_.replicas[0];
-  for (const ControlWorkerInfo& w : control_->Workers()) {
+  for (size_t wi = w0; wi < w1; ++wi) {
+    const ControlWorkerInfo& w = all_workers[wi];
     const bool failed = state_.IsFailed(w.worker_id);
     const bool drained = state_.IsDrained(w.worker_id);
     const int replica = state_.ReplicaOf(w.worker_id);
     const bool in_plan = replica >= 0;
     json devices = json::array();
-    for (const auto& d : w.registration.devices())
+    for (const auto& d : w.registration->devices())
       devices.push_back({{"index", d.index()},
                          {"name", d.name()},
                          {"kind", d.kind() == control::DEVICE_KIND_CPU ? "cpu" : "cuda"},
@@ -102,9 +113,9 @@ std::string ClusterView::ClusterJson() const {
     auto st = state_.states.find(w.worker_id);
     workers.push_back(
         {{"id", w.worker_id},
-         {"host", w.registration.host()},
-         {"pid", w.registration.pid()},
-         {"data_address", w.registration.data_address()},
+         {"host", w.registration->host()},
+         {"pid", w.registration->pid()},
+         {"data_address", w.registration->data_address()},
          {"devices", devices},
          {"curve_public_key", w.curve_public_key},
          {"state", failed || !w.alive ? "failed"
@@ -121,11 +132,14 @@ std::string ClusterView::ClusterJson() const {
     queue = {{"waiting", replicas_->waiting()}, {"running", replicas_->running()}};
   json replicas = json::array();
   int64_t reconfigurations = 0, faults = 0, requeued = 0;
+  int64_t replicas_ready = 0;
   for (size_t r = 0; r < state_.replicas.size(); ++r) {
     const ReplicaPlan& p = state_.replicas[r];
     reconfigurations += p.reconfigurations;
     faults += p.faults;
     requeued += p.requeued_total;
+    replicas_ready += p.ready ? 1 : 0;
+    if (r < r0 || r >= r1) continue;
     std::vector<std::string> ws;
     for (const Assignment& a : p.assignments) ws.push_back(a.worker_id);
     json j = {{"replica", r},
@@ -137,9 +151,9 @@ std::string ClusterView::ClusterJson() const {
               {"reconfigurations_total", p.reconfigurations},
               {"faults_total", p.faults},
               {"requeued_requests_total", p.requeued_total}};
-    if (r < loads.size()) {
-      const ReplicaLoadInfo& l = loads[r];
-      j["reconfiguring"] = static_cast<bool>(replica_reconfiguring[r]);
+    if (r - r0 < loads.size()) {
+      const ReplicaLoadInfo& l = loads[r - r0];
+      j["reconfiguring"] = static_cast<bool>(replica_reconfiguring[r - r0]);
       j["accepting"] = l.accepting;
       j["load"] = {{"waiting", l.waiting},
                    {"running", l.running},
@@ -161,7 +175,15 @@ std::string ClusterView::ClusterJson() const {
               {"reconfigurations_total", reconfigurations},
               {"faults_total", faults},
               {"requeued_requests_total", requeued},
-              {"replicas", replicas}}
+              {"replicas", replicas},
+              {"workers_total", all_workers.size()},
+              {"replicas_total", state_.replicas.size()},
+              {"replicas_ready", replicas_ready},
+              {"page", page.page},
+              {"page_size", page.page_size},
+              {"pages", std::max<size_t>(1, (std::max(all_workers.size(), state_.replicas.size()) +
+                                             static_cast<size_t>(page.page_size) - 1) /
+                                                static_cast<size_t>(page.page_size))}}
       .dump();
 }
 

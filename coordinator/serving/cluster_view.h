@@ -35,7 +35,7 @@ class ClusterView : public ClusterStatus {
 
   bool ready() const override { return state_.ready.load(); }
   std::string NotReadyJson() const override EXCLUDES(state_.mu);
-  std::string ClusterJson() const override EXCLUDES(state_.mu);
+  std::string ClusterJson(const ClusterPage& page) const override EXCLUDES(state_.mu);
   std::string PlanJson() const override EXCLUDES(state_.mu);
 
  private:

@@ -57,9 +57,9 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     a.worker_id = r.worker_id;
     for (const ControlWorkerInfo& w : infos) {
       if (w.worker_id != a.worker_id || !w.alive) continue;
-      a.host = w.registration.host();
-      a.data_address = w.registration.data_address();
-      a.device_index = w.registration.devices_size() ? w.registration.devices(0).index() : 0;
+      a.host = w.registration->host();
+      a.data_address = w.registration->data_address();
+      a.device_index = w.registration->devices_size() ? w.registration->devices(0).index() : 0;
     }
     a.world_rank = r.world_rank;
     a.stage = r.stage;
@@ -94,7 +94,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     rep().plan_version = version;
     metrics_->Gauge(metric::kPlanVersion).WithLabels({}).Set(static_cast<double>(version));
     rep().parallel = parallel;
-    rep().assignments = plan;
+    state_.SetAssignments(replica_, plan);
     rep().plan_result = std::move(planned);  // the planner's explanation, when it placed this plan
     rep().plan_result_replica = 0;
     for (const Assignment& a : plan) state_.states[a.worker_id] = control::WORKER_STATE_LOADING;

@@ -43,8 +43,8 @@ std::map<std::string, HeldSlice> PlanRunner::HeldSlices() const {
   std::map<std::string, HeldSlice> held;
   // What re-registered workers say they hold (a restarted coordinator) ...
   for (const ControlWorkerInfo& w : control_->Workers()) {
-    if (!w.alive || !w.registration.has_held_shard()) continue;
-    const control::AssignShard& a = w.registration.held_shard();
+    if (!w.alive || !w.registration->has_held_shard()) continue;
+    const control::AssignShard& a = w.registration->held_shard();
     if (a.model_path() != config_.model.path) continue;
     HeldSlice h;
     h.tp = a.tp_per_stage_size() > static_cast<int>(a.stage())

@@ -163,8 +163,8 @@ std::vector<ReplicaStart> ReplicaPlacer::HeldPlans(
   // Per plan version: the workers holding a shard of it, by world rank.
   std::map<uint64_t, std::vector<std::pair<std::string, control::AssignShard>>> by_version;
   for (const ControlWorkerInfo& w : usable) {
-    if (!w.alive || !w.registration.has_held_shard()) continue;
-    const control::AssignShard& a = w.registration.held_shard();
+    if (!w.alive || !w.registration->has_held_shard()) continue;
+    const control::AssignShard& a = w.registration->held_shard();
     if (a.model_path() != config_.model.path || a.plan_version() == 0) continue;
     by_version[a.plan_version()].emplace_back(w.worker_id, a);
   }

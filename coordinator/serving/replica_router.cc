@@ -28,7 +28,11 @@ std::vector<int> ReplicaRouter::Order(const std::vector<int32_t>& prompt,
   const int start =
       static_cast<int>(turn_.fetch_add(1, std::memory_order_relaxed) % static_cast<uint64_t>(n));
   auto turn = [&](int i) { return (i - start + n) % n; };
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
+  // Only the head is sorted: the caller takes the first replica that
+  // accepts, and a fleet has hundreds (the tail keeps every replica listed,
+  // in no particular order, for when the head's queues are full).
+  const auto head = order.begin() + std::min<std::ptrdiff_t>(kSortedHead, std::ssize(order));
+  std::partial_sort(order.begin(), head, order.end(), [&](int a, int b) {
     const ReplicaLoad& x = loads[static_cast<size_t>(a)];
     const ReplicaLoad& y = loads[static_cast<size_t>(b)];
     if (x.outstanding_tokens != y.outstanding_tokens)

@@ -25,7 +25,9 @@
 // Order lists the replicas to try, best first: the ready and accepting ones;
 // when none is ready, those that merely accept (a re-planning replica queues
 // requests until it serves again). The caller submits to the first, and to
-// the next when its queue is full (429 only when every one is).
+// the next when its queue is full (429 only when every one is). Only the
+// first kSortedHead are in order of load; the rest follow unordered (a
+// fleet's hundreds of replicas are not sorted per request).
 //
 // Thread-safety: Order and Routed are thread-safe (one mutex, a leaf: no
 // call out while it is held).
@@ -44,6 +46,9 @@
 #include "common/engine/block_key.h"
 
 namespace tessera {
+
+// How many of Order's replicas are sorted by load.
+inline constexpr int kSortedHead = 8;
 
 // One replica's load as the router sees it.
 struct ReplicaLoad {

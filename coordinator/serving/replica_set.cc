@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <utility>
+#include <unordered_set>
 
 #include "common/base/logging.h"
 
@@ -73,18 +74,16 @@ void ReplicaSet::PlaceAll() {
     }
     const std::vector<ControlWorkerInfo> all = c_.control->Workers();
     const std::vector<std::string> usable = state.UsableWorkers(all);
+    // The usable workers' records, in registration order (both lists are).
     infos.clear();
-    for (const std::string& id : usable)
-      for (const ControlWorkerInfo& w : all)
-        if (w.worker_id == id) {
-          infos.push_back(w);
-          break;
-        }
+    std::unordered_set<std::string> usable_ids(usable.begin(), usable.end());
+    for (const ControlWorkerInfo& w : all)
+      if (usable_ids.erase(w.worker_id)) infos.push_back(w);
     held = placer_.HeldPlans(infos);
     size_t holding = 0, in_held = 0;  // workers holding a shard of this model / of a held plan
     for (const ControlWorkerInfo& w : infos)
-      holding += w.registration.has_held_shard() &&
-                 w.registration.held_shard().model_path() == c_.config->model.path;
+      holding += w.registration->has_held_shard() &&
+                 w.registration->held_shard().model_path() == c_.config->model.path;
     for (const ReplicaStart& h : held) in_held += h.ranks.size();
     const bool adopt = !held.empty() &&
                        (wanted > 0 ? static_cast<int>(held.size()) >= wanted : in_held == holding);

@@ -199,7 +199,7 @@ TEST(ControlPlane, RegisterAndAckRoundTrip) {
   EXPECT_EQ(workers[0].worker_id, "worker-0");
   EXPECT_EQ(workers[0].identity, client.routing_id());
   EXPECT_TRUE(workers[0].alive);
-  EXPECT_EQ(workers[0].registration.pid(), 4242u);
+  EXPECT_EQ(workers[0].registration->pid(), 4242u);
 
   // A second worker gets the id it asks for; a third asking for the same id
   // is refused with the reason.

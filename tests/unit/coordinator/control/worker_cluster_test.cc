@@ -66,7 +66,7 @@ ControlWorkerInfo Worker(const std::string& id, const TopologyReport& host, int 
   TESSERA_CHECK(reg.ok());
   ControlWorkerInfo w;
   w.worker_id = id;
-  w.registration = *reg;
+  w.registration = std::make_shared<const control::Register>(*reg);
   return w;
 }
 
@@ -156,7 +156,9 @@ TEST(WorkerCluster, GpuWorkersTakeTheirGpusAndLinksFromTheReport) {
       BuildWorkerCluster({Worker("x", h, 1, false), Worker("c", CpuHost("c", 1 << 30), 0, true)});
   EXPECT_THAT(mixed.status().message(), HasSubstr("run different backends"));
   ControlWorkerInfo lying = Worker("z", h, 1, false);
-  lying.registration.mutable_devices(0)->set_index(7);
+  auto edited = std::make_shared<control::Register>(*lying.registration);
+  edited->mutable_devices(0)->set_index(7);
+  lying.registration = edited;
   auto bad = BuildWorkerCluster({lying});
   EXPECT_THAT(bad.status().message(),
               HasSubstr("offers GPU 7 that the topology report of host dgx does not list"));

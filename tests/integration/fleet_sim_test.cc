@@ -1,0 +1,88 @@
+// The fleet simulator (bench/fleet_sim/) at a CI-sized fleet: a real
+// tessera-coordinator and 16 simulated DGX H100 nodes (128 workers, each with
+// its own CURVE key) on the real control plane, serving Llama-2-70B shapes at
+// tp8 x pp2: 8 replicas. Under request load one node is killed; only the
+// replica it served re-plans, it serves again within the heartbeat timeout +
+// 2 s, and no request is lost or cut short. bench/fleet_sim.sh runs the same
+// program at 1,024 nodes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAreArray;
+using testing::BinaryDir;
+using testing::FixturePath;
+using testing::MakeTempDir;
+using testing::RunCommand;
+using testing::ReadFileOrDie;
+
+TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
+  const std::string dir = MakeTempDir("fleet-sim");
+  const double timeout = 2.0;
+  const std::string cmd =
+      BinaryDir() + "/tessera-fleet-sim --coordinator " + BinaryDir() +
+      "/tessera-coordinator --topology " + std::string(TESSERA_SOURCE_DIR) +
+      "/configs/topologies/dgx_h100_x1.toml --model-config " + std::string(TESSERA_SOURCE_DIR) +
+      "/configs/models/llama-2-70b.json --tokenizer " + FixturePath("models/llama_gqa_f32") +
+      " --work-dir " + dir + " --json " + dir +
+      "/result.json --nodes 16 --tp 8 --pp 2 --shards 2 --heartbeat 0.25 --heartbeat-timeout " +
+      std::to_string(timeout) +
+      " --clients 16 --max-tokens 4 --idle-seconds 2 --load-seconds 10 --kill-node 3 "
+      "--kill-after 2 --admin-page-size 16 --ready-timeout 120";
+  const testing::CommandResult run = RunCommand(cmd + " >/dev/null");
+  const json r = json::parse(ReadFileOrDie(dir + "/result.json"), nullptr, false);
+  ASSERT_TRUE(r.is_object()) << cmd << "\n" << run.output;
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2) << "\n" << run.output;
+  EXPECT_EQ(run.rc, 0);
+
+  EXPECT_EQ(r["workers"], 128);
+  EXPECT_GE(r["registration_seconds"].get<double>(), 0);
+  EXPECT_EQ(r["replicas"], 8);
+  EXPECT_EQ(r["replicas_ready"], 8);
+  EXPECT_EQ(r["ranks_assigned"], 128);
+  // /admin/cluster read in pages of 16: every worker, every replica.
+  EXPECT_EQ(r["admin_cluster_pages"], 8);
+  EXPECT_EQ(r["admin_cluster_workers"], 128);
+  EXPECT_EQ(r["admin_cluster_replicas"], 8);
+  // Heartbeats flowed while idle: 128 workers at 4 Hz.
+  EXPECT_GT(r["idle_heartbeats_per_second"].get<double>(), 128 * 4 * 0.5);
+
+  const json& load = r["load"];
+  EXPECT_GT(load["ok"].get<int64_t>(), 0) << load.dump(2);
+  EXPECT_EQ(load["failed"], 0) << load.dump(2);
+  EXPECT_EQ(load["short"], 0) << load.dump(2);
+  EXPECT_EQ(load["sent"], load["ok"]);
+  EXPECT_GT(load["steps"].get<int64_t>(), 0);
+
+  // The node's 8 GPUs were half of one replica's; that replica alone
+  // re-planned, and served again within the heartbeat timeout + 2 s.
+  const json& loss = r["node_loss"];
+  ASSERT_TRUE(loss.is_object()) << r.dump(2);
+  ASSERT_EQ(loss["replicas_of_node"].size(), 1u) << loss.dump();
+  EXPECT_THAT(loss["replanned_replicas"].get<std::vector<int>>(),
+              ElementsAreArray(loss["replicas_of_node"].get<std::vector<int>>()));
+  const double back = loss["serving_again_seconds"].get<double>();
+  EXPECT_GE(back, 0);
+  EXPECT_LT(back, timeout + 2.0) << loss.dump();
+}
+
+TEST(FleetSim, BadArgumentsAreRefusedByName) {
+  const testing::CommandResult run =
+      RunCommand(BinaryDir() + "/tessera-fleet-sim --nodes 2 --kill-node 5 2>&1");
+  EXPECT_NE(run.rc, 0);
+  EXPECT_THAT(run.output, ::testing::HasSubstr("--kill-node 5: there are only 2 nodes"));
+  const testing::CommandResult zero = RunCommand(BinaryDir() + "/tessera-fleet-sim --nodes 0 2>&1");
+  EXPECT_NE(zero.rc, 0);
+  EXPECT_THAT(zero.output, ::testing::HasSubstr("--nodes"));
+}
+
+}  // namespace
+}  // namespace tessera
