@@ -290,6 +290,20 @@ def requests():
     d.panel("Generated tokens per request",
             [(f"sum(rate(tessera_generation_tokens_total[{RATE}])) / "
               f"clamp_min(sum(rate(tessera_requests_total[{RATE}])), 1e-9)", "generated")])
+    d.row("Replicas")
+    d.panel("Sequences per replica",
+            [("sum by (replica) (tessera_scheduler_running_sequences)",
+              "running, replica {{replica}}"),
+             ("sum by (replica) (tessera_scheduler_waiting_sequences)",
+              "waiting, replica {{replica}}")],
+            description="Running and waiting sequences of each data-parallel replica "
+                        "(parallel.replicas): the router keeps their load balanced.")
+    d.panel("KV cache use per replica",
+            [("sum by (replica) (tessera_kv_cache_used_blocks) / "
+              "clamp_min(sum by (replica) (tessera_kv_cache_capacity_blocks), 1)",
+              "replica {{replica}}")],
+            unit="percentunit",
+            description="Share of each replica's KV blocks allocated to sequences.")
     return d
 
 
