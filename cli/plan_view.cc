@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/net/endpoint.h"
 
@@ -19,28 +20,17 @@ std::string Mb(const json& v) {
   return buf;
 }
 
-}  // namespace
-
-std::string FormatServingPlan(const std::string& plan_json, bool with_explanation) {
-  const json plan = json::parse(plan_json, nullptr, false);
-  if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks"))
-    return "placement: unavailable (" + plan_json + ")\n";
-  std::string out;
-  if (plan.contains("error") && plan["error"].is_string())
-    out += "placement failed: " + plan["error"].get<std::string>() + "\n";
-  if (!plan.contains("planner") && !plan.contains("tp_per_stage")) {
-    if (plan.contains("waiting_for_workers"))
-      out += "placement: waiting for " + plan["waiting_for_workers"].dump() + " worker(s)\n";
-    return out;
-  }
-  if (with_explanation && plan.contains("planner")) out += plan["planner"].value("text", "") + "\n";
+// One replica's plan document: its placement line and rank table, each
+// line of the table indented; `label` ("replica 1: ") starts the first line.
+std::string FormatReplicaPlan(const json& plan, const std::string& label) {
   // tp_per_stage lists every stage's tp; shown when the stages differ (tp 0).
   std::string tp = std::to_string(plan.value("tp", 0));
   if (plan.value("tp", 0) == 0 && plan.contains("tp_per_stage")) tp = plan["tp_per_stage"].dump();
+  std::string out;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "placement: tp=%s pp=%d (plan %llu, %s), KV cache %lld blocks of %d tokens\n",
-                tp.c_str(), plan.value("pp", 0),
+                "%splacement: tp=%s pp=%d (plan %llu, %s), KV cache %lld blocks of %d tokens\n",
+                label.c_str(), tp.c_str(), plan.value("pp", 0),
                 static_cast<unsigned long long>(plan.value("plan_version", 0)),
                 plan.value("mode", "").c_str(), static_cast<long long>(plan.value("kv_blocks", 0)),
                 plan.value("kv_block_size", 0));
@@ -59,6 +49,40 @@ std::string FormatServingPlan(const std::string& plan_json, bool with_explanatio
                   Mb(r["predicted_kv_bytes"]).c_str(), r.value("worker", "").c_str(),
                   r.value("host", "").c_str());
     out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatServingPlan(const std::string& plan_json, bool with_explanation) {
+  const json plan = json::parse(plan_json, nullptr, false);
+  if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks"))
+    return "placement: unavailable (" + plan_json + ")\n";
+  std::string out;
+  if (plan.contains("error") && plan["error"].is_string())
+    out += "placement failed: " + plan["error"].get<std::string>() + "\n";
+  if (!plan.contains("planner") && !plan.contains("tp_per_stage")) {
+    if (plan.contains("waiting_for_workers"))
+      out += "placement: waiting for " + plan["waiting_for_workers"].dump() + " worker(s)\n";
+    return out;
+  }
+  // Several replicas: each one's table (their layouts may differ:
+  // parallel.replica_override), and each distinct planner explanation once.
+  std::vector<json> replicas;
+  if (plan.contains("replicas") && plan["replicas"].is_array() && plan["replicas"].size() > 1)
+    for (const json& r : plan["replicas"])
+      if (r.is_object() && r.contains("ranks") && r.contains("tp_per_stage")) replicas.push_back(r);
+  if (replicas.empty()) replicas.push_back(plan);
+  std::string last_text;
+  for (const json& r : replicas) {
+    if (with_explanation && r.contains("planner")) {
+      const std::string text = r["planner"].value("text", "");
+      if (text != last_text) out += text + "\n";
+      last_text = text;
+    }
+    out += FormatReplicaPlan(
+        r, replicas.size() > 1 ? "replica " + std::to_string(r.value("replica", 0)) + ": " : "");
   }
   return out;
 }

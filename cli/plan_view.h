@@ -13,8 +13,11 @@
 namespace tessera::cli {
 
 // The text for the /admin/plan body `plan_json`; `with_explanation` adds the
-// planner's explanation before the rank table. A body that is not a plan
-// (or a failed placement) yields its error and the planner's reasons.
+// planner's explanation before the rank table. With several replicas, one
+// placement line and rank table per replica ("replica 1: placement: tp=2
+// pp=1 ..."; their layouts differ with parallel.replica_override), each
+// distinct explanation once. A body that is not a plan (or a failed
+// placement) yields its error and the planner's reasons.
 std::string FormatServingPlan(const std::string& plan_json, bool with_explanation);
 
 // "http://HOST:PORT", "HOST:PORT" or "PORT" (HOST 127.0.0.1).

@@ -32,36 +32,53 @@ ListenerPorts CoordinatorDaemon::ports() const {
   return p;
 }
 
+namespace {
+
+// `layout` against `model`; an error names the key of `prefix` it is about
+// (pp=3 over 2 layers: <prefix>.pp), where it was set, and the model.
+StatusOr<ParallelConfig> LayoutForModel(const DaemonConfig& config, const ModelConfig& model,
+                                        const std::string& prefix, const LayoutSection& layout) {
+  auto parallel =
+      layout.tp_per_stage.empty()
+          ? ParallelConfig::Make(model, layout.tp, layout.pp, layout.layers_per_stage)
+          : ParallelConfig::MakePerStage(model, layout.tp_per_stage, layout.layers_per_stage);
+  if (parallel.ok()) return parallel;
+  std::string key = prefix + ".tp";
+  switch (LayoutParamOfError(parallel.status())) {
+    case LayoutParam::kPp:
+      key = prefix + ".pp";
+      break;
+    case LayoutParam::kLayersPerStage:
+      key = prefix + ".layers_per_stage";
+      break;
+    case LayoutParam::kModel:
+      key = "model.path";
+      break;
+    case LayoutParam::kTp:
+      break;
+  }
+  // A key the entry left out (its default) is named by the entry's place.
+  std::string where = ConfigKeyContext(config, key);
+  if (config.sources.count(key) == 0 && config.sources.count(prefix) > 0)
+    where = config.sources.at(prefix) + ": " + key;
+  return parallel.status().WithContext(where + " (model.path " + config.model.path + ")");
+}
+
+}  // namespace
+
 Status CoordinatorDaemon::CheckLayout() {
-  const std::string& dir = config_.model.path;
   expected_workers_ = config_.parallel.ExpectedWorkers();
   if (config_.parallel.mode != ParallelMode::kExplicit) return Status::Ok();
-  // The layout's rules against the model, before any worker is waited for.
-  auto parallel = config_.parallel.tp_per_stage.empty()
-                      ? ParallelConfig::Make(model_, config_.parallel.tp, config_.parallel.pp,
-                                             config_.parallel.layers_per_stage)
-                      : ParallelConfig::MakePerStage(model_, config_.parallel.tp_per_stage,
-                                                     config_.parallel.layers_per_stage);
-  if (!parallel.ok()) {
-    // Name the key the message is about (pp=3 over 2 layers: parallel.pp).
-    const char* layout_key = "parallel.tp";
-    switch (LayoutParamOfError(parallel.status())) {
-      case LayoutParam::kPp:
-        layout_key = "parallel.pp";
-        break;
-      case LayoutParam::kLayersPerStage:
-        layout_key = "parallel.layers_per_stage";
-        break;
-      case LayoutParam::kModel:
-        layout_key = "model.path";
-        break;
-      case LayoutParam::kTp:
-        break;
-    }
-    return parallel.status().WithContext(ConfigKeyContext(config_, layout_key) + " (model.path " +
-                                         dir + ")");
+  // The layouts' rules against the model, before any worker is waited for.
+  TESSERA_ASSIGN_OR_RETURN(
+      configured_, LayoutForModel(config_, model_, "parallel", config_.parallel.BaseLayout()));
+  const auto& overrides = config_.parallel.replica_overrides;
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(
+        overrides_[overrides[i].replica],
+        LayoutForModel(config_, model_, "parallel.replica_override[" + std::to_string(i) + "]",
+                       overrides[i].layout));
   }
-  configured_ = std::move(parallel).value();
   return Status::Ok();
 }
 
@@ -113,11 +130,14 @@ Status CoordinatorDaemon::Start() {
                    config_.server.host, api_port(),
                    admin_ ? config_.admin.host : config_.server.host, admin_port(),
                    control_endpoint_, store_->port());
+  std::string overridden;  // the replicas with a layout of their own
+  for (const auto& [replica, layout] : overrides_)
+    overridden += ", replica " + std::to_string(replica) + ": " + layout.ToString();
   TESSERA_LOG_INFO(
       "coordinator", "serving {} on http://{}:{}, control {}, waiting for {} workers ({}, {})",
       model_name_, config_.server.host, api_port(), control_endpoint_, expected_workers_,
       config_.parallel.mode == ParallelMode::kExplicit
-          ? configured_.ToString()
+          ? configured_.ToString() + overridden
           : std::string("auto placement, objective ") +
                 ParallelObjectiveName(config_.parallel.objective),
       config_.parallel.replicas == 0 ? std::string("as many replicas as fit")
@@ -188,6 +208,7 @@ Status CoordinatorDaemon::StartControlPlane() {
   rc.model = &model_;
   rc.tokenizer = tokenizer_.get();
   rc.configured = configured_;
+  rc.overrides = overrides_;
   rc.expected_workers = expected_workers_;
   rc.max_context = max_context_;
   rc.scheduler = sched_;

@@ -26,6 +26,7 @@
 // thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +75,8 @@ class CoordinatorDaemon {
   Status WaitReady(double timeout_seconds);
 
  private:
-  // Checks the explicit layout against the model (naming the config key).
+  // Checks the explicit layout, and every parallel.replica_override, against
+  // the model (naming the config key).
   Status CheckLayout();
   Status StartControlPlane();
   Status StartStore();
@@ -85,6 +87,8 @@ class CoordinatorDaemon {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   ParallelConfig configured_;  // explicit mode: the configured layout
+  // Explicit mode: replica index -> its own layout (parallel.replica_override).
+  std::map<int, ParallelConfig> overrides_;
   int expected_workers_ = 1;
   SchedulerOptions sched_;  // every replica's scheduler
   int64_t max_context_ = 0;

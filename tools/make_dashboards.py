@@ -2,7 +2,7 @@
 """Writes the Grafana dashboards in dashboards/ (JSON, Grafana 9+ schema).
 
 The dashboards are generated so that every panel follows one layout and the
-templated variables (datasource, node, gpu, stage) are the same everywhere.
+templated variables (datasource, replica, node, gpu, stage) are the same everywhere.
 Edit this file, run it, commit both:
 
     python3 tools/make_dashboards.py            # rewrites dashboards/*.json
@@ -17,7 +17,7 @@ import pathlib
 import sys
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
-SEL = 'node=~"$node", gpu=~"$gpu", stage=~"$stage"'
+SEL = 'replica=~"$replica", node=~"$node", gpu=~"$gpu", stage=~"$stage"'
 RATE = "$__rate_interval"
 
 
@@ -27,7 +27,8 @@ def variables(with_rank_vars=True):
         "query": "prometheus", "current": {}, "hide": 0,
     }]
     if with_rank_vars:
-        for name, label in (("node", "Node"), ("gpu", "GPU"), ("stage", "Stage")):
+        for name, label in (("replica", "Replica"), ("node", "Node"), ("gpu", "GPU"),
+                            ("stage", "Stage")):
             out.append({
                 "name": name, "label": label, "type": "query", "datasource": DS,
                 "query": {"query": f"label_values(tessera_gpu_memory_used_bytes, {name})",
@@ -134,12 +135,12 @@ def cluster():
             kind="stat", w=4, h=4)
     d.panel("Workers by state", [("sum by (state) (tessera_workers)", "{{state}}")], stack=True)
     d.panel("Shard load time per rank",
-            [("max by (stage, tp_rank, node, gpu) (tessera_rank_load_seconds)",
-              "stage {{stage}} tp {{tp_rank}} ({{node}}/{{gpu}})")],
+            [("max by (replica, stage, tp_rank, node, gpu) (tessera_rank_load_seconds)",
+              "replica {{replica}} stage {{stage}} tp {{tp_rank}} ({{node}}/{{gpu}})")],
             unit="s", kind="bargauge")
     d.panel("Shard bytes loaded per rank",
-            [("max by (stage, tp_rank, node, gpu) (tessera_rank_load_bytes)",
-              "stage {{stage}} tp {{tp_rank}} ({{node}}/{{gpu}})")],
+            [("max by (replica, stage, tp_rank, node, gpu) (tessera_rank_load_bytes)",
+              "replica {{replica}} stage {{stage}} tp {{tp_rank}} ({{node}}/{{gpu}})")],
             unit="bytes", kind="bargauge")
     d.row("Traffic")
     d.panel("Requests per second by final status",
@@ -176,19 +177,20 @@ def gpu_memory():
     d.row("All devices")
     d.panel("Memory used / total",
             [(f"tessera_gpu_memory_used_bytes{{{SEL}}} / tessera_gpu_memory_total_bytes{{{SEL}}}",
-              "{{node}} gpu {{gpu}} (stage {{stage}} tp {{tp_rank}})")],
+              "{{node}} gpu {{gpu}} (replica {{replica}} stage {{stage}} tp {{tp_rank}})")],
             unit="percentunit", minv=0, maxv=1)
     d.panel("Utilisation",
             [(f"tessera_gpu_utilization_ratio{{{SEL}}}", "{{node}} gpu {{gpu}}")],
             unit="percentunit", minv=0)
     d.panel("Weights per device",
-            [(f"tessera_gpu_weight_bytes{{{SEL}}}", "{{node}} gpu {{gpu}} stage {{stage}} tp {{tp_rank}}")],
+            [(f"tessera_gpu_weight_bytes{{{SEL}}}",
+              "{{node}} gpu {{gpu}} replica {{replica}} stage {{stage}} tp {{tp_rank}}")],
             unit="bytes", kind="bargauge")
     d.panel("KV cache used vs capacity",
-            [(f"sum by (stage, tp_rank) (tessera_kv_cache_used_bytes{{{SEL}}})",
-              "used stage {{stage}} tp {{tp_rank}}"),
-             (f"sum by (stage, tp_rank) (tessera_gpu_kv_cache_capacity_bytes{{{SEL}}})",
-              "capacity stage {{stage}} tp {{tp_rank}}")],
+            [(f"sum by (replica, stage, tp_rank) (tessera_kv_cache_used_bytes{{{SEL}}})",
+              "used replica {{replica}} stage {{stage}} tp {{tp_rank}}"),
+             (f"sum by (replica, stage, tp_rank) (tessera_gpu_kv_cache_capacity_bytes{{{SEL}}})",
+              "capacity replica {{replica}} stage {{stage}} tp {{tp_rank}}")],
             unit="bytes")
     d.panel("Activations + workspace",
             [(f"tessera_gpu_activation_bytes{{{SEL}}}", "{{node}} gpu {{gpu}}")], unit="bytes")
@@ -210,44 +212,52 @@ def latency():
     d.panel("Queue time", quantiles("tessera_request_queue_time_seconds"), unit="s")
     d.row("Steps")
     step_sel = f'{SEL}, phase="decode"'
-    d.panel("Decode step latency", quantiles("tessera_step_duration_seconds", "stage", step_sel),
-            unit="s")
+    d.panel("Decode step latency",
+            quantiles("tessera_step_duration_seconds", "replica, stage", step_sel), unit="s")
     step_sel = f'{SEL}, phase="prefill"'
-    d.panel("Prefill step latency", quantiles("tessera_step_duration_seconds", "stage", step_sel),
-            unit="s")
+    d.panel("Prefill step latency",
+            quantiles("tessera_step_duration_seconds", "replica, stage", step_sel), unit="s")
     return d
 
 
 def pipeline():
     d = Dash("tessera-pipeline", "Tessera / Pipeline",
-             "Per-stage step time, pipeline bubble ratio and communication time by op.")
+             "Per-stage step time, pipeline bubble ratio and communication time by op, for "
+             "each replica.")
     d.row("Stages")
     d.panel("Mean step time per stage",
-            [(f"sum by (stage, phase) (rate(tessera_step_duration_seconds_sum{{{SEL}}}[{RATE}])) / "
-              f"sum by (stage, phase) (rate(tessera_step_duration_seconds_count{{{SEL}}}[{RATE}]))",
-              "stage {{stage}} {{phase}}")], unit="s")
+            [(f"sum by (replica, stage, phase) "
+              f"(rate(tessera_step_duration_seconds_sum{{{SEL}}}[{RATE}])) / "
+              f"sum by (replica, stage, phase) "
+              f"(rate(tessera_step_duration_seconds_count{{{SEL}}}[{RATE}]))",
+              "replica {{replica}} stage {{stage}} {{phase}}")], unit="s")
     d.panel("p90 step time per stage",
-            quantiles("tessera_step_duration_seconds", "stage, phase", SEL, qs=(0.9,)), unit="s")
+            quantiles("tessera_step_duration_seconds", "replica, stage, phase", SEL, qs=(0.9,)),
+            unit="s")
     d.panel("Pipeline bubble ratio (idle fraction)",
-            [(f"avg by (stage) (tessera_pipeline_bubble_ratio{{{SEL}}})", "stage {{stage}}")],
+            [(f"avg by (replica, stage) (tessera_pipeline_bubble_ratio{{{SEL}}})",
+              "replica {{replica}} stage {{stage}}")],
             unit="percentunit", minv=0, maxv=1)
     d.panel("Busy fraction per stage",
-            [(f"sum by (stage) (rate(tessera_stage_busy_seconds_total{{{SEL}}}[{RATE}])) / "
-              f"clamp_min(sum by (stage) (rate(tessera_stage_busy_seconds_total{{{SEL}}}[{RATE}])) + "
-              f"sum by (stage) (rate(tessera_stage_idle_seconds_total{{{SEL}}}[{RATE}])), 1e-9)",
-              "stage {{stage}}")], unit="percentunit", minv=0, maxv=1)
+            [(f"sum by (replica, stage) (rate(tessera_stage_busy_seconds_total{{{SEL}}}[{RATE}])) / "
+              f"clamp_min(sum by (replica, stage) "
+              f"(rate(tessera_stage_busy_seconds_total{{{SEL}}}[{RATE}])) + "
+              f"sum by (replica, stage) (rate(tessera_stage_idle_seconds_total{{{SEL}}}[{RATE}])), "
+              f"1e-9)",
+              "replica {{replica}} stage {{stage}}")], unit="percentunit", minv=0, maxv=1)
     d.panel("Tokens per second per stage",
-            [(f"sum by (stage, phase) (rate(tessera_step_tokens_total{{{SEL}}}[{RATE}]))",
-              "stage {{stage}} {{phase}}")])
+            [(f"sum by (replica, stage, phase) (rate(tessera_step_tokens_total{{{SEL}}}[{RATE}]))",
+              "replica {{replica}} stage {{stage}} {{phase}}")])
     d.row("Communication")
     d.panel("Communication time per second, by op",
-            [(f"sum by (stage, op) (rate(tessera_comm_duration_seconds_sum{{{SEL}}}[{RATE}]))",
-              "stage {{stage}} {{op}}")], unit="s", stack=True)
+            [(f"sum by (replica, stage, op) "
+              f"(rate(tessera_comm_duration_seconds_sum{{{SEL}}}[{RATE}]))",
+              "replica {{replica}} stage {{stage}} {{op}}")], unit="s", stack=True)
     d.panel("p90 communication call, by op",
             quantiles("tessera_comm_duration_seconds", "op", SEL, qs=(0.9,)), unit="s")
     d.panel("Communication bandwidth, by op",
-            [(f"sum by (stage, op) (rate(tessera_comm_bytes_total{{{SEL}}}[{RATE}]))",
-              "stage {{stage}} {{op}}")], unit="Bps")
+            [(f"sum by (replica, stage, op) (rate(tessera_comm_bytes_total{{{SEL}}}[{RATE}]))",
+              "replica {{replica}} stage {{stage}} {{op}}")], unit="Bps")
     return d
 
 
@@ -290,6 +300,20 @@ def requests():
     d.panel("Generated tokens per request",
             [(f"sum(rate(tessera_generation_tokens_total[{RATE}])) / "
               f"clamp_min(sum(rate(tessera_requests_total[{RATE}])), 1e-9)", "generated")])
+    d.row("Replicas")
+    d.panel("Sequences per replica",
+            [("sum by (replica) (tessera_scheduler_running_sequences)",
+              "running, replica {{replica}}"),
+             ("sum by (replica) (tessera_scheduler_waiting_sequences)",
+              "waiting, replica {{replica}}")],
+            description="Running and waiting sequences of each data-parallel replica "
+                        "(parallel.replicas): the router keeps their load balanced.")
+    d.panel("KV cache use per replica",
+            [("sum by (replica) (tessera_kv_cache_used_blocks) / "
+              "clamp_min(sum by (replica) (tessera_kv_cache_capacity_blocks), 1)",
+              "replica {{replica}}")],
+            unit="percentunit",
+            description="Share of each replica's KV blocks allocated to sequences.")
     return d
 
 

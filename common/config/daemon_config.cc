@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -26,11 +27,17 @@ using namespace config_internal;  // NOLINT: the shared internals of the config 
 
 namespace {
 
-// In "auto" mode with no mode named, setting tp, pp or layers_per_stage
-// selects "explicit".
+// The keys of an explicit layout: setting one with no mode named selects
+// "explicit"; "auto" mode takes none of them.
+constexpr const char* kExplicitLayoutKeys[] = {
+    "parallel.tp", "parallel.pp", "parallel.layers_per_stage", "parallel.replica_override"};
+
+// In "auto" mode with no mode named, setting tp, pp, layers_per_stage or
+// replica_override selects "explicit".
 void InferParallelMode(DaemonConfig& c) {
   if (IsSet(c, "parallel.mode")) return;
-  if (IsSet(c, "parallel.tp") || IsSet(c, "parallel.pp") || IsSet(c, "parallel.layers_per_stage")) {
+  if (std::any_of(std::begin(kExplicitLayoutKeys), std::end(kExplicitLayoutKeys),
+                  [&c](const char* key) { return IsSet(c, key); })) {
     c.parallel.mode = ParallelMode::kExplicit;
   }
 }
@@ -157,8 +164,12 @@ Status SetOne(DaemonConfig& c, const std::string& dotted_key, const std::string&
     c.parallel.tp_per_stage.clear();
     c.parallel.pp = 1;
     c.parallel.layers_per_stage.clear();
-    for (const char* k : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"})
-      c.sources.erase(k);
+    c.parallel.replica_overrides.clear();
+    for (const char* k : kExplicitLayoutKeys) c.sources.erase(k);
+    const std::string entries = "parallel.replica_override[";
+    for (auto it = c.sources.lower_bound(entries);
+         it != c.sources.end() && it->first.rfind(entries, 0) == 0;)
+      it = c.sources.erase(it);
   }
   return Status::Ok();
 }
@@ -253,7 +264,8 @@ std::string FormatDaemonConfig(const DaemonConfig& config, bool redact_secrets) 
       if (f.table != table) continue;
       const std::string path = f.path();
       if (config.parallel.mode == ParallelMode::kAuto &&
-          (path == "parallel.tp" || path == "parallel.pp" || path == "parallel.layers_per_stage")) {
+          std::find(std::begin(kExplicitLayoutKeys), std::end(kExplicitLayoutKeys), path) !=
+              std::end(kExplicitLayoutKeys)) {
         continue;
       }
       std::string value = f.format(config);

@@ -71,6 +71,44 @@ enum class ParallelObjective {
   kThroughput,  // "throughput": the most generated tokens per second
 };
 
+// One explicit layout: tp (or a tp per stage), pp and the layer split, as
+// the keys of [parallel] and of a parallel.replica_override entry give it.
+struct LayoutSection {
+  // As ParallelSection::tp: the tp of every stage; 0 when tp_per_stage is set.
+  int tp = 1;
+  // As ParallelSection::tp_per_stage: empty, or pp entries, each >= 1.
+  std::vector<int> tp_per_stage;
+  // As ParallelSection::pp.
+  int pp = 1;
+  // As ParallelSection::layers_per_stage: empty = even split.
+  std::vector<int> layers_per_stage;
+
+  // The tp of stage `stage`: tp_per_stage[stage], or tp.
+  int TpOfStage(int stage) const {
+    return tp_per_stage.empty() ? tp : tp_per_stage[static_cast<size_t>(stage)];
+  }
+  // Worker ranks of the layout: the sum of the stages' tp.
+  int world_size() const {
+    int w = 0;
+    for (int s = 0; s < pp; ++s) w += TpOfStage(s);
+    return w;
+  }
+};
+
+// [[parallel.replica_override]]: replica `replica`'s own layout in explicit
+// mode, for replicas on hosts that differ (a host of 2 GPUs beside hosts of
+// 4). The entry is the replica's whole layout: a key it leaves out takes
+// [parallel]'s default (tp 1, pp 1, an even split), not [parallel]'s value.
+struct ReplicaOverride {
+  // The replica it applies to: 0 <= replica < parallel.replicas, each at most
+  // once.
+  int replica = 0;
+  // Its tp (an integer, or an array with one entry per stage), pp and
+  // layers_per_stage, checked as [parallel]'s are (and against the model
+  // when the coordinator starts).
+  LayoutSection layout;
+};
+
 // [parallel]: how the model is split over workers (see common/model/parallel_config.h).
 struct ParallelSection {
   // "auto" or "explicit". When the file does not name a mode, setting any of
@@ -108,9 +146,10 @@ struct ParallelSection {
   }
 
   // Workers the coordinator waits for before it plans; the plan uses those
-  // that registered first. 0 = replicas * tp * pp in explicit mode, 1 in
-  // auto mode. In explicit mode a non-zero value must equal replicas * tp *
-  // pp (or, with replicas = 0, be at least tp * pp). Workers the plan leaves
+  // that registered first. 0 = replicas * tp * pp in explicit mode (with
+  // replica_overrides: the sum of every replica's tp * pp), 1 in auto mode.
+  // In explicit mode a non-zero value must equal that count (or, with
+  // replicas = 0, be at least tp * pp). Workers the plan leaves
   // idle are spares: listed at /admin/cluster, taken by a replica that loses
   // a worker, and shut down with the rest.
   int workers = 0;
@@ -122,14 +161,44 @@ struct ParallelSection {
   // workers / (tp * pp), so parallel.workers must be set; auto mode: as many
   // as the planner fits). The default 1 serves one pipeline and leaves the
   // other workers spare, as before replicas existed. In explicit mode every
-  // replica has the configured layout. >= 0.
+  // replica has the configured layout, unless replica_overrides gives it
+  // its own. >= 0.
   int replicas = 1;
+
+  // Per-replica layouts (explicit mode, parallel.replicas >= 1): replica
+  // `replica` of an entry runs its own layout instead of tp / pp /
+  // layers_per_stage above; the other replicas run those. In the file an
+  // array of tables, [[parallel.replica_override]] with keys replica, tp,
+  // pp, layers_per_stage. Empty = every replica runs the same layout.
+  std::vector<ReplicaOverride> replica_overrides;
+
+  // The layout of [parallel] itself (tp, tp_per_stage, pp, layers_per_stage).
+  LayoutSection BaseLayout() const { return {tp, tp_per_stage, pp, layers_per_stage}; }
+  // Replica `replica`'s layout (explicit mode): its override, else BaseLayout().
+  LayoutSection LayoutOfReplica(int replica) const {
+    for (const ReplicaOverride& o : replica_overrides)
+      if (o.replica == replica) return o.layout;
+    return BaseLayout();
+  }
+  // Worker ranks of every replica together (explicit mode, replicas >= 1):
+  // the sum of each replica's world_size(); replicas = 0 counts one.
+  int64_t ReplicasWorldSize() const {
+    const int n = replicas > 0 ? replicas : 1;
+    int64_t w = static_cast<int64_t>(n) * world_size();
+    for (size_t i = 0; i < replica_overrides.size(); ++i) {
+      const ReplicaOverride& o = replica_overrides[i];
+      bool first = o.replica >= 0 && o.replica < n;  // LayoutOfReplica takes the first
+      for (size_t j = 0; j < i && first; ++j) first = replica_overrides[j].replica != o.replica;
+      if (first) w += o.layout.world_size() - world_size();
+    }
+    return w;
+  }
 
   // The workers the coordinator waits for before it plans (see workers).
   int ExpectedWorkers() const {
     if (mode == ParallelMode::kAuto) return workers > 0 ? workers : 1;
     if (workers > 0) return workers;
-    return (replicas > 0 ? replicas : 1) * world_size();
+    return static_cast<int>(ReplicasWorldSize());
   }
 };
 
@@ -455,7 +524,12 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //  - parallel: tp, pp or layers_per_stage set in "auto" mode; tp or pp < 1;
 //    tp given per stage with a size other than pp or an entry < 1;
 //    layers_per_stage non-empty with a size other than pp or an entry < 1;
-//    workers < 0, or other than 0 and tp * pp in explicit mode;
+//    workers < 0, or other than 0 and replicas x tp * pp in explicit mode
+//    (the sum of every replica's tp * pp with replica overrides);
+//    replica_override: set in "auto" mode or with replicas = 0, an entry
+//    without `replica`, an index outside 0..replicas-1 or given twice, an
+//    unknown key, or a layout failing the checks of tp, pp and
+//    layers_per_stage above (named parallel.replica_override[i].<key>);
 //  - server/admin/worker hosts empty or not a host name or IP address; ports
 //    outside 1..65535 (server.port, admin.port, worker.metrics_port and the
 //    port of server.control_endpoint may be 0); admin.pick_port with

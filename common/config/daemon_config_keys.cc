@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -255,29 +256,60 @@ Field BoolField(const char* table, const char* key, Member<S, bool> m) {
                [m](const DaemonConfig& c) { return std::string(m(c) ? "true" : "false"); }};
 }
 
+// Reads `n` as an array of integers into *out; `key` names it in errors.
+Status ReadIntList(const toml::node& n, const Locator& loc, const std::string& key,
+                   std::vector<int>* out) {
+  if (!n.is_array()) return KeyError(loc(n), key, "expected an array of integers, got " + Show(n));
+  std::vector<int> values;
+  const toml::array& arr = *n.as_array();
+  for (size_t i = 0; i < arr.size(); ++i) {
+    int v = 0;
+    TESSERA_RETURN_IF_ERROR(ReadInt<int>(arr[i], loc, fmt::format("{}[{}]", key, i), &v));
+    values.push_back(v);
+  }
+  *out = std::move(values);
+  return Status::Ok();
+}
+
 template <typename S>
 Field IntListField(const char* table, const char* key, Member<S, std::vector<int>> m) {
   std::string full = std::string(table) + "." + key;
-  return Field{
-      table,
-      key,
-      "an array of integers",
-      false,
-      [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
-        if (!n.is_array()) {
-          return KeyError(loc(n), full, "expected an array of integers, got " + Show(n));
-        }
-        std::vector<int> values;
-        const toml::array& arr = *n.as_array();
-        for (size_t i = 0; i < arr.size(); ++i) {
-          int v = 0;
-          TESSERA_RETURN_IF_ERROR(ReadInt<int>(arr[i], loc, fmt::format("{}[{}]", full, i), &v));
-          values.push_back(v);
-        }
-        m(c) = std::move(values);
-        return Status::Ok();
-      },
-      [m](const DaemonConfig& c) { return fmt::format("[{}]", fmt::join(m(c), ", ")); }};
+  return Field{table,
+               key,
+               "an array of integers",
+               false,
+               [m, full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+                 return ReadIntList(n, loc, full, &m(c));
+               },
+               [m](const DaemonConfig& c) { return fmt::format("[{}]", fmt::join(m(c), ", ")); }};
+}
+
+// A tp key: an integer (the tp of every stage; *tp_per_stage cleared) or an
+// array of integers (one per stage; *tp = 0).
+Status ReadTp(const toml::node& n, const Locator& loc, const std::string& key, int* tp,
+              std::vector<int>* tp_per_stage) {
+  if (n.is_integer()) {
+    int v = 0;
+    TESSERA_RETURN_IF_ERROR(ReadInt<int>(n, loc, key, &v));
+    *tp = v;
+    tp_per_stage->clear();
+    return Status::Ok();
+  }
+  if (!n.is_array()) {
+    return KeyError(loc(n), key,
+                    "expected an integer or an array of integers (one per stage), got " + Show(n));
+  }
+  if (n.as_array()->empty()) return KeyError(loc(n), key, "expected one entry per stage, got []");
+  std::vector<int> values;
+  TESSERA_RETURN_IF_ERROR(ReadIntList(n, loc, key, &values));
+  *tp = 0;
+  *tp_per_stage = std::move(values);
+  return Status::Ok();
+}
+
+std::string FormatTp(int tp, const std::vector<int>& tp_per_stage) {
+  return tp_per_stage.empty() ? std::to_string(tp)
+                              : fmt::format("[{}]", fmt::join(tp_per_stage, ", "));
 }
 
 // parallel.tp: an integer (the tp of every stage) or an array of integers
@@ -290,34 +322,79 @@ Field TpField() {
       "an integer or an array of integers",
       false,
       [full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
-        if (n.is_integer()) {
-          int v = 0;
-          TESSERA_RETURN_IF_ERROR(ReadInt<int>(n, loc, full, &v));
-          c.parallel.tp = v;
-          c.parallel.tp_per_stage.clear();
-          return Status::Ok();
-        }
-        if (!n.is_array()) {
+        return ReadTp(n, loc, full, &c.parallel.tp, &c.parallel.tp_per_stage);
+      },
+      [](const DaemonConfig& c) { return FormatTp(c.parallel.tp, c.parallel.tp_per_stage); }};
+}
+
+// parallel.replica_override: an array of tables ([[parallel.replica_override]]
+// in a file, an array of inline tables in --set or FormatDaemonConfig), each
+// with `replica` and the layout keys tp, pp, layers_per_stage. Where each
+// entry and each of its keys was given goes to config.sources as
+// "parallel.replica_override[i]" and "parallel.replica_override[i].<key>",
+// so that validation and the coordinator can name them.
+Field ReplicaOverrideField() {
+  const std::string full = "parallel.replica_override";
+  return Field{
+      "parallel",
+      "replica_override",
+      "an array of tables (replica, tp, pp, layers_per_stage)",
+      false,
+      [full](DaemonConfig& c, const toml::node& n, const Locator& loc) -> Status {
+        if (!n.is_array())
           return KeyError(
               loc(n), full,
-              "expected an integer or an array of integers (one per stage), got " + Show(n));
-        }
-        std::vector<int> values;
+              "expected an array of tables ([[parallel.replica_override]]), got " + Show(n));
+        std::vector<ReplicaOverride> overrides;
+        std::map<std::string, std::string> where;
         const toml::array& arr = *n.as_array();
-        if (arr.empty()) return KeyError(loc(n), full, "expected one entry per stage, got []");
         for (size_t i = 0; i < arr.size(); ++i) {
-          int v = 0;
-          TESSERA_RETURN_IF_ERROR(ReadInt<int>(arr[i], loc, fmt::format("{}[{}]", full, i), &v));
-          values.push_back(v);
+          const std::string entry = fmt::format("{}[{}]", full, i);
+          if (!arr[i].is_table())
+            return KeyError(loc(arr[i]), entry, "expected a table, got " + Show(arr[i]));
+          where[entry] = loc(arr[i]);
+          ReplicaOverride o;
+          bool has_replica = false;
+          for (auto&& [k, v] : *arr[i].as_table()) {
+            const std::string name(k.str());
+            const std::string key = entry + "." + name;
+            if (name == "replica") {
+              TESSERA_RETURN_IF_ERROR(ReadInt<int>(v, loc, key, &o.replica));
+              has_replica = true;
+            } else if (name == "tp") {
+              TESSERA_RETURN_IF_ERROR(ReadTp(v, loc, key, &o.layout.tp, &o.layout.tp_per_stage));
+            } else if (name == "pp") {
+              TESSERA_RETURN_IF_ERROR(ReadInt<int>(v, loc, key, &o.layout.pp));
+            } else if (name == "layers_per_stage") {
+              TESSERA_RETURN_IF_ERROR(ReadIntList(v, loc, key, &o.layout.layers_per_stage));
+            } else {
+              return KeyError(loc(v), key,
+                              "unknown key; valid keys of a replica override: replica, tp, pp, "
+                              "layers_per_stage");
+            }
+            where[key] = loc(v);
+          }
+          if (!has_replica)
+            return KeyError(loc(arr[i]), entry,
+                            "needs `replica`, the index of the replica whose layout it gives");
+          overrides.push_back(std::move(o));
         }
-        c.parallel.tp = 0;
-        c.parallel.tp_per_stage = std::move(values);
+        // The new entries replace the old ones, and where they were given.
+        for (auto it = c.sources.lower_bound(full + "[");
+             it != c.sources.end() && it->first.rfind(full + "[", 0) == 0;)
+          it = c.sources.erase(it);
+        c.sources.insert(where.begin(), where.end());
+        c.parallel.replica_overrides = std::move(overrides);
         return Status::Ok();
       },
       [](const DaemonConfig& c) {
-        return c.parallel.tp_per_stage.empty()
-                   ? std::to_string(c.parallel.tp)
-                   : fmt::format("[{}]", fmt::join(c.parallel.tp_per_stage, ", "));
+        std::vector<std::string> entries;
+        for (const ReplicaOverride& o : c.parallel.replica_overrides)
+          entries.push_back(
+              fmt::format("{{replica = {}, tp = {}, pp = {}, layers_per_stage = [{}]}}", o.replica,
+                          FormatTp(o.layout.tp, o.layout.tp_per_stage), o.layout.pp,
+                          fmt::join(o.layout.layers_per_stage, ", ")));
+        return fmt::format("[{}]", fmt::join(entries, ", "));
       }};
 }
 
@@ -418,6 +495,7 @@ const std::vector<Field>& Fields() {
           "parallel", "objective",
           Member<ParallelSection, ParallelObjective>{&D::parallel, &ParallelSection::objective},
           ParallelObjectiveChoices()),
+      ReplicaOverrideField(),
 
       StringField("server", "host",
                   Member<ServerSection, std::string>{&D::server, &ServerSection::host}),

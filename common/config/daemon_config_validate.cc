@@ -94,6 +94,93 @@ std::string Blame(const DaemonConfig& c, const std::string& dependent, const std
   return Recency(c, other) > Recency(c, dependent) ? other : dependent;
 }
 
+// The checks of one explicit layout whose keys are `prefix`.tp, .pp and
+// .layers_per_stage ("parallel", or "parallel.replica_override[i]");
+// `ranks_key` is blamed for a layout of too many ranks.
+Status CheckLayoutKeys(const DaemonConfig& c, const std::string& prefix, const LayoutSection& l,
+                       const std::string& ranks_key) {
+  const std::string tp_key = prefix + ".tp", pp_key = prefix + ".pp",
+                    layers_key = prefix + ".layers_per_stage";
+  if (l.tp_per_stage.empty() && l.tp < 1)
+    return Bad(c, tp_key, fmt::format("must be >= 1, got {}", l.tp));
+  if (l.pp < 1) return Bad(c, pp_key, fmt::format("must be >= 1, got {}", l.pp));
+  // Bounds on the input, far above any real layout, so that worker counts
+  // fit an int (tp = pp = 65536 once wrapped to 0 workers).
+  if (l.tp_per_stage.empty() && l.tp > kMaxLayoutDegree)
+    return Bad(c, tp_key, fmt::format("must be at most {}, got {}", kMaxLayoutDegree, l.tp));
+  if (l.pp > kMaxLayoutDegree)
+    return Bad(c, pp_key, fmt::format("must be at most {}, got {}", kMaxLayoutDegree, l.pp));
+  const auto& tps = l.tp_per_stage;
+  if (!tps.empty()) {
+    if (static_cast<int>(tps.size()) != l.pp) {
+      return Bad(c, tp_key,
+                 fmt::format("must have one entry per stage ({} = {}), got {} entries [{}]", pp_key,
+                             l.pp, tps.size(), fmt::join(tps, ", ")));
+    }
+    for (size_t i = 0; i < tps.size(); ++i) {
+      if (tps[i] < 1) {
+        return Bad(c, tp_key,
+                   fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, tps[i]));
+      }
+      if (tps[i] > kMaxLayoutDegree) {
+        return Bad(c, tp_key,
+                   fmt::format("entry {} (stage {}) must be at most {}, got {}", i, i,
+                               kMaxLayoutDegree, tps[i]));
+      }
+    }
+  }
+  int64_t ranks = 0;
+  for (int s = 0; s < l.pp; ++s) ranks += l.TpOfStage(s);
+  if (ranks > kMaxLayoutRanks) {
+    return Bad(c, ranks_key,
+               fmt::format("the layout has {} ranks (the sum of every stage's tp); at most {}",
+                           ranks, kMaxLayoutRanks));
+  }
+  const auto& layers = l.layers_per_stage;
+  if (!layers.empty()) {
+    if (static_cast<int>(layers.size()) != l.pp) {
+      return Bad(c, layers_key,
+                 fmt::format("must have one entry per stage ({} = {}), got {} entries [{}]", pp_key,
+                             l.pp, layers.size(), fmt::join(layers, ", ")));
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i] < 1) {
+        return Bad(c, layers_key,
+                   fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, layers[i]));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// parallel.replica_override (explicit mode): each entry names a replica
+// that exists, once, with a valid layout.
+Status CheckReplicaOverrides(const DaemonConfig& c) {
+  const ParallelSection& par = c.parallel;
+  for (size_t i = 0; i < par.replica_overrides.size(); ++i) {
+    const ReplicaOverride& o = par.replica_overrides[i];
+    const std::string entry = fmt::format("parallel.replica_override[{}]", i);
+    const std::string replica_key = entry + ".replica";
+    if (par.replicas == 0)
+      return Bad(c, entry,
+                 "needs parallel.replicas >= 1: with 0 (as many as fit) no replica index is "
+                 "known in advance");
+    if (o.replica < 0 || o.replica >= par.replicas)
+      return Bad(c, replica_key,
+                 fmt::format("must be a replica index in 0..{} (parallel.replicas = {}), got {}",
+                             par.replicas - 1, par.replicas, o.replica));
+    for (size_t j = 0; j < i; ++j)
+      if (par.replica_overrides[j].replica == o.replica)
+        return Bad(
+            c, replica_key,
+            fmt::format("replica {} has an override already: "
+                        "parallel.replica_override[{}] (at {}); give one per replica",
+                        o.replica, j, Where(c, fmt::format("parallel.replica_override[{}]", j))));
+    TESSERA_RETURN_IF_ERROR(CheckLayoutKeys(c, entry, o.layout, entry + ".tp"));
+  }
+  return Status::Ok();
+}
+
 Status CheckHost(const DaemonConfig& c, const std::string& key, const std::string& host) {
   if (!IsHost(host)) return Bad(c, key, "must be a host name or IP address, got " + Quote(host));
   return Status::Ok();
@@ -127,11 +214,13 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                fmt::format("must be in [0, {}] (0 = as many as fit), got {}", kMaxLayoutRanks,
                            par.replicas));
   if (par.mode == ParallelMode::kAuto) {
-    for (const char* key : {"parallel.tp", "parallel.pp", "parallel.layers_per_stage"}) {
+    for (const char* key :
+         {"parallel.tp", "parallel.pp", "parallel.layers_per_stage", "parallel.replica_override"}) {
       bool non_default =
           (std::string(key) == "parallel.tp" && (par.tp != 1 || !par.tp_per_stage.empty())) ||
           (std::string(key) == "parallel.pp" && par.pp != 1) ||
-          (std::string(key) == "parallel.layers_per_stage" && !par.layers_per_stage.empty());
+          (std::string(key) == "parallel.layers_per_stage" && !par.layers_per_stage.empty()) ||
+          (std::string(key) == "parallel.replica_override" && !par.replica_overrides.empty());
       if (IsSet(c, key) || non_default) {
         return Bad(c, key,
                    "is set but parallel.mode = \"auto\" (at " + Where(c, "parallel.mode") +
@@ -139,46 +228,10 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
       }
     }
   } else {
-    if (par.tp_per_stage.empty() && par.tp < 1)
-      return Bad(c, "parallel.tp", fmt::format("must be >= 1, got {}", par.tp));
-    if (par.pp < 1) return Bad(c, "parallel.pp", fmt::format("must be >= 1, got {}", par.pp));
-    // Bounds on the input, far above any real layout, so that worker counts
-    // fit an int (tp = pp = 65536 once wrapped to 0 workers).
-    if (par.tp_per_stage.empty() && par.tp > kMaxLayoutDegree)
-      return Bad(c, "parallel.tp",
-                 fmt::format("must be at most {}, got {}", kMaxLayoutDegree, par.tp));
-    if (par.pp > kMaxLayoutDegree)
-      return Bad(c, "parallel.pp",
-                 fmt::format("must be at most {}, got {}", kMaxLayoutDegree, par.pp));
-    const auto& tps = par.tp_per_stage;
-    if (!tps.empty()) {
-      if (static_cast<int>(tps.size()) != par.pp) {
-        return Bad(c, "parallel.tp",
-                   fmt::format("must have one entry per stage (parallel.pp = {}), got {} "
-                               "entries [{}]",
-                               par.pp, tps.size(), fmt::join(tps, ", ")));
-      }
-      for (size_t i = 0; i < tps.size(); ++i) {
-        if (tps[i] < 1) {
-          return Bad(c, "parallel.tp",
-                     fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, tps[i]));
-        }
-        if (tps[i] > kMaxLayoutDegree) {
-          return Bad(c, "parallel.tp",
-                     fmt::format("entry {} (stage {}) must be at most {}, got {}", i, i,
-                                 kMaxLayoutDegree, tps[i]));
-        }
-      }
-    }
-    {
-      int64_t ranks = 0;
-      for (int s = 0; s < par.pp; ++s) ranks += par.TpOfStage(s);
-      if (ranks > kMaxLayoutRanks) {
-        return Bad(c, LayoutKeyToBlame(c),
-                   fmt::format("the layout has {} ranks (the sum of every stage's tp); at most {}",
-                               ranks, kMaxLayoutRanks));
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(CheckLayoutKeys(c, "parallel", par.BaseLayout(), LayoutKeyToBlame(c)));
+    TESSERA_RETURN_IF_ERROR(CheckReplicaOverrides(c));
+    const int64_t all_ranks = par.ReplicasWorldSize();  // every replica's ranks
+    const bool overridden = !par.replica_overrides.empty();
     if (par.replicas == 0 && par.workers == 0)
       return Bad(c, "parallel.replicas",
                  "0 (as many replicas as fit) needs parallel.workers in explicit mode: the "
@@ -187,32 +240,28 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
       return Bad(c, "parallel.workers",
                  fmt::format("must be at least the layout's worker count {} (tp * pp), got {}",
                              par.world_size(), par.workers));
-    if (par.replicas > 0 && par.workers != 0 &&
-        static_cast<int64_t>(par.workers) != static_cast<int64_t>(par.replicas) * par.world_size())
+    if (par.replicas > 0 && par.workers != 0 && par.workers != all_ranks) {
+      if (overridden) {
+        std::vector<std::string> terms;
+        for (int r = 0; r < par.replicas; ++r)
+          terms.push_back(std::to_string(par.LayoutOfReplica(r).world_size()));
+        return Bad(c, "parallel.workers",
+                   fmt::format("must be 0 or the sum of every replica's worker count (tp * pp, "
+                               "parallel.replica_override included) {} = {} in explicit mode, "
+                               "got {}",
+                               fmt::join(terms, " + "), all_ranks, par.workers));
+      }
       return Bad(c, "parallel.workers",
                  fmt::format("must be 0 or parallel.replicas x the layout's worker count {} x {} "
                              "= {} in explicit mode, got {}",
-                             par.replicas, par.world_size(),
-                             static_cast<int64_t>(par.replicas) * par.world_size(), par.workers));
-    if (static_cast<int64_t>(par.replicas) * par.world_size() > kMaxLayoutRanks)
-      return Bad(c, "parallel.replicas",
-                 fmt::format("{} replicas of {} ranks: at most {} workers in all", par.replicas,
-                             par.world_size(), kMaxLayoutRanks));
-    const auto& layers = par.layers_per_stage;
-    if (!layers.empty()) {
-      if (static_cast<int>(layers.size()) != par.pp) {
-        return Bad(
-            c, "parallel.layers_per_stage",
-            fmt::format("must have one entry per stage (parallel.pp = {}), got {} entries [{}]",
-                        par.pp, layers.size(), fmt::join(layers, ", ")));
-      }
-      for (size_t i = 0; i < layers.size(); ++i) {
-        if (layers[i] < 1) {
-          return Bad(c, "parallel.layers_per_stage",
-                     fmt::format("entry {} (stage {}) must be >= 1, got {}", i, i, layers[i]));
-        }
-      }
+                             par.replicas, par.world_size(), all_ranks, par.workers));
     }
+    if (all_ranks > kMaxLayoutRanks)
+      return Bad(c, "parallel.replicas",
+                 overridden ? fmt::format("{} replicas of {} ranks in all: at most {} workers",
+                                          par.replicas, all_ranks, kMaxLayoutRanks)
+                            : fmt::format("{} replicas of {} ranks: at most {} workers in all",
+                                          par.replicas, par.world_size(), kMaxLayoutRanks));
   }
 
   // [server]

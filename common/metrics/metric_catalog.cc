@@ -4,7 +4,8 @@ namespace tessera {
 
 namespace {
 
-const std::vector<std::string> kRank = {"node", "gpu", "uuid", "stage", "tp_rank"};
+// Every worker series but tessera_worker_info: the rank's replica and place.
+const std::vector<std::string> kRank = {"replica", "node", "gpu", "uuid", "stage", "tp_rank"};
 
 std::vector<std::string> RankPlus(std::string extra) {
   std::vector<std::string> l = kRank;

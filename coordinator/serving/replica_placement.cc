@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "common/engine/block_allocator.h"
 #include "common/model/shard_spec.h"
@@ -21,7 +22,13 @@ int64_t ReplicaPlacer::PredictedKvBytes(const ParallelConfig& parallel, int stag
       KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
 }
 
-PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas) const {
+const ParallelConfig& ReplicaPlacer::LayoutOf(int replica) const {
+  auto it = overrides_.find(replica);
+  return it == overrides_.end() ? configured_ : it->second;
+}
+
+PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas,
+                                          const ParallelConfig* layout) const {
   PlanOptions o;
   o.objective = config_.parallel.objective == ParallelObjective::kThroughput
                     ? Objective::kThroughput
@@ -47,49 +54,144 @@ PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas) const {
     o.cost.network_step_s = 50e-6;
   }
   if (config_.parallel.mode == ParallelMode::kExplicit) {
-    o.fixed_tp = config_.parallel.tp;
-    o.fixed_pp = config_.parallel.pp;
+    const ParallelConfig& fixed = layout ? *layout : configured_;
+    o.fixed_tp = fixed.tp;
+    o.fixed_pp = fixed.pp;
     // The configured split, or the even one ParallelConfig made of `[]`.
-    o.fixed_layers_per_stage = config_.parallel.layers_per_stage.empty()
-                                   ? configured_.layers_per_stage
-                                   : config_.parallel.layers_per_stage;
+    o.fixed_layers_per_stage = fixed.layers_per_stage;
     o.allow_cross_node_tp = true;  // the operator chose the tp
   }
   return o;
 }
 
+ReplicaStart ReplicaPlacer::InRegistrationOrder(const ParallelConfig& parallel,
+                                                const std::vector<ControlWorkerInfo>& workers,
+                                                size_t first) const {
+  const int64_t block = config_.kv_cache.block_size;
+  ReplicaStart st;
+  st.parallel = parallel;
+  st.kv_blocks = config_.kv_cache.max_blocks > 0
+                     ? config_.kv_cache.max_blocks
+                     : BlockAllocator::BlocksFor(max_context_, block) *
+                           std::min<int64_t>(8, config_.scheduler.max_sequences);
+  st.reason = "initial placement";
+  for (int r = 0; r < parallel.world_size(); ++r) {
+    RankPlacement p = RankSlice(parallel, r);
+    p.worker_id = workers[first + static_cast<size_t>(r)].worker_id;
+    st.ranks.push_back(p);
+  }
+  return st;
+}
+
 // An explicit tp per stage: the planner searches uniform tp only, so the
 // ranks go to the workers in registration order (docs/operations.md),
-// replica after replica, with the KV cache kv_cache.max_blocks (or room for
-// min(8, max_sequences) sequences of scheduler.max_context).
+// replica after replica.
 StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::PlacePerStageTp(
     const std::vector<ControlWorkerInfo>& workers) const {
-  const int64_t block = config_.kv_cache.block_size;
-  const int64_t blocks = config_.kv_cache.max_blocks > 0
-                             ? config_.kv_cache.max_blocks
-                             : BlockAllocator::BlocksFor(max_context_, block) *
-                                   std::min<int64_t>(8, config_.scheduler.max_sequences);
   const int world = configured_.world_size();
   int n = static_cast<int>(workers.size()) / world;
   if (config_.parallel.replicas > 0) n = std::min(n, config_.parallel.replicas);
   std::vector<ReplicaStart> out;
-  for (int rep = 0; rep < n; ++rep) {
-    ReplicaStart st;
-    st.parallel = configured_;
-    st.kv_blocks = blocks;
-    st.reason = "initial placement";
-    for (int r = 0; r < world; ++r) {
-      RankPlacement p = RankSlice(configured_, r);
-      p.worker_id = workers[static_cast<size_t>(rep * world + r)].worker_id;
+  for (int rep = 0; rep < n; ++rep)
+    out.push_back(InRegistrationOrder(configured_, workers, static_cast<size_t>(rep * world)));
+  return out;
+}
+
+StatusOr<ReplicaStart> ReplicaPlacer::FromPlan(const PlanResult& result, int index,
+                                               const WorkerCluster& cluster) const {
+  TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, result.plan.ParallelConfigOf(model_, index));
+  const PlannedReplica& rep = result.plan.replicas[static_cast<size_t>(index)];
+  // KV blocks: what fits on the tightest rank (the planner's KV pool), at
+  // most what the scheduler can use and kv_cache.max_blocks.
+  const int64_t block = config_.kv_cache.block_size;
+  int64_t blocks = rep.kv_tokens / block;
+  blocks = std::min(
+      blocks, config_.scheduler.max_sequences * BlockAllocator::BlocksFor(max_context_, block));
+  if (config_.kv_cache.max_blocks > 0) blocks = std::min(blocks, config_.kv_cache.max_blocks);
+  if (blocks < BlockAllocator::BlocksFor(max_context_, block))
+    return ResourceExhausted("the KV cache holds " + std::to_string(blocks) + " blocks of " +
+                             std::to_string(block) + " tokens, less than one sequence of " +
+                             "scheduler.max_context " + std::to_string(max_context_));
+  ReplicaStart st;
+  st.parallel = par;
+  st.kv_blocks = blocks;
+  st.reason = "initial placement";
+  st.planned_index = index;
+  for (int s = 0; s < rep.pp(); ++s) {
+    const PlannedStage& ps = rep.stages[static_cast<size_t>(s)];
+    for (int i = 0; i < ps.tp; ++i) {
+      const GpuRef& ref = ps.gpus[static_cast<size_t>(i)];
+      Assignment a;
+      a.worker_id = cluster.workers[static_cast<size_t>(ref.node)][static_cast<size_t>(ref.gpu)];
+      a.world_rank = s * par.tp + i;
+      a.stage = s;
+      a.tp_rank = i;
+      a.predicted_weight_bytes = ps.weight_bytes;
+      a.predicted_kv_bytes = PredictedKvBytes(par, s, blocks);
+      RankPlacement p = RankSlice(par, a.world_rank);
+      p.worker_id = a.worker_id;
       st.ranks.push_back(p);
+      st.predicted.push_back(std::move(a));
     }
-    out.push_back(std::move(st));
   }
+  st.planned = result;
+  return st;
+}
+
+// Replicas whose explicit layouts differ (parallel.replica_override): one at
+// a time, the largest first (a replica of many ranks needs the hosts with
+// many devices; a small one fits in what is left), ties in index order.
+StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::PlaceEachReplica(
+    const std::vector<ControlWorkerInfo>& workers) const {
+  const int n = config_.parallel.replicas;  // >= 1 with overrides (validated)
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) order[static_cast<size_t>(r)] = r;
+  std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
+    return LayoutOf(a).world_size() > LayoutOf(b).world_size();
+  });
+  std::vector<ControlWorkerInfo> free = workers;  // registration order
+  std::vector<std::optional<ReplicaStart>> starts(static_cast<size_t>(n));
+  for (int r : order) {
+    const ParallelConfig& layout = LayoutOf(r);
+    const std::string what = "replica " + std::to_string(r) + " (" + layout.ToString() + ")";
+    if (layout.world_size() > static_cast<int>(free.size()))
+      return ResourceExhausted(what + " needs " + std::to_string(layout.world_size()) +
+                               " workers; " + std::to_string(free.size()) + " of the " +
+                               std::to_string(workers.size()) +
+                               " are left after the replicas placed before it (largest layout "
+                               "first); no worker was assigned anything");
+    ReplicaStart st;
+    if (!layout.uniform_tp()) {
+      st = InRegistrationOrder(layout, free, 0);
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(WorkerCluster cluster, BuildWorkerCluster(free));
+      TESSERA_ASSIGN_OR_RETURN(ClusterModel model, BuildClusterModel(cluster.topology));
+      auto result = planner_->Plan(model_, model, PlanOptionsFor(cluster.cpu, 1, &layout));
+      if (!result.ok())
+        return result.status().WithContext("placement of " + what + " refused (" +
+                                           std::to_string(free.size()) +
+                                           " worker(s) left); no worker was assigned anything");
+      for (const std::string& note : cluster.notes) result->explanation.notes.push_back(note);
+      if (result->plan.replicas.empty()) return Internal("the planner placed no replica");
+      auto placed = FromPlan(*result, 0, cluster);
+      if (!placed.ok()) return placed.status().WithContext(what);
+      st = std::move(placed).value();
+    }
+    for (const RankPlacement& p : st.ranks)
+      free.erase(std::find_if(free.begin(), free.end(), [&p](const ControlWorkerInfo& w) {
+        return w.worker_id == p.worker_id;
+      }));
+    starts[static_cast<size_t>(r)] = std::move(st);
+  }
+  std::vector<ReplicaStart> out;
+  for (auto& st : starts) out.push_back(std::move(*st));
   return out;
 }
 
 StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::Place(
     const std::vector<ControlWorkerInfo>& workers) const {
+  if (config_.parallel.mode == ParallelMode::kExplicit && !overrides_.empty())
+    return PlaceEachReplica(workers);
   std::vector<ReplicaStart> out;
   if (config_.parallel.mode == ParallelMode::kExplicit && !configured_.tp_per_stage.empty()) {
     TESSERA_ASSIGN_OR_RETURN(out, PlacePerStageTp(workers));
@@ -105,47 +207,10 @@ StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::Place(
                                          " worker(s)); no worker was assigned anything");
     for (const std::string& n : cluster.notes) result->explanation.notes.push_back(n);
     if (result->plan.replicas.empty()) return Internal("the planner placed no replica");
-    const int64_t block = config_.kv_cache.block_size;
     for (size_t r = 0; r < result->plan.replicas.size(); ++r) {
-      TESSERA_ASSIGN_OR_RETURN(ParallelConfig par,
-                               result->plan.ParallelConfigOf(model_, static_cast<int>(r)));
-      const PlannedReplica& rep = result->plan.replicas[r];
-      // KV blocks: what fits on the tightest rank (the planner's KV pool), at
-      // most what the scheduler can use and kv_cache.max_blocks.
-      int64_t blocks = rep.kv_tokens / block;
-      blocks = std::min(
-          blocks, config_.scheduler.max_sequences * BlockAllocator::BlocksFor(max_context_, block));
-      if (config_.kv_cache.max_blocks > 0) blocks = std::min(blocks, config_.kv_cache.max_blocks);
-      if (blocks < BlockAllocator::BlocksFor(max_context_, block))
-        return ResourceExhausted("the KV cache holds " + std::to_string(blocks) + " blocks of " +
-                                 std::to_string(block) + " tokens, less than one sequence of " +
-                                 "scheduler.max_context " + std::to_string(max_context_));
-      ReplicaStart st;
-      st.parallel = par;
-      st.kv_blocks = blocks;
-      st.reason = "initial placement";
-      st.planned_index = static_cast<int>(r);
-      for (int s = 0; s < rep.pp(); ++s) {
-        const PlannedStage& ps = rep.stages[static_cast<size_t>(s)];
-        for (int i = 0; i < ps.tp; ++i) {
-          const GpuRef& ref = ps.gpus[static_cast<size_t>(i)];
-          Assignment a;
-          a.worker_id =
-              cluster.workers[static_cast<size_t>(ref.node)][static_cast<size_t>(ref.gpu)];
-          a.world_rank = s * par.tp + i;
-          a.stage = s;
-          a.tp_rank = i;
-          a.predicted_weight_bytes = ps.weight_bytes;
-          a.predicted_kv_bytes = PredictedKvBytes(par, s, blocks);
-          RankPlacement p = RankSlice(par, a.world_rank);
-          p.worker_id = a.worker_id;
-          st.ranks.push_back(p);
-          st.predicted.push_back(std::move(a));
-        }
-      }
+      TESSERA_ASSIGN_OR_RETURN(ReplicaStart st, FromPlan(*result, static_cast<int>(r), cluster));
       out.push_back(std::move(st));
     }
-    for (ReplicaStart& st : out) st.planned = *result;
   }
   const int wanted = config_.parallel.replicas;
   if (out.empty()) return ResourceExhausted("no replica fits the workers");

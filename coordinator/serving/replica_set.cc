@@ -30,7 +30,7 @@ int64_t Cost(const GenerationRequest& r) {
 
 ReplicaSet::ReplicaSet(Context c)
     : c_(std::move(c)),
-      placer_(c_.config, c_.model, c_.configured, c_.max_context, c_.planner),
+      placer_(c_.config, c_.model, c_.configured, c_.overrides, c_.max_context, c_.planner),
       router_(RouterOptionsFor(c_)),
       output_(std::make_shared<OutputProcessor>(c_.tokenizer)) {}
 
@@ -106,8 +106,11 @@ void ReplicaSet::PlaceAll() {
     starts = std::move(placed).value();
   }
   const size_t n = starts.size();
-  TESSERA_LOG_INFO("coordinator", "{} replica(s) of {} on {} worker(s)", n,
-                   starts[0].parallel.ToString(), infos.size());
+  std::string layouts = starts[0].parallel.ToString();
+  for (size_t r = 1; r < n; ++r)
+    if (starts[r].parallel.ToString() != starts[0].parallel.ToString())
+      layouts += ", replica " + std::to_string(r) + ": " + starts[r].parallel.ToString();
+  TESSERA_LOG_INFO("coordinator", "{} replica(s) of {} on {} worker(s)", n, layouts, infos.size());
   {
     MutexLock lock(&state.mu);
     state.replicas.resize(n);

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -78,6 +79,8 @@ class ReplicaSet : public RequestSink, public PlanControl {
     const ModelConfig* model = nullptr;
     const Tokenizer* tokenizer = nullptr;  // may be null
     ParallelConfig configured;             // explicit mode: the configured layout
+    // Explicit mode: replica index -> its own layout (parallel.replica_override).
+    std::map<int, ParallelConfig> overrides;
     int expected_workers = 1;
     int64_t max_context = 0;
     SchedulerOptions scheduler;  // every replica's (the set adds the shared output)

@@ -254,6 +254,7 @@ void Observability::PrometheusHasPerGpuMemoryAndDecodeLatency() {
     const json& m = s["metric"];
     EXPECT_EQ(m["job"], "tessera-worker");
     EXPECT_EQ(m["uuid"], "cpu");
+    EXPECT_EQ(m["replica"], "0") << "one replica: " << m.dump();
     EXPECT_FALSE(m["node"].get<std::string>().empty());
     ranks.insert({m["stage"].get<std::string>(), m["tp_rank"].get<std::string>()});
     gpus.insert(m["gpu"].get<std::string>());
@@ -272,9 +273,9 @@ void Observability::PrometheusHasPerGpuMemoryAndDecodeLatency() {
   json weights = Query("tessera_gpu_weight_bytes > 0");
   EXPECT_EQ(weights["data"]["result"].size(), 4u) << weights.dump();
 
-  // p90 decode step latency per stage, from the histogram's rate.
+  // p90 decode step latency per replica and stage, from the histogram's rate.
   json q = Query(
-      "histogram_quantile(0.9, sum by (le, stage) "
+      "histogram_quantile(0.9, sum by (le, replica, stage) "
       "(rate(tessera_step_duration_seconds_bucket{phase=\"decode\"}[1m])))");
   ASSERT_EQ(q["status"], "success") << q.dump();
   ASSERT_EQ(q["data"]["result"].size(), 2u) << "one per stage: " << q.dump();
@@ -365,7 +366,8 @@ std::vector<PanelQuery> DashboardQueries() {
 
 // Grafana's variables, as the "All" choice and a small interval.
 std::string Substitute(std::string expr) {
-  for (const char* v : {"$node", "$gpu", "$stage", "${node}", "${gpu}", "${stage}"})
+  for (const char* v :
+       {"$replica", "$node", "$gpu", "$stage", "${replica}", "${node}", "${gpu}", "${stage}"})
     Replace(expr, v, ".*");
   for (const char* v : {"$__rate_interval", "$__interval", "$__range"}) Replace(expr, v, "1m");
   return expr;

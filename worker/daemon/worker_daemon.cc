@@ -253,8 +253,8 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   SetLogRank(static_cast<int>(assign.world_rank()), static_cast<int>(assign.stage()),
              static_cast<int>(assign.tp_rank()));
   if (metrics_)
-    metrics_->SetRank(static_cast<int>(assign.stage()), static_cast<int>(assign.tp_rank()),
-                      assign.plan_version());
+    metrics_->SetRank(static_cast<int>(assign.replica()), static_cast<int>(assign.stage()),
+                      static_cast<int>(assign.tp_rank()), assign.plan_version());
   hb.set_state(control::WORKER_STATE_LOADING);
   hb.set_plan_version(assign.plan_version());
   client.SetHeartbeat(hb);

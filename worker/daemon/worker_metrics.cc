@@ -134,7 +134,8 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry* registry, std::string node, int de
 WorkerMetrics::~WorkerMetrics() = default;
 
 std::vector<std::string> WorkerMetrics::Labels() const {
-  return {node_, std::to_string(device_), uuid_, std::to_string(stage_), std::to_string(tp_rank_)};
+  return {std::to_string(replica_), node_, std::to_string(device_), uuid_, std::to_string(stage_),
+          std::to_string(tp_rank_)};
 }
 
 void WorkerMetrics::SetWorker(const std::string& worker_id, const std::string& version) {
@@ -144,8 +145,9 @@ void WorkerMetrics::SetWorker(const std::string& worker_id, const std::string& v
       .Set(1);
 }
 
-void WorkerMetrics::SetRank(int stage, int tp_rank, uint64_t plan_version) {
+void WorkerMetrics::SetRank(int replica, int stage, int tp_rank, uint64_t plan_version) {
   std::lock_guard<std::mutex> lock(mu_);
+  replica_ = replica;
   stage_ = stage;
   tp_rank_ = tp_rank;
   has_rank_ = true;

@@ -12,7 +12,9 @@
 //  - communicator time and bytes by op, through Wrap()/WrapPrevLink().
 //
 // Until SetRank (the assignment arrives) only tessera_worker_info is set;
-// every other series carries the rank labels node, gpu, uuid, stage, tp_rank.
+// every other series carries the rank labels replica (the data-parallel
+// replica of the plan, AssignShard.replica), node, gpu, uuid, stage,
+// tp_rank.
 //
 // Thread-safety: all methods are thread-safe; the registry's Render (another
 // thread) runs the memory sampling hook.
@@ -77,7 +79,10 @@ class WorkerMetrics {
 
   // After registration and assignment.
   void SetWorker(const std::string& worker_id, const std::string& version);
-  void SetRank(int stage, int tp_rank, uint64_t plan_version);
+  // `replica`: the data-parallel replica of the plan (AssignShard.replica);
+  // `stage`, `tp_rank`: the rank's place in it. Series recorded from here on
+  // carry these labels.
+  void SetRank(int replica, int stage, int tp_rank, uint64_t plan_version);
   void OnLoadProgress(int64_t bytes_done, int64_t bytes_total);
   void OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds);
 
@@ -111,10 +116,10 @@ class WorkerMetrics {
   std::mutex nvml_mu_;  // NvmlProbe is not thread-safe
 
   mutable std::mutex mu_;
-  bool has_rank_ = false;  // protected by mu_
-  int stage_ = 0, tp_rank_ = 0;
-  int64_t weight_bytes_ = 0, kv_bytes_ = 0;  // protected by mu_
-  double last_cpu_seconds_ = -1;             // protected by mu_
+  bool has_rank_ = false;                      // protected by mu_
+  int replica_ = 0, stage_ = 0, tp_rank_ = 0;  // protected by mu_
+  int64_t weight_bytes_ = 0, kv_bytes_ = 0;    // protected by mu_
+  double last_cpu_seconds_ = -1;               // protected by mu_
   std::chrono::steady_clock::time_point last_sample_;
   std::unique_ptr<StageClock> clock_;
   std::vector<std::unique_ptr<MeteredCommunicator>> wrapped_;

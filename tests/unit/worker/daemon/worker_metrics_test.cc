@@ -79,7 +79,7 @@ TEST(WorkerMetrics, ExportsTheRankSeriesOnceAssigned) {
       std::string::npos)
       << text;
   EXPECT_EQ(text.find("tessera_gpu_memory_used_bytes{"), std::string::npos) << "no rank yet";
-  (*m)->SetRank(1, 0, 5);
+  (*m)->SetRank(2, 1, 0, 5);  // replica 2, stage 1, tp rank 0, plan 5
   (*m)->OnLoadProgress(50, 100);
   (*m)->OnLoaded(1000, 2000, 0.5);
   StepBatch b;
@@ -87,17 +87,17 @@ TEST(WorkerMetrics, ExportsTheRankSeriesOnceAssigned) {
   b.seqs.push_back(Seq(1, 0, 3, 3));
   (*m)->ObserveStep(b, 0.002);
   text = reg.Render();
-  const std::string l = "{node=\"host-a\",gpu=\"3\",uuid=\"cpu\",stage=\"1\",tp_rank=\"0\"}";
+  const std::string rank =
+      "replica=\"2\",node=\"host-a\",gpu=\"3\",uuid=\"cpu\",stage=\"1\",tp_rank=\"0\"";
+  const std::string l = "{" + rank + "}";
   for (const std::string& want : std::vector<std::string>{
            "tessera_gpu_weight_bytes" + l + " 1000",
            "tessera_gpu_kv_cache_capacity_bytes" + l + " 2000",
            "tessera_worker_load_bytes" + l + " 50", "tessera_worker_load_total_bytes" + l + " 100",
            "tessera_worker_load_seconds" + l + " 0.5", "tessera_worker_plan_version" + l + " 5",
-           "tessera_step_tokens_total{node=\"host-a\",gpu=\"3\",uuid=\"cpu\",stage=\"1\",tp_rank="
-           "\"0\","
-           "phase=\"prefill\"} 3",
-           "tessera_step_duration_seconds_count{node=\"host-a\",gpu=\"3\",uuid=\"cpu\",stage=\"1\","
-           "tp_rank=\"0\",phase=\"decode\"} 0"})
+           "tessera_step_tokens_total{" + rank + ",phase=\"prefill\"} 3",
+           "tessera_step_duration_seconds_count{" + rank + ",phase=\"decode\"} 0",
+           "tessera_stage_busy_seconds_total" + l + " 0"})
     EXPECT_NE(text.find(want + "\n"), std::string::npos) << want << "\n" << text;
   // A CPU rank's memory is its resident set: more than its weights here.
   const size_t at = text.find("tessera_gpu_memory_used_bytes" + l + " ");
