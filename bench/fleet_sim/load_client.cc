@@ -32,8 +32,8 @@ LoadStats LoadClient::stats() const {
 }
 
 void LoadClient::Run() {
-  json body = {{"prompt", options_.prompt}, {"max_tokens", options_.max_tokens},
-               {"temperature", 0}};
+  json body = {
+      {"prompt", options_.prompt}, {"max_tokens", options_.max_tokens}, {"temperature", 0}};
   if (!options_.model.empty()) body["model"] = options_.model;
   http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
   req.set(http::field::host, "127.0.0.1");

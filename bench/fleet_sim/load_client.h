@@ -31,10 +31,10 @@ struct LoadOptions {
 
 struct LoadStats {
   int64_t sent = 0;
-  int64_t ok = 0;       // 200 with every token
-  int64_t short_ = 0;   // 200 with fewer tokens than asked
-  int64_t failed = 0;   // any other status, or a broken connection mid-request
-  int64_t tokens = 0;   // completion tokens of the ok answers
+  int64_t ok = 0;                    // 200 with every token
+  int64_t short_ = 0;                // 200 with fewer tokens than asked
+  int64_t failed = 0;                // any other status, or a broken connection mid-request
+  int64_t tokens = 0;                // completion tokens of the ok answers
   std::map<int, int64_t> by_status;  // non-200 statuses (0: connection failed)
   std::string first_error;
   std::vector<double> latencies_s;  // of the ok answers

@@ -87,9 +87,9 @@ Status Fail(const std::string& what) { return Unavailable(what); }
 
 // GET /admin/cluster?page=P&page_size=S on the admin listener.
 StatusOr<json> Cluster(int port, int page, int page_size) {
-  HttpReply r = HttpCall(port, "GET",
-                         "/admin/cluster?page=" + std::to_string(page) +
-                             "&page_size=" + std::to_string(page_size));
+  HttpReply r = HttpCall(
+      port, "GET",
+      "/admin/cluster?page=" + std::to_string(page) + "&page_size=" + std::to_string(page_size));
   if (r.status != 200)
     return Unavailable("GET /admin/cluster: " + std::to_string(r.status) + " " + r.body);
   json j = json::parse(r.body, nullptr, false);
@@ -223,7 +223,8 @@ Status Run(const Args& a, json& out) {
   out["coordinator_log"] = dir + "/coordinator.log";
 
   StepModelOptions so;
-  so.gpu = FindGpuSpec(node.gpus[0].name, topo.gpu_specs).value_or(FallbackGpuSpec(node.gpus[0].name));
+  so.gpu =
+      FindGpuSpec(node.gpus[0].name, topo.gpu_specs).value_or(FallbackGpuSpec(node.gpus[0].name));
   so.disk_gb_per_s = a.disk_gbps;
   so.time_scale = a.time_scale;
   StepModel step_model(model, so);
@@ -237,8 +238,8 @@ Status Run(const Args& a, json& out) {
   fo.shards = a.shards > 0 ? a.shards : std::clamp((workers + 255) / 256, 1, 64);
   // Tokens the tokenizer can decode, clear of the special ids at the start.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(a.tokenizer));
-  fo.token_hi = static_cast<int32_t>(
-      std::min<int64_t>({model.vocab_size, tokenizer->vocab_size(), 30000}));
+  fo.token_hi =
+      static_cast<int32_t>(std::min<int64_t>({model.vocab_size, tokenizer->vocab_size(), 30000}));
   fo.token_lo = std::min<int32_t>(1000, fo.token_hi / 2);
   fo.model = &step_model;
 
@@ -269,7 +270,8 @@ Status Run(const Args& a, json& out) {
     // A placement the coordinator refused ends the run now, with its reason.
     HttpReply r = HttpCall(coordinator.ports().api, "GET", "/readyz");
     json j = json::parse(r.body, nullptr, false);
-    if (r.status == 503 && j.is_object() && j.value("reason", "").find("placement") != std::string::npos)
+    if (r.status == 503 && j.is_object() &&
+        j.value("reason", "").find("placement") != std::string::npos)
       return Fail("the coordinator did not place the fleet: " + j.value("reason", ""));
   }
   out["plan_seconds"] = Since(t_reg);  // registration complete -> every AssignShard received
@@ -302,7 +304,8 @@ Status Run(const Args& a, json& out) {
   const int64_t hb0 = fleet->stats().heartbeats_sent;
   std::this_thread::sleep_for(std::chrono::duration<double>(a.idle_seconds));
   const double idle_s = Since(t_idle);
-  out["idle_heartbeats_per_second"] = static_cast<double>(fleet->stats().heartbeats_sent - hb0) / idle_s;
+  out["idle_heartbeats_per_second"] =
+      static_cast<double>(fleet->stats().heartbeats_sent - hb0) / idle_s;
   out["idle_coordinator_cores"] = (coordinator.CpuSeconds() - idle_cpu0) / idle_s;
 
   // 4. Requests through the router (and the loss of a node under them).
@@ -322,17 +325,21 @@ Status Run(const Args& a, json& out) {
     std::this_thread::sleep_for(std::chrono::duration<double>(a.kill_after));
     const std::string host = SimFleet::NodeName(a.kill_node);
     const std::set<int> hit = before.replicas_of_host[host];
+    const int64_t assigned_before = fleet->stats().assigned;
     fleet->KillNode(a.kill_node);
     const auto t_kill = Clock::now();
+    double reassigned = -1;  // the re-plan's first AssignShard reached a worker
     // Serving again: every replica the node served runs a new plan and is ready.
     double back = -1;
     while (Since(t_kill) < a.heartbeat_timeout + 60) {
+      if (reassigned < 0 && fleet->stats().assigned > assigned_before) reassigned = Since(t_kill);
       auto snap = Snapshot(admin, a.admin_page_size);
       if (snap.ok()) {
         bool all = !hit.empty();
         for (int r : hit)
           all = all && static_cast<size_t>(r) < snap->plan_versions.size() &&
-                snap->plan_versions[static_cast<size_t>(r)] != before.plan_versions[static_cast<size_t>(r)] &&
+                snap->plan_versions[static_cast<size_t>(r)] !=
+                    before.plan_versions[static_cast<size_t>(r)] &&
                 snap->ready[static_cast<size_t>(r)];
         if (all) {
           back = Since(t_kill);
@@ -341,8 +348,11 @@ Status Run(const Args& a, json& out) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    loss = {{"node", host}, {"replicas_of_node", std::vector<int>(hit.begin(), hit.end())},
-            {"serving_again_seconds", back}};
+    loss = {{"node", host},
+            {"replicas_of_node", std::vector<int>(hit.begin(), hit.end())},
+            {"serving_again_seconds", back},
+            {"reassigned_seconds", reassigned},
+            {"heartbeat_timeout_seconds", a.heartbeat_timeout}};
   }
   const double rest = a.load_seconds - Since(t_load);
   if (rest > 0) std::this_thread::sleep_for(std::chrono::duration<double>(rest));
@@ -353,30 +363,32 @@ Status Run(const Args& a, json& out) {
   const LoadStats ls = load.stats();
   json by_status = json::object();
   for (const auto& [code, n] : ls.by_status) by_status[std::to_string(code)] = n;
-  out["load"] = {{"clients", a.clients},
-                 {"max_tokens", a.max_tokens},
-                 {"seconds", load_s},
-                 {"sent", ls.sent},
-                 {"ok", ls.ok},
-                 {"short", ls.short_},
-                 {"failed", ls.failed},
-                 {"by_status", by_status},
-                 {"first_error", ls.first_error},
-                 {"requests_per_second", static_cast<double>(ls.ok) / load_s},
-                 {"tokens_per_second", static_cast<double>(ls.tokens) / load_s},
-                 {"latency_p50_s", Percentile(ls.latencies_s, 0.5)},
-                 {"latency_p99_s", Percentile(ls.latencies_s, 0.99)},
-                 {"steps", s1.steps - s0.steps},
-                 {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
-                 {"coordinator_cores", load_cpu / load_s},
-                 {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
-                 {"coordinator_us_per_step",
-                  s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
+  out["load"] = {
+      {"clients", a.clients},
+      {"max_tokens", a.max_tokens},
+      {"seconds", load_s},
+      {"sent", ls.sent},
+      {"ok", ls.ok},
+      {"short", ls.short_},
+      {"failed", ls.failed},
+      {"by_status", by_status},
+      {"first_error", ls.first_error},
+      {"requests_per_second", static_cast<double>(ls.ok) / load_s},
+      {"tokens_per_second", static_cast<double>(ls.tokens) / load_s},
+      {"latency_p50_s", Percentile(ls.latencies_s, 0.5)},
+      {"latency_p99_s", Percentile(ls.latencies_s, 0.99)},
+      {"steps", s1.steps - s0.steps},
+      {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
+      {"coordinator_cores", load_cpu / load_s},
+      {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
+      {"coordinator_us_per_step",
+       s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
   if (!loss.is_null()) {
     TESSERA_ASSIGN_OR_RETURN(ClusterSnapshot after, Snapshot(admin, a.admin_page_size));
     std::vector<int> replanned;
     for (size_t r = 0; r < after.plan_versions.size() && r < before.plan_versions.size(); ++r)
-      if (after.plan_versions[r] != before.plan_versions[r]) replanned.push_back(static_cast<int>(r));
+      if (after.plan_versions[r] != before.plan_versions[r])
+        replanned.push_back(static_cast<int>(r));
     loss["replanned_replicas"] = replanned;
     out["node_loss"] = loss;
   }
@@ -385,8 +397,8 @@ Status Run(const Args& a, json& out) {
   fleet->Stop();
   out["coordinator_exit"] = coordinator.Stop();
   if (ls.failed > 0 || ls.short_ > 0)
-    return Fail(std::to_string(ls.failed + ls.short_) + " requests failed or were cut short; first: " +
-                ls.first_error);
+    return Fail(std::to_string(ls.failed + ls.short_) +
+                " requests failed or were cut short; first: " + ls.first_error);
   if (!loss.is_null() && loss["serving_again_seconds"].get<double>() < 0)
     return Fail("the node's replicas did not serve again");
   return Status::Ok();
@@ -401,23 +413,27 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   const fs::path self = fs::canonical("/proc/self/exe").parent_path();
   a.coordinator = (self / "tessera-coordinator").string();
-  app.add_option("--coordinator", a.coordinator, "tessera-coordinator binary")->check(CLI::ExistingFile);
+  app.add_option("--coordinator", a.coordinator, "tessera-coordinator binary")
+      ->check(CLI::ExistingFile);
   app.add_option("--topology", a.topology, "topology file; its first node is every simulated node")
       ->check(CLI::ExistingFile);
   app.add_option("--model-config", a.model_config, "Hugging Face config.json of the served model")
       ->check(CLI::ExistingFile);
   app.add_option("--tokenizer", a.tokenizer, "folder with the tokenizer files")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--work-dir", a.work_dir, "folder for the config, keys and log (default: a new /tmp folder)");
+  app.add_option("--work-dir", a.work_dir,
+                 "folder for the config, keys and log (default: a new /tmp folder)");
   app.add_option("--json", a.json_out, "also write the result here");
   app.add_option("--nodes", a.nodes, "simulated nodes")->check(CLI::Range(1, 4096));
   app.add_option("--tp", a.tp, "tp of every replica")->check(CLI::Range(1, 64));
   app.add_option("--pp", a.pp, "pp of every replica")->check(CLI::Range(1, 64));
-  app.add_option("--replicas", a.replicas, "replicas (0: as many as fit)")->check(CLI::Range(0, 65536));
+  app.add_option("--replicas", a.replicas, "replicas (0: as many as fit)")
+      ->check(CLI::Range(0, 65536));
   app.add_flag("!--no-curve", a.curve, "plain TCP control plane (default: a CURVE key per worker)");
   app.add_option("--shards", a.shards, "simulator threads (0: one per 256 workers)")
       ->check(CLI::Range(0, 256));
-  app.add_option("--heartbeat", a.heartbeat, "heartbeat.interval_seconds")->check(CLI::Range(0.05, 60.0));
+  app.add_option("--heartbeat", a.heartbeat, "heartbeat.interval_seconds")
+      ->check(CLI::Range(0.05, 60.0));
   app.add_option("--heartbeat-timeout", a.heartbeat_timeout, "heartbeat.timeout_seconds")
       ->check(CLI::Range(0.1, 600.0));
   app.add_option("--disk-gbps", a.disk_gbps, "modeled checkpoint read speed per worker, GB/s")
@@ -425,11 +441,16 @@ int main(int argc, char** argv) {
   app.add_option("--time-scale", a.time_scale, "multiplies modeled load and step times (0: none)")
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--clients", a.clients, "concurrent API clients")->check(CLI::Range(1, 4096));
-  app.add_option("--max-tokens", a.max_tokens, "new tokens per request")->check(CLI::Range(1, 4096));
-  app.add_option("--idle-seconds", a.idle_seconds, "heartbeats-only window")->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--load-seconds", a.load_seconds, "request load window")->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--kill-node", a.kill_node, "node to kill under load (-1: none)")->check(CLI::Range(-1, 4095));
-  app.add_option("--kill-after", a.kill_after, "seconds into the load")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--max-tokens", a.max_tokens, "new tokens per request")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--idle-seconds", a.idle_seconds, "heartbeats-only window")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--load-seconds", a.load_seconds, "request load window")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--kill-node", a.kill_node, "node to kill under load (-1: none)")
+      ->check(CLI::Range(-1, 4095));
+  app.add_option("--kill-after", a.kill_after, "seconds into the load")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--ready-timeout", a.ready_timeout, "bound on registration and on readiness, s")
       ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--admin-page-size", a.admin_page_size, "page size of the /admin/cluster reads")

@@ -193,7 +193,8 @@ void SimFleet::Impl::Handle(Worker& w, const control::Envelope& e) {
       w.registered = true;
       w.worker_id = ack.worker_id();
       w.register_backoff = std::chrono::milliseconds(0);
-      w.heartbeat_interval = std::chrono::milliseconds(std::max<uint32_t>(1, ack.heartbeat_interval_ms()));
+      w.heartbeat_interval =
+          std::chrono::milliseconds(std::max<uint32_t>(1, ack.heartbeat_interval_ms()));
       w.next_heartbeat = now + w.heartbeat_interval;
       ScheduleTick(w, w.next_heartbeat);
       ++registered;
@@ -246,7 +247,8 @@ void SimFleet::Impl::OnAssign(Worker& w, const control::AssignShard& a) {
   }
   const uint64_t bytes = static_cast<uint64_t>(options.model->ShardBytes(a));
   const uint64_t version = a.plan_version();
-  Schedule(*w.shard, now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(load_s)),
+  Schedule(*w.shard,
+           now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(load_s)),
            [this, &w, version, bytes, load_s] {
              if (w.dead || !w.has_assign || w.assign.plan_version() != version) return;
              control::Envelope p;
@@ -288,8 +290,8 @@ void SimFleet::Impl::OnStep(Worker& w, const control::Step& step) {
     if (!s.want_logits()) continue;
     control::SampledToken* t = r->add_tokens();
     t->set_seq_id(s.seq_id());
-    t->set_token_id(TokenAt(s.seq_id(), s.start_pos() + s.num_tokens(), options.token_lo,
-                            options.token_hi));
+    t->set_token_id(
+        TokenAt(s.seq_id(), s.start_pos() + s.num_tokens(), options.token_lo, options.token_hi));
     if (s.sampling().logprobs()) {
       t->set_has_logprobs(true);
       t->set_logprob(-0.5f);
@@ -303,8 +305,8 @@ void SimFleet::Impl::OnStep(Worker& w, const control::Step& step) {
   (void)offset;
   const double step_s = options.model->StepSeconds(w.assign, step.batch());
   Worker* sampler = nullptr;
-  Clock::time_point due = now + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(step_s));
+  Clock::time_point due =
+      now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_s));
   {
     std::lock_guard<std::mutex> lock(plans_mu);
     auto it = plans.find(step.plan_version());

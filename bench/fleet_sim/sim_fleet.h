@@ -60,15 +60,15 @@ struct FleetOptions {
 // Counters since Start (monotonic).
 struct FleetStats {
   int64_t workers = 0;
-  int64_t registered = 0;           // accepted RegisterAcks (re-registrations too)
-  int64_t refused = 0;              // refusing RegisterAcks, "register again" excluded
-  int64_t registers_sent = 0;       // first Registers and retries
+  int64_t registered = 0;      // accepted RegisterAcks (re-registrations too)
+  int64_t refused = 0;         // refusing RegisterAcks, "register again" excluded
+  int64_t registers_sent = 0;  // first Registers and retries
   int64_t heartbeats_sent = 0;
-  int64_t assigned = 0;             // AssignShards taken
-  int64_t loaded = 0;               // Loaded sent
-  int64_t steps = 0;                // micro-batches answered
-  int64_t tokens = 0;               // tokens in the answers
-  int64_t killed = 0;               // workers of killed nodes
+  int64_t assigned = 0;                   // AssignShards taken
+  int64_t loaded = 0;                     // Loaded sent
+  int64_t steps = 0;                      // micro-batches answered
+  int64_t tokens = 0;                     // tokens in the answers
+  int64_t killed = 0;                     // workers of killed nodes
   double seconds_to_all_registered = -1;  // from Start; -1 until every worker registered once
 };
 

@@ -33,9 +33,9 @@ double StepModel::LoadSeconds(const control::AssignShard& assign,
   double bytes = ShardBytes(assign);
   if (held && held->tp() == assign.tp() && held->tp_rank() == assign.tp_rank() &&
       held->model_path() == assign.model_path()) {
-    const int64_t overlap =
-        std::max<int64_t>(0, static_cast<int64_t>(std::min(held->end_layer(), assign.end_layer())) -
-                                 static_cast<int64_t>(std::max(held->first_layer(), assign.first_layer())));
+    const int64_t overlap = std::max<int64_t>(
+        0, static_cast<int64_t>(std::min(held->end_layer(), assign.end_layer())) -
+               static_cast<int64_t>(std::max(held->first_layer(), assign.first_layer())));
     StageShape layers = Stage(assign, static_cast<int>(assign.stage()));
     layers.layers = static_cast<int>(overlap);
     layers.first = layers.last = false;

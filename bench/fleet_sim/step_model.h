@@ -27,12 +27,12 @@
 namespace tessera::fleet_sim {
 
 struct StepModelOptions {
-  GpuSpec gpu;                        // the simulated GPU's speeds
-  double nvlink_gb_per_s = 450;       // a tp group's link, GB/s per direction
-  double network_gb_per_s = 50;       // a pipeline hop between hosts, GB/s
-  double network_latency_s = 5e-6;    // one hop's latency
-  double disk_gb_per_s = 5;           // checkpoint read speed of one worker
-  double time_scale = 1.0;            // multiplies every modeled time (>= 0)
+  GpuSpec gpu;                      // the simulated GPU's speeds
+  double nvlink_gb_per_s = 450;     // a tp group's link, GB/s per direction
+  double network_gb_per_s = 50;     // a pipeline hop between hosts, GB/s
+  double network_latency_s = 5e-6;  // one hop's latency
+  double disk_gb_per_s = 5;         // checkpoint read speed of one worker
+  double time_scale = 1.0;          // multiplies every modeled time (>= 0)
 };
 
 class StepModel {

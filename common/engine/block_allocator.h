@@ -109,7 +109,7 @@ class BlockAllocator {
   std::vector<Block> blocks_;  // size fresh_
   // Unused blocks below fresh_, lowest id on top.
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> unused_;
-  std::list<int32_t> lru_;       // cached blocks, least recently released first
+  std::list<int32_t> lru_;  // cached blocks, least recently released first
   std::unordered_map<BlockKey, int32_t, BlockKeyHash> index_;
 };
 

@@ -1,8 +1,8 @@
 #include "coordinator/api/admin_api.h"
 
 #include <algorithm>
-#include <memory>
 #include <charconv>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 

@@ -23,8 +23,9 @@ namespace tessera {
 struct PlanProposal {
   ParallelConfig parallel;
   std::vector<RankPlacement> ranks;
-  std::optional<PlanResult> planned;  // the planner's result for {"auto": true}
-  int replica = 0;                    // the replica it changes
+  // The planner's result for {"auto": true}; shared, never copied.
+  std::shared_ptr<const PlanResult> planned;
+  int replica = 0;  // the replica it changes
 };
 
 class PlanControl {
@@ -66,7 +67,7 @@ class PlanControl {
 inline constexpr int64_t kDefaultClusterPageSize = 1024;
 inline constexpr int64_t kMaxClusterPageSize = 4096;
 struct ClusterPage {
-  int64_t page = 0;                              // >= 0
+  int64_t page = 0;                             // >= 0
   int64_t page_size = kDefaultClusterPageSize;  // 1..kMaxClusterPageSize
 };
 

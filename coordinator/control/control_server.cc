@@ -120,9 +120,9 @@ struct ControlServer::Impl {
 
   // Registry: written only by the owner thread, read by Send / Workers.
   mutable std::mutex registry_mu;
-  std::vector<Record> records;                 // registration order
-  std::map<std::string, size_t> by_identity;   // raw routing id -> latest record
-  std::map<std::string, size_t> by_worker_id;  // worker id -> latest record
+  std::vector<Record> records;                           // registration order
+  std::map<std::string, size_t> by_identity;             // raw routing id -> latest record
+  std::map<std::string, size_t> by_worker_id;            // worker id -> latest record
   std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
   // The next liveness scan (owner thread): every heartbeat_interval / 4,
   // not every turn, so a fleet's messages do not each cost a scan of it.
@@ -153,6 +153,19 @@ struct ControlServer::Impl {
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
   bool SendNow(const Outgoing& out);
   void CheckLiveness();
+  // The snapshot of record `index`; the caller holds registry_mu.
+  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
+    const Record& r = records[index];
+    ControlWorkerInfo info;
+    info.worker_id = r.worker_id;
+    info.identity = PrintableIdentity(r.identity);
+    info.registration = r.registration;
+    info.curve_public_key = r.curve_key;
+    info.alive = r.alive;
+    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
+    info.messages_received = r.messages_received;
+    return info;
+  }
   // Removes the records `gone` says to drop and rebuilds the indexes.
   // Returns the worker ids removed. Caller holds registry_mu.
   std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
@@ -288,23 +301,26 @@ Status ControlServer::Send(const std::string& worker_id, control::Envelope envel
   return s.Enqueue({std::move(identity), std::move(bytes), worker_id, EnvelopeBodyName(envelope)});
 }
 
+std::vector<ControlWorkerInfo> ControlServer::WorkersOf(
+    const std::vector<std::string>& worker_ids) const {
+  const Impl& s = *impl_;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(s.registry_mu);
+  std::vector<ControlWorkerInfo> out;
+  for (const std::string& id : worker_ids) {
+    auto it = s.by_worker_id.find(id);
+    if (it != s.by_worker_id.end()) out.push_back(s.InfoLocked(it->second, now));
+  }
+  return out;
+}
+
 std::vector<ControlWorkerInfo> ControlServer::Workers() const {
   const Impl& s = *impl_;
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(s.registry_mu);
   std::vector<ControlWorkerInfo> out;
   out.reserve(s.records.size());
-  for (const Impl::Record& r : s.records) {
-    ControlWorkerInfo info;
-    info.worker_id = r.worker_id;
-    info.identity = PrintableIdentity(r.identity);
-    info.registration = r.registration;
-    info.curve_public_key = r.curve_key;
-    info.alive = r.alive;
-    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
-    info.messages_received = r.messages_received;
-    out.push_back(std::move(info));
-  }
+  for (size_t i = 0; i < s.records.size(); ++i) out.push_back(s.InfoLocked(i, now));
   return out;
 }
 
@@ -646,9 +662,8 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
       // A record it replaces is the latest of its routing id, worker id or
       // key: look there before scanning every record.
       bool any = false;
-      for (const size_t* at :
-           {Find(by_identity, identity), Find(by_worker_id, worker_id),
-            curve_key.empty() ? nullptr : Find(by_curve_key, curve_key)})
+      for (const size_t* at : {Find(by_identity, identity), Find(by_worker_id, worker_id),
+                               curve_key.empty() ? nullptr : Find(by_curve_key, curve_key)})
         any = any || (at && replaced(records[*at]));
       if (any) gone = EraseRecordsLocked(replaced);
     }

@@ -144,8 +144,8 @@ struct ControlWorkerInfo {
   // As it registered; never null. Shared, not copied: a snapshot of a
   // fleet's workers must not copy thousands of topology reports.
   std::shared_ptr<const control::Register> registration;
-  std::string curve_public_key;    // the Z85 key it authenticated with ("" without CURVE)
-  bool alive = true;               // false once declared lost
+  std::string curve_public_key;  // the Z85 key it authenticated with ("" without CURVE)
+  bool alive = true;             // false once declared lost
   double seconds_since_last_message = 0;
   uint64_t messages_received = 0;  // valid messages, including Register
 };
@@ -183,6 +183,9 @@ class ControlServer {
   // registration order (a re-registration replaces the worker's lost record
   // and goes to the end).
   std::vector<ControlWorkerInfo> Workers() const;
+  // The records of `worker_ids` that exist (live or lost), in the order
+  // asked; O(k log n), for a caller that needs a few of a fleet's workers.
+  std::vector<ControlWorkerInfo> WorkersOf(const std::vector<std::string>& worker_ids) const;
   ControlServerStats stats() const;
 
   // Thread-safe: declares `worker_id` lost now, as a heartbeat timeout does

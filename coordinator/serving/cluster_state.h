@@ -78,8 +78,10 @@ struct ReplicaPlan {
   int64_t reconfigurations = 0;
   int64_t faults = 0;
   int64_t requeued_total = 0;
-  std::optional<PlanResult> plan_result;  // the planner's, when it placed the plan
-  int plan_result_replica = 0;            // which of plan_result's replicas this one is
+  // The planner's result when it placed the plan. Shared: one planner run
+  // places every replica, and a fleet has hundreds of them.
+  std::shared_ptr<const PlanResult> plan_result;
+  int plan_result_replica = 0;  // which of plan_result's replicas this one is
 
   bool InPlan(const std::string& worker_id) const;
 };

@@ -42,11 +42,13 @@ std::string PlanRunner::StoreHostFor(const std::string& worker_address) const {
 
 Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
                              const std::vector<RankPlacement>& ranks, const std::string& reason,
-                             json& report, std::optional<PlanResult> planned,
+                             json& report, std::shared_ptr<const PlanResult> planned,
                              const std::vector<Assignment>* predicted) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Assignment> plan;
-  const std::vector<ControlWorkerInfo> infos = control_->Workers();
+  std::vector<std::string> ids;
+  for (const RankPlacement& r : ranks) ids.push_back(r.worker_id);
+  const std::vector<ControlWorkerInfo> infos = control_->WorkersOf(ids);
   int64_t kv_blocks = 0;
   {
     MutexLock lock(&state_.mu);
@@ -64,8 +66,9 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     a.world_rank = r.world_rank;
     a.stage = r.stage;
     a.tp_rank = r.tp_rank;
-    TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, r.world_rank));
-    a.shard_weight_bytes = a.predicted_weight_bytes = spec.WeightBytes(DType::kF32);
+    TESSERA_ASSIGN_OR_RETURN(a.shard_weight_bytes,
+                             placer_.ShardWeightBytes(parallel, r.world_rank));
+    a.predicted_weight_bytes = a.shard_weight_bytes;
     // The KV pool keeps its kv_blocks across re-plans; this rank's part of it.
     a.predicted_kv_bytes = placer_.PredictedKvBytes(parallel, a.stage, kv_blocks);
     // The planner's predictions for this rank, when it placed the plan.

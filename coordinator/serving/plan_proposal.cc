@@ -122,7 +122,7 @@ StatusOr<PlanProposal> PlanRunner::ProposeAuto(Objective objective) const {
   PlanProposal out;
   out.parallel = *parallel;
   out.ranks = std::move(ranks);
-  out.planned = std::move(*result);
+  out.planned = std::make_shared<const PlanResult>(std::move(*result));
   return out;
 }
 

@@ -75,10 +75,14 @@ void PlanRunner::Serve(ReplicaStart first) {
       TESSERA_LOG_INFO("coordinator", "replica {}: {}: {}", replica_, first.reason,
                        first.parallel.ToString());
     } else {
-      TESSERA_LOG_INFO(
-          "coordinator", "replica {}: placing {} on {} workers\n{}", replica_,
-          first.parallel.ToString(), first.ranks.size(),
-          first.planned ? first.planned->ToText() : std::string("(explicit tp per stage)"));
+      // The planner's text covers every replica of its run: logged once,
+      // by the replica it placed first (a fleet has hundreds).
+      const bool whole_plan = first.planned && first.planned_index == 0;
+      TESSERA_LOG_INFO("coordinator", "replica {}: placing {} on {} workers{}{}", replica_,
+                       first.parallel.ToString(), first.ranks.size(), whole_plan ? "\n" : "",
+                       whole_plan      ? first.planned->ToText()
+                       : first.planned ? std::string(" (planned with replica 0)")
+                                       : std::string(" (explicit tp per stage)"));
     }
   }
   json report;
@@ -376,8 +380,7 @@ void PlanRunner::RunJob(PlanJob job) {
       result = placed.status();
       break;
     }
-    result = ApplyPlan(target, *placed, job.reason, report,
-                       keep ? job.planned : std::optional<PlanResult>());
+    result = ApplyPlan(target, *placed, job.reason, report, keep ? job.planned : nullptr);
     if (result.ok() || job.target || attempt >= kMaxFitAttempts) break;
     TESSERA_LOG_WARN("coordinator", "re-plan attempt {} failed: {}; retrying", attempt,
                      result.ToString());

@@ -112,7 +112,7 @@ class PlanRunner : public PlanControl {
     // With `target` from the planner (auto): its worker per rank (used while
     // they are all usable, else PlaceRanks) and its explanation.
     std::vector<RankPlacement> ranks;
-    std::optional<PlanResult> planned;
+    std::shared_ptr<const PlanResult> planned;
     bool fault = false;         // the running plan is broken: no drain wait
     uint64_t plan_version = 0;  // the plan running when the fault was raised
     std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
@@ -152,7 +152,7 @@ class PlanRunner : public PlanControl {
   // Errors also: a rank's worker taken by another replica meanwhile.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
                    const std::string& reason, nlohmann::json& report,
-                   std::optional<PlanResult> planned = std::nullopt,
+                   std::shared_ptr<const PlanResult> planned = nullptr,
                    const std::vector<Assignment>* predicted = nullptr);
   // The rendezvous store's address as the worker at `worker_address` reaches
   // it: the store's host, or, when it listens on every interface, this

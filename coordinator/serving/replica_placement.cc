@@ -97,10 +97,26 @@ StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::PlacePerStageTp(
   return out;
 }
 
-StatusOr<ReplicaStart> ReplicaPlacer::FromPlan(const PlanResult& result, int index,
+StatusOr<int64_t> ReplicaPlacer::ShardWeightBytes(const ParallelConfig& parallel,
+                                                  int world_rank) const {
+  // ToString names tp (per stage), pp and the layer split: the whole layout.
+  const auto key = std::make_pair(parallel.ToString(), world_rank);
+  {
+    MutexLock lock(&shard_bytes_mu_);
+    auto it = shard_bytes_.find(key);
+    if (it != shard_bytes_.end()) return it->second;
+  }
+  TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(model_, parallel, world_rank));
+  const int64_t bytes = spec.WeightBytes(DType::kF32);
+  MutexLock lock(&shard_bytes_mu_);
+  shard_bytes_.emplace(key, bytes);
+  return bytes;
+}
+
+StatusOr<ReplicaStart> ReplicaPlacer::FromPlan(std::shared_ptr<const PlanResult> result, int index,
                                                const WorkerCluster& cluster) const {
-  TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, result.plan.ParallelConfigOf(model_, index));
-  const PlannedReplica& rep = result.plan.replicas[static_cast<size_t>(index)];
+  TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, result->plan.ParallelConfigOf(model_, index));
+  const PlannedReplica& rep = result->plan.replicas[static_cast<size_t>(index)];
   // KV blocks: what fits on the tightest rank (the planner's KV pool), at
   // most what the scheduler can use and kv_cache.max_blocks.
   const int64_t block = config_.kv_cache.block_size;
@@ -134,7 +150,7 @@ StatusOr<ReplicaStart> ReplicaPlacer::FromPlan(const PlanResult& result, int ind
       st.predicted.push_back(std::move(a));
     }
   }
-  st.planned = result;
+  st.planned = std::move(result);
   return st;
 }
 
@@ -173,7 +189,7 @@ StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::PlaceEachReplica(
                                            " worker(s) left); no worker was assigned anything");
       for (const std::string& note : cluster.notes) result->explanation.notes.push_back(note);
       if (result->plan.replicas.empty()) return Internal("the planner placed no replica");
-      auto placed = FromPlan(*result, 0, cluster);
+      auto placed = FromPlan(std::make_shared<const PlanResult>(std::move(*result)), 0, cluster);
       if (!placed.ok()) return placed.status().WithContext(what);
       st = std::move(placed).value();
     }
@@ -207,8 +223,9 @@ StatusOr<std::vector<ReplicaStart>> ReplicaPlacer::Place(
                                          " worker(s)); no worker was assigned anything");
     for (const std::string& n : cluster.notes) result->explanation.notes.push_back(n);
     if (result->plan.replicas.empty()) return Internal("the planner placed no replica");
-    for (size_t r = 0; r < result->plan.replicas.size(); ++r) {
-      TESSERA_ASSIGN_OR_RETURN(ReplicaStart st, FromPlan(*result, static_cast<int>(r), cluster));
+    const auto shared = std::make_shared<const PlanResult>(std::move(*result));
+    for (size_t r = 0; r < shared->plan.replicas.size(); ++r) {
+      TESSERA_ASSIGN_OR_RETURN(ReplicaStart st, FromPlan(shared, static_cast<int>(r), cluster));
       out.push_back(std::move(st));
     }
   }

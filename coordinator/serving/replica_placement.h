@@ -19,8 +19,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
+#include "common/base/thread_annotations.h"
 #include "common/config/daemon_config.h"
 #include "common/format/model_config.h"
 #include "coordinator/control/control_server.h"
@@ -40,7 +43,7 @@ struct ReplicaStart {
   std::vector<Assignment> predicted;
   // The planner's result (every replica's), and which of its replicas this
   // is; unset for an explicit tp per stage or an adopted plan.
-  std::optional<PlanResult> planned;
+  std::shared_ptr<const PlanResult> planned;  // shared by every replica of one run
   int planned_index = 0;
   int64_t kv_blocks = 0;         // per rank
   uint64_t adopted_version = 0;  // an adopted plan: the version its workers hold; else 0
@@ -71,6 +74,12 @@ class ReplicaPlacer {
   // Bytes of a KV pool of `blocks` blocks on one rank of `stage` in
   // `parallel` (F32 cache: the CPU backend's; the cost model's formula).
   int64_t PredictedKvBytes(const ParallelConfig& parallel, int stage, int64_t blocks) const;
+  // Bytes of the tensors rank `world_rank` of `parallel` holds (ShardSpec's
+  // WeightBytes, fp32), remembered per (layout, rank): the replicas of a
+  // fleet share a few layouts, and listing a shard's tensors is not free.
+  // Thread-safe. Errors: those of ShardSpec::Make.
+  StatusOr<int64_t> ShardWeightBytes(const ParallelConfig& parallel, int world_rank) const
+      EXCLUDES(shard_bytes_mu_);
 
   // Every replica's first plan over `workers` (registration order), at most
   // parallel.replicas of them. With replica overrides, the replicas are
@@ -101,7 +110,7 @@ class ReplicaPlacer {
                                    size_t first) const;
   // Replica `index` of the planner's `result` over `cluster`. Errors: its
   // KV cache holds less than one sequence of max_context.
-  StatusOr<ReplicaStart> FromPlan(const PlanResult& result, int index,
+  StatusOr<ReplicaStart> FromPlan(std::shared_ptr<const PlanResult> result, int index,
                                   const WorkerCluster& cluster) const;
 
   const DaemonConfig& config_;
@@ -110,6 +119,8 @@ class ReplicaPlacer {
   const std::map<int, ParallelConfig> overrides_;
   const int64_t max_context_;
   Planner* const planner_;
+  mutable Mutex shard_bytes_mu_;
+  mutable std::map<std::pair<std::string, int>, int64_t> shard_bytes_ GUARDED_BY(shard_bytes_mu_);
 };
 
 }  // namespace tessera

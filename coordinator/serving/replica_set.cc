@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <utility>
 #include <unordered_set>
+#include <utility>
 
 #include "common/base/logging.h"
 

@@ -150,6 +150,27 @@ TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
   auto plan = HttpCall(port_, "GET", "/admin/plan", "", "s3cret");
   ASSERT_EQ(plan.status, 200);
   EXPECT_EQ(json::parse(plan.body)["ranks"].size(), 4u);
+  // /admin/cluster in pages: 4 workers 3 to a page are 2 pages; a bad page
+  // query is a 400 naming the parameter.
+  const json page0 =
+      json::parse(HttpCall(port_, "GET", "/admin/cluster?page_size=3", "", "s3cret").body);
+  EXPECT_EQ(page0["workers"].size(), 3u);
+  EXPECT_EQ(page0["workers_total"], 4);
+  EXPECT_EQ(page0["pages"], 2);
+  EXPECT_EQ(page0["replicas_total"], 1);
+  EXPECT_EQ(page0["replicas_ready"], 1);
+  const json page1 =
+      json::parse(HttpCall(port_, "GET", "/admin/cluster?page=1&page_size=3", "", "s3cret").body);
+  ASSERT_EQ(page1["workers"].size(), 1u);
+  EXPECT_TRUE(page1["replicas"].empty());  // replica 0 is on page 0
+  for (const json& w : page0["workers"]) EXPECT_NE(w["id"], page1["workers"][0]["id"]);
+  for (const char* bad : {"page=-1", "page_size=0", "page_size=5000", "page=x", "pages=1"}) {
+    auto r = HttpCall(port_, "GET", std::string("/admin/cluster?") + bad, "", "s3cret");
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+    EXPECT_NE(r.body.find(std::string(bad).substr(0, std::string(bad).find('='))),
+              std::string::npos)
+        << r.body;
+  }
   // Still serving, streamed and not.
   auto r = HttpCall(port_, "POST", cmp, "{" + m + ",\"prompt\":[1,2,3],\"max_tokens\":2}");
   EXPECT_EQ(r.status, 200) << r.body;

@@ -158,5 +158,30 @@ TEST(ReplicaRouter, PrefixAffinityWithinTheSlack) {
   std::printf("%d of %d requests stayed on their prefix's replica\n", stayed, repeats);
 }
 
+// A fleet's hundreds of replicas: the head of the order (kSortedHead) is the
+// least loaded ones, best first, and every accepting replica is listed once.
+TEST(ReplicaRouter, ManyReplicasHeadSortedAndEveryReplicaListed) {
+  RouterOptions o;
+  o.block_size = kBlock;
+  ReplicaRouter router(o);
+  std::vector<ReplicaLoad> loads = Ready(512);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int64_t> tokens(0, 100000);
+  for (ReplicaLoad& l : loads) l.outstanding_tokens = tokens(rng);
+  loads[77].accepting = false;
+  const std::vector<int> order = router.Order({1, 2, 3}, loads);
+  ASSERT_EQ(order.size(), 511u);
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  EXPECT_EQ(std::count(order.begin(), order.end(), 77), 0);
+  std::vector<int64_t> all;
+  for (int r : order) all.push_back(loads[static_cast<size_t>(r)].outstanding_tokens);
+  std::vector<int64_t> best = all;
+  std::sort(best.begin(), best.end());
+  for (int i = 0; i < kSortedHead; ++i)
+    EXPECT_EQ(all[static_cast<size_t>(i)], best[static_cast<size_t>(i)]) << i;
+}
+
 }  // namespace
 }  // namespace tessera
