@@ -15,10 +15,10 @@
 #              requests: the router's request rate, and the coordinator's CPU per step;
 #   decode64   the same fleet, 256 clients x 32-token requests: CPU per step when
 #              steps carry many sequences.
-# route64 and decode64 give the coordinator's cost per step and per token (a
-# least-squares line through their CPU per step against tokens per step), hence
-# the steps per second one coordinator process can drive (docs/architecture.md,
-# "One coordinator at fleet scale"). bench/results/fleet_sim.md quotes them.
+# route64 and decode64 give the coordinator's CPU per step and per request
+# (two equations, two unknowns), hence the steps per second one coordinator
+# process can drive (docs/architecture.md, "One coordinator at fleet scale").
+# bench/results/fleet_sim.md quotes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -43,10 +43,13 @@ run route64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.jso
   --clients 64 --max-tokens 1 --idle-seconds 1 --load-seconds 20
 run decode64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
+run decode8 --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
+  --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
 python3 - "$out" "$machine" <<'PY'
 import json, sys
 out, machine = sys.argv[1], sys.argv[2]
-r = {n: json.load(open(f"{out}/fleet_sim_{n}.json")) for n in ("full", "route512", "route64", "decode64")}
+names = ("full", "route512", "route64", "decode64", "decode8")
+r = {n: json.load(open(f"{out}/fleet_sim_{n}.json")) for n in names}
 for name, x in r.items():
     load = x["load"]
     print(f"{name}: ok {x['ok']}, workers {x['workers']}, replicas {x['replicas']}, "
@@ -56,17 +59,24 @@ for name, x in r.items():
           f"{load['coordinator_us_per_step']:.0f} us CPU/step at {load['coordinator_cores']:.2f} core, "
           f"failed {load['failed']}, short {load['short']}, RSS {x['coordinator_rss_bytes'] / 1e6:.0f} MB")
 print("node loss:", json.dumps(r["full"].get("node_loss")))
-# CPU per step = a + b x tokens per step, through route64 and decode64.
-pts = []
-for n in ("route64", "decode64"):
-    load = r[n]["load"]
-    tps = load["tokens_per_second"] / load["steps_per_second"]
-    pts.append((tps, load["coordinator_us_per_step"]))
-(t1, c1), (t2, c2) = pts
-b = (c2 - c1) / (t2 - t1)
-a = c1 - b * t1
-print(f"coordinator CPU per step: {a:.0f} us + {b:.1f} us per token "
-      f"(tokens per step {t1:.1f} and {t2:.1f}); one core drives {1e6 / (a + 64 * b):.0f} steps/s "
-      f"of 64 tokens")
+# Coordinator CPU (cores) = a x steps/s + b x tokens/s + c x requests/s, solved
+# through route64 (1-token requests), decode64 (about 4 sequences a step) and
+# decode8 (about 32 a step), by Cramer's rule.
+rows = [(r[n]["load"]["steps_per_second"], r[n]["load"]["tokens_per_second"],
+         r[n]["load"]["requests_per_second"], r[n]["load"]["coordinator_cores"])
+        for n in ("route64", "decode64", "decode8")]
+def det3(m):
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+m = [list(row[:3]) for row in rows]
+d = det3(m)
+a, b, c = (det3([[row[3] if k == col else row[k] for k in range(3)] for row in rows]) / d for col in range(3))
+print(f"coordinator CPU: {a * 1e6:.0f} us per step + {b * 1e6:.1f} us per token + {c * 1e6:.0f} us per request")
+for tokens in (8, 64):
+    print(f"  a step of {tokens} tokens: {(a + tokens * b) * 1e6:.0f} us, so one core drives "
+          f"{1 / (a + tokens * b):.0f} such steps/s ({tokens / (a + tokens * b):.0f} tokens/s)")
+for n in names:
+    rp = r[n]["load"].get("routed_per_replica")
+    if rp: print(f"{n}: requests routed per replica min {rp['min']}, max {rp['max']}")
 print(f"machine: {machine}")
 PY

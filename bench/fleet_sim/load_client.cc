@@ -32,15 +32,13 @@ LoadStats LoadClient::stats() const {
 }
 
 void LoadClient::Run() {
-  json body = {
-      {"prompt", options_.prompt}, {"max_tokens", options_.max_tokens}, {"temperature", 0}};
+  json body = {{"max_tokens", options_.max_tokens}, {"temperature", 0}};
   if (!options_.model.empty()) body["model"] = options_.model;
   http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
   req.set(http::field::host, "127.0.0.1");
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
-  req.body() = body.dump();
-  req.prepare_payload();
+  static std::atomic<uint64_t> next_request{0};
   boost::asio::io_context ioc;
   std::optional<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
@@ -70,6 +68,12 @@ void LoadClient::Run() {
                                       static_cast<unsigned short>(options_.port)));
         buffer.clear();
       }
+      // Each prompt starts with its own number: no two share a first KV
+      // block, so the router's prefix affinity does not pile them onto one
+      // replica and the run measures routing by load.
+      body["prompt"] = std::to_string(next_request++) + " " + options_.prompt;
+      req.body() = body.dump();
+      req.prepare_payload();
       stream->expires_after(std::chrono::seconds(120));
       http::write(*stream, req);
       http::response<http::string_body> res;

@@ -1,8 +1,9 @@
 // LoadClient: a closed-loop load generator for the OpenAI API. `clients`
 // threads each hold one keep-alive HTTP/1.1 connection (Boost.Beast) and
-// send POST /v1/completions one after another until Stop: a fixed prompt,
-// max_tokens new tokens, no streaming. A connection that breaks is opened
-// again.
+// send POST /v1/completions one after another until Stop: the prompt behind
+// a number of its own (no two requests share a first KV block, so prefix
+// affinity does not steer them), max_tokens new tokens, no streaming. A connection that breaks is
+// opened again.
 //
 // Each answer is checked: status 200 and usage.completion_tokens ==
 // max_tokens (the simulated workers never emit EOS), so a request lost or

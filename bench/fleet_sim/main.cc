@@ -102,6 +102,7 @@ StatusOr<json> Cluster(int port, int page, int page_size) {
 struct ClusterSnapshot {
   std::vector<uint64_t> plan_versions;
   std::vector<bool> ready;
+  std::vector<int64_t> routed;  // requests_routed_total per replica
   std::map<std::string, std::set<int>> replicas_of_host;
   int pages = 0;
   int workers = 0;
@@ -116,6 +117,7 @@ StatusOr<ClusterSnapshot> Snapshot(int port, int page_size) {
     for (const json& r : j["replicas"]) {
       s.plan_versions.push_back(r["plan_version"].get<uint64_t>());
       s.ready.push_back(r["ready"].get<bool>());
+      s.routed.push_back(r.value("requests_routed_total", int64_t{0}));
     }
     for (const json& w : j["workers"]) {
       ++s.workers;
@@ -383,8 +385,13 @@ Status Run(const Args& a, json& out) {
       {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
       {"coordinator_us_per_step",
        s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
+  TESSERA_ASSIGN_OR_RETURN(ClusterSnapshot after, Snapshot(admin, a.admin_page_size));
+  if (!after.routed.empty()) {
+    // How evenly the router spread the requests over the replicas.
+    const auto [lo, hi] = std::minmax_element(after.routed.begin(), after.routed.end());
+    out["load"]["routed_per_replica"] = {{"min", *lo}, {"max", *hi}};
+  }
   if (!loss.is_null()) {
-    TESSERA_ASSIGN_OR_RETURN(ClusterSnapshot after, Snapshot(admin, a.admin_page_size));
     std::vector<int> replanned;
     for (size_t r = 0; r < after.plan_versions.size() && r < before.plan_versions.size(); ++r)
       if (after.plan_versions[r] != before.plan_versions[r])

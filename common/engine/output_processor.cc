@@ -135,7 +135,10 @@ uint64_t OutputProcessor::posted() const {
 
 void OutputProcessor::WaitProcessed(uint64_t serial) {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return processed_ >= serial; });
+  if (processed_ >= serial) return;
+  Waiter me;
+  waiters_.emplace(serial, &me);
+  me.cv.wait(lock, [&] { return me.done; });  // Loop erased the entry
 }
 
 std::vector<int64_t> OutputProcessor::TakeStops(uint64_t serial,
@@ -165,12 +168,16 @@ void OutputProcessor::Loop() {
     for (Event& e : batch) {
       Process(e);
       const bool finish = e.kind == Kind::kFinish;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        processed_ = e.serial;
-      }
       if (finish) pending_finishes_.fetch_sub(1);
-      done_cv_.notify_all();
+      std::lock_guard<std::mutex> lock(mu_);
+      processed_ = e.serial;
+      // Wake exactly the waiters this event satisfied (under the lock: a
+      // woken waiter's stack frame may go as soon as it runs).
+      while (!waiters_.empty() && waiters_.begin()->first <= processed_) {
+        waiters_.begin()->second->done = true;
+        waiters_.begin()->second->cv.notify_one();
+        waiters_.erase(waiters_.begin());
+      }
     }
     batch.clear();
   }

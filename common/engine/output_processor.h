@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,7 +119,7 @@ class OutputProcessor {
 
   uint64_t posted() const;  // serial of the latest event posted (0: none)
   // Blocks until every event up to `serial` has been processed (its
-  // callbacks returned).
+  // callbacks returned). Only this caller is woken for it.
   void WaitProcessed(uint64_t serial);
   // Removes and returns the ids whose stop string was hit by a Token event
   // with serial <= `serial`, in hit order. With `mine` set, only the ids it
@@ -161,8 +162,15 @@ class OutputProcessor {
 
   const Tokenizer* tokenizer_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;                  // events queued, or stopping
-  std::condition_variable done_cv_;                  // processed_ advanced
+  std::condition_variable work_cv_;  // events queued, or stopping
+  // A thread in WaitProcessed: woken alone when processed_ reaches its
+  // serial (many schedulers share the processor: a fleet's replicas must
+  // not all wake for every event).
+  struct Waiter {
+    std::condition_variable cv;
+    bool done = false;  // protected by mu_
+  };
+  std::multimap<uint64_t, Waiter*> waiters_;         // protected by mu_: by the serial awaited
   std::deque<Event> queue_;                          // protected by mu_
   uint64_t posted_ = 0;                              // protected by mu_
   uint64_t processed_ = 0;                           // protected by mu_
