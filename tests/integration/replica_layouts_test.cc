@@ -82,39 +82,11 @@ std::vector<std::string> EngineReference() {
   return out;
 }
 
-// The texts of kRequests requests sent at once; streams (every odd request)
-// must end with exactly one [DONE].
+// The texts of kRequests requests sent at once (every odd one streamed).
 std::vector<std::string> RunConcurrently(int port) {
-  std::vector<std::string> out(kRequests);
-  std::vector<std::thread> ts;
-  for (int i = 0; i < kRequests; ++i)
-    ts.emplace_back([&, i] {
-      const bool stream = i % 2 == 1;
-      auto r = HttpCall(port, "POST", "/v1/completions", Request(i, stream).dump());
-      EXPECT_EQ(r.status, 200) << r.body;
-      if (!stream) {
-        const json j = json::parse(r.body, nullptr, false);
-        if (!j.is_discarded() && j.contains("choices"))
-          out[static_cast<size_t>(i)] = j["choices"][0]["text"];
-        return;
-      }
-      std::string text;
-      int done = 0;
-      for (const std::string& ev : r.events) {
-        if (ev == "[DONE]") {
-          ++done;
-          continue;
-        }
-        const json j = json::parse(ev, nullptr, false);
-        ASSERT_FALSE(j.is_discarded() || j.contains("error")) << ev;
-        for (const json& c : j["choices"])
-          if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();
-      }
-      EXPECT_EQ(done, 1) << "request " << i;
-      out[static_cast<size_t>(i)] = text;
-    });
-  for (auto& t : ts) t.join();
-  return out;
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kRequests; ++i) bodies.push_back(Request(i, i % 2 == 1).dump());
+  return ::tessera::testing::ConcurrentCompletionTexts(port, bodies);
 }
 
 // Waits (bounded) until /admin/cluster reports every replica ready and not

@@ -1,6 +1,7 @@
 #include "support/daemon_cluster.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -286,6 +288,41 @@ int RunDaemonUntilExit(const std::string& program, const std::vector<std::string
 
 int ExitCodeOf(int wait_status) {
   return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::vector<std::string> ConcurrentCompletionTexts(int port,
+                                                   const std::vector<std::string>& requests) {
+  using nlohmann::json;
+  std::vector<std::string> out(requests.size());
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < requests.size(); ++i)
+    ts.emplace_back([&, i] {
+      const json req = json::parse(requests[i], nullptr, false);
+      const bool stream = req.is_object() && req.value("stream", false);
+      auto r = HttpCall(port, "POST", "/v1/completions", requests[i]);
+      EXPECT_EQ(r.status, 200) << "request " << i << ": " << r.body;
+      if (!stream) {
+        const json j = json::parse(r.body, nullptr, false);
+        if (!j.is_discarded() && j.contains("choices")) out[i] = j["choices"][0]["text"];
+        return;
+      }
+      std::string text;
+      int done = 0;
+      for (const std::string& ev : r.events) {
+        if (ev == "[DONE]") {
+          ++done;
+          continue;
+        }
+        const json j = json::parse(ev, nullptr, false);
+        ASSERT_FALSE(j.is_discarded() || j.contains("error")) << "request " << i << ": " << ev;
+        for (const json& c : j["choices"])
+          if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();
+      }
+      EXPECT_EQ(done, 1) << "request " << i;
+      out[i] = text;
+    });
+  for (auto& t : ts) t.join();
+  return out;
 }
 
 }  // namespace tessera::testing

@@ -209,4 +209,12 @@ int RunDaemonUntilExit(const std::string& program, const std::vector<std::string
 // The exit code in a wait status: WEXITSTATUS, or 128 + the signal.
 int ExitCodeOf(int wait_status);
 
+// Sends every body of `requests` (JSON text) to POST /v1/completions on
+// 127.0.0.1:`port` at once, one thread each, and returns each one's text in
+// order. A request with "stream": true is read event by event and must end
+// with exactly one [DONE]; failures are reported as gtest failures naming
+// the request's index.
+std::vector<std::string> ConcurrentCompletionTexts(int port,
+                                                   const std::vector<std::string>& requests);
+
 }  // namespace tessera::testing
