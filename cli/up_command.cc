@@ -72,22 +72,32 @@ void PrintPlan(const std::string& plan_json, bool with_explanation) {
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
-// One progress line over every rank's shard load, from /admin/plan
-// ("" while no rank has reported progress).
+// One progress line over every rank's shard load, of every replica, from
+// /admin/plan ("" while no rank has reported progress).
 std::string LoadProgressLine(const std::string& plan_json, double seconds) {
   const json plan = json::parse(plan_json, nullptr, false);
   if (plan.is_discarded() || !plan.is_object() || !plan.contains("ranks")) return "";
+  // "replicas" holds each replica's plan document; the top level is replica 0's.
+  std::vector<const json*> rank_lists;
+  if (plan.contains("replicas") && plan["replicas"].is_array() && !plan["replicas"].empty()) {
+    for (const json& rep : plan["replicas"])
+      if (rep.is_object() && rep.contains("ranks") && rep["ranks"].is_array())
+        rank_lists.push_back(&rep["ranks"]);
+  } else {
+    rank_lists.push_back(&plan["ranks"]);
+  }
   int64_t done = 0, total = 0;
   int loaded = 0, ranks = 0;
-  for (const json& r : plan["ranks"]) {
-    ++ranks;
-    const bool is_loaded = r.value("weight_bytes", int64_t{-1}) >= 0;
-    loaded += is_loaded ? 1 : 0;
-    const int64_t rank_total = r.value("load_bytes_total", int64_t{0});
-    total += rank_total;
-    // A loaded rank has read its whole shard even if its last report was earlier.
-    done += is_loaded ? rank_total : r.value("load_bytes_done", int64_t{0});
-  }
+  for (const json* list : rank_lists)
+    for (const json& r : *list) {
+      ++ranks;
+      const bool is_loaded = r.value("weight_bytes", int64_t{-1}) >= 0;
+      loaded += is_loaded ? 1 : 0;
+      const int64_t rank_total = r.value("load_bytes_total", int64_t{0});
+      total += rank_total;
+      // A loaded rank has read its whole shard even if its last report was earlier.
+      done += is_loaded ? rank_total : r.value("load_bytes_done", int64_t{0});
+    }
   if (total == 0) return "";
   return "loading: " + FormatLoadProgress(done, total, seconds) + " (" + std::to_string(loaded) +
          "/" + std::to_string(ranks) + " ranks loaded)";
@@ -335,6 +345,7 @@ Subcommand AddUpCommand(CLI::App& app) {
     const int admin_port = ports->admin;
     const std::string token = cfg->admin.effective_token;
     bool ready = false;
+    int64_t ready_replicas = -1, total_replicas = -1;  // while some replicas still load
     const auto start = std::chrono::steady_clock::now();
     auto last_progress = start;
     std::string last_line;
@@ -359,7 +370,18 @@ Subcommand AddUpCommand(CLI::App& app) {
       HttpReply r = HttpCall(port, "GET", "/readyz", "", "", cfg->server.host);
       if (r.status == 200) {
         ready = true;
-        break;
+        // /readyz answers once one replica serves; the deployment is up when
+        // every replica does (until the ready timeout: then it serves with
+        // those that do, and says so).
+        const json c = json::parse(
+            HttpCall(admin_port, "GET", "/admin/cluster?page_size=1", "", token, cfg->admin.host)
+                .body,
+            nullptr, false);
+        if (!c.is_object() ||
+            c.value("replicas_ready", int64_t{0}) >= c.value("replicas_total", int64_t{0}))
+          break;
+        ready_replicas = c.value("replicas_ready", int64_t{0});
+        total_replicas = c.value("replicas_total", int64_t{0});
       }
       if (r.status == 503) {
         // A refused placement does not heal by waiting (the coordinator's
@@ -375,6 +397,14 @@ Subcommand AddUpCommand(CLI::App& app) {
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ready = false;  // not every replica yet: look again
+    }
+    if (!ready && ready_replicas > 0 && !g_up_stop) {
+      std::fprintf(stderr,
+                   "tessera up: only %lld of %lld replicas became ready within the ready timeout; "
+                   "serving with those (tessera status shows why the others are not)\n",
+                   static_cast<long long>(ready_replicas), static_cast<long long>(total_replicas));
+      ready = true;
     }
     int rc = 0;
     if (!ready) {

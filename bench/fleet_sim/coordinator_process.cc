@@ -52,8 +52,13 @@ Status CoordinatorProcess::Start(const std::string& binary, const std::string& c
     int st = 0;
     if (::waitpid(pid_, &st, WNOHANG) == pid_) {
       pid_ = -1;
-      return Unavailable("the coordinator exited (status " + std::to_string(st) +
-                         ") before it listened; its log ends:\n" + FileTail(log_path, 2000));
+      const std::string tail = FileTail(log_path, 2000);
+      return Unavailable(
+          binary + " exited (" +
+          (WIFEXITED(st) ? "exit code " + std::to_string(WEXITSTATUS(st))
+                         : "signal " + std::to_string(WTERMSIG(st))) +
+          ") before it listened; " +
+          (tail.empty() ? "its log " + log_path + " is empty" : "its log ends:\n" + tail));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -18,8 +18,9 @@ class CoordinatorProcess {
   ~CoordinatorProcess() { Stop(); }
   // Starts `binary --config config --ports-file <dir>/ports.json`, its
   // stdout and stderr to `log_path`, and waits up to 60 s for the ports.
-  // Errors: kIoError (fork/exec failed), kUnavailable (it exited or wrote no
-  // ports in time; the message quotes the log's tail).
+  // Errors: kIoError (fork/exec failed), kUnavailable (it exited, with its
+  // exit code or signal, or wrote no ports in time; the message quotes the
+  // log's tail).
   Status Start(const std::string& binary, const std::string& config, const std::string& dir,
                const std::string& log_path);
   const ListenerPorts& ports() const { return ports_; }

@@ -158,6 +158,15 @@ Status Run(const Args& a, json& out) {
   TESSERA_ASSIGN_OR_RETURN(ModelConfig model,
                            ParseModelConfig(Slurp(a.model_config), a.model_config));
   const int workers = a.nodes * static_cast<int>(node.gpus.size());
+  // An explicit layout waits for exactly the workers it uses
+  // (parallel.workers): the fleet is replicas x tp x pp workers.
+  if (a.replicas > 0 && a.replicas * a.tp * a.pp != workers)
+    return InvalidArgument(
+        "--replicas " + std::to_string(a.replicas) + " x --tp " + std::to_string(a.tp) +
+        " x --pp " + std::to_string(a.pp) + " = " + std::to_string(a.replicas * a.tp * a.pp) +
+        " workers, but --nodes " + std::to_string(a.nodes) + " x " +
+        std::to_string(node.gpus.size()) + " GPUs = " + std::to_string(workers) +
+        "; give --replicas 0 (as many as fit) or " + std::to_string(workers / (a.tp * a.pp)));
 
   // The coordinator's model: the shapes of --model-config, the tokenizer of
   // --tokenizer (no weights: the coordinator reads none).
@@ -167,6 +176,7 @@ Status Run(const Args& a, json& out) {
     if (!mkdtemp(tmpl)) return IoError("mkdtemp failed");
     dir = tmpl;
   }
+  out["work_dir"] = dir;
   fs::create_directories(dir + "/model");
   fs::copy_file(a.model_config, dir + "/model/config.json", fs::copy_options::overwrite_existing);
   for (const auto& e : fs::directory_iterator(a.tokenizer)) {
@@ -434,7 +444,8 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", a.nodes, "simulated nodes")->check(CLI::Range(1, 4096));
   app.add_option("--tp", a.tp, "tp of every replica")->check(CLI::Range(1, 64));
   app.add_option("--pp", a.pp, "pp of every replica")->check(CLI::Range(1, 64));
-  app.add_option("--replicas", a.replicas, "replicas (0: as many as fit)")
+  app.add_option("--replicas", a.replicas,
+                 "replicas (0: as many as fit; else replicas x tp x pp = every worker)")
       ->check(CLI::Range(0, 65536));
   app.add_flag("!--no-curve", a.curve, "plain TCP control plane (default: a CURVE key per worker)");
   app.add_option("--shards", a.shards, "simulator threads (0: one per 256 workers)")
@@ -470,6 +481,14 @@ int main(int argc, char** argv) {
   tessera::SetLogLevel(tessera::LogLevel::kWarn);
   json out;
   tessera::Status s = tessera::fleet_sim::Run(a, out);
+  // A folder of our own (no --work-dir) goes once the run passed; a failed
+  // run keeps it for the coordinator's log.
+  if (s.ok() && a.work_dir.empty() && out.contains("work_dir")) {
+    std::error_code ec;
+    fs::remove_all(out["work_dir"].get<std::string>(), ec);
+    out.erase("work_dir");
+    out.erase("coordinator_log");
+  }
   out["ok"] = s.ok();
   if (!s.ok()) out["error"] = s.ToString();
   const std::string text = out.dump(2);

@@ -82,6 +82,15 @@ TEST(FleetSim, BadArgumentsAreRefusedByName) {
       RunCommand(BinaryDir() + "/tessera-fleet-sim --nodes 2 --kill-node 5 2>&1");
   EXPECT_NE(run.rc, 0);
   EXPECT_THAT(run.output, ::testing::HasSubstr("--kill-node 5: there are only 2 nodes"));
+  const testing::CommandResult replicas = RunCommand(
+      BinaryDir() + "/tessera-fleet-sim --nodes 4 --replicas 1 --topology " +
+      std::string(TESSERA_SOURCE_DIR) + "/configs/topologies/dgx_h100_x1.toml --model-config " +
+      std::string(TESSERA_SOURCE_DIR) + "/configs/models/llama-2-70b.json --tokenizer " +
+      FixturePath("models/llama_gqa_f32") + " 2>&1");
+  EXPECT_NE(replicas.rc, 0);
+  EXPECT_THAT(replicas.output,
+              ::testing::HasSubstr("--replicas 1 x --tp 8 x --pp 2 = 16 workers, but --nodes 4 x "
+                                   "8 GPUs = 32; give --replicas 0 (as many as fit) or 2"));
   const testing::CommandResult zero = RunCommand(BinaryDir() + "/tessera-fleet-sim --nodes 0 2>&1");
   EXPECT_NE(zero.rc, 0);
   EXPECT_THAT(zero.output, ::testing::HasSubstr("--nodes"));
