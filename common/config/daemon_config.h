@@ -72,15 +72,26 @@ enum class ParallelObjective {
 };
 
 // One explicit layout: tp (or a tp per stage), pp and the layer split, as
-// the keys of [parallel] and of a parallel.replica_override entry give it.
+// the keys of [parallel] (ParallelSection is one) and of a
+// parallel.replica_override entry give it.
 struct LayoutSection {
-  // As ParallelSection::tp: the tp of every stage; 0 when tp_per_stage is set.
+  // Tensor-parallel ranks per stage (explicit mode). More ranks split each
+  // layer's matmuls further (less memory and time per rank) at the cost of two
+  // all-reduces per layer; keep a tp group within one host. Must divide the
+  // model's attention heads (checked against the model when planning).
+  // In the file an integer (every stage) or an array with one entry per
+  // stage, e.g. `tp = [2, 1]` (a host of 2 ranks feeding a host of 1): then
+  // tp is 0 and tp_per_stage holds the array.
   int tp = 1;
-  // As ParallelSection::tp_per_stage: empty, or pp entries, each >= 1.
+  // The per-stage form of tp: empty, or pp entries, each >= 1.
   std::vector<int> tp_per_stage;
-  // As ParallelSection::pp.
+  // Pipeline stages (explicit mode). More stages hold fewer layers each, at the
+  // cost of one activation transfer per stage boundary and pp micro-batches
+  // needed in flight to keep every stage busy.
   int pp = 1;
-  // As ParallelSection::layers_per_stage: empty = even split.
+  // Decoder layers per stage, in stage order (explicit mode). Empty = even
+  // split. Otherwise pp entries, each >= 1; their sum must equal the model's
+  // num_hidden_layers (checked against the model when planning).
   std::vector<int> layers_per_stage;
 
   // The tp of stage `stage`: tp_per_stage[stage], or tp.
@@ -110,40 +121,13 @@ struct ReplicaOverride {
 };
 
 // [parallel]: how the model is split over workers (see common/model/parallel_config.h).
-struct ParallelSection {
+// The layout keys (tp, tp_per_stage, pp, layers_per_stage) and their
+// defaults are LayoutSection's.
+struct ParallelSection : LayoutSection {
   // "auto" or "explicit". When the file does not name a mode, setting any of
   // tp, pp or layers_per_stage selects "explicit"; otherwise "auto". In "auto"
   // mode tp, pp and layers_per_stage must not be set.
   ParallelMode mode = ParallelMode::kAuto;
-  // Tensor-parallel ranks per stage (explicit mode). More ranks split each
-  // layer's matmuls further (less memory and time per rank) at the cost of two
-  // all-reduces per layer; keep a tp group within one host. Must divide the
-  // model's attention heads (checked against the model when planning).
-  // In the file an integer (every stage) or an array with one entry per
-  // stage, e.g. `tp = [2, 1]` (a host of 2 ranks feeding a host of 1): then
-  // tp is 0 and tp_per_stage holds the array.
-  int tp = 1;
-  // The per-stage form of parallel.tp: empty, or pp entries, each >= 1.
-  std::vector<int> tp_per_stage;
-  // Pipeline stages (explicit mode). More stages hold fewer layers each, at the
-  // cost of one activation transfer per stage boundary and pp micro-batches
-  // needed in flight to keep every stage busy.
-  int pp = 1;
-  // Decoder layers per stage, in stage order (explicit mode). Empty = even
-  // split. Otherwise pp entries, each >= 1; their sum must equal the model's
-  // num_hidden_layers (checked against the model when planning).
-  std::vector<int> layers_per_stage;
-
-  // The tp of stage `stage` (explicit mode): tp_per_stage[stage], or tp.
-  int TpOfStage(int stage) const {
-    return tp_per_stage.empty() ? tp : tp_per_stage[static_cast<size_t>(stage)];
-  }
-  // Worker ranks of the layout (explicit mode): the sum of the stages' tp.
-  int world_size() const {
-    int w = 0;
-    for (int s = 0; s < pp; ++s) w += TpOfStage(s);
-    return w;
-  }
 
   // Workers the coordinator waits for before it plans; the plan uses those
   // that registered first. 0 = replicas * tp * pp in explicit mode (with
@@ -173,7 +157,7 @@ struct ParallelSection {
   std::vector<ReplicaOverride> replica_overrides;
 
   // The layout of [parallel] itself (tp, tp_per_stage, pp, layers_per_stage).
-  LayoutSection BaseLayout() const { return {tp, tp_per_stage, pp, layers_per_stage}; }
+  const LayoutSection& BaseLayout() const { return *this; }
   // Replica `replica`'s layout (explicit mode): its override, else BaseLayout().
   LayoutSection LayoutOfReplica(int replica) const {
     for (const ReplicaOverride& o : replica_overrides)

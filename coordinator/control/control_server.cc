@@ -314,6 +314,18 @@ std::vector<ControlWorkerInfo> ControlServer::WorkersOf(
   return out;
 }
 
+std::vector<ControlWorkerInfo> ControlServer::WorkersPage(size_t first, size_t count,
+                                                          size_t* total) const {
+  const Impl& s = *impl_;
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(s.registry_mu);
+  *total = s.records.size();
+  std::vector<ControlWorkerInfo> out;
+  for (size_t i = first; i < s.records.size() && i - first < count; ++i)
+    out.push_back(s.InfoLocked(i, now));
+  return out;
+}
+
 std::vector<ControlWorkerInfo> ControlServer::Workers() const {
   const Impl& s = *impl_;
   const Clock::time_point now = Clock::now();

@@ -186,6 +186,9 @@ class ControlServer {
   // The records of `worker_ids` that exist (live or lost), in the order
   // asked; O(k log n), for a caller that needs a few of a fleet's workers.
   std::vector<ControlWorkerInfo> WorkersOf(const std::vector<std::string>& worker_ids) const;
+  // The records [first, first + count) of Workers()' order, and in `total`
+  // how many there are: one page of a fleet without a snapshot of all of it.
+  std::vector<ControlWorkerInfo> WorkersPage(size_t first, size_t count, size_t* total) const;
   ControlServerStats stats() const;
 
   // Thread-safe: declares `worker_id` lost now, as a heartbeat timeout does

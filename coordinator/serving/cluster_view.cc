@@ -85,13 +85,15 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
     loads.push_back(replicas_->Load(static_cast<int>(r)));
     replica_reconfiguring.push_back(replicas_->runner(static_cast<int>(r))->reconfiguring());
   }
-  const std::vector<ControlWorkerInfo> all_workers = control_->Workers();
-  const auto [w0, w1] = slice(all_workers.size());
+  // This page's workers only: a fleet's page does not copy all of it.
+  const size_t size = static_cast<size_t>(std::max<int64_t>(1, page.page_size));
+  size_t num_workers = 0;
+  const std::vector<ControlWorkerInfo> page_workers =
+      control_->WorkersPage(static_cast<size_t>(page.page) * size, size, &num_workers);
   MutexLock lock(&state_.mu);
   static const ReplicaPlan kNone;
   const ReplicaPlan& first = state_.replicas.empty() ? kNone : state_.replicas[0];
-  for (size_t wi = w0; wi < w1; ++wi) {
-    const ControlWorkerInfo& w = all_workers[wi];
+  for (const ControlWorkerInfo& w : page_workers) {
     const bool failed = state_.IsFailed(w.worker_id);
     const bool drained = state_.IsDrained(w.worker_id);
     const int replica = state_.ReplicaOf(w.worker_id);
@@ -176,12 +178,12 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
               {"faults_total", faults},
               {"requeued_requests_total", requeued},
               {"replicas", replicas},
-              {"workers_total", all_workers.size()},
+              {"workers_total", num_workers},
               {"replicas_total", state_.replicas.size()},
               {"replicas_ready", replicas_ready},
               {"page", page.page},
               {"page_size", page.page_size},
-              {"pages", std::max<size_t>(1, (std::max(all_workers.size(), state_.replicas.size()) +
+              {"pages", std::max<size_t>(1, (std::max(num_workers, state_.replicas.size()) +
                                              static_cast<size_t>(page.page_size) - 1) /
                                                 static_cast<size_t>(page.page_size))}}
       .dump();
