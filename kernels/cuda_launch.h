@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/base/dtype.h"
+#include "kernels/logit_adjust_entry.h"
 
 namespace tessera::kernels::cuda {
 
@@ -120,6 +121,11 @@ cudaError_t LaunchPrefillAttention(DType dtype, const AttentionMetaDev& meta,
                                    const void* v_cache, void* out, float scale,
                                    cudaStream_t stream);
 
+// Logits processing (kernels/logit_adjust.h): entries[i] applied to its
+// logit of logits [rows, vocab] F32; no two entries name one logit.
+cudaError_t LaunchAdjustLogits(float* logits, int64_t vocab, const LogitAdjustment* entries,
+                               int64_t count, cudaStream_t stream);
+
 // Sampling (kernels/sampling.h). Row settings in device memory.
 struct SampleRowDev {
   double uniform;
@@ -127,6 +133,7 @@ struct SampleRowDev {
   float top_p;
   int32_t top_k;
   int32_t greedy;
+  float min_p;  // 0 = off (kernels/sampling.h)
 };
 // kNonFiniteLogitsToken of common/base/sampled_token.h (which nvcc's C++17
 // cannot include; kernels/sampling_cuda.cc checks they agree).

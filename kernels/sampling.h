@@ -7,8 +7,13 @@
 //    maximum, as torch.argmax;
 //  - otherwise: ids sorted by logit descending (ties: lower id first), the
 //    first top_k kept (0 = all), p_i = exp((l_i - l_max) / T) / sum, then the
-//    smallest prefix whose mass reaches top_p kept and renormalised, and the
-//    first id whose cumulative probability exceeds `uniform` taken.
+//    smallest prefix whose mass reaches top_p kept and renormalised, then
+//    the ids whose probability is below min_p times the first's (HF
+//    MinPLogitsWarper) or exactly 0 (a banned logit,
+//    kernels/logit_adjust_entry.h) dropped (renormalised when min_p > 0), and
+//    the first id whose cumulative probability exceeds `uniform` taken.
+// Logits processing (penalties, logit_bias, min_tokens) runs before, on the
+// logits themselves (kernels/logit_adjust.h).
 // The random number comes from the caller (worker/model/sampler.h draws it from
 // the sequence's seeded generator), so the CPU and CUDA paths draw the same
 // token from the same logits, up to summation order near a boundary.
@@ -47,6 +52,7 @@ struct SampleRow {
   float temperature = 0.0f;  // 0 = greedy
   int32_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off; in [0, 1]
   double uniform = 0.0;      // in [0, 1), used when not greedy
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 };
@@ -83,18 +89,29 @@ Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
 // One row on the host: logits [vocab]; `top` as in TokenLogprobs.
 SampledToken LogprobsRowCpu(const float* logits, int64_t vocab, int32_t token, int32_t top);
 
+// Rows `rows` of logits [n, vocab] F32 (CPU or CUDA) copied into a new host
+// tensor [rows.size(), vocab] (the raw logits the log-probabilities come
+// from, kept before logits processing changes them). Errors:
+// kInvalidArgument on the shape or a row outside [0, n).
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows);
+
 namespace cpu {
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows);
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
 Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
                      std::vector<SampledToken>& out);
 }  // namespace cpu
 namespace cuda {
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows);
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens);
 Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
                      std::vector<SampledToken>& out);
 }  // namespace cuda
+
+// Checks RowsToHost's arguments.
+Status CheckHostRows(const Tensor& logits, const std::vector<int64_t>& rows);
 
 // Checks `rows` against logits [n, vocab]. Errors: as TokenLogprobs.
 Status CheckLogprobRows(const Tensor& logits, const std::vector<LogprobRow>& rows);

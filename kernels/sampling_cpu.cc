@@ -46,6 +46,19 @@ int32_t SampleRowCpu(const float* logits, int64_t vocab, const SampleRow& row) {
     total = std::accumulate(probs.begin(), probs.end(), 0.0);
     for (double& p : probs) p /= total;
   }
+  // min_p (HF MinPLogitsWarper, after top-p: p_i < min_p * p_max dropped)
+  // and tokens of probability 0 (a banned logit, kernels/logit_adjust_entry.h):
+  // probabilities fall along ids, so the kept set is a prefix, at least ids[0].
+  size_t kept = 1;
+  while (kept < probs.size() && probs[kept] > 0.0 && probs[kept] >= row.min_p * probs[0]) ++kept;
+  if (kept < probs.size()) {
+    probs.resize(kept);
+    ids.resize(kept);
+    if (row.min_p > 0.0f) {  // zero probabilities leave the mass as it was
+      total = std::accumulate(probs.begin(), probs.end(), 0.0);
+      for (double& p : probs) p /= total;
+    }
+  }
   double acc = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {
     acc += probs[i];
@@ -102,7 +115,30 @@ Status TokenLogprobs(const Tensor& logits, const std::vector<LogprobRow>& rows,
   return TESSERA_DISPATCH(logits.device(), TokenLogprobs, logits, rows, out);
 }
 
+Status CheckHostRows(const Tensor& logits, const std::vector<int64_t>& rows) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(logits, 2, DType::kF32, "logits rows"));
+  for (int64_t r : rows)
+    if (r < 0 || r >= logits.dim(0))
+      return InvalidArgument("logits row " + std::to_string(r) + " is outside " +
+                             logits.Describe());
+  return Status::Ok();
+}
+
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows) {
+  return TESSERA_DISPATCH(logits.device(), RowsToHost, logits, rows);
+}
+
 namespace cpu {
+
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows) {
+  TESSERA_RETURN_IF_ERROR(CheckHostRows(logits, rows));
+  const int64_t vocab = logits.dim(1);
+  Tensor out = Tensor::Empty({static_cast<int64_t>(rows.size()), vocab});
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(logits.data<float>() + rows[i] * vocab, vocab,
+                out.data<float>() + static_cast<int64_t>(i) * vocab);
+  return out;
+}
 
 Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                     std::vector<int32_t>& tokens) {

@@ -39,8 +39,8 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
   if (any_sampled) {
     std::vector<SampleRowDev> host(rows.size());
     for (size_t i = 0; i < rows.size(); ++i)
-      host[i] = {rows[i].uniform, rows[i].temperature, rows[i].top_p, rows[i].top_k,
-                 rows[i].greedy() ? 1 : 0};
+      host[i] = {rows[i].uniform, rows[i].temperature,      rows[i].top_p,
+                 rows[i].top_k,   rows[i].greedy() ? 1 : 0, rows[i].min_p};
     TESSERA_ASSIGN_OR_RETURN(
         params,
         ctx->UploadBytes(host.data(), host.size() * sizeof(SampleRowDev),
@@ -58,6 +58,22 @@ Status SampleTokens(const Tensor& logits, const std::vector<SampleRow>& rows,
                                                cudaMemcpyDeviceToHost, ctx->stream()));
   TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
   return Status::Ok();
+}
+
+StatusOr<Tensor> RowsToHost(const Tensor& logits, const std::vector<int64_t>& rows) {
+  TESSERA_RETURN_IF_ERROR(CheckHostRows(logits, rows));
+  if (logits.device() != Device::kCUDA)
+    return InvalidArgument("logits rows: " + logits.Describe() + " are not on a CUDA device");
+  const int64_t vocab = logits.dim(1);
+  Tensor out = Tensor::Empty({static_cast<int64_t>(rows.size()), vocab});
+  if (rows.empty()) return out;
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  for (size_t i = 0; i < rows.size(); ++i)
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        out.data<float>() + static_cast<int64_t>(i) * vocab, logits.data<float>() + rows[i] * vocab,
+        sizeof(float) * static_cast<size_t>(vocab), cudaMemcpyDeviceToHost, ctx->stream()));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
+  return out;
 }
 
 // The rows that ask for log-probabilities come to the host (one vocab-sized

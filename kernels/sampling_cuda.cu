@@ -8,7 +8,8 @@
 // stable (equal logits keep the lower id first, as the CPU sort does); then
 // one block per row computes the temperature-scaled probabilities of the
 // top_k prefix in fp64, finds the top_p cut and the drawn index with
-// block-wide prefix sums, exactly the CPU's arithmetic up to summation order.
+// block-wide prefix sums, exactly the CPU's arithmetic up to summation order;
+// then the min_p cut (and tokens of probability 0) shortens the kept prefix.
 #include <climits>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
@@ -170,6 +171,35 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (cut != INT_MAX) {
       n = cut + 1;
       mass = found_sum;
+    }
+  }
+  // min_p (HF MinPLogitsWarper, after top-p) and zero-probability tokens
+  // (a banned logit, kernels/logit_adjust_entry.h): the sorted weights
+  // w_i = exp(l_i / T - l_max / T) fall, so the kept set is a prefix; w_0 = 1.
+  {
+    int cut = INT_MAX;
+    for (int base = 0; base < n && cut == INT_MAX; base += blockDim.x) {
+      const int i = base + threadIdx.x;
+      bool drop = false;
+      if (i < n) {
+        const double w = exp(static_cast<double>(k[i]) * inv_t - max_logit);
+        drop = !(w > 0.0 && w >= static_cast<double>(p.min_p));
+      }
+      cut = BlockMinInt(drop ? i : INT_MAX, iscratch);
+    }
+    if (cut != INT_MAX && cut > 0) {
+      n = cut;
+      if (p.min_p > 0.0f) {  // zero weights leave the mass as it was
+        double part_n = 0.0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+          part_n += exp(static_cast<double>(k[i]) * inv_t - max_logit);
+        for (int o = 16; o > 0; o >>= 1) part_n += __shfl_xor_sync(0xffffffffu, part_n, o);
+        if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = part_n;
+        __syncthreads();
+        mass = 0.0;
+        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) mass += warp_sums[w];
+        __syncthreads();
+      }
     }
   }
   const int pick = first_index(n, false, p.uniform * mass);

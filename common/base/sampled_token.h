@@ -36,6 +36,12 @@ struct SampledToken {
   // min(SamplingParams::logprobs, vocab) most likely tokens, best first;
   // equal logits: lower token id first.
   std::vector<TopLogprob> top;
+  // Prompt log-probabilities (SeqStep::want_prompt_logprobs): for prompt
+  // positions 1 .. n-1 in order, the prompt token (token_id), its
+  // log-probability given the tokens before it, and the
+  // min(SamplingParams::prompt_logprobs, vocab) top alternatives; each
+  // has_logprobs. Empty otherwise.
+  std::vector<SampledToken> prompt_logprobs;
 };
 
 }  // namespace tessera

@@ -68,7 +68,8 @@ std::optional<int32_t> BlockAllocator::Find(const BlockKey& key) const {
 
 void BlockAllocator::AddRef(int32_t block) {
   Block& blk = blocks_[static_cast<size_t>(block)];
-  TESSERA_CHECK(blk.key.has_value());
+  // A cached block (Find), or one a sequence holds (choices of one prompt).
+  TESSERA_CHECK(blk.key.has_value() || blk.refs > 0);
   if (blk.refs++ == 0) lru_.erase(blk.lru);
 }
 

@@ -79,8 +79,9 @@ class BlockAllocator {
   // ---- Prefix cache ----
   // The block registered under `key` (referenced or cached), if any.
   std::optional<int32_t> Find(const BlockKey& key) const;
-  // Adds a reference to `block`, a block Find returned; a cached block stops
-  // being evictable.
+  // Adds a reference to `block`: a block Find returned (a cached block stops
+  // being evictable), or a full block another sequence holds (the choices
+  // of one prompt share its blocks, GenerationRequest::share_prompt_of).
   void AddRef(int32_t block);
   // Registers `block` (referenced, its content final) under `key`. Returns
   // false, changing nothing, when another block already holds `key` (the

@@ -26,6 +26,11 @@ struct GenerationRequest {
   int32_t max_tokens = 64;        // generated tokens at most
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
   bool ignore_eos = false;
+  // Choices of one prompt (n > 1, best_of): the index, in the same
+  // Scheduler::EnqueueAll call, of an earlier request with the same prompt
+  // whose KV blocks of full prompt blocks this one shares instead of
+  // prefilling them (it waits for that prefill); -1 = none.
+  int32_t share_prompt_of = -1;
 };
 
 enum class FinishReason { kLength, kEos, kStop, kCancelled, kError };
@@ -39,6 +44,10 @@ struct GenerationResult {
   // `tokens` (EOS and the stop-string token included), has_logprobs unless
   // the executor cannot return them (PipelineExecutor with pp > 1).
   std::vector<SampledToken> logprobs;
+  // When the request's sampling.prompt_logprobs >= 0: prompt positions
+  // 1 .. n-1, each the prompt token and its log-probabilities (empty when
+  // the executor cannot return them: PipelineExecutor with pp > 1).
+  std::vector<SampledToken> prompt_logprobs;
   std::string text;  // decoded text, cut before a stop string
   FinishReason finish_reason = FinishReason::kLength;
   // Set when finish_reason == kError: the executor's error, or kDataLoss

@@ -118,6 +118,14 @@ uint64_t OutputProcessor::Token(int64_t id, SampledToken token, bool eos, int pr
   return Post(std::move(e));
 }
 
+uint64_t OutputProcessor::PromptLogprobs(int64_t id, std::vector<SampledToken> prompt) {
+  Event e;
+  e.kind = Kind::kPromptLogprobs;
+  e.id = id;
+  e.prompt = std::move(prompt);
+  return Post(std::move(e));
+}
+
 uint64_t OutputProcessor::Finish(int64_t id, FinishReason reason, Status error, int preemptions) {
   Event e;
   e.kind = Kind::kFinish;
@@ -220,6 +228,9 @@ void OutputProcessor::Process(Event& e) {
       stops_.emplace_back(e.serial, e.id);
       break;
     }
+    case Kind::kPromptLogprobs:
+      entry.out->set_prompt_logprobs(std::move(e.prompt));
+      break;
     case Kind::kFinish:
       if (!entry.done) {
         Emit(entry, entry.out->Finish(e.reason, std::move(e.error), e.preemptions), nullptr);

@@ -81,6 +81,7 @@ class RequestOutput {
   bool stopped() const { return stopped_; }
   bool want_logprobs() const { return want_logprobs_; }
   void set_cached_tokens(int64_t n) { result_.cached_tokens = n; }
+  void set_prompt_logprobs(std::vector<SampledToken> p) { result_.prompt_logprobs = std::move(p); }
   const GenerationResult& result() const { return result_; }
 
  private:
@@ -110,6 +111,8 @@ class OutputProcessor {
   // A generated token; `eos`: it ends the request (no text). `preemptions`:
   // the sequence's count so far (for a stop-string finish's result).
   uint64_t Token(int64_t id, SampledToken token, bool eos, int preemptions);
+  // The prompt's log-probabilities (GenerationResult::prompt_logprobs).
+  uint64_t PromptLogprobs(int64_t id, std::vector<SampledToken> prompt);
   uint64_t Finish(int64_t id, FinishReason reason, Status error, int preemptions);
 
   // A fresh request id (0, 1, ...): the schedulers that share this
@@ -132,7 +135,7 @@ class OutputProcessor {
   size_t pending_finishes() const { return pending_finishes_.load(); }
 
  private:
-  enum class Kind { kRegister, kAdmitted, kToken, kFinish };
+  enum class Kind { kRegister, kAdmitted, kToken, kPromptLogprobs, kFinish };
   struct Event {
     Kind kind = Kind::kToken;
     uint64_t serial = 0;
@@ -143,6 +146,7 @@ class OutputProcessor {
     int64_t prompt_tokens = 0;                    // kRegister
     int64_t cached_tokens = 0;                    // kAdmitted
     SampledToken token;                           // kToken
+    std::vector<SampledToken> prompt;             // kPromptLogprobs
     bool eos = false;                             // kToken
     FinishReason reason = FinishReason::kLength;  // kFinish
     Status error;                                 // kFinish

@@ -52,6 +52,14 @@ struct Scheduler::Seq {
   int32_t generated = 0;    // tokens generated (the tail of `tokens`)
   int preemptions = 0;      // preemptions and re-queues so far
   bool registered = false;  // callbacks handed to output_
+  // The sampling rank has this sequence's token history since its latest
+  // admission (SeqStep::history; only for sampling.NeedsHistory()).
+  bool history_sent = false;
+  // The prompt's log-probabilities are still to come (sampling.prompt_logprobs
+  // >= 0): the whole prompt is prefilled in one step, without prefix-cache hits.
+  bool prompt_logprobs_pending = false;
+  // GenerationRequest::share_prompt_of as a request id (-1 = none).
+  int64_t prompt_source = -1;
   bool in_flight = false;
   bool waiting = true;  // in waiting_ (not admitted, or preempted)
   bool done = false;
@@ -93,6 +101,24 @@ Status Scheduler::Validate(const GenerationRequest& r) const {
   TESSERA_RETURN_IF_ERROR(r.sampling.Validate());
   if (r.max_tokens < 0)
     return InvalidArgument("max_tokens: must be >= 0, got " + std::to_string(r.max_tokens));
+  auto outside = [&](int32_t id) { return id < 0 || id >= config_.vocab_size; };
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    if (outside(id))
+      return InvalidArgument(fmt::format("logit_bias: token id {} is outside the vocab [0, {})", id,
+                                         config_.vocab_size));
+  for (int32_t id : r.sampling.stop_token_ids)
+    if (outside(id))
+      return InvalidArgument(fmt::format("stop_token_ids: token id {} is outside the vocab [0, {})",
+                                         id, config_.vocab_size));
+  if (r.sampling.prompt_logprobs >= 0 &&
+      static_cast<int64_t>(r.prompt_ids.size()) > options_.max_batch_tokens)
+    return InvalidArgument(fmt::format(
+        "prompt_logprobs: the prompt's {} tokens exceed the {} tokens of one step "
+        "(scheduler.max_batch_tokens): prompt log-probabilities need the whole prompt in one step",
+        r.prompt_ids.size(), options_.max_batch_tokens));
+  if (r.sampling.min_tokens > r.max_tokens)
+    return InvalidArgument(
+        fmt::format("min_tokens: {} exceeds max_tokens {}", r.sampling.min_tokens, r.max_tokens));
   if (!r.stop.empty() && !tokenizer_) return InvalidArgument("stop: stop strings need a tokenizer");
   for (const std::string& s : r.stop)
     if (s.empty()) return InvalidArgument("stop: stop strings must not be empty");
@@ -130,10 +156,24 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     auto s = std::make_unique<Seq>();
     s->req = std::move(requests[i]);
     s->callbacks = std::move(callbacks[i]);
+    SamplingParams& sp = s->req.sampling;
+    if (sp.min_tokens > 0) {  // what min_tokens keeps from being drawn
+      std::set<int32_t> blocked(sp.stop_token_ids.begin(), sp.stop_token_ids.end());
+      if (!s->req.ignore_eos) blocked.insert(eos_.begin(), eos_.end());
+      sp.min_tokens_blocked.assign(blocked.begin(), blocked.end());
+    }
     s->tokens = s->req.prompt_ids;
     s->prompt_len = static_cast<int32_t>(s->tokens.size());
+    s->prompt_logprobs_pending = s->req.sampling.prompt_logprobs >= 0;
     s->rope_len = s->prompt_len;
     seqs.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int32_t src = seqs[i]->req.share_prompt_of;
+    if (src >= 0 && (static_cast<size_t>(src) >= i ||
+                     seqs[static_cast<size_t>(src)]->req.prompt_ids != seqs[i]->req.prompt_ids))
+      return InvalidArgument("share_prompt_of: request " + std::to_string(i) + " names request " +
+                             std::to_string(src) + ", not an earlier one with the same prompt");
   }
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t n = static_cast<int64_t>(seqs.size());
@@ -151,6 +191,8 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
   for (auto& s : seqs) {
     s->id = output_->NextId();
     ids.push_back(s->id);
+    if (s->req.share_prompt_of >= 0)
+      s->prompt_source = ids[static_cast<size_t>(s->req.share_prompt_of)];
     waiting_.push_back(std::move(s));
   }
   return ids;
@@ -237,15 +279,21 @@ void Scheduler::Finish(Seq& s, FinishReason reason, Status error) {
   output_->Finish(s.id, reason, std::move(error), s.preemptions);
 }
 
-void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled) {
+void Scheduler::ApplyToken(Seq& s, const SampledToken& sampled_in) {
+  SampledToken sampled = sampled_in;
+  sampled.prompt_logprobs.clear();  // went out as their own event
   const int32_t token = sampled.token_id;
   s.tokens.push_back(token);
   ++s.generated;
   const bool eos = !s.req.ignore_eos && eos_.count(token) > 0;
+  const std::vector<int32_t>& stop_ids = s.req.sampling.stop_token_ids;
+  const bool stop_token = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
   Register(s);
-  output_->Token(s.id, sampled, eos, s.preemptions);
+  output_->Token(s.id, sampled, eos || stop_token, s.preemptions);
   if (eos) {
     Finish(s, FinishReason::kEos);
+  } else if (stop_token) {
+    Finish(s, FinishReason::kStop);
   } else if (s.generated >= s.req.max_tokens) {
     Finish(s, FinishReason::kLength);
   }
@@ -280,6 +328,27 @@ void Scheduler::TakeStops(uint64_t upto) {
     if (stopped.count(s->id)) cancelled_.insert(s->id);
 }
 
+Scheduler::SharedPrompt Scheduler::SharedPromptBlocks(const Seq& s) const {
+  SharedPrompt out;
+  // Only at a choice's first admission, with the whole prompt to compute.
+  if (s.prompt_source < 0 || s.generated > 0 || s.prompt_logprobs_pending || !SharesBlocks(s))
+    return out;
+  const Seq* src = nullptr;
+  for (const auto& r : running_)
+    if (r->id == s.prompt_source) src = r.get();
+  if (!src || src->done || !SharesBlocks(*src)) return out;  // gone or preempted: prefill
+  // The blocks before the one holding the last prompt token (that token
+  // must be computed: its logits are sampled), as for a prefix-cache hit.
+  const int64_t share = (static_cast<int64_t>(s.prompt_len) - 1) / block_size_;
+  if (share == 0) return out;
+  if (src->cached < share * block_size_ || static_cast<int64_t>(src->blocks.size()) < share) {
+    out.wait = src->cached < share * block_size_;
+    return out;
+  }
+  out.blocks.assign(src->blocks.begin(), src->blocks.begin() + share);
+  return out;
+}
+
 void Scheduler::Admit(StepPlan& plan) {
   std::vector<std::unique_ptr<Seq>> cancelled_waiting;
   std::vector<Seq*> cancelled_running;
@@ -302,13 +371,17 @@ void Scheduler::Admit(StepPlan& plan) {
       Seq& s = *waiting_.front();
       const int64_t len = static_cast<int64_t>(s.tokens.size());
       const int64_t need = BlockAllocator::BlocksFor(len, block_size_);
-      if (s.req.max_tokens > 0) {
+      if (s.req.max_tokens > 0 || s.prompt_logprobs_pending) {
         // The longest chain of cached blocks that starts the tokens, short
         // of the block holding the last token (it must be computed).
         std::vector<int32_t> hit;
         int64_t idle_hits = 0;  // hits that are cached, not referenced: part of num_free
-        const bool cacheable = Cacheable(s);
-        if (cacheable) {
+        // Prompt log-probabilities need logits at every prompt position.
+        const bool cacheable = Cacheable(s) && !s.prompt_logprobs_pending;
+        const SharedPrompt shared = SharedPromptBlocks(s);
+        if (shared.wait) break;  // the source's prefill comes first (FIFO holds)
+        hit = shared.blocks;
+        if (cacheable && hit.empty()) {
           const int64_t limit = (len - 1) / block_size_;
           ComputeKeys(s, limit);
           for (int64_t i = 0; i < limit; ++i) {
@@ -331,6 +404,7 @@ void Scheduler::Admit(StepPlan& plan) {
         }
       }
       s.waiting = false;
+      s.history_sent = false;
       admitted.push_back(&s);
       plan.admitted.push_back(s.id);
       running_.push_back(std::move(waiting_.front()));
@@ -344,7 +418,7 @@ void Scheduler::Admit(StepPlan& plan) {
   for (auto& s : cancelled_waiting) Finish(*s, FinishReason::kCancelled);
   for (Seq* s : cancelled_running) Finish(*s, FinishReason::kCancelled);
   for (auto& s : running_)
-    if (s->req.max_tokens == 0) Finish(*s, FinishReason::kLength);
+    if (s->req.max_tokens == 0 && !s->prompt_logprobs_pending) Finish(*s, FinishReason::kLength);
   DropFinished();
 }
 
@@ -487,8 +561,9 @@ void Scheduler::ClearPrefixCache() {
   // again (their KV may predate the clear).
 }
 
-bool Scheduler::Cacheable(const Seq& s) const {
-  if (!options_.prefix_caching) return false;
+bool Scheduler::Cacheable(const Seq& s) const { return options_.prefix_caching && SharesBlocks(s); }
+
+bool Scheduler::SharesBlocks(const Seq& s) const {
   if (config_.rope_scaling.type == RopeType::kDynamic &&
       static_cast<int64_t>(s.prompt_len) + s.req.max_tokens > config_.max_position_embeddings)
     return false;
@@ -586,6 +661,10 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
       const bool decode = pending == 1 && s->generated > 0;
       int64_t n = std::min(pending, budget);
       if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
+      // Prompt log-probabilities: the whole prompt in this step, or a later one.
+      const bool whole_prompt = s->prompt_logprobs_pending && s->cached == 0;
+      if (whole_prompt && pending > budget) continue;
+      if (whole_prompt) n = pending;
       if (!EnsureBlocks(*s, s->cached + n, plan)) continue;  // waits for blocks to free up
       s->in_flight = true;  // members of this batch are not preemption victims
       SeqStep step;
@@ -595,7 +674,14 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
       step.prompt_len = s->rope_len;
       step.block_table = s->blocks;
       step.want_logits = s->cached + n == static_cast<int64_t>(s->tokens.size());
+      step.want_prompt_logprobs = whole_prompt;
       step.sampling = s->req.sampling;
+      step.sampling.stop_token_ids.clear();  // the scheduler's; workers never read them
+      step.output_start = s->prompt_len;
+      if (step.sampling.NeedsHistory() && !s->history_sent) {
+        if (s->cached > 0) step.history.assign(s->tokens.begin(), s->tokens.begin() + s->cached);
+        s->history_sent = true;
+      }
       f.batch.token_ids.insert(f.batch.token_ids.end(), s->tokens.begin() + s->cached,
                                s->tokens.begin() + s->cached + n);
       f.batch.seqs.push_back(std::move(step));
@@ -719,6 +805,16 @@ Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
     if (!row_errors.empty() && !row_errors[r].ok()) {
       Finish(s, FinishReason::kError, row_errors[r]);
       continue;
+    }
+    if (s.prompt_logprobs_pending && f.batch.seqs[k].want_prompt_logprobs &&
+        token.token_id != kNonFiniteLogitsToken) {
+      s.prompt_logprobs_pending = false;
+      Register(s);
+      output_->PromptLogprobs(s.id, token.prompt_logprobs);
+      if (s.req.max_tokens == 0) {  // echo with max_tokens 0: no completion token
+        Finish(s, FinishReason::kLength);
+        continue;
+      }
     }
     if (token.token_id == kNonFiniteLogitsToken) {
       // The sampling rank saw a NaN or an infinity in this sequence's

@@ -182,15 +182,26 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Thread-safe. Returns the request id. Errors: kInvalidArgument naming the
-  // field (empty prompt, token id outside the vocab, sampling params, stop
-  // strings without a tokenizer, context too long); kResourceExhausted when
-  // the queue is full.
+  // field first ("field: reason": empty prompt, token id outside the vocab,
+  // sampling params, a logit_bias or stop_token_ids id outside the vocab,
+  // min_tokens above max_tokens, prompt_logprobs with a prompt over
+  // max_batch_tokens, stop strings without a tokenizer, context too long);
+  // kResourceExhausted when the queue is full. With min_tokens > 0 it fills
+  // sampling.min_tokens_blocked (the EOS ids unless ignore_eos, and
+  // stop_token_ids); a generated stop_token_ids token finishes the request
+  // with kStop (no text). With sampling.prompt_logprobs >= 0 the whole
+  // prompt is prefilled in one step without prefix-cache hits, and the
+  // result carries prompt_logprobs (max_tokens 0 then finishes kLength
+  // after that step).
   StatusOr<int64_t> Enqueue(GenerationRequest request, RequestCallbacks callbacks);
   // Thread-safe. Admits every request or none (one API request with several
   // prompts): all are validated, then all join the queue under one lock when
-  // it has room for all of them. On an error nothing was queued and no
-  // callback runs. Returns the ids in order. Errors as Enqueue; `requests`
-  // and `callbacks` have the same size.
+  // it has room for all of them. A request with share_prompt_of (choices of
+  // one prompt) is admitted once its source has prefilled the full blocks of
+  // the prompt, holding references to them (it waits at the head of the
+  // queue; it prefills alone when the source was preempted or finished). On an error nothing was
+  // queued and no callback runs. Returns the ids in order. Errors as Enqueue; `requests` and
+  // `callbacks` have the same size.
   StatusOr<std::vector<int64_t>> EnqueueAll(std::vector<GenerationRequest> requests,
                                             std::vector<RequestCallbacks> callbacks);
   // Thread-safe: removes every waiting request (queue order), its pending
@@ -297,6 +308,14 @@ class Scheduler {
   bool EnsureBlocks(Seq& s, int64_t tokens, StepPlan& plan);
   // Whether `s` takes part in prefix caching (options and the RoPE rule).
   bool Cacheable(const Seq& s) const;
+  // The RoPE rule alone: `s`'s full blocks never change once written.
+  bool SharesBlocks(const Seq& s) const;
+  // A choice's share of its source's prompt blocks (share_prompt_of).
+  struct SharedPrompt {
+    std::vector<int32_t> blocks;  // to AddRef (referenced by the source)
+    bool wait = false;            // the source is still prefilling them
+  };
+  SharedPrompt SharedPromptBlocks(const Seq& s) const;
   // Extends s's keys to its first `blocks` full blocks (at the current plan).
   void ComputeKeys(Seq& s, int64_t blocks);
   // Registers s's full blocks that are in the KV cache and not registered yet.

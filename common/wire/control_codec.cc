@@ -217,12 +217,56 @@ Status CheckSeconds(double seconds, const char* field) {
   return Status::Ok();
 }
 
-Status ValidateSampling(const control::SamplingParams& s) {
+SamplingParams SamplingFromProto(const control::SamplingParams& s) {
   SamplingParams p;
   p.temperature = s.temperature();
   p.top_k = s.top_k();
   p.top_p = s.top_p();
   p.seed = s.seed();
+  p.logprobs = s.logprobs() ? static_cast<int32_t>(s.num_top_logprobs()) : -1;
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
+  p.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  p.min_p = s.min_p();
+  p.min_tokens = s.min_tokens();
+  p.logit_bias.reserve(static_cast<size_t>(s.logit_bias_size()));
+  for (const control::LogitBias& b : s.logit_bias())
+    p.logit_bias.emplace_back(b.token_id(), b.bias());
+  p.min_tokens_blocked.assign(s.min_tokens_blocked().begin(), s.min_tokens_blocked().end());
+  p.prompt_logprobs = s.prompt_logprobs() ? static_cast<int32_t>(s.num_prompt_top_logprobs()) : -1;
+  return p;
+}
+
+void SamplingToProto(const SamplingParams& p, control::SamplingParams* m) {
+  m->set_temperature(p.temperature);
+  m->set_top_k(p.top_k);
+  m->set_top_p(p.top_p);
+  m->set_seed(p.seed);
+  m->set_logprobs(p.logprobs >= 0);
+  m->set_num_top_logprobs(static_cast<uint32_t>(std::max(p.logprobs, 0)));
+  m->set_presence_penalty(p.presence_penalty);
+  m->set_frequency_penalty(p.frequency_penalty);
+  if (p.repetition_penalty != 1.0f) m->set_repetition_penalty(p.repetition_penalty);
+  m->set_min_p(p.min_p);
+  m->set_min_tokens(p.min_tokens);
+  for (const auto& [id, bias] : p.logit_bias) {
+    control::LogitBias* b = m->add_logit_bias();
+    b->set_token_id(id);
+    b->set_bias(bias);
+  }
+  m->mutable_min_tokens_blocked()->Add(p.min_tokens_blocked.begin(), p.min_tokens_blocked.end());
+  m->set_prompt_logprobs(p.prompt_logprobs >= 0);
+  m->set_num_prompt_top_logprobs(static_cast<uint32_t>(std::max(p.prompt_logprobs, 0)));
+}
+
+Status ValidateSampling(const control::SamplingParams& s) {
+  SamplingParams p = SamplingFromProto(s);
+  p.logprobs = -1;  // num_top_logprobs is checked below, with its own message
+  if (s.num_prompt_top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs) ||
+      (s.num_prompt_top_logprobs() > 0 && !s.prompt_logprobs()))
+    return InvalidArgument("num_prompt_top_logprobs " + Num(s.num_prompt_top_logprobs()) +
+                           " exceeds " + SNum(kMaxTopLogprobs) +
+                           " or is set without prompt_logprobs");
   TESSERA_RETURN_IF_ERROR(p.Validate());
   if (s.num_top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs))
     return InvalidArgument("num_top_logprobs " + Num(s.num_top_logprobs()) + " exceeds " +
@@ -259,6 +303,17 @@ Status ValidateStepBatch(const control::StepBatch& b) {
         return InvalidArgument(at + ": block_table[" + SNum(j) + "] is " + SNum(s.block_table(j)) +
                                " (< 0)");
     TESSERA_RETURN_IF_ERROR_CTX(ValidateSampling(s.sampling()), at + ": sampling");
+    if (s.want_prompt_logprobs() && (!s.want_logits() || !s.sampling().prompt_logprobs()))
+      return InvalidArgument(at +
+                             ": want_prompt_logprobs without want_logits and "
+                             "sampling.prompt_logprobs");
+    if (s.history_size() != 0 && s.history_size() != s.start_pos())
+      return InvalidArgument(at + ": history of " + SNum(s.history_size()) +
+                             " tokens for start_pos " + SNum(s.start_pos()));
+    for (int j = 0; j < s.history_size(); ++j)
+      if (s.history(j) < 0)
+        return InvalidArgument(at + ": history[" + SNum(j) + "] is " + SNum(s.history(j)) +
+                               " (< 0)");
     total += s.num_tokens();
   }
   if (total != b.token_ids_size())
@@ -319,6 +374,20 @@ Status ValidateStepResult(const control::StepResult& r) {
       if (t.top_logprobs(j).token_id() < 0)
         return InvalidArgument(tat + ": token_id " + SNum(t.top_logprobs(j).token_id()) + " < 0");
       TESSERA_RETURN_IF_ERROR(CheckLogprob(t.top_logprobs(j).logprob(), tat));
+    }
+    for (int j = 0; j < t.prompt_logprobs_size(); ++j) {
+      const control::PromptTokenLogprob& p = t.prompt_logprobs(j);
+      const std::string pat = at + ".prompt_logprobs[" + SNum(j) + "]";
+      if (p.token_id() < 0)
+        return InvalidArgument(pat + ": token_id " + SNum(p.token_id()) + " < 0");
+      TESSERA_RETURN_IF_ERROR(CheckLogprob(p.logprob(), pat));
+      if (p.top_logprobs_size() > kMaxTopLogprobs)
+        return InvalidArgument(pat + ": " + SNum(p.top_logprobs_size()) + " top_logprobs exceed " +
+                               SNum(kMaxTopLogprobs));
+      for (const control::TokenLogprob& top : p.top_logprobs()) {
+        if (top.token_id() < 0) return InvalidArgument(pat + ": a top token_id < 0");
+        TESSERA_RETURN_IF_ERROR(CheckLogprob(top.logprob(), pat + ".top_logprobs"));
+      }
     }
   }
   return Status::Ok();
@@ -459,13 +528,10 @@ void StepBatchToProto(const StepBatch& batch, control::StepBatch* out) {
     m->set_prompt_len(s.prompt_len);
     m->mutable_block_table()->Add(s.block_table.begin(), s.block_table.end());
     m->set_want_logits(s.want_logits);
-    control::SamplingParams* p = m->mutable_sampling();
-    p->set_temperature(s.sampling.temperature);
-    p->set_top_k(s.sampling.top_k);
-    p->set_top_p(s.sampling.top_p);
-    p->set_seed(s.sampling.seed);
-    p->set_logprobs(s.sampling.logprobs >= 0);
-    p->set_num_top_logprobs(static_cast<uint32_t>(std::max(s.sampling.logprobs, 0)));
+    SamplingToProto(s.sampling, m->mutable_sampling());
+    m->set_output_start(s.output_start);
+    m->mutable_history()->Add(s.history.begin(), s.history.end());
+    m->set_want_prompt_logprobs(s.want_prompt_logprobs);
   }
   out->mutable_finished_seq_ids()->Add(batch.finished_seq_ids.begin(),
                                        batch.finished_seq_ids.end());
@@ -484,12 +550,10 @@ StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message) {
     s.prompt_len = m.prompt_len();
     s.block_table.assign(m.block_table().begin(), m.block_table().end());
     s.want_logits = m.want_logits();
-    s.sampling.temperature = m.sampling().temperature();
-    s.sampling.top_k = m.sampling().top_k();
-    s.sampling.top_p = m.sampling().top_p();
-    s.sampling.seed = m.sampling().seed();
-    s.sampling.logprobs =
-        m.sampling().logprobs() ? static_cast<int32_t>(m.sampling().num_top_logprobs()) : -1;
+    s.sampling = SamplingFromProto(m.sampling());
+    s.output_start = m.output_start();
+    s.history.assign(m.history().begin(), m.history().end());
+    s.want_prompt_logprobs = m.want_prompt_logprobs();
     batch.seqs.push_back(std::move(s));
   }
   batch.finished_seq_ids.assign(message.finished_seq_ids().begin(),

@@ -82,6 +82,21 @@ std::vector<uint8_t> EncodeStep(const StepBatch& batch) {
     w.Put(s.sampling.top_p);
     w.Put(s.sampling.seed);
     w.Put(s.sampling.logprobs);
+    w.Put(s.sampling.presence_penalty);
+    w.Put(s.sampling.frequency_penalty);
+    w.Put(s.sampling.repetition_penalty);
+    w.Put(s.sampling.min_p);
+    w.Put(s.sampling.min_tokens);
+    w.Put<uint64_t>(s.sampling.logit_bias.size());
+    for (const auto& [id, bias] : s.sampling.logit_bias) {
+      w.Put(id);
+      w.Put(bias);
+    }
+    w.PutVec(s.sampling.min_tokens_blocked);
+    w.Put(s.output_start);
+    w.PutVec(s.history);
+    w.Put(s.sampling.prompt_logprobs);
+    w.Put<uint8_t>(s.want_prompt_logprobs ? 1 : 0);
   }
   return std::move(w.out);
 }
@@ -140,6 +155,34 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.top_p, "top_p"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.seed, "seed"));
     TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.logprobs, "logprobs"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.presence_penalty, "presence_penalty"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.frequency_penalty, "frequency_penalty"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.repetition_penalty, "repetition_penalty"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.min_p, "min_p"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.min_tokens, "min_tokens"));
+    uint64_t biases = 0;
+    TESSERA_RETURN_IF_ERROR(r.Get(&biases, "logit_bias"));
+    if (biases > bytes.size())
+      return InvalidArgument("step message: logit_bias count exceeds the message");
+    s.sampling.logit_bias.resize(biases);
+    for (auto& [id, bias] : s.sampling.logit_bias) {
+      TESSERA_RETURN_IF_ERROR(r.Get(&id, "logit_bias id"));
+      TESSERA_RETURN_IF_ERROR(r.Get(&bias, "logit_bias value"));
+    }
+    TESSERA_RETURN_IF_ERROR(r.GetVec(&s.sampling.min_tokens_blocked, "min_tokens_blocked"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.output_start, "output_start"));
+    TESSERA_RETURN_IF_ERROR(r.GetVec(&s.history, "history"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&s.sampling.prompt_logprobs, "prompt_logprobs"));
+    uint8_t want_prompt = 0;
+    TESSERA_RETURN_IF_ERROR(r.Get(&want_prompt, "want_prompt_logprobs"));
+    s.want_prompt_logprobs = want_prompt != 0;
+    if (Status st = s.sampling.Validate(); !st.ok())
+      return InvalidArgument("step message: seq_id " + std::to_string(s.seq_id) + ": " +
+                             st.message());
+    if (!s.history.empty() && s.history.size() != static_cast<size_t>(s.start_pos))
+      return InvalidArgument("step message: seq_id " + std::to_string(s.seq_id) + " history of " +
+                             std::to_string(s.history.size()) + " tokens for start_pos " +
+                             std::to_string(s.start_pos));
     if (s.num_tokens < 0 || s.start_pos < 0)
       return InvalidArgument("step message: negative token count or position");
     if (s.sampling.logprobs < -1 || s.sampling.logprobs > kMaxTopLogprobs)

@@ -17,7 +17,14 @@
 namespace tessera {
 
 // 2: SamplingParams::logprobs (i32) after the seed.
-inline constexpr uint8_t kStepCodecVersion = 2;
+// 3: after logprobs, the logits-processing fields: presence, frequency and
+//    repetition penalties, min_p (f32 each), min_tokens (i32), logit_bias
+//    (u64 count, then i32 id + f32 bias each), min_tokens_blocked (u64 count
+//    + i32 ids), then SeqStep::output_start (i32) and SeqStep::history (u64
+//    count + i32 ids), then SamplingParams::prompt_logprobs (i32) and
+//    SeqStep::want_prompt_logprobs (u8). stop_token_ids stay with the
+//    scheduler.
+inline constexpr uint8_t kStepCodecVersion = 3;
 
 // kKeepalive: sent down an idle pipeline so a later stage's bounded receive
 // does not time out while no request runs; it carries nothing.

@@ -187,6 +187,73 @@ MaybeError GetStop(const json& obj, std::vector<std::string>* out) {
   return std::nullopt;
 }
 
+// {"<token id>": bias, ...}: ids as decimal strings (JSON keys), bias in
+// [-100, 100].
+MaybeError GetLogitBias(const json& obj, std::vector<std::pair<int32_t, float>>* out) {
+  const json* j = Find(obj, "logit_bias");
+  if (!j) return std::nullopt;
+  if (!j->is_object()) return WrongType("logit_bias", "an object mapping token ids to biases", *j);
+  if (j->size() > kMaxLogitBiasEntries)
+    return BadRequest(fmt::format("logit_bias may hold at most {} entries, got {}",
+                                  kMaxLogitBiasEntries, j->size()),
+                      "logit_bias");
+  for (const auto& [key, value] : j->items()) {
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (!digits || id > kMaxInt32)
+      return BadRequest(fmt::format("logit_bias key '{}' must be a token id (a decimal integer "
+                                    ">= 0 below 2^31)",
+                                    key.substr(0, 40)),
+                        "logit_bias");
+    if (!value.is_number())
+      return BadRequest(fmt::format("logit_bias[\"{}\"] must be a number, got {} {}", key,
+                                    TypeName(value), Show(value)),
+                        "logit_bias");
+    const double bias = value.get<double>();
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
+      return BadRequest(
+          fmt::format("logit_bias[\"{}\"] must be between -100 and 100, got {}", key, Show(value)),
+          "logit_bias");
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  return std::nullopt;
+}
+
+// Penalties, logit_bias, min_p, min_tokens and stop_token_ids.
+MaybeError GetLogitsProcessing(const json& obj, GenerationFields* gen) {
+  TESSERA_API_TRY(GetNumber(obj, "presence_penalty", -2.0, 2.0, &gen->presence_penalty));
+  TESSERA_API_TRY(GetNumber(obj, "frequency_penalty", -2.0, 2.0, &gen->frequency_penalty));
+  if (const json* j = Find(obj, "repetition_penalty")) {
+    if (!j->is_number()) return WrongType("repetition_penalty", "a number", *j);
+    const double v = j->get<double>();
+    if (!(v > 0.0 && v <= kMaxRepetitionPenalty))
+      return BadRequest(
+          fmt::format("repetition_penalty must be greater than 0 and at most 100, got {}",
+                      Show(*j)),
+          "repetition_penalty");
+    gen->repetition_penalty = v;
+  }
+  TESSERA_API_TRY(GetNumber(obj, "min_p", 0.0, 1.0, &gen->min_p));
+  std::optional<int64_t> min_tokens;
+  TESSERA_API_TRY(GetInt(obj, "min_tokens", 0, kMaxInt32, &min_tokens));
+  if (min_tokens) gen->min_tokens = static_cast<int32_t>(*min_tokens);
+  TESSERA_API_TRY(GetLogitBias(obj, &gen->logit_bias));
+  if (const json* j = Find(obj, "stop_token_ids")) {
+    if (!j->is_array()) return WrongType("stop_token_ids", "an array of token ids", *j);
+    if (j->size() > kMaxStopTokenIds)
+      return BadRequest(fmt::format("stop_token_ids may hold at most {} ids, got {}",
+                                    kMaxStopTokenIds, j->size()),
+                        "stop_token_ids");
+    for (size_t i = 0; i < j->size(); ++i) {
+      int64_t id = 0;
+      TESSERA_API_TRY(ToInt((*j)[i], "stop_token_ids", 0, kMaxInt32 - 1, &id));
+      gen->stop_token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  return std::nullopt;
+}
+
 // The fields both endpoints share, plus the unsupported-feature checks.
 MaybeError GetGeneration(const json& obj, GenerationFields* gen) {
   TESSERA_API_TRY(GetNumber(obj, "temperature", 0.0, 2.0, &gen->temperature));
@@ -217,11 +284,8 @@ MaybeError GetGeneration(const json& obj, GenerationFields* gen) {
   }
   TESSERA_API_TRY(GetStop(obj, &gen->stop));
   std::optional<int64_t> n;
-  TESSERA_API_TRY(GetInt(obj, "n", 1, kMaxInt32, &n));
-  if (n && *n != 1) {
-    return BadRequest(fmt::format("n must be 1: Tessera returns one choice per prompt, got {}", *n),
-                      "n");
-  }
+  TESSERA_API_TRY(GetInt(obj, "n", 1, kMaxChoices, &n));
+  if (n) gen->n = static_cast<int32_t>(*n);
   TESSERA_API_TRY(GetBool(obj, "stream", &gen->stream));
   if (const json* j = Find(obj, "stream_options")) {
     if (!j->is_object()) return WrongType("stream_options", "an object", *j);
@@ -234,28 +298,7 @@ MaybeError GetGeneration(const json& obj, GenerationFields* gen) {
     }
   }
   TESSERA_API_TRY(GetBool(obj, "ignore_eos", &gen->ignore_eos));
-
-  // OpenAI fields Tessera does not implement: refuse non-default values.
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    double v = 0.0;
-    TESSERA_API_TRY(GetNumber(obj, key, -2.0, 2.0, &v));
-    if (v != 0.0) {
-      return BadRequest(fmt::format("{} is not supported (only 0), got {}", key, Num(v)), key);
-    }
-  }
-  if (const json* j = Find(obj, "logit_bias")) {
-    if (!j->is_object()) return WrongType("logit_bias", "an object", *j);
-    if (!j->empty()) return BadRequest("logit_bias is not supported", "logit_bias");
-  }
-  return std::nullopt;
-}
-
-// `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Dump() does for
-// values. Used for object keys (two invalid keys must not collide only after
-// the replacement).
-std::string ValidUtf8(const std::string& s) {
-  const std::string quoted = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-  return json::parse(quoted).get<std::string>();
+  return GetLogitsProcessing(obj, gen);
 }
 
 // Parses JSON text that must be an object, nesting at most kMaxRequestJsonDepth
@@ -387,69 +430,6 @@ MaybeError GetMessages(const json& obj, std::vector<ChatMessage>* out) {
   return std::nullopt;
 }
 
-// ---- Response helpers ----
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-json UsageJson(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
-}
-
-json FinishJson(const std::optional<FinishReason>& r) {
-  return r ? json(OpenAIFinishReason(*r)) : json(nullptr);
-}
-
-// Legacy completions logprobs: tokens, token_logprobs, top_logprobs (one
-// {text: logprob} map per token) and text_offset (byte offset of each token
-// in the choice text: the sum of the earlier token texts, from `offset`).
-json CompletionLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp, int64_t offset) {
-  if (!lp) return nullptr;
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
-       offsets = json::array();
-  for (const TokenLogprob& t : *lp) {
-    tokens.push_back(t.token);
-    token_logprobs.push_back(t.logprob);
-    json alternatives = json::object();
-    for (const auto& [text, logprob] : t.top) {
-      const std::string key = ValidUtf8(text);
-      if (!alternatives.contains(key)) alternatives[key] = logprob;
-    }
-    top.push_back(std::move(alternatives));
-    offsets.push_back(offset);
-    offset += static_cast<int64_t>(t.token.size());
-  }
-  return {{"tokens", tokens},
-          {"token_logprobs", token_logprobs},
-          {"top_logprobs", top},
-          {"text_offset", offsets}};
-}
-
-json Bytes(const std::string& s) {
-  json out = json::array();
-  for (unsigned char c : s) out.push_back(static_cast<int>(c));
-  return out;
-}
-
-// Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
-json ChatLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) {
-  if (!lp) return nullptr;
-  json content = json::array();
-  for (const TokenLogprob& t : *lp) {
-    json top = json::array();
-    for (const auto& [text, logprob] : t.top) {
-      top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", Bytes(text)}});
-    }
-    content.push_back({{"token", t.token},
-                       {"logprob", t.logprob},
-                       {"bytes", Bytes(t.token)},
-                       {"top_logprobs", top}});
-  }
-  return {{"content", content}, {"refusal", nullptr}};
-}
-
 }  // namespace
 
 // ---- Errors ----
@@ -461,9 +441,15 @@ ApiError ApiErrorFromStatus(const Status& status) {
   e.message = status.message();
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
+    case StatusCode::kOutOfRange: {
       e.http_status = 400;
+      // "field: reason" names the request field (common/engine/scheduler.h).
+      const size_t colon = e.message.find(':');
+      if (colon != std::string::npos && colon > 0 &&
+          e.message.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == colon)
+        e.param = e.message.substr(0, colon);
       break;
+    }
     case StatusCode::kNotFound:
       e.http_status = 404;
       break;
@@ -575,6 +561,17 @@ ApiError TooManyPromptsError(int64_t limit, int64_t prompts, const std::string& 
   return e;
 }
 
+ApiError TooManyChoicesError(int64_t limit, int64_t prompts, int64_t choices,
+                             const std::string& field, const std::string& limit_key) {
+  ApiError e = BadRequest(
+      fmt::format("{} prompt(s) x {} {} = {} requests; this server queues at most {} ({}), so "
+                  "the request can never be admitted: lower {}",
+                  prompts, choices, field, prompts * choices, limit, limit_key, field),
+      field);
+  e.code = "too_many_choices";
+  return e;
+}
+
 ApiError EmptyPromptError(const std::string& param) {
   ApiError e = BadRequest(
       fmt::format("the {} is empty: give at least one token of text to continue from", param),
@@ -591,7 +588,23 @@ SamplingParams GenerationFields::ToSamplingParams(uint64_t default_seed) const {
   p.top_p = static_cast<float>(top_p);
   p.top_k = top_k;
   p.seed = seed.value_or(default_seed);
+  p.presence_penalty = static_cast<float>(presence_penalty);
+  p.frequency_penalty = static_cast<float>(frequency_penalty);
+  p.repetition_penalty = static_cast<float>(repetition_penalty);
+  p.min_p = static_cast<float>(min_p);
+  p.min_tokens = min_tokens;
+  p.logit_bias = logit_bias;
+  p.stop_token_ids = stop_token_ids;
   return p;
+}
+
+// min_tokens above max_tokens can never be met.
+MaybeError CheckMinTokens(const GenerationFields& gen, std::optional<int64_t> max_tokens) {
+  if (max_tokens && gen.min_tokens > *max_tokens)
+    return BadRequest(
+        fmt::format("min_tokens ({}) must not exceed max_tokens ({})", gen.min_tokens, *max_tokens),
+        "min_tokens");
+  return std::nullopt;
 }
 
 ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body) {
@@ -601,20 +614,33 @@ ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   TESSERA_API_TRY(GetModel(obj, &req.model));
   TESSERA_API_TRY(GetPrompts(obj, &req.prompts));
   std::optional<int64_t> max_tokens;
-  TESSERA_API_TRY(GetInt(obj, "max_tokens", 1, kMaxInt32, &max_tokens));
+  TESSERA_API_TRY(GetInt(obj, "max_tokens", 0, kMaxInt32, &max_tokens));
   if (max_tokens) req.max_tokens = static_cast<int32_t>(*max_tokens);
   std::optional<int64_t> logprobs;
   TESSERA_API_TRY(GetInt(obj, "logprobs", 0, kMaxLogprobs, &logprobs));
   if (logprobs) req.logprobs = static_cast<int32_t>(*logprobs);
   TESSERA_API_TRY(GetGeneration(obj, &req.gen));
-  bool echo = false;
-  TESSERA_API_TRY(GetBool(obj, "echo", &echo));
-  if (echo) return BadRequest("echo is not supported", "echo");
+  TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
+  TESSERA_API_TRY(GetBool(obj, "echo", &req.echo));
+  if (req.max_tokens == 0 && !req.echo)
+    return BadRequest("max_tokens must be at least 1 (0 only with echo: true), got 0",
+                      "max_tokens");
+  if (req.echo && req.gen.stream)
+    return BadRequest("echo with stream: true is not supported; use stream: false", "echo");
+  std::optional<int64_t> prompt_logprobs;
+  TESSERA_API_TRY(GetInt(obj, "prompt_logprobs", 0, kMaxLogprobs, &prompt_logprobs));
+  if (prompt_logprobs) req.prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);
   std::optional<int64_t> best_of;
-  TESSERA_API_TRY(GetInt(obj, "best_of", 1, kMaxInt32, &best_of));
-  if (best_of && *best_of != 1) {
-    return BadRequest(fmt::format("best_of must be 1, got {}", *best_of), "best_of");
-  }
+  TESSERA_API_TRY(GetInt(obj, "best_of", 1, kMaxChoices, &best_of));
+  req.best_of = best_of ? static_cast<int32_t>(*best_of) : req.gen.n;
+  if (req.best_of < req.gen.n)
+    return BadRequest(fmt::format("best_of ({}) must be at least n ({})", req.best_of, req.gen.n),
+                      "best_of");
+  if (req.best_of > req.gen.n && req.gen.stream)
+    return BadRequest(
+        "best_of above n is not supported with stream: true (the best choices are "
+        "known only at the end)",
+        "best_of");
   if (const json* j = Find(obj, "suffix")) {
     if (!j->is_string()) return WrongType("suffix", "a string", *j);
     if (!j->get_ref<const std::string&>().empty())
@@ -647,6 +673,7 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
     req.top_logprobs = static_cast<int32_t>(*top_logprobs);
   }
   TESSERA_API_TRY(GetGeneration(obj, &req.gen));
+  TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
   for (const char* key : {"tools", "functions"}) {
     if (const json* j = Find(obj, key)) {
       if (!j->is_array()) return WrongType(key, "an array", *j);
@@ -667,131 +694,54 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
   return req;
 }
 
-// ---- Responses ----
+// ---- /tokenize and /detokenize ----
 
-const char* OpenAIFinishReason(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos:
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "abort";  // the client went away; no client reads it
-    case FinishReason::kError:
-      return "error";  // streamed after an error event
+ApiResult<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
+  json obj;
+  TESSERA_API_TRY(ParseObject(body, &obj));
+  TokenizeRequest req;
+  if (const json* m = Find(obj, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string", *m);
+    req.model = m->get<std::string>();
   }
-  return "stop";
-}
-
-std::string NewResponseId(std::string_view prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
-}
-
-int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string CompletionResponseJson(const std::string& id, int64_t created, const std::string& model,
-                                   const std::vector<CompletionChoice>& choices,
-                                   const Usage& usage) {
-  json out_choices = json::array();
-  for (const CompletionChoice& c : choices) {
-    out_choices.push_back({{"index", c.index},
-                           {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
+  const json* prompt = Find(obj, "prompt");
+  const bool messages = Find(obj, "messages") != nullptr;
+  if ((prompt != nullptr) == messages)
+    return BadRequest("give either prompt (text) or messages (a conversation), not both or neither",
+                      prompt ? "messages" : "prompt");
+  if (prompt) {
+    if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
+    req.prompt = prompt->get<std::string>();
+  } else {
+    req.chat = true;
+    TESSERA_API_TRY(GetMessages(obj, &req.messages));
   }
-  return Dump({{"id", id},
-               {"object", "text_completion"},
-               {"created", created},
-               {"model", model},
-               {"choices", out_choices},
-               {"usage", UsageJson(usage)}});
-}
-
-std::string CompletionChunkJson(const std::string& id, int64_t created, const std::string& model,
-                                const std::vector<CompletionChoice>& choices,
-                                const std::optional<Usage>& usage, bool include_usage) {
-  json out_choices = json::array();
-  for (const CompletionChoice& c : choices) {
-    out_choices.push_back({{"index", c.index},
-                           {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
+  if (Find(obj, "add_special_tokens")) {
+    bool v = true;
+    TESSERA_API_TRY(GetBool(obj, "add_special_tokens", &v));
+    req.add_special_tokens = v;
   }
-  json out = {{"id", id},
-              {"object", "text_completion"},
-              {"created", created},
-              {"model", model},
-              {"choices", out_choices}};
-  if (usage) {
-    out["usage"] = UsageJson(*usage);
-  } else if (include_usage) {
-    out["usage"] = nullptr;
+  TESSERA_API_TRY(GetBool(obj, "add_generation_prompt", &req.add_generation_prompt));
+  return req;
+}
+
+ApiResult<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body) {
+  json obj;
+  TESSERA_API_TRY(ParseObject(body, &obj));
+  DetokenizeRequest req;
+  if (const json* m = Find(obj, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string", *m);
+    req.model = m->get<std::string>();
   }
-  return Dump(out);
-}
-
-std::string ChatCompletionResponseJson(const std::string& id, int64_t created,
-                                       const std::string& model,
-                                       const std::vector<ChatChoice>& choices, const Usage& usage) {
-  json out_choices = json::array();
-  for (const ChatChoice& c : choices) {
-    out_choices.push_back({{"index", c.index},
-                           {"message", {{"role", "assistant"}, {"content", c.content}}},
-                           {"logprobs", ChatLogprobsJson(c.logprobs)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
+  const json* tokens = Find(obj, "tokens");
+  if (!tokens) return BadRequest("tokens is required", "tokens");
+  if (!tokens->is_array()) return WrongType("tokens", "an array of token ids", *tokens);
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    int64_t id = 0;
+    TESSERA_API_TRY(ToInt((*tokens)[i], "tokens", 0, kMaxInt32 - 1, &id));
+    req.tokens.push_back(static_cast<int32_t>(id));
   }
-  return Dump({{"id", id},
-               {"object", "chat.completion"},
-               {"created", created},
-               {"model", model},
-               {"choices", out_choices},
-               {"usage", UsageJson(usage)}});
-}
-
-std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
-                                    const std::string& model, int index, bool role,
-                                    const std::optional<std::string>& content,
-                                    std::optional<FinishReason> finish_reason,
-                                    const std::optional<std::vector<TokenLogprob>>& logprobs,
-                                    bool include_usage) {
-  json delta = json::object();
-  if (role) delta["role"] = "assistant";
-  if (content) delta["content"] = *content;
-  json out = {{"id", id},
-              {"object", "chat.completion.chunk"},
-              {"created", created},
-              {"model", model},
-              {"choices", json::array({{{"index", index},
-                                        {"delta", delta},
-                                        {"logprobs", ChatLogprobsJson(logprobs)},
-                                        {"finish_reason", FinishJson(finish_reason)}}})}};
-  if (include_usage) out["usage"] = nullptr;
-  return Dump(out);
-}
-
-std::string ChatCompletionUsageChunkJson(const std::string& id, int64_t created,
-                                         const std::string& model, const Usage& usage) {
-  return Dump({{"id", id},
-               {"object", "chat.completion.chunk"},
-               {"created", created},
-               {"model", model},
-               {"choices", json::array()},
-               {"usage", UsageJson(usage)}});
-}
-
-std::string ModelListJson(const std::vector<ModelCard>& models) {
-  json data = json::array();
-  for (const ModelCard& m : models) {
-    data.push_back(
-        {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
-  }
-  return Dump({{"object", "list"}, {"data", data}});
+  return req;
 }
 
 }  // namespace tessera

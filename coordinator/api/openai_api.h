@@ -4,9 +4,9 @@
 // Requests (POST /v1/completions, POST /v1/chat/completions):
 //   - fields absent or JSON null take their OpenAI default;
 //   - unknown fields are ignored; known OpenAI fields Tessera does not
-//     implement (echo, best_of > 1, suffix, logit_bias, presence/frequency
-//     penalties != 0, tools, response_format other than text) are refused
-//     rather than silently ignored;
+//     implement (echo, best_of > 1, n > 1, suffix, tools, response_format
+//     other than text) are refused rather than silently ignored
+//     (docs/operations.md lists every field);
 //   - every failure is an ApiError: HTTP 400, OpenAI's message and `param`
 //     naming the field ("temperature must be between 0 and 2, got 5",
 //     param "temperature"); malformed JSON names line and column; a wrong
@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -68,8 +69,9 @@ class [[nodiscard]] ApiResult {
 };
 
 // Maps a Status from the serving path to an HTTP error: kInvalidArgument and
-// kOutOfRange 400, kNotFound 404, kResourceExhausted 429, kUnavailable 503,
-// kDeadlineExceeded 504, anything else 500 ("server_error").
+// kOutOfRange 400 (param: the request field a message starts with, as in
+// "logit_bias: token id 9 is outside the vocab"), kNotFound 404, kResourceExhausted 429,
+// kUnavailable 503, kDeadlineExceeded 504, anything else 500 ("server_error").
 ApiError ApiErrorFromStatus(const Status& status);
 // 404, code "model_not_found": "The model 'x' does not exist; this server serves 'y'".
 ApiError UnknownModelError(const std::string& requested, const std::string& served);
@@ -96,6 +98,10 @@ ApiError StreamLimitError(int64_t limit, const std::string& limit_key);
 // than the queue holds (`limit_key` = scheduler.queue_limit) can never be
 // admitted, so it is refused as a bad request, not as a retryable 429.
 ApiError TooManyPromptsError(int64_t limit, int64_t prompts, const std::string& limit_key);
+// 400, param `field` ("n" or "best_of"), code "too_many_choices": prompts x
+// choices requests exceed the queue (`limit_key` = scheduler.queue_limit).
+ApiError TooManyChoicesError(int64_t limit, int64_t prompts, int64_t choices,
+                             const std::string& field, const std::string& limit_key);
 // 400, code "empty_prompt", param `param` ("prompt" or "messages"): the
 // prompt is empty once tokenized (an empty string), so there is nothing to
 // continue from.
@@ -108,6 +114,13 @@ struct Prompt {
   std::vector<int32_t> token_ids;  // when is_tokens; each >= 0
 };
 
+// Most logit_bias entries and stop_token_ids per request (they travel with
+// every step of the sequence).
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
+inline constexpr size_t kMaxStopTokenIds = 256;
+// n and best_of at most (choices per prompt).
+inline constexpr int64_t kMaxChoices = 128;
+
 // Sampling and stopping fields shared by both endpoints.
 struct GenerationFields {
   double temperature = 1.0;       // [0, 2]; 0 = greedy
@@ -118,6 +131,21 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (only with stream)
   bool ignore_eos = false;     // keep generating past EOS (up to max_tokens)
+  // Choices per prompt, 1..kMaxChoices; choice j samples with seed + j and
+  // shares the prompt's KV blocks with choice 0 (GenerationRequest::
+  // share_prompt_of).
+  int32_t n = 1;
+  // Logits processing (common/base/sampling_params.h; formulas in
+  // kernels/logit_adjust_entry.h). OpenAI's two penalties, then vLLM's
+  // extensions.
+  double presence_penalty = 0.0;    // [-2, 2]
+  double frequency_penalty = 0.0;   // [-2, 2]
+  double repetition_penalty = 1.0;  // (0, 100]
+  double min_p = 0.0;               // [0, 1]
+  int32_t min_tokens = 0;           // [0, max_tokens]
+  // {"token id": bias}: at most kMaxLogitBiasEntries, bias in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> stop_token_ids;  // at most kMaxStopTokenIds
 
   // The per-sequence sampling parameters; `default_seed` is used when the
   // request carries no seed.
@@ -127,8 +155,17 @@ struct GenerationFields {
 struct CompletionRequest {
   std::string model;
   std::vector<Prompt> prompts;      // one per requested prompt (>= 1); choice i answers prompt i
-  int32_t max_tokens = 16;          // >= 1 (OpenAI's default is 16)
+  int32_t max_tokens = 16;          // >= 1 (OpenAI's default is 16); 0 allowed with echo
   std::optional<int32_t> logprobs;  // 0..20: alternatives per token; absent = no logprobs
+  // The prompt's text before the completion; with logprobs, every prompt
+  // token's log-probability too (null for the first). Not with stream.
+  bool echo = false;
+  // vLLM's extension: the choice's "prompt_logprobs", 0..20 alternatives.
+  std::optional<int32_t> prompt_logprobs;
+  // Choices generated per prompt, n..kMaxChoices; the n with the highest
+  // cumulative log-probability of their tokens are returned (not with stream
+  // when above n).
+  int32_t best_of = 1;
   GenerationFields gen;
 };
 
@@ -144,6 +181,28 @@ struct ChatCompletionRequest {
 // Parse and validate a request body (JSON text). Errors: ApiError 400.
 ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body);
 ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
+
+// POST /tokenize, as vLLM serves it: {"prompt": text} or {"messages": [...]}
+// (rendered with the chat template), "add_special_tokens" (default true
+// for a prompt, the template's own for messages), "add_generation_prompt"
+// (messages; default true); "model" optional.
+struct TokenizeRequest {
+  std::string model;  // empty: not given
+  bool chat = false;
+  std::string prompt;                 // when !chat
+  std::vector<ChatMessage> messages;  // when chat
+  std::optional<bool> add_special_tokens;
+  bool add_generation_prompt = true;
+};
+// POST /detokenize: {"tokens": [ids]} ("model" optional).
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;  // each in [0, 2^31)
+};
+// Errors: ApiError 400 naming the field (prompt and messages both or
+// neither given, wrong types).
+ApiResult<TokenizeRequest> ParseTokenizeRequest(std::string_view body);
+ApiResult<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body);
 
 // ---- Responses ----
 
@@ -166,6 +225,8 @@ struct TokenLogprob {
   std::string token;  // the token's text
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;  // (text, logprob)
+  // false: the first prompt token of an echo (logprob and top are null).
+  bool has_logprob = true;
 };
 
 struct CompletionChoice {
@@ -176,6 +237,11 @@ struct CompletionChoice {
   // text_offset of logprobs[0]: 0 for a whole choice; in a stream, the bytes
   // of the token texts of the choice's earlier chunks.
   int64_t logprobs_offset = 0;
+  // vLLM's prompt_logprobs: one entry per prompt token, the first null
+  // (nullopt); each maps token ids to (logprob, decoded text): the prompt
+  // token, then its top alternatives.
+  std::optional<std::vector<std::optional<std::vector<std::tuple<int32_t, float, std::string>>>>>
+      prompt_logprobs;
 };
 
 struct ChatChoice {
@@ -219,15 +285,22 @@ std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
 std::string ChatCompletionUsageChunkJson(const std::string& id, int64_t created,
                                          const std::string& model, const Usage& usage);
 
+// POST /tokenize's answer (vLLM's shape): {"count", "max_model_len", "tokens"}.
+std::string TokenizeResponseJson(const std::vector<int32_t>& tokens, int64_t max_model_len);
+// POST /detokenize's answer: {"prompt": text}.
+std::string DetokenizeResponseJson(const std::string& text);
+
 // The data of the last event of every stream: "data: [DONE]".
 inline constexpr std::string_view kSseDone = "[DONE]";
 
 struct ModelCard {
   std::string id;
-  int64_t created = 0;  // Unix seconds
+  int64_t created = 0;  // Unix seconds: when the coordinator started serving it
   std::string owned_by = "tessera";
+  int64_t max_model_len = 0;  // prompt + completion tokens at most (vLLM's field)
 };
-// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by",
+// "root","parent":null,"max_model_len"}]}.
 std::string ModelListJson(const std::vector<ModelCard>& models);
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <vector>
 
 #include "coordinator/api/openai_api.h"
@@ -58,6 +59,61 @@ std::optional<std::vector<TokenLogprob>> ResultLogprobs(const GenerationResult& 
   return out;
 }
 
+// echo: the prompt's text, token by token as the incremental detokenizer
+// emits it (so text_offset indexes the echoed text), and with logprobs each
+// prompt token's entry: null for the first, then its log-probability given
+// the tokens before it (GenerationResult::prompt_logprobs) and alternatives.
+std::string EchoPrompt(const std::vector<int32_t>& prompt, const GenerationResult& r,
+                       const Tokenizer& tokenizer, std::vector<TokenLogprob>* logprobs) {
+  TokenTextStream stream(tokenizer);
+  std::vector<std::string> texts;
+  for (int32_t id : prompt) texts.push_back(stream.Push(id));
+  if (!texts.empty()) texts.back() += stream.Flush();
+  std::string text;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    text += texts[i];
+    if (!logprobs) continue;
+    TokenLogprob t;
+    t.has_logprob = i > 0 && i - 1 < r.prompt_logprobs.size();
+    if (t.has_logprob) t = ApiLogprob(r.prompt_logprobs[i - 1], tokenizer);
+    t.token = texts[i];
+    logprobs->push_back(std::move(t));
+  }
+  return text;
+}
+
+// vLLM's prompt_logprobs of one choice: null, then per prompt token the
+// token and its alternatives (id, logprob, text).
+std::vector<std::optional<std::vector<std::tuple<int32_t, float, std::string>>>> PromptLogprobs(
+    const GenerationResult& r, const Tokenizer& tokenizer) {
+  std::vector<std::optional<std::vector<std::tuple<int32_t, float, std::string>>>> out;
+  out.emplace_back(std::nullopt);
+  for (const SampledToken& p : r.prompt_logprobs) {
+    std::vector<std::tuple<int32_t, float, std::string>> e;
+    e.emplace_back(p.token_id, p.logprob, tokenizer.Decode(&p.token_id, 1, false));
+    for (const TopLogprob& t : p.top)
+      e.emplace_back(t.token_id, t.logprob, tokenizer.Decode(&t.token_id, 1, false));
+    out.emplace_back(std::move(e));
+  }
+  return out;
+}
+
+// `count` choices of one prompt: choice j samples with seed + j and shares
+// the prompt's KV blocks with choice 0 (GenerationRequest::share_prompt_of).
+// With `rank` (best_of above n) each choice returns its tokens'
+// log-probabilities, which rank it.
+void AddChoices(std::vector<GenerationRequest>& gens, const GenerationRequest& g, int count,
+                bool rank) {
+  const int32_t first = static_cast<int32_t>(gens.size());
+  for (int j = 0; j < count; ++j) {
+    GenerationRequest c = g;
+    c.sampling.seed = g.sampling.seed + static_cast<uint64_t>(j);
+    if (j > 0) c.share_prompt_of = first;
+    if (rank) c.sampling.logprobs = std::max(c.sampling.logprobs, 0);
+    gens.push_back(std::move(c));
+  }
+}
+
 // The state one HTTP request shares with the scheduler callbacks of its
 // prompts (run on the scheduler thread).
 struct Exchange {
@@ -68,7 +124,12 @@ struct Exchange {
   std::string id;
   int64_t created = 0;
   std::string model;
-  bool logprobs = false;                 // the request asked for log-probabilities
+  bool logprobs = false;                      // the request asked for log-probabilities
+  bool echo = false;                          // completions: the prompt before the completion
+  bool prompt_logprobs = false;               // completions: vLLM's prompt_logprobs field
+  std::vector<std::vector<int32_t>> prompts;  // completions with echo: each choice's prompt
+  int n = 1;                                  // choices returned per prompt
+  int best_of = 1;                       // choices generated per prompt (results[p * best_of + j])
   const Tokenizer* tokenizer = nullptr;  // for token texts
   std::mutex mu;
   std::vector<GenerationResult> results;  // protected by mu
@@ -87,6 +148,31 @@ struct Exchange {
   }
 };
 
+// Sum of the log-probabilities of a choice's tokens (best_of ranks by it).
+double CumulativeLogprob(const GenerationResult& r) {
+  double sum = 0.0;
+  for (const SampledToken& t : r.logprobs)
+    if (t.has_logprobs) sum += t.logprob;
+  return sum;
+}
+
+// The results returned, in choice order: per prompt, the n of its best_of
+// with the highest cumulative log-probability (all of them when equal).
+std::vector<size_t> ChosenResults(const Exchange& x) {
+  std::vector<size_t> out;
+  const size_t per = static_cast<size_t>(x.best_of);
+  for (size_t p = 0; p * per < x.results.size(); ++p) {
+    std::vector<size_t> c(per);
+    std::iota(c.begin(), c.end(), p * per);
+    if (x.best_of > x.n)
+      std::stable_sort(c.begin(), c.end(), [&](size_t a, size_t b) {
+        return CumulativeLogprob(x.results[a]) > CumulativeLogprob(x.results[b]);
+      });
+    out.insert(out.end(), c.begin(), c.begin() + x.n);
+  }
+  return out;
+}
+
 void SendFinal(Exchange& x) {
   if (x.failed) return;
   if (x.stream) {
@@ -98,25 +184,35 @@ void SendFinal(Exchange& x) {
     x.res->Finish();
     return;
   }
+  const std::vector<size_t> chosen = ChosenResults(x);
   if (x.chat) {
     std::vector<ChatChoice> choices;
-    for (size_t i = 0; i < x.results.size(); ++i) {
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      const GenerationResult& r = x.results[chosen[k]];
       ChatChoice c;
-      c.index = static_cast<int>(i);
-      c.content = x.results[i].text;
-      c.finish_reason = x.results[i].finish_reason;
-      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer);
+      c.index = static_cast<int>(k);
+      c.content = r.text;
+      c.finish_reason = r.finish_reason;
+      c.logprobs = ResultLogprobs(r, x.logprobs, *x.tokenizer);
       choices.push_back(c);
     }
     x.res->SendJson(200, ChatCompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
   } else {
     std::vector<CompletionChoice> choices;
-    for (size_t i = 0; i < x.results.size(); ++i) {
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      const size_t i = chosen[k];
       CompletionChoice c;
-      c.index = static_cast<int>(i);
-      c.text = x.results[i].text;
-      c.finish_reason = x.results[i].finish_reason;
-      c.logprobs = ResultLogprobs(x.results[i], x.logprobs, *x.tokenizer, true);
+      c.index = static_cast<int>(k);
+      const GenerationResult& r = x.results[i];
+      c.finish_reason = r.finish_reason;
+      c.logprobs = ResultLogprobs(r, x.logprobs, *x.tokenizer, true);
+      c.text = r.text;
+      if (x.echo) {
+        std::vector<TokenLogprob> echoed;
+        c.text = EchoPrompt(x.prompts[i], r, *x.tokenizer, x.logprobs ? &echoed : nullptr) + r.text;
+        if (c.logprobs) c.logprobs->insert(c.logprobs->begin(), echoed.begin(), echoed.end());
+      }
+      if (x.prompt_logprobs) c.prompt_logprobs = PromptLogprobs(r, *x.tokenizer);
       choices.push_back(c);
     }
     x.res->SendJson(200, CompletionResponseJson(x.id, x.created, x.model, choices, x.usage));
@@ -179,7 +275,8 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     g.sampling.logprobs = r.logprobs ? r.top_logprobs : -1;
     g.stop = r.gen.stop;
     g.ignore_eos = r.gen.ignore_eos;
-    gens.push_back(std::move(g));
+    AddChoices(gens, g, r.gen.n, false);
+    x->n = x->best_of = r.gen.n;
     x->stream = r.gen.stream;
     x->include_usage = r.gen.include_usage;
     x->logprobs = r.logprobs;
@@ -206,13 +303,21 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       g.max_tokens = r.max_tokens;
       g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
       g.sampling.logprobs = r.logprobs.value_or(-1);
+      // echo with logprobs and vLLM's prompt_logprobs both need the prompt's.
+      g.sampling.prompt_logprobs =
+          std::max(r.echo && r.logprobs ? *r.logprobs : -1, r.prompt_logprobs.value_or(-1));
       g.stop = r.gen.stop;
       g.ignore_eos = r.gen.ignore_eos;
-      gens.push_back(std::move(g));
+      for (int j = 0; j < r.best_of && r.echo; ++j) x->prompts.push_back(g.prompt_ids);
+      AddChoices(gens, g, r.best_of, r.best_of > r.gen.n);
     }
+    x->n = r.gen.n;
+    x->best_of = r.best_of;
     x->stream = r.gen.stream;
     x->include_usage = r.gen.include_usage;
     x->logprobs = r.logprobs.has_value();
+    x->echo = r.echo;
+    x->prompt_logprobs = r.prompt_logprobs.has_value();
     x->id = NewResponseId("cmpl");
   }
   if (!requested_model.empty() && requested_model != model_name_) {
@@ -222,8 +327,12 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
   }
   if (static_cast<int64_t>(gens.size()) > config_.scheduler.queue_limit) {
     metrics_->Rejected();
-    const ApiError e = TooManyPromptsError(
-        config_.scheduler.queue_limit, static_cast<int64_t>(gens.size()), "scheduler.queue_limit");
+    const int64_t prompts = static_cast<int64_t>(gens.size()) / x->best_of;
+    const ApiError e =
+        x->best_of == 1
+            ? TooManyPromptsError(config_.scheduler.queue_limit, prompts, "scheduler.queue_limit")
+            : TooManyChoicesError(config_.scheduler.queue_limit, prompts, x->best_of,
+                                  x->best_of > x->n ? "best_of" : "n", "scheduler.queue_limit");
     res->Send(e.http_status, "application/json", e.ToJson());
     return;
   }
@@ -398,8 +507,66 @@ void OpenAIFrontend::Register(HttpServer& api) {
   api.Handle("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
     ModelCard card;
     card.id = model_name_;
+    card.created = created_;
+    card.max_model_len = max_context_;
     res->Send(200, "application/json", ModelListJson({card}));
   });
+  api.Handle("POST", "/tokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+    HandleTokenize(r, *res);
+  });
+  api.Handle("POST", "/detokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
+    HandleDetokenize(r, *res);
+  });
+}
+
+void OpenAIFrontend::HandleTokenize(const HttpRequest& req, Responder& res) const {
+  auto parsed = ParseTokenizeRequest(req.body);
+  ApiError e;
+  if (!parsed.ok()) {
+    e = parsed.error();
+  } else if (!parsed->model.empty() && parsed->model != model_name_) {
+    e = UnknownModelError(parsed->model, model_name_);
+  } else if (!parsed->chat) {
+    const auto ids = tokenizer_->Encode(parsed->prompt, parsed->add_special_tokens.value_or(true));
+    res.Send(200, "application/json", TokenizeResponseJson(ids, max_context_));
+    return;
+  } else if (!chat_template_) {
+    res.SendError(400, "the model has no chat template; set model.chat_template in the config",
+                  std::string("messages"), "unknown_chat_template");
+    return;
+  } else {
+    auto text = chat_template_->Render(parsed->messages, parsed->add_generation_prompt);
+    if (!text.ok()) {
+      res.SendError(400, text.status().message(), std::string("messages"), "chat_template_error");
+      return;
+    }
+    const bool special = parsed->add_special_tokens.value_or(chat_template_->add_special_tokens());
+    res.Send(200, "application/json",
+             TokenizeResponseJson(tokenizer_->Encode(*text, special), max_context_));
+    return;
+  }
+  res.Send(e.http_status, "application/json", e.ToJson());
+}
+
+void OpenAIFrontend::HandleDetokenize(const HttpRequest& req, Responder& res) const {
+  auto parsed = ParseDetokenizeRequest(req.body);
+  if (parsed.ok() && !parsed->model.empty() && parsed->model != model_name_)
+    parsed = UnknownModelError(parsed->model, model_name_);
+  if (!parsed.ok()) {
+    res.Send(parsed.error().http_status, "application/json", parsed.error().ToJson());
+    return;
+  }
+  for (size_t i = 0; i < parsed->tokens.size(); ++i)
+    if (parsed->tokens[i] >= tokenizer_->vocab_size()) {
+      res.SendError(400,
+                    "tokens[" + std::to_string(i) + "] = " + std::to_string(parsed->tokens[i]) +
+                        " is outside the tokenizer's vocab [0, " +
+                        std::to_string(tokenizer_->vocab_size()) + ")",
+                    std::string("tokens"), std::nullopt);
+      return;
+    }
+  res.Send(200, "application/json",
+           DetokenizeResponseJson(tokenizer_->Decode(parsed->tokens, false)));
 }
 
 }  // namespace tessera

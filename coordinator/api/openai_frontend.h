@@ -1,5 +1,7 @@
 // OpenAIFrontend: the OpenAI-compatible endpoints of the coordinator,
-// POST /v1/completions, POST /v1/chat/completions and GET /v1/models.
+// POST /v1/completions, POST /v1/chat/completions and GET /v1/models, and
+// vLLM's POST /tokenize and POST /detokenize (the coordinator's tokenizer
+// and chat template; they work before a plan serves).
 //
 // A request is parsed and checked (coordinator/api/openai_api.h: the model
 // name, scheduler.max_completion_tokens, max_prompt_tokens, queue_limit,
@@ -23,6 +25,7 @@
 #include "common/net/http_server.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/openai_api.h"
 #include "coordinator/api/plan_control.h"
 #include "coordinator/api/request_metrics.h"
 #include "coordinator/api/request_sink.h"
@@ -44,13 +47,16 @@ class OpenAIFrontend {
         chat_template_(std::move(chat_template)),
         sink_(sink),
         status_(status),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        created_(UnixSeconds()) {}
 
-  // Registers the three routes on `api`.
+  // Registers the five routes on `api`.
   void Register(HttpServer& api);
 
  private:
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
+  void HandleTokenize(const HttpRequest& req, Responder& res) const;
+  void HandleDetokenize(const HttpRequest& req, Responder& res) const;
 
   const DaemonConfig& config_;
   const std::string model_name_;
@@ -61,6 +67,7 @@ class OpenAIFrontend {
   const ClusterStatus* const status_;
   RequestMetrics* const metrics_;
   std::atomic<int> open_streams_{0};  // streaming responses open (server.max_streams)
+  const int64_t created_;             // Unix seconds at construction (/v1/models)
 };
 
 }  // namespace tessera

@@ -99,6 +99,21 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
                       " but got " +
                       (t.has_logprobs() ? std::to_string(t.top_logprobs_size()) + " top"
                                         : std::string("none")));
+    for (const control::PromptTokenLogprob& p : t.prompt_logprobs()) {
+      SampledToken e;
+      e.token_id = p.token_id();
+      e.has_logprobs = true;
+      e.logprob = p.logprob();
+      for (const control::TokenLogprob& top : p.top_logprobs())
+        e.top.push_back({top.token_id(), top.logprob()});
+      bool inside = e.token_id < vocab_size_;
+      for (const TopLogprob& top : e.top) inside = inside && top.token_id < vocab_size_;
+      if (!inside)
+        return Internal(what + ": a prompt log-probability of seq_id " +
+                        std::to_string(t.seq_id()) + " names a token outside the vocab of " +
+                        std::to_string(vocab_size_));
+      out.prompt_logprobs.push_back(std::move(e));
+    }
     if (!t.has_logprobs()) continue;
     out.has_logprobs = true;
     out.logprob = t.logprob();

@@ -1,6 +1,7 @@
 // GPU tests (tessera_gpu_test, tests/gpu/gpu_test_util.h): every CUDA kernel against the CPU
 // kernels on random inputs, and sampling on the device.
 #include "gpu/gpu_test_util.h"
+#include "kernels/logit_adjust.h"
 
 namespace tessera {
 namespace {
@@ -337,6 +338,53 @@ TEST(Sampling, DeviceDrawsTheCpuTokens) {
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
   std::printf("  greedy sampling of 64 x 32000 incl. readback: %.1f us\n", us);
+}
+
+// Logits processing (kernels/logit_adjust.h) and min_p on the device give the
+// CPU's logits and draws.
+TEST(Sampling, DeviceAdjustsLogitsAndAppliesMinPAsTheCpu) {
+  kernels::Backend& g = Gpu(DType::kF32);
+  const int64_t rows = 32, vocab = 32000;
+  HostPair logits = Random({rows, vocab}, 11, DType::kF32, 3.0f);
+  std::vector<kernels::LogitAdjustment> adjust;
+  std::mt19937_64 rng(5);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int32_t k = 0; k < 40; ++k) {
+      kernels::LogitAdjustment a;
+      a.row = r;
+      a.token = static_cast<int32_t>((r * 977 + k * 131) % vocab);
+      a.output_count = k % 4;
+      a.bias = k % 5 == 0 ? 2.5f : 0.0f;
+      a.presence = 0.5f;
+      a.frequency = 0.25f;
+      a.repetition = r % 2 ? 1.3f : 1.0f;
+      a.flags = (k % 3 == 0 ? kernels::kLogitInPrompt : 0) | (k == 7 ? kernels::kLogitBanned : 0);
+      adjust.push_back(a);
+    }
+  Tensor dev = Up(g, logits.f32);
+  ASSERT_TRUE(kernels::AdjustLogits(logits.f32, adjust).ok());
+  Status s = kernels::AdjustLogits(dev, adjust);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto back = g.ToHost(dev);
+  ASSERT_TRUE(back.ok());
+  for (int64_t i = 0; i < rows * vocab; ++i)
+    ASSERT_EQ(back->data<float>()[i], logits.f32.data<float>()[i]) << "element " << i;
+  std::vector<kernels::SampleRow> params(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    kernels::SampleRow& r = params[static_cast<size_t>(i)];
+    r.temperature = 0.5f + 0.1f * static_cast<float>(i % 5);
+    r.top_p = i % 2 ? 0.9f : 1.0f;
+    r.min_p = 0.02f * static_cast<float>(i % 6);
+    r.uniform = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+  }
+  std::vector<int32_t> got;
+  s = kernels::SampleTokens(dev, params, got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (int64_t i = 0; i < rows; ++i)
+    EXPECT_EQ(got[static_cast<size_t>(i)],
+              kernels::SampleRowCpu(logits.f32.data<float>() + i * vocab, vocab,
+                                    params[static_cast<size_t>(i)]))
+        << "row " << i;
 }
 
 }  // namespace

@@ -272,8 +272,11 @@ TEST(ShardedSampling, SeededSamplingAgreesAcrossLayouts) {
   for (int i = 0; i < 2; ++i) {
     reqs[static_cast<size_t>(i)].max_tokens = 12;
     reqs[static_cast<size_t>(i)].ignore_eos = true;
-    reqs[static_cast<size_t>(i)].sampling =
-        SamplingParams{0.9f, 40, 0.95f, static_cast<uint64_t>(1234 + i)};
+    SamplingParams& sp = reqs[static_cast<size_t>(i)].sampling;
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.seed = static_cast<uint64_t>(1234 + i);
   }
   std::vector<std::vector<int32_t>> base;
   for (const Layout& l : std::vector<Layout>{

@@ -426,6 +426,16 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
       control::SampledToken* t = r->add_tokens();
       t->set_seq_id(s.seq_id);
       t->set_token_id(sampled.token_id);
+      for (const SampledToken& p : sampled.prompt_logprobs) {
+        control::PromptTokenLogprob* m = t->add_prompt_logprobs();
+        m->set_token_id(p.token_id);
+        m->set_logprob(p.logprob);
+        for (const TopLogprob& top : p.top) {
+          control::TokenLogprob* e = m->add_top_logprobs();
+          e->set_token_id(top.token_id);
+          e->set_logprob(top.logprob);
+        }
+      }
       if (!sampled.has_logprobs) continue;
       t->set_has_logprobs(true);
       t->set_logprob(sampled.logprob);

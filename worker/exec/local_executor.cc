@@ -17,10 +17,8 @@ Status LocalExecutor::RunLogits(const StepBatch& batch, Tensor& logits) {
 }
 
 Status LocalExecutor::Submit(const StepBatch& batch) {
-  int64_t wanted = 0;
-  for (const SeqStep& s : batch.seqs) wanted += s.want_logits ? 1 : 0;
-  TESSERA_ASSIGN_OR_RETURN(Tensor logits,
-                           model_->backend().Allocate({wanted, vocab_size()}, DType::kF32));
+  TESSERA_ASSIGN_OR_RETURN(
+      Tensor logits, model_->backend().Allocate({batch.LogitsRows(), vocab_size()}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(RunLogits(batch, logits));
   TESSERA_ASSIGN_OR_RETURN(std::vector<SampledToken> tokens, samplers_.Sample(batch, logits));
   LogNonFiniteLogits(*model_, batch, tokens, "the local rank");

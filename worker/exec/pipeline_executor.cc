@@ -39,12 +39,14 @@ StatusOr<std::vector<SampledToken>> SampleOnLastStage(LlamaModel& model, const S
                                                       const LogitsSink& sink) {
   const int64_t wanted = CountWanted(batch);
   const int64_t vocab = model.config().vocab_size;
-  TESSERA_ASSIGN_OR_RETURN(Tensor logits, model.backend().Allocate({wanted, vocab}, DType::kF32));
+  // The sampled rows, then the rows of prompt log-probabilities (StepBatch::LogitsRows).
+  TESSERA_ASSIGN_OR_RETURN(Tensor logits,
+                           model.backend().Allocate({batch.LogitsRows(), vocab}, DType::kF32));
   TESSERA_RETURN_IF_ERROR(model.Logits(batch, hidden, logits));
   std::vector<SampledToken> sampled(static_cast<size_t>(wanted));
   if (links.tp_rank == 0) {
     if (sink) {
-      TESSERA_ASSIGN_OR_RETURN(Tensor host, model.backend().ToHost(logits));
+      TESSERA_ASSIGN_OR_RETURN(Tensor host, model.backend().ToHost(logits.Slice0(0, wanted)));
       sink(batch, host);
     }
     TESSERA_ASSIGN_OR_RETURN(sampled, samplers.Sample(batch, logits));

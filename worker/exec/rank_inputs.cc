@@ -77,8 +77,33 @@ std::vector<uint8_t> Encode(const std::vector<GenerationRequest>& requests) {
     Put<uint8_t>(out, r.ignore_eos ? 1 : 0);
     Put<uint64_t>(out, r.stop.size());
     for (const std::string& s : r.stop) PutBytes(out, s.data(), s.size());
+    const SamplingParams& p = r.sampling;
+    Put(out, p.presence_penalty);
+    Put(out, p.frequency_penalty);
+    Put(out, p.repetition_penalty);
+    Put(out, p.min_p);
+    Put(out, p.min_tokens);
+    Put<uint64_t>(out, p.logit_bias.size());
+    for (const auto& [id, bias] : p.logit_bias) {
+      Put(out, id);
+      Put(out, bias);
+    }
+    PutBytes(out, p.min_tokens_blocked.data(), p.min_tokens_blocked.size() * sizeof(int32_t));
+    PutBytes(out, p.stop_token_ids.data(), p.stop_token_ids.size() * sizeof(int32_t));
+    Put(out, p.prompt_logprobs);
+    Put(out, r.share_prompt_of);
   }
   return out;
+}
+
+Status GetIds(Reader& r, std::vector<int32_t>* ids) {
+  std::string bytes;
+  TESSERA_RETURN_IF_ERROR(r.GetBytes(&bytes));
+  if (bytes.size() % sizeof(int32_t) != 0)
+    return InvalidArgument("broadcast requests: bad token id list length");
+  ids->resize(bytes.size() / sizeof(int32_t));
+  if (!bytes.empty()) std::memcpy(ids->data(), bytes.data(), bytes.size());
+  return Status::Ok();
 }
 
 StatusOr<std::vector<GenerationRequest>> Decode(const std::vector<uint8_t>& bytes) {
@@ -108,6 +133,24 @@ StatusOr<std::vector<GenerationRequest>> Decode(const std::vector<uint8_t>& byte
     if (stops > bytes.size()) return InvalidArgument("broadcast requests: bad stop count");
     g.stop.resize(stops);
     for (std::string& s : g.stop) TESSERA_RETURN_IF_ERROR(r.GetBytes(&s));
+    SamplingParams& p = g.sampling;
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.presence_penalty));
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.frequency_penalty));
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.repetition_penalty));
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.min_p));
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.min_tokens));
+    uint64_t biases = 0;
+    TESSERA_RETURN_IF_ERROR(r.Get(&biases));
+    if (biases > bytes.size()) return InvalidArgument("broadcast requests: bad logit_bias count");
+    p.logit_bias.resize(biases);
+    for (auto& [id, bias] : p.logit_bias) {
+      TESSERA_RETURN_IF_ERROR(r.Get(&id));
+      TESSERA_RETURN_IF_ERROR(r.Get(&bias));
+    }
+    TESSERA_RETURN_IF_ERROR(GetIds(r, &p.min_tokens_blocked));
+    TESSERA_RETURN_IF_ERROR(GetIds(r, &p.stop_token_ids));
+    TESSERA_RETURN_IF_ERROR(r.Get(&p.prompt_logprobs));
+    TESSERA_RETURN_IF_ERROR(r.Get(&g.share_prompt_of));
   }
   if (!r.done()) return InvalidArgument("broadcast requests: trailing bytes");
   return out;

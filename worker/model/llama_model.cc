@@ -437,6 +437,17 @@ Status LlamaModel::Logits(const StepBatch& batch, const Tensor& hidden, Tensor& 
       rows.push_back(begin - 1);
     }
   }
+  // Then every position but the last of the chunks that want prompt
+  // log-probabilities (StepBatch::LogitsRows).
+  begin = 0;
+  for (const SeqStep& s : batch.seqs) {
+    if (s.want_prompt_logprobs)
+      for (int64_t p = begin; p + 1 < begin + s.num_tokens; ++p) {
+        leading = leading && p == static_cast<int64_t>(rows.size());
+        rows.push_back(p);
+      }
+    begin += s.num_tokens;
+  }
   const int64_t n = static_cast<int64_t>(rows.size());
   if (logits.rank() != 2 || logits.dim(0) != n || logits.dim(1) != lay.vocab_size ||
       logits.dtype() != DType::kF32)

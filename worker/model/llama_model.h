@@ -99,7 +99,9 @@ class LlamaModel {
                  Tensor& hidden_out);
 
   // Last stage only: final norm and lm_head for the last token of each
-  // sequence with want_logits. logits [num_wanted, vocab_size] F32 over the
+  // sequence with want_logits, then for every other token of the chunks
+  // with want_prompt_logprobs (rows in StepBatch::LogitsRows order).
+  // logits [batch.LogitsRows(), vocab_size] F32 over the
   // full vocab (gathered across tp ranks; vocab padding dropped), on the host
   // or on the backend's device (computed there and copied if needed).
   Status Logits(const StepBatch& batch, const Tensor& hidden, Tensor& logits);

@@ -419,6 +419,16 @@ TEST(ControlCodec, EveryValidationRuleNamesTheField) {
 
 TEST(ControlCodec, StepBatchConversionRoundTrips) {
   StepBatch b = ValidBatch();
+  SamplingParams& q = b.seqs[1].sampling;
+  q.presence_penalty = 0.5f;
+  q.frequency_penalty = -1.25f;
+  q.repetition_penalty = 1.3f;
+  q.min_p = 0.05f;
+  q.min_tokens = 4;
+  q.logit_bias = {{3, -100.0f}, {9, 2.5f}};
+  q.min_tokens_blocked = {2, 7};
+  b.seqs[1].output_start = 2;
+  b.seqs[1].history.assign(static_cast<size_t>(b.seqs[1].start_pos), 6);
   control::StepBatch m;
   StepBatchToProto(b, &m);
   StatusOr<StepBatch> back = StepBatchFromProto(m);
@@ -437,7 +447,19 @@ TEST(ControlCodec, StepBatchConversionRoundTrips) {
     EXPECT_EQ(back->seqs[i].sampling.top_p, b.seqs[i].sampling.top_p);
     EXPECT_EQ(back->seqs[i].sampling.seed, b.seqs[i].sampling.seed);
     EXPECT_EQ(back->seqs[i].sampling.logprobs, b.seqs[i].sampling.logprobs);
+    const SamplingParams& x = back->seqs[i].sampling;
+    const SamplingParams& y = b.seqs[i].sampling;
+    EXPECT_EQ(x.presence_penalty, y.presence_penalty);
+    EXPECT_EQ(x.frequency_penalty, y.frequency_penalty);
+    EXPECT_EQ(x.repetition_penalty, y.repetition_penalty);
+    EXPECT_EQ(x.min_p, y.min_p);
+    EXPECT_EQ(x.min_tokens, y.min_tokens);
+    EXPECT_EQ(x.logit_bias, y.logit_bias);
+    EXPECT_EQ(x.min_tokens_blocked, y.min_tokens_blocked);
+    EXPECT_EQ(back->seqs[i].output_start, b.seqs[i].output_start);
+    EXPECT_EQ(back->seqs[i].history, b.seqs[i].history);
   }
+  EXPECT_EQ(m.seqs(0).sampling().repetition_penalty(), 0.0f);  // 1 = off: left unset
   EXPECT_TRUE(m.seqs(0).sampling().logprobs());
   EXPECT_EQ(m.seqs(0).sampling().num_top_logprobs(), 5u);
   EXPECT_FALSE(m.seqs(1).sampling().logprobs());  // -1: not requested

@@ -16,13 +16,26 @@ StepBatch Sample() {
   a.prompt_len = 3;
   a.block_table = {4, 9};
   a.want_logits = true;
-  a.sampling = SamplingParams{0.7f, 5, 0.9f, 42, 3};
+  a.sampling.temperature = 0.7f;
+  a.sampling.top_k = 5;
+  a.sampling.top_p = 0.9f;
+  a.sampling.seed = 42;
+  a.sampling.logprobs = 3;
   SeqStep c;
   c.seq_id = 12;
   c.start_pos = 20;
   c.num_tokens = 1;
   c.prompt_len = 18;
   c.block_table = {1, 2};
+  c.sampling.presence_penalty = 0.5f;
+  c.sampling.frequency_penalty = -1.25f;
+  c.sampling.repetition_penalty = 1.3f;
+  c.sampling.min_p = 0.05f;
+  c.sampling.min_tokens = 4;
+  c.sampling.logit_bias = {{3, -100.0f}, {9, 2.5f}};
+  c.sampling.min_tokens_blocked = {2, 7};
+  c.output_start = 18;
+  c.history.assign(20, 6);
   b.seqs = {a, c};
   return b;
 }
@@ -44,6 +57,31 @@ TEST(StepCodec, RoundTrips) {
   EXPECT_EQ(b.seqs[1].start_pos, 20);
   EXPECT_EQ(b.seqs[1].prompt_len, 18);
   EXPECT_EQ(b.Positions(), (std::vector<int32_t>{0, 1, 2, 20}));
+  const SamplingParams& q = b.seqs[1].sampling;
+  EXPECT_EQ(q.presence_penalty, 0.5f);
+  EXPECT_EQ(q.frequency_penalty, -1.25f);
+  EXPECT_EQ(q.repetition_penalty, 1.3f);
+  EXPECT_EQ(q.min_p, 0.05f);
+  EXPECT_EQ(q.min_tokens, 4);
+  EXPECT_EQ(q.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, -100.0f}, {9, 2.5f}}));
+  EXPECT_EQ(q.min_tokens_blocked, (std::vector<int32_t>{2, 7}));
+  EXPECT_EQ(b.seqs[1].output_start, 18);
+  EXPECT_EQ(b.seqs[1].history, std::vector<int32_t>(20, 6));
+  EXPECT_TRUE(b.seqs[0].history.empty());
+  EXPECT_EQ(b.seqs[0].sampling.repetition_penalty, 1.0f);
+  // A history that is not start_pos long, and sampling out of range, are refused.
+  StepBatch short_history = Sample();
+  short_history.seqs[1].history.resize(5);
+  auto bad = DecodeStep(EncodeStep(short_history));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("history of 5 tokens"), std::string::npos)
+      << bad.status().ToString();
+  StepBatch bad_bias = Sample();
+  bad_bias.seqs[1].sampling.logit_bias = {{3, 200.0f}};
+  bad = DecodeStep(EncodeStep(bad_bias));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("logit_bias"), std::string::npos)
+      << bad.status().ToString();
   EXPECT_EQ(DecodeStep(EncodeShutdown())->kind, StepMessageKind::kShutdown);
   EXPECT_EQ(DecodeStep(EncodeKeepalive())->kind, StepMessageKind::kKeepalive);
 }

@@ -194,7 +194,7 @@ TEST(OpenAIApiParse, TemperatureTopPTopK) {
 
 TEST(OpenAIApiParse, MaxTokensSeedAndN) {
   ExpectCompletionError(Completion(R"("max_tokens":0)"), "max_tokens",
-                        "max_tokens must be at least 1, got 0");
+                        "max_tokens must be at least 1 (0 only with echo: true), got 0");
   ExpectCompletionError(Completion(R"("max_tokens":"10")"), "max_tokens",
                         "max_tokens must be an integer, got string");
   ExpectCompletionError(Completion(R"("max_tokens":10.5)"), "max_tokens",
@@ -214,10 +214,8 @@ TEST(OpenAIApiParse, MaxTokensSeedAndN) {
   ExpectCompletionError(Completion(R"("seed":"42")"), "seed", "seed must be an integer");
   ExpectCompletionError(Completion(R"("seed":0.5)"), "seed", "seed must be an integer");
 
-  ExpectCompletionError(Completion(R"("n":2)"), "n", "n must be 1");
-  ExpectCompletionError(Completion(R"("n":0)"), "n", "n must be at least 1");
+  ExpectCompletionError(Completion(R"("n":0)"), "n", "n must be between 1 and 128");
   ExpectCompletionError(Completion(R"("n":"1")"), "n", "n must be an integer");
-  ExpectChatError(Chat(R"("n":3)"), "n", "got 3");
 
   auto c = ParseChatCompletionRequest(Chat(""));
   ASSERT_TRUE(c.ok());
@@ -288,15 +286,7 @@ TEST(OpenAIApiParse, Logprobs) {
 }
 
 TEST(OpenAIApiParse, UnsupportedFeaturesAreRefused) {
-  ExpectCompletionError(Completion(R"("echo":true)"), "echo", "echo is not supported");
-  ExpectCompletionError(Completion(R"("best_of":2)"), "best_of", "best_of must be 1");
   ExpectCompletionError(Completion(R"("suffix":"tail")"), "suffix", "not supported");
-  ExpectCompletionError(Completion(R"("presence_penalty":0.5)"), "presence_penalty",
-                        "not supported");
-  ExpectCompletionError(Completion(R"("frequency_penalty":3)"), "frequency_penalty",
-                        "between -2 and 2, got 3");
-  ExpectCompletionError(Completion(R"("logit_bias":{"50256":-100})"), "logit_bias",
-                        "not supported");
   ExpectChatError(Chat(R"("tools":[{"type":"function"}])"), "tools", "not supported");
   ExpectChatError(Chat(R"("response_format":{"type":"json_object"})"), "response_format.type",
                   "'json_object' is not supported");
@@ -340,6 +330,128 @@ TEST(OpenAIApiParse, ChatMessages) {
                   "messages[0].content[0].text", "is required");
 }
 
+TEST(OpenAIApiParse, LogitsProcessingFields) {
+  auto r = ParseCompletionRequest(Completion(
+      R"("presence_penalty":0.5,"frequency_penalty":-1.5,"repetition_penalty":1.2,)"
+      R"("min_p":0.05,"min_tokens":3,"max_tokens":8,"logit_bias":{"50256":-100,"7":2.5},)"
+      R"("stop_token_ids":[13,2])"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const SamplingParams p = r->gen.ToSamplingParams(1);
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, -1.5f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.2f);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.min_tokens, 3);
+  EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, float>>{{50256, -100.0f}, {7, 2.5f}}));
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{13, 2}));
+  EXPECT_TRUE(p.Validate().ok());
+  // Defaults: nothing changes the logits.
+  auto d = ParseChatCompletionRequest(Chat(R"("logit_bias":{},"presence_penalty":0)"));
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->gen.ToSamplingParams(1).AdjustsLogits());
+  auto c = ParseChatCompletionRequest(Chat(R"("frequency_penalty":2,"stop_token_ids":[])"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_FLOAT_EQ(c->gen.ToSamplingParams(1).frequency_penalty, 2.0f);
+}
+
+// Each new field: a wrong type, out of range, or contradictory -> 400 naming it.
+TEST(OpenAIApiParse, LogitsProcessingBadInput) {
+  ExpectCompletionError(Completion(R"("presence_penalty":"high")"), "presence_penalty",
+                        "must be a number, got string");
+  ExpectCompletionError(Completion(R"("frequency_penalty":3)"), "frequency_penalty",
+                        "between -2 and 2, got 3");
+  ExpectChatError(Chat(R"("presence_penalty":-2.5)"), "presence_penalty", "between -2 and 2");
+  ExpectCompletionError(Completion(R"("repetition_penalty":0)"), "repetition_penalty",
+                        "greater than 0 and at most 100, got 0");
+  ExpectCompletionError(Completion(R"("repetition_penalty":true)"), "repetition_penalty",
+                        "must be a number, got boolean");
+  ExpectCompletionError(Completion(R"("min_p":1.5)"), "min_p", "between 0 and 1, got 1.5");
+  ExpectCompletionError(Completion(R"("min_tokens":-1)"), "min_tokens", "at least 0");
+  ExpectCompletionError(Completion(R"("min_tokens":2.5)"), "min_tokens", "an integer");
+  ExpectCompletionError(Completion(R"("min_tokens":20,"max_tokens":4)"), "min_tokens",
+                        "min_tokens (20) must not exceed max_tokens (4)");
+  ExpectChatError(Chat(R"("min_tokens":20,"max_tokens":4)"), "min_tokens", "must not exceed");
+  EXPECT_TRUE(ParseChatCompletionRequest(Chat(R"("min_tokens":20)")).ok());  // to the context
+  ExpectCompletionError(Completion(R"("logit_bias":[1,2])"), "logit_bias", "must be an object");
+  ExpectCompletionError(Completion(R"("logit_bias":{"abc":1})"), "logit_bias",
+                        "key 'abc' must be a token id");
+  ExpectCompletionError(Completion(R"("logit_bias":{"-5":1})"), "logit_bias",
+                        "key '-5' must be a token id");
+  ExpectCompletionError(Completion(R"("logit_bias":{"99999999999":1})"), "logit_bias",
+                        "must be a token id");
+  ExpectCompletionError(Completion(R"("logit_bias":{"5":"up"})"), "logit_bias",
+                        R"(logit_bias["5"] must be a number, got string)");
+  ExpectCompletionError(Completion(R"("logit_bias":{"5":101})"), "logit_bias",
+                        R"(logit_bias["5"] must be between -100 and 100, got 101)");
+  ExpectChatError(Chat(R"("stop_token_ids":5)"), "stop_token_ids", "must be an array");
+  ExpectChatError(Chat(R"("stop_token_ids":[1,"x"])"), "stop_token_ids", "an integer");
+  ExpectChatError(Chat(R"("stop_token_ids":[-3])"), "stop_token_ids", "between 0 and");
+  std::string many = "{";
+  for (int i = 0; i <= 1024; ++i) many += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+  ExpectCompletionError(Completion("\"logit_bias\":" + many + "}"), "logit_bias",
+                        "at most 1024 entries, got 1025");
+}
+
+TEST(OpenAIApiParse, EchoPromptLogprobsNAndBestOf) {
+  auto r = ParseCompletionRequest(
+      Completion(R"("echo":true,"max_tokens":0,"logprobs":2,"prompt_logprobs":3)"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->echo);
+  EXPECT_EQ(r->max_tokens, 0);
+  EXPECT_EQ(r->prompt_logprobs, 3);
+  ExpectCompletionError(Completion(R"("echo":true,"stream":true)"), "echo", "not supported");
+  ExpectCompletionError(Completion(R"("echo":1)"), "echo", "must be a boolean");
+  ExpectCompletionError(Completion(R"("prompt_logprobs":21)"), "prompt_logprobs",
+                        "between 0 and 20, got 21");
+  auto n = ParseCompletionRequest(Completion(R"("n":3,"best_of":5)"));
+  ASSERT_TRUE(n.ok()) << n.error().message;
+  EXPECT_EQ(n->gen.n, 3);
+  EXPECT_EQ(n->best_of, 5);
+  auto d = ParseCompletionRequest(Completion(R"("n":2)"));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->best_of, 2);  // best_of defaults to n
+  auto c = ParseChatCompletionRequest(Chat(R"("n":4,"stream":true)"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->gen.n, 4);
+  ExpectCompletionError(Completion(R"("n":3,"best_of":2)"), "best_of",
+                        "best_of (2) must be at least n (3)");
+  ExpectCompletionError(Completion(R"("best_of":3,"stream":true)"), "best_of",
+                        "not supported with stream");
+  ExpectCompletionError(Completion(R"("n":0)"), "n", "between 1 and 128, got 0");
+  ExpectChatError(Chat(R"("n":129)"), "n", "between 1 and 128, got 129");
+  ExpectChatError(Chat(R"("n":"2")"), "n", "must be an integer");
+  ApiError e = TooManyChoicesError(40, 5, 10, "n", "scheduler.queue_limit");
+  ExpectError(e, "n", "5 prompt(s) x 10 n = 50 requests");
+  EXPECT_EQ(e.code, "too_many_choices");
+}
+
+TEST(OpenAIApiParse, TokenizeAndDetokenize) {
+  auto t = ParseTokenizeRequest(R"({"model":"m","prompt":"hello","add_special_tokens":false})");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_FALSE(t->chat);
+  EXPECT_EQ(t->prompt, "hello");
+  EXPECT_EQ(t->add_special_tokens, false);
+  auto c = ParseTokenizeRequest(
+      R"({"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false})");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->chat);
+  EXPECT_FALSE(c->add_generation_prompt);
+  EXPECT_FALSE(c->add_special_tokens.has_value());
+  auto both = ParseTokenizeRequest(R"({"prompt":"x","messages":[]})");
+  ASSERT_FALSE(both.ok());
+  ExpectError(both.error(), "messages", "either prompt");
+  ExpectError(ParseTokenizeRequest(R"({})").error(), "prompt", "either prompt");
+  ExpectError(ParseTokenizeRequest(R"({"prompt":[1]})").error(), "prompt", "must be a string");
+  ExpectError(ParseTokenizeRequest(R"({"prompt":"x","add_special_tokens":1})").error(),
+              "add_special_tokens", "must be a boolean");
+  auto d = ParseDetokenizeRequest(R"({"tokens":[1,2,3]})");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{1, 2, 3}));
+  ExpectError(ParseDetokenizeRequest(R"({})").error(), "tokens", "tokens is required");
+  ExpectError(ParseDetokenizeRequest(R"({"tokens":[1,-1]})").error(), "tokens", "between 0 and");
+  ExpectError(ParseDetokenizeRequest(R"({"tokens":"1"})").error(), "tokens", "must be an array");
+}
+
 TEST(OpenAIApiErrors, HelpersAndStatusMapping) {
   ApiError e = UnknownModelError("gpt-4", "smol");
   EXPECT_EQ(e.http_status, 404);
@@ -372,6 +484,10 @@ TEST(OpenAIApiErrors, HelpersAndStatusMapping) {
   EXPECT_TRUE(j["error"]["param"].is_null());
 
   EXPECT_EQ(ApiErrorFromStatus(InvalidArgument("x")).http_status, 400);
+  // A serving-path message "field: reason" names the field.
+  EXPECT_EQ(ApiErrorFromStatus(InvalidArgument("logit_bias: token id 9 is outside")).param,
+            "logit_bias");
+  EXPECT_EQ(ApiErrorFromStatus(InvalidArgument("bad thing: x")).param, std::nullopt);
   EXPECT_EQ(ApiErrorFromStatus(NotFound("x")).http_status, 404);
   EXPECT_EQ(ApiErrorFromStatus(ResourceExhausted("x")).http_status, 429);
   EXPECT_EQ(ApiErrorFromStatus(Unavailable("x")).http_status, 503);
@@ -493,13 +609,21 @@ TEST(OpenAIApiResponses, InvalidUtf8TokenTextIsReplaced) {
 }
 
 TEST(OpenAIApiResponses, ModelListAndIds) {
-  json j = json::parse(ModelListJson({{"smol", 1700000000, "tessera"}}));
+  json j = json::parse(ModelListJson({{"smol", 1700000000, "tessera", 4096}}));
   EXPECT_EQ(j["object"], "list");
   ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0], json({{"id", "smol"},
+                                {"object", "model"},
+                                {"created", 1700000000},
+                                {"owned_by", "tessera"},
+                                {"root", "smol"},
+                                {"parent", nullptr},
+                                {"max_model_len", 4096}}));
+  // /tokenize and /detokenize answers (vLLM's shapes).
   EXPECT_EQ(
-      j["data"][0],
-      json(
-          {{"id", "smol"}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "tessera"}}));
+      json::parse(TokenizeResponseJson({5, 6}, 128)),
+      json({{"count", 2}, {"max_model_len", 128}, {"tokens", {5, 6}}, {"token_strs", nullptr}}));
+  EXPECT_EQ(json::parse(DetokenizeResponseJson("hi")), json({{"prompt", "hi"}}));
   const std::string a = NewResponseId("chatcmpl"), b = NewResponseId("chatcmpl");
   EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(a.size(), std::string("chatcmpl-").size() + 24);

@@ -1,0 +1,249 @@
+// The JSON of the responses Tessera sends on /v1/* (coordinator/api/openai_api.h).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "coordinator/api/openai_api.h"
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+
+// `s` with each invalid UTF-8 sequence replaced by U+FFFD, as Dump() does for
+// values. Used for object keys (two invalid keys must not collide only after
+// the replacement).
+std::string ValidUtf8(const std::string& s) {
+  const std::string quoted = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  return json::parse(quoted).get<std::string>();
+}
+
+// ---- Response helpers ----
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json FinishJson(const std::optional<FinishReason>& r) {
+  return r ? json(OpenAIFinishReason(*r)) : json(nullptr);
+}
+
+// Legacy completions logprobs: tokens, token_logprobs, top_logprobs (one
+// {text: logprob} map per token) and text_offset (byte offset of each token
+// in the choice text: the sum of the earlier token texts, from `offset`).
+json CompletionLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp, int64_t offset) {
+  if (!lp) return nullptr;
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  for (const TokenLogprob& t : *lp) {
+    tokens.push_back(t.token);
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(t.token.size());
+    if (!t.has_logprob) {  // the first token of an echoed prompt
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const auto& [text, logprob] : t.top) {
+      const std::string key = ValidUtf8(text);
+      if (!alternatives.contains(key)) alternatives[key] = logprob;
+    }
+    top.push_back(std::move(alternatives));
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
+}
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+json ChatLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) {
+  if (!lp) return nullptr;
+  json content = json::array();
+  for (const TokenLogprob& t : *lp) {
+    json top = json::array();
+    for (const auto& [text, logprob] : t.top) {
+      top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", Bytes(text)}});
+    }
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", Bytes(t.token)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+}  // namespace
+
+// ---- Responses ----
+
+const char* OpenAIFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "abort";  // the client went away; no client reads it
+    case FinishReason::kError:
+      return "error";  // streamed after an error event
+  }
+  return "stop";
+}
+
+std::string NewResponseId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string CompletionResponseJson(const std::string& id, int64_t created, const std::string& model,
+                                   const std::vector<CompletionChoice>& choices,
+                                   const Usage& usage) {
+  json out_choices = json::array();
+  for (const CompletionChoice& c : choices) {
+    out_choices.push_back({{"index", c.index},
+                           {"text", c.text},
+                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
+                           {"finish_reason", FinishJson(c.finish_reason)}});
+    if (!c.prompt_logprobs) continue;
+    json entries = json::array();
+    for (const auto& e : *c.prompt_logprobs) {
+      if (!e) {
+        entries.push_back(nullptr);
+        continue;
+      }
+      json m = json::object();
+      for (const auto& [token, logprob, text] : *e) {
+        const std::string key = std::to_string(token);
+        if (!m.contains(key)) m[key] = {{"logprob", logprob}, {"decoded_token", text}};
+      }
+      entries.push_back(std::move(m));
+    }
+    out_choices.back()["prompt_logprobs"] = std::move(entries);
+  }
+  return Dump({{"id", id},
+               {"object", "text_completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", out_choices},
+               {"usage", UsageJson(usage)}});
+}
+
+std::string CompletionChunkJson(const std::string& id, int64_t created, const std::string& model,
+                                const std::vector<CompletionChoice>& choices,
+                                const std::optional<Usage>& usage, bool include_usage) {
+  json out_choices = json::array();
+  for (const CompletionChoice& c : choices) {
+    out_choices.push_back({{"index", c.index},
+                           {"text", c.text},
+                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
+                           {"finish_reason", FinishJson(c.finish_reason)}});
+  }
+  json out = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", out_choices}};
+  if (usage) {
+    out["usage"] = UsageJson(*usage);
+  } else if (include_usage) {
+    out["usage"] = nullptr;
+  }
+  return Dump(out);
+}
+
+std::string ChatCompletionResponseJson(const std::string& id, int64_t created,
+                                       const std::string& model,
+                                       const std::vector<ChatChoice>& choices, const Usage& usage) {
+  json out_choices = json::array();
+  for (const ChatChoice& c : choices) {
+    out_choices.push_back({{"index", c.index},
+                           {"message", {{"role", "assistant"}, {"content", c.content}}},
+                           {"logprobs", ChatLogprobsJson(c.logprobs)},
+                           {"finish_reason", FinishJson(c.finish_reason)}});
+  }
+  return Dump({{"id", id},
+               {"object", "chat.completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", out_choices},
+               {"usage", UsageJson(usage)}});
+}
+
+std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
+                                    const std::string& model, int index, bool role,
+                                    const std::optional<std::string>& content,
+                                    std::optional<FinishReason> finish_reason,
+                                    const std::optional<std::vector<TokenLogprob>>& logprobs,
+                                    bool include_usage) {
+  json delta = json::object();
+  if (role) delta["role"] = "assistant";
+  if (content) delta["content"] = *content;
+  json out = {{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({{{"index", index},
+                                        {"delta", delta},
+                                        {"logprobs", ChatLogprobsJson(logprobs)},
+                                        {"finish_reason", FinishJson(finish_reason)}}})}};
+  if (include_usage) out["usage"] = nullptr;
+  return Dump(out);
+}
+
+std::string ChatCompletionUsageChunkJson(const std::string& id, int64_t created,
+                                         const std::string& model, const Usage& usage) {
+  return Dump({{"id", id},
+               {"object", "chat.completion.chunk"},
+               {"created", created},
+               {"model", model},
+               {"choices", json::array()},
+               {"usage", UsageJson(usage)}});
+}
+
+std::string ModelListJson(const std::vector<ModelCard>& models) {
+  json data = json::array();
+  for (const ModelCard& m : models) {
+    data.push_back({{"id", m.id},
+                    {"object", "model"},
+                    {"created", m.created},
+                    {"owned_by", m.owned_by},
+                    {"root", m.id},
+                    {"parent", nullptr},
+                    {"max_model_len", m.max_model_len}});
+  }
+  return Dump({{"object", "list"}, {"data", data}});
+}
+
+std::string TokenizeResponseJson(const std::vector<int32_t>& tokens, int64_t max_model_len) {
+  return Dump({{"count", tokens.size()},
+               {"max_model_len", max_model_len},
+               {"tokens", tokens},
+               {"token_strs", nullptr}});
+}
+
+std::string DetokenizeResponseJson(const std::string& text) { return Dump({{"prompt", text}}); }
+
+}  // namespace tessera
