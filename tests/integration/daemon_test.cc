@@ -120,7 +120,7 @@ TEST_F(Daemons, BadRequestsGet4xxAndTheDaemonKeepsServing) {
       {chat, "{" + m + "," + msgs + ",\"temperature\":9}", "temperature", "chat temperature 9"},
       {cmp, "{" + m + ",\"prompt\":\"x\",\"top_k\":-2}", "top_k", "top_k -2"},
       {cmp, "{" + m + ",\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "max_tokens 0"},
-      {cmp, "{" + m + ",\"prompt\":\"x\",\"n\":2}", "n", "n 2"},
+      {cmp, "{" + m + ",\"prompt\":\"x\",\"n\":500}", "n", "n 500"},
       // (The scheduler names the prompt in the message.)
       {cmp, "{" + m + ",\"prompt\":[1,2,99999]}", "", "token id beyond the vocabulary"},
       {cmp, "{" + m + ",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop",
