@@ -152,6 +152,11 @@ TEST_F(RequestAttacks, NumbersBeyondTheDoubleRangeGet400NamingTheField) {
                                                       "stream",
                                                       "ignore_eos",
                                                       "logit_bias",
+                                                      "repetition_penalty",
+                                                      "min_p",
+                                                      "min_tokens",
+                                                      "stop_token_ids",
+                                                      "prompt_logprobs",
                                                       "prompt"};
   const std::vector<std::string> chat_fields = {
       "user",   "max_tokens",     "max_completion_tokens", "temperature", "top_p",
@@ -176,7 +181,7 @@ TEST_F(RequestAttacks, NumbersBeyondTheDoubleRangeGet400NamingTheField) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 64);
+  EXPECT_EQ(cases, 74);
   // Inside arrays and objects the path is named in the message.
   ExpectBadRequest(
       HttpCall(port_, "POST", "/v1/completions", "{" + base("") + ",\"prompt\":[1,2,1e400]}"),
