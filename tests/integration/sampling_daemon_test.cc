@@ -32,9 +32,9 @@ struct Case {
   std::string name;
   int max_tokens = 10;
   float presence = 0.0f, frequency = 0.0f, repetition = 1.0f;
-  std::map<int32_t, float> bias;
+  std::map<int32_t, float> bias{};
   int min_tokens = 0;
-  std::vector<int32_t> stop_ids;
+  std::vector<int32_t> stop_ids{};
   json fields = json::object();  // what the client sends besides prompt and max_tokens
 };
 
