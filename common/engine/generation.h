@@ -79,6 +79,9 @@ struct RequestCallbacks {
   // The scheduler admitted the request (gave it KV blocks); called again
   // after each preemption's re-admission. Optional.
   std::function<void()> on_admit;
+  // The prompt's log-probabilities (sampling.prompt_logprobs >= 0;
+  // GenerationResult::prompt_logprobs), before the first on_token. Optional.
+  std::function<void(const std::vector<SampledToken>& prompt)> on_prompt_logprobs;
 };
 
 }  // namespace tessera

@@ -229,6 +229,8 @@ void OutputProcessor::Process(Event& e) {
       break;
     }
     case Kind::kPromptLogprobs:
+      if (!entry.done && entry.callbacks.on_prompt_logprobs)
+        entry.callbacks.on_prompt_logprobs(e.prompt);
       entry.out->set_prompt_logprobs(std::move(e.prompt));
       break;
     case Kind::kFinish:

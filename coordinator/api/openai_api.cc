@@ -625,8 +625,6 @@ ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   if (req.max_tokens == 0 && !req.echo)
     return BadRequest("max_tokens must be at least 1 (0 only with echo: true), got 0",
                       "max_tokens");
-  if (req.echo && req.gen.stream)
-    return BadRequest("echo with stream: true is not supported; use stream: false", "echo");
   std::optional<int64_t> prompt_logprobs;
   TESSERA_API_TRY(GetInt(obj, "prompt_logprobs", 0, kMaxLogprobs, &prompt_logprobs));
   if (prompt_logprobs) req.prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);

@@ -23,6 +23,7 @@ namespace {
 // token (bytes of the choice's earlier token texts).
 struct ChoiceStream {
   bool first = true;
+  bool echoed = false;  // echo: the prompt's chunk went out
   std::vector<TokenLogprob> pending;
   int64_t offset = 0;
   // Completions: each token's text as emitted (coordinator/api/token_texts.h).
@@ -171,6 +172,27 @@ std::vector<size_t> ChosenResults(const Exchange& x) {
     out.insert(out.end(), c.begin(), c.begin() + x.n);
   }
   return out;
+}
+
+// A streamed echo: the prompt's text (and with logprobs its tokens' entries)
+// as the choice's first chunk, once; `prompt` holds the prompt's
+// log-probabilities when they were asked for. Under x.mu.
+void SendEcho(Exchange& x, int index, const std::vector<SampledToken>* prompt) {
+  ChoiceStream& st = x.streams[static_cast<size_t>(index)];
+  if (!x.echo || st.echoed) return;
+  st.echoed = true;
+  GenerationResult r;
+  if (prompt) r.prompt_logprobs = *prompt;
+  std::vector<TokenLogprob> entries;
+  CompletionChoice c;
+  c.index = index;
+  c.text = EchoPrompt(x.prompts[static_cast<size_t>(index)], r, *x.tokenizer,
+                      x.logprobs ? &entries : nullptr);
+  if (x.logprobs) c.logprobs = entries;
+  c.logprobs_offset = st.offset;
+  x.res->SendEvent(
+      CompletionChunkJson(x.id, x.created, x.model, {c}, std::nullopt, x.include_usage));
+  for (const TokenLogprob& t : entries) st.offset += static_cast<int64_t>(t.token.size());
 }
 
 void SendFinal(Exchange& x) {
@@ -391,6 +413,7 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       cb.on_token = [x, index](const std::string& text, int32_t token, const SampledToken* lp) {
         std::lock_guard<std::mutex> lock(x->mu);
         if (x->failed) return;
+        SendEcho(*x, index, nullptr);  // echo without logprobs: before the first token
         ChoiceStream& st = x->streams[static_cast<size_t>(index)];
         if (lp && lp->has_logprobs) {
           st.pending.push_back(ApiLogprob(*lp, *x->tokenizer));
@@ -423,6 +446,12 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
         st.first = false;
       };
     }
+    if (x->stream && x->echo) {
+      cb.on_prompt_logprobs = [x, index](const std::vector<SampledToken>& prompt) {
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (!x->failed) SendEcho(*x, index, &prompt);
+      };
+    }
     cb.on_finish = [x, index](const GenerationResult& r) {
       std::lock_guard<std::mutex> lock(x->mu);
       if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
@@ -452,6 +481,7 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           }
         }
       } else if (x->stream) {
+        SendEcho(*x, index, nullptr);  // max_tokens 0
         // Tokens whose text never went out (EOS, a stop string's last
         // token) have their logprobs in the finish chunk.
         ChoiceStream& st = x->streams[static_cast<size_t>(index)];

@@ -42,6 +42,7 @@ RequestCallbacks RequestMetrics::Instrument(RequestCallbacks cb, Clock::time_poi
   auto t = std::make_shared<Timing>();
   t->arrival = arrival;
   RequestCallbacks out;
+  out.on_prompt_logprobs = std::move(cb.on_prompt_logprobs);
   out.on_admit = [this, t, inner = std::move(cb.on_admit)] {
     if (!t->admitted) {
       t->admitted = true;

@@ -208,6 +208,7 @@ ReplicaLoadInfo ReplicaSet::Load(int r) const {
 RequestCallbacks ReplicaSet::Wrap(const RequestCallbacks& inner, std::shared_ptr<Route> route) {
   RequestCallbacks cb;
   cb.on_admit = inner.on_admit;
+  cb.on_prompt_logprobs = inner.on_prompt_logprobs;
   cb.on_token = [this, route, f = inner.on_token](const std::string& text, int32_t token,
                                                   const SampledToken* logprobs) {
     if (token >= 0) {

@@ -42,7 +42,6 @@ BAD = [
     ({"extra_body": {"min_tokens": "3"}}, "min_tokens"),
     ({"extra_body": {"stop_token_ids": [1, -2]}}, "stop_token_ids"),
     ({"extra_body": {"stop_token_ids": [100000]}}, "stop_token_ids"),
-    ({"echo": True, "stream": True}, "echo"),
     ({"echo": "yes"}, "echo"),
     ({"extra_body": {"prompt_logprobs": 21}}, "prompt_logprobs"),
     ({"n": 50}, "n"),  # n x prompts over scheduler.queue_limit (40 in the test config)
@@ -69,6 +68,17 @@ def check_echo(client, model):
     assert len(blp.tokens) == len(prompt) + 3, blp
     for a, b in zip(blp.token_logprobs[1:len(prompt)], lp.token_logprobs[1:]):
         assert abs(a - b) < 1e-5, (a, b)
+    # Streamed: the prompt's chunk first, then the completion's; the same text and entries.
+    text, tokens, values = "", [], []
+    for chunk in client.completions.create(model=model, prompt=prompt, echo=True, max_tokens=3,
+                                           temperature=0, logprobs=1, stream=True):
+        for ch in chunk.choices:
+            text += ch.text
+            if ch.logprobs:
+                tokens += ch.logprobs.tokens
+                values += ch.logprobs.token_logprobs
+    assert text == both.choices[0].text, (text, both.choices[0].text)
+    assert tokens == blp.tokens and values[0] is None, (tokens, blp.tokens, values)
     offsets = blp.text_offset
     # text_offset counts bytes (docs/operations.md).
     assert offsets == sorted(offsets) and offsets[len(prompt)] == len(choice.text.encode()), offsets
