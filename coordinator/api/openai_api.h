@@ -4,8 +4,8 @@
 // Requests (POST /v1/completions, POST /v1/chat/completions):
 //   - fields absent or JSON null take their OpenAI default;
 //   - unknown fields are ignored; known OpenAI fields Tessera does not
-//     implement (echo, best_of > 1, n > 1, suffix, tools, response_format
-//     other than text) are refused rather than silently ignored
+//     implement (a non-empty suffix, tools, functions, response_format other
+//     than text) are refused rather than silently ignored
 //     (docs/operations.md lists every field);
 //   - every failure is an ApiError: HTTP 400, OpenAI's message and `param`
 //     naming the field ("temperature must be between 0 and 2, got 5",
@@ -158,7 +158,8 @@ struct CompletionRequest {
   int32_t max_tokens = 16;          // >= 1 (OpenAI's default is 16); 0 allowed with echo
   std::optional<int32_t> logprobs;  // 0..20: alternatives per token; absent = no logprobs
   // The prompt's text before the completion; with logprobs, every prompt
-  // token's log-probability too (null for the first). Not with stream.
+  // token's log-probability too (null for the first); streamed as the
+  // choice's first chunk.
   bool echo = false;
   // vLLM's extension: the choice's "prompt_logprobs", 0..20 alternatives.
   std::optional<int32_t> prompt_logprobs;
