@@ -150,6 +150,13 @@ Status Checkpoint::ReadAll(const std::string& name, DType out_dtype, void* dst) 
 
 Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, int64_t end,
                              DType out_dtype, void* dst) const {
+  return ReadSliceRows(name, dim, begin, end, 0, -1, out_dtype, dst);
+}
+
+// outer_end < 0: every outer index.
+Status Checkpoint::ReadSliceRows(const std::string& name, int dim, int64_t begin, int64_t end,
+                                 int64_t outer_begin, int64_t outer_end, DType out_dtype,
+                                 void* dst) const {
   TESSERA_ASSIGN_OR_RETURN(Location loc, Locate(name));
   const TensorInfo& t = *loc.info;
   const int rank = static_cast<int>(t.shape.size());
@@ -167,14 +174,22 @@ Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, in
   // outer = product of dims before `dim`, inner = product after, in bytes.
   uint64_t outer = 1;
   for (int i = 0; i < dim; ++i) outer *= static_cast<uint64_t>(t.shape[i]);
+  if (outer_end < 0) outer_end = static_cast<int64_t>(outer);
+  if (outer_begin < 0 || outer_begin > outer_end || static_cast<uint64_t>(outer_end) > outer) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": rows [" + std::to_string(outer_begin) + ", " + std::to_string(outer_end) +
+                      ") of the dim-" + std::to_string(dim) + " slice are outside its " +
+                      std::to_string(outer) + " rows");
+  }
   uint64_t inner_bytes = DTypeSize(t.dtype);
   for (int i = dim + 1; i < rank; ++i) inner_bytes *= static_cast<uint64_t>(t.shape[i]);
   const uint64_t dim_size = static_cast<uint64_t>(t.shape[dim]);
   Runs runs;
-  runs.offset = t.data_begin + static_cast<uint64_t>(begin) * inner_bytes;
-  runs.run_bytes = static_cast<uint64_t>(end - begin) * inner_bytes;
   runs.stride = dim_size * inner_bytes;
-  runs.count = outer;
+  runs.offset = t.data_begin + static_cast<uint64_t>(outer_begin) * runs.stride +
+                static_cast<uint64_t>(begin) * inner_bytes;
+  runs.run_bytes = static_cast<uint64_t>(end - begin) * inner_bytes;
+  runs.count = static_cast<uint64_t>(outer_end - outer_begin);
   if (runs.run_bytes == runs.stride || runs.count <= 1) {  // contiguous: one run
     runs.run_bytes *= runs.count;
     runs.stride = runs.run_bytes;

@@ -75,6 +75,13 @@ class Checkpoint {
   // !(0 <= begin <= end <= shape[dim]); kIoError from pread.
   Status ReadSlice(const std::string& name, int dim, int64_t begin, int64_t end, DType out_dtype,
                    void* dst) const;
+  // The part of that slice at outer indices [outer_begin, outer_end), where the outer index
+  // runs over the product of the dimensions before `dim` (for dim 1 of W[rows, cols]: rows
+  // [outer_begin, outer_end) of the column slice): the loader reads a shard in chunks of whole
+  // rows this way. dim 0 has one outer index (0..1). Errors: as ReadSlice, and kOutOfRange
+  // naming the tensor when !(0 <= outer_begin <= outer_end <= outer size).
+  Status ReadSliceRows(const std::string& name, int dim, int64_t begin, int64_t end,
+                       int64_t outer_begin, int64_t outer_end, DType out_dtype, void* dst) const;
   // The whole tensor (ReadSlice over all of dim 0; scalars too).
   Status ReadAll(const std::string& name, DType out_dtype, void* dst) const;
 

@@ -304,14 +304,12 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
 Status LlamaModel::Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3) {
   if (config_.LayerUsesLocalRope(layer)) {
     // Gemma 3's sliding layers: one fixed table for every row.
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(q3, in.positions, in.local_inv_freq));
-    return kernels::ApplyRope(k3, in.positions, in.local_inv_freq);
+    return kernels::ApplyRopeQk(q3, k3, in.positions, in.local_inv_freq);
   }
   for (const RopeSegment& seg : in.rope) {
     Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
     const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(qs, pos, seg.inv_freq));
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(ks, pos, seg.inv_freq));
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRopeQk(qs, ks, pos, seg.inv_freq));
   }
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "worker/model/weight_loader.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "worker/model/shard_upload.h"
 
 namespace tessera {
 
@@ -196,8 +199,11 @@ Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, Sta
 // Reads `t`'s slice from the checkpoint in `dtype` onto the backend: into
 // `into` (a part's row view, local_shape) when given, else into a new
 // tensor. On the CPU a part is read (or converted) straight into its view.
+// With `queue` (a device backend) a shard in the compute dtype is read in chunks of rows
+// through it (worker/model/shard_upload.h): in place once the queue finishes.
 StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, DType dtype,
-                           kernels::Backend& backend, const Tensor* into) {
+                           kernels::Backend& backend, const Tensor* into,
+                           kernels::UploadQueue* queue) {
   TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
   if (info.shape != t.full_shape) {
     std::string want, got;
@@ -205,6 +211,18 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, D
     for (int64_t d : info.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
     return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
                            "] but config.json implies [" + want + "]");
+  }
+  if (queue != nullptr && ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
+    Tensor dst;
+    if (into != nullptr) {
+      dst = *into;
+    } else {
+      auto a = backend.Allocate(t.local_shape, dtype);
+      if (!a.ok()) return a.status().WithContext("loading tensor '" + t.name + "'");
+      dst = std::move(*a);
+    }
+    TESSERA_RETURN_IF_ERROR(UploadShard(checkpoint, t, dst, *queue));
+    return dst;
   }
   const bool on_host = backend.device() == Device::kCPU;
   // Read raw when the checkpoint has the compute dtype, else through fp32.
@@ -266,6 +284,18 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   lay.vocab_size = config.vocab_size;
   w.layers.resize(static_cast<size_t>(lay.num_layers()));
 
+  // On a device, shards stream through pinned staging buffers filled by several threads
+  // (kernels/upload_queue.h); the CPU reads each shard straight into its tensor.
+  // TESSERA_PINNED_LOAD=0 reads every shard through a host tensor instead (the A/B of
+  // scripts/gpu-run decode).
+  std::unique_ptr<kernels::UploadQueue> queue;
+  const char* pinned = std::getenv("TESSERA_PINNED_LOAD");
+  if (backend.device() != Device::kCPU && !(pinned != nullptr && std::strcmp(pinned, "0") == 0)) {
+    auto q = backend.NewUploadQueue(kernels::UploadOptions{});
+    if (!q.ok()) return q.status().WithContext("loading weights");
+    queue = std::move(*q);
+  }
+
   // The fused tensors first, so each part is read into its rows.
   PartDests parts;
   for (int layer = lay.first_layer; layer < lay.end_layer; ++layer) {
@@ -307,7 +337,8 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
         count(dst, true);
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, &dest.view));
+      TESSERA_ASSIGN_OR_RETURN(Tensor dst,
+                               ReadShard(checkpoint, t, dtype, backend, &dest.view, queue.get()));
       count(dst, false);
       continue;
     }
@@ -322,11 +353,13 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       count(*h, true);
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(Tensor dst,
+                             ReadShard(checkpoint, t, dtype, backend, nullptr, queue.get()));
     *slot = dst;
     read.emplace(key, dst);
     count(dst, false);
   }
+  if (queue) TESSERA_RETURN_IF_ERROR(queue->Finish());
   return w;
 }
 
