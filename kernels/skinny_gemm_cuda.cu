@@ -13,6 +13,8 @@
 // x (m x k, a few KiB) is read through the read-only cache and reused across the warp's rows.
 // Each lane sums 8-element chunks k/8/32 apart, then the warp reduces with shuffles: the sum
 // order differs from cuBLASLt's, within the dtype's rounding (tests/gpu LinearMatchesCpu).
+#include <utility>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -178,38 +180,20 @@ void Launch(const void* x, const void* w, const void* bias, void* y, int64_t n, 
     LaunchSplit<T, To, M, 4>(x, w, bias, y, n, k, stream);
 }
 
+// Launch<T, To, m> for the runtime m in 1..kSkinnyGemmMaxRows.
+template <typename T, typename To, int... Ms>
+cudaError_t LaunchRows(std::integer_sequence<int, Ms...>, int64_t m, const void* x, const void* w,
+                       const void* bias, void* y, int64_t n, int64_t k, cudaStream_t stream) {
+  const bool launched =
+      ((m == Ms + 1 ? (Launch<T, To, Ms + 1>(x, w, bias, y, n, k, stream), true) : false) || ...);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
 template <typename T, typename To>
 cudaError_t LaunchRows(int64_t m, const void* x, const void* w, const void* bias, void* y,
                        int64_t n, int64_t k, cudaStream_t stream) {
-  switch (m) {
-    case 1:
-      Launch<T, To, 1>(x, w, bias, y, n, k, stream);
-      break;
-    case 2:
-      Launch<T, To, 2>(x, w, bias, y, n, k, stream);
-      break;
-    case 3:
-      Launch<T, To, 3>(x, w, bias, y, n, k, stream);
-      break;
-    case 4:
-      Launch<T, To, 4>(x, w, bias, y, n, k, stream);
-      break;
-    case 5:
-      Launch<T, To, 5>(x, w, bias, y, n, k, stream);
-      break;
-    case 6:
-      Launch<T, To, 6>(x, w, bias, y, n, k, stream);
-      break;
-    case 7:
-      Launch<T, To, 7>(x, w, bias, y, n, k, stream);
-      break;
-    case 8:
-      Launch<T, To, 8>(x, w, bias, y, n, k, stream);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return LaunchRows<T, To>(std::make_integer_sequence<int, kSkinnyGemmMaxRows>{}, m, x, w, bias, y,
+                           n, k, stream);
 }
 
 }  // namespace
