@@ -247,6 +247,23 @@ struct HeartbeatSection {
   // the server.max_workers count. Longer keeps a dead worker visible to
   // operators; shorter frees room for new registrations sooner.
   double forget_failed_after_seconds = 300.0;
+  // Seconds the workers of a new plan get to join their groups and report
+  // Loaded, > 0. A worker that has not by then (or that made its peers'
+  // rendezvous fail) is named in the error and left out of the next
+  // placement attempt for a back-off (this long, doubling with each
+  // exclusion of the same worker up to 1 hour), so re-plans converge onto
+  // workers that do load. Longer suits slow disks and large shards; shorter
+  // recovers sooner from a worker that never loads.
+  double load_timeout_seconds = 120.0;
+  // Seconds one step (a micro-batch through the pipeline) may take before
+  // it is declared hung, > 0: the replica re-plans as for a lost worker,
+  // leaving out the rank that was still computing (named in the error), and
+  // its requests resume elsewhere. Must exceed the longest step (a full
+  // scheduler.max_batch_tokens prefill on the slowest worker) with margin,
+  // and be at most the workers' collective timeout (tessera-worker
+  // --timeout, 30 s by default), else a peer's timeout reports the hang
+  // first without naming the rank.
+  double step_timeout_seconds = 30.0;
 };
 
 // [kv_cache]: the paged KV cache on every worker.
@@ -523,11 +540,11 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
 //    max_body_bytes, max_connections, max_header_count, max_streams or
-//    max_workers < or = 0; max_workers below the workers waited for (tp * pp
-//    in explicit mode, parallel.workers in auto mode);
+//    max_workers < or = 0; max_workers below the workers
+//    waited for (tp * pp in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
-//    timeout_seconds <= interval_seconds; forget_failed_after_seconds not a
-//    finite number > 0;
+//    timeout_seconds <= interval_seconds; forget_failed_after_seconds,
+//    load_timeout_seconds or step_timeout_seconds not a finite number > 0;
 //  - kv_cache.memory_fraction outside (0, 1]; block_size < 1; max_blocks < 0;
 //  - scheduler: max_batch_tokens, max_sequences, queue_limit or
 //    prefill_chunk_tokens < 1; max_context, max_prompt_tokens or

@@ -528,6 +528,12 @@ const std::vector<Field>& Fields() {
       NumberField("heartbeat", "forget_failed_after_seconds",
                   Member<HeartbeatSection, double>{&D::heartbeat,
                                                    &HeartbeatSection::forget_failed_after_seconds}),
+      NumberField(
+          "heartbeat", "load_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::load_timeout_seconds}),
+      NumberField(
+          "heartbeat", "step_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::step_timeout_seconds}),
 
       NumberField("kv_cache", "memory_fraction",
                   Member<KvCacheSection, double>{&D::kv_cache, &KvCacheSection::memory_fraction}),

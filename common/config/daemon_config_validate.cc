@@ -394,6 +394,11 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad(c, "heartbeat.forget_failed_after_seconds",
                "must be a finite number > 0, got " + FormatDouble(hb.forget_failed_after_seconds));
   }
+  for (const auto& [key, v] :
+       {std::pair<const char*, double>{"heartbeat.load_timeout_seconds", hb.load_timeout_seconds},
+        {"heartbeat.step_timeout_seconds", hb.step_timeout_seconds}})
+    if (!(v > 0) || !std::isfinite(v))
+      return Bad(c, key, "must be a finite number > 0, got " + FormatDouble(v));
 
   // [kv_cache]
   const KvCacheSection& kv = c.kv_cache;
