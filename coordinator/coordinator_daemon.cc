@@ -287,6 +287,7 @@ void CoordinatorDaemon::Stop() {
   }
   if (api_) api_->Stop();
   if (admin_) admin_->Stop();
+  if (openai_) openai_->Stop();  // the requests being prepared, after the listeners
   if (control_) control_->Stop();
 }
 

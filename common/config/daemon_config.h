@@ -231,6 +231,17 @@ struct ServerSection {
   // /admin/cluster size a flood of registrations can cost; set it above the
   // largest fleet this coordinator serves, with room for restarts.
   int max_workers = 256;
+  // Largest prompt accepted, bytes of text (a completion's prompt, each one
+  // of a list; a chat request's message contents together), >= 1; larger
+  // get 413 naming this key, before any tokenization. Bounds the CPU one
+  // request costs the coordinator (tokenizing ~1 MiB of text takes tens to
+  // hundreds of ms); a prompt of token ids is bounded by max_body_bytes.
+  int64_t max_prompt_bytes = 1 << 20;
+  // Threads that prepare requests (parse the body, render the chat
+  // template, tokenize) off the HTTP I/O threads, at a lower CPU priority
+  // than serving; 0 = one per two hardware threads (at least 1). At most
+  // max_connections requests wait for one; more get 503.
+  int request_threads = 0;
 };
 
 // [heartbeat]: failure detection between coordinator and workers.
@@ -539,8 +550,8 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
-//    max_body_bytes, max_connections, max_header_count, max_streams or
-//    max_workers < or = 0; max_workers below the workers
+//    max_body_bytes, max_connections, max_header_count, max_streams,
+//    max_workers or max_prompt_bytes < or = 0; request_threads < 0; max_workers below the workers
 //    waited for (tp * pp in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
 //    timeout_seconds <= interval_seconds; forget_failed_after_seconds,

@@ -518,6 +518,10 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
       IntField("server", "max_workers",
                Member<ServerSection, int>{&D::server, &ServerSection::max_workers}),
+      IntField("server", "max_prompt_bytes",
+               Member<ServerSection, int64_t>{&D::server, &ServerSection::max_prompt_bytes}),
+      IntField("server", "request_threads",
+               Member<ServerSection, int>{&D::server, &ServerSection::request_threads}),
 
       NumberField(
           "heartbeat", "interval_seconds",

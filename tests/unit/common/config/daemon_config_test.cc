@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 65);
+  EXPECT_EQ(keys, 67);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -539,6 +539,11 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
       {"heartbeat.step_timeout_seconds", "-1",
        "--set heartbeat.step_timeout_seconds=-1: heartbeat.step_timeout_seconds: must be a "
        "finite number > 0, got -1.0"},
+      {"server.max_prompt_bytes", "0",
+       "--set server.max_prompt_bytes=0: server.max_prompt_bytes: must be >= 1, got 0"},
+      {"server.request_threads", "-1",
+       "--set server.request_threads=-1: server.request_threads: must be >= 0 (0 = one per two "
+       "hardware threads), got -1"},
   };
   for (const Case& cs : cases) {
     Status st = ApplyOverride(c, cs.key, cs.value);
