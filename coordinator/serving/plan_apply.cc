@@ -36,7 +36,8 @@ std::string LoadedMismatch(const std::vector<Assignment>& assignments,
   for (const Assignment& a : assignments)
     for (const ControlWorkerInfo& w : infos) {
       if (w.worker_id != a.worker_id) continue;
-      for (const control::Device& d : w.registration->devices()) {
+      for (int i = 0; i < w.registration->devices_size(); ++i) {
+        const control::Device& d = w.registration->devices(i);
         const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(0, a.loaded_weight_bytes)) +
                               static_cast<uint64_t>(std::max<int64_t>(0, a.kv_bytes));
         if (d.index() != a.device_index || held <= d.total_memory_bytes()) continue;
@@ -44,7 +45,8 @@ std::string LoadedMismatch(const std::vector<Assignment>& assignments,
                "): Loaded reports " + std::to_string(held) +
                " bytes of weights and KV cache, more than the " +
                std::to_string(d.total_memory_bytes()) + " bytes its registration's devices[" +
-               std::to_string(d.index()) + "].total_memory_bytes has";
+               std::to_string(i) + "].total_memory_bytes (device " + std::to_string(d.index()) +
+               ") has";
       }
     }
   return "";

@@ -269,6 +269,46 @@ std::string WriteHost(const std::string& dir, const std::string& name, int gpus,
   return path;
 }
 
+// A spare whose Loaded contradicts its registration (it reports a host of
+// 4 KiB, then holds more than that in weights and KV cache) is excluded when
+// it loads the lost rank; the replica serves on without it (the 3 survivors
+// run tp=2 x pp=1).
+TEST_F(WorkerFaults, ALoadedThatContradictsTheRegistrationExcludesTheWorker) {
+  Launch(Options(4));
+  const std::string want = Text(2);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string topology = cluster_->dir() + "/tiny.toml";
+  std::ofstream(topology) << fmt::format("[[nodes]]\nhostname = \"{}\"\nhost_memory_bytes = 4096\n",
+                                         host);
+  WorkerSpec tiny;
+  tiny.args = {"--set", "worker.topology_file=" + topology, "--set", "worker.backend=cpu"};
+  const pid_t tiny_pid = cluster_->StartWorker(tiny);
+  const std::string tiny_id = AwaitRegistered(tiny_pid);
+  ASSERT_FALSE(tiny_id.empty());
+  const std::string victim = WorkerOfRank(3);
+  for (const json& w : json(Get("/admin/cluster")["workers"]))
+    if (w["id"] == victim) kill(w["pid"].get<pid_t>(), SIGKILL);
+  json record;
+  const auto t0 = Clock::now();
+  while (Since(t0) < 30) {
+    record = WorkerOfPid(tiny_pid);
+    if (record.is_object() && record["exclusion"].is_object() &&
+        HttpCall(port_, "GET", "/readyz").status == 200)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object()) << record.dump() << log;
+  EXPECT_EQ(record["exclusion"]["kind"], "loaded_mismatch") << record.dump();
+  const std::string reason = record["exclusion"]["reason"];
+  EXPECT_NE(reason.find("worker " + tiny_id + " (rank 3): Loaded reports"), std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("devices[0].total_memory_bytes"), std::string::npos) << reason;
+  for (const json& r : json(Get("/admin/plan")["ranks"])) EXPECT_NE(r["worker"], tiny_id);
+  EXPECT_EQ(Text(2), want) << log;
+}
+
 TEST_F(WorkerFaults, ImpossibleRegistrationsAreRefusedNamingTheField) {
   DaemonClusterOptions o = Options(4);
   o.extra_toml = "[worker]\nbackend = \"cpu\"\n";
