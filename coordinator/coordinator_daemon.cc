@@ -9,7 +9,9 @@
 #include "common/net/curve_keys.h"
 #include "common/net/endpoint.h"
 #include "common/net/store_auth.h"
+#include "common/topology/report.h"
 #include "coordinator/api/api_routes.h"
+#include "coordinator/control/registration_check.h"
 #include "coordinator/control/worker_cluster.h"
 #include "coordinator/placement/placement_planner.h"
 
@@ -185,18 +187,22 @@ Status CoordinatorDaemon::StartControlPlane() {
   co.on_worker_lost = [this](const std::string& id) { events_->OnWorkerLost(id); };
   co.on_worker_forgotten = [this](const std::string& id) { events_->OnWorkerForgotten(id); };
   co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
-  // The planner needs a readable topology report; a broken one is refused
-  // at registration. The GPUs of one host send the same report, and a fleet
-  // registers thousands at once: reports already found valid are not
-  // parsed again (the last kCheckedReports, owner thread of the control
-  // plane only).
-  co.accept_register = [checked = std::make_shared<std::deque<std::string>>()](
-                           const ControlPeer&, const control::Register& reg) -> Status {
+  // The planner needs a readable, plausible topology report and device
+  // (coordinator/control/registration_check.h); a broken or impossible one
+  // is refused at registration, naming the field. The GPUs of one host send
+  // the same report, and a fleet registers thousands at once: reports
+  // already found valid are not parsed again (the last kCheckedReports,
+  // owner thread of the control plane only).
+  co.accept_register = [checked = std::make_shared<std::deque<std::string>>(),
+                        backend = config_.worker.backend](const ControlPeer&,
+                                                          const control::Register& reg) -> Status {
     constexpr size_t kCheckedReports = 64;
     const std::string& json = reg.topology_json();
     if (json.empty() || std::find(checked->rbegin(), checked->rend(), json) != checked->rend())
-      return Status::Ok();
-    TESSERA_RETURN_IF_ERROR(TopologyReportFromJson(json, "Register.topology_json").status());
+      return CheckRegistrationPlausible(reg, backend, nullptr);
+    TESSERA_ASSIGN_OR_RETURN(TopologyReport report,
+                             TopologyReportFromJson(json, "Register.topology_json"));
+    TESSERA_RETURN_IF_ERROR(CheckRegistrationPlausible(reg, backend, &report));
     checked->push_back(json);
     if (checked->size() > kCheckedReports) checked->pop_front();
     return Status::Ok();
@@ -281,6 +287,7 @@ void CoordinatorDaemon::Stop() {
   }
   if (api_) api_->Stop();
   if (admin_) admin_->Stop();
+  if (openai_) openai_->Stop();  // the requests being prepared, after the listeners
   if (control_) control_->Stop();
 }
 

@@ -231,6 +231,17 @@ struct ServerSection {
   // /admin/cluster size a flood of registrations can cost; set it above the
   // largest fleet this coordinator serves, with room for restarts.
   int max_workers = 256;
+  // Largest prompt accepted, bytes of text (a completion's prompt, each one
+  // of a list; a chat request's message contents together), >= 1; larger
+  // get 413 naming this key, before any tokenization. Bounds the CPU one
+  // request costs the coordinator (tokenizing ~1 MiB of text takes tens to
+  // hundreds of ms); a prompt of token ids is bounded by max_body_bytes.
+  int64_t max_prompt_bytes = 1 << 20;
+  // Threads that prepare requests (parse the body, render the chat
+  // template, tokenize) off the HTTP I/O threads, at a lower CPU priority
+  // than serving; 0 = one per two hardware threads (at least 1). At most
+  // max_connections requests wait for one; more get 503.
+  int request_threads = 0;
 };
 
 // [heartbeat]: failure detection between coordinator and workers.
@@ -247,6 +258,23 @@ struct HeartbeatSection {
   // the server.max_workers count. Longer keeps a dead worker visible to
   // operators; shorter frees room for new registrations sooner.
   double forget_failed_after_seconds = 300.0;
+  // Seconds the workers of a new plan get to join their groups and report
+  // Loaded, > 0. A worker that has not by then (or that made its peers'
+  // rendezvous fail) is named in the error and left out of the next
+  // placement attempt for a back-off (this long, doubling with each
+  // exclusion of the same worker up to 1 hour), so re-plans converge onto
+  // workers that do load. Longer suits slow disks and large shards; shorter
+  // recovers sooner from a worker that never loads.
+  double load_timeout_seconds = 120.0;
+  // Seconds one step (a micro-batch through the pipeline) may take before
+  // it is declared hung, > 0: the replica re-plans as for a lost worker,
+  // leaving out the rank that was still computing (named in the error), and
+  // its requests resume elsewhere. Must exceed the longest step (a full
+  // scheduler.max_batch_tokens prefill on the slowest worker) with margin,
+  // and be at most the workers' collective timeout (tessera-worker
+  // --timeout, 30 s by default), else a peer's timeout reports the hang
+  // first without naming the rank.
+  double step_timeout_seconds = 30.0;
 };
 
 // [kv_cache]: the paged KV cache on every worker.
@@ -522,12 +550,12 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
-//    max_body_bytes, max_connections, max_header_count, max_streams or
-//    max_workers < or = 0; max_workers below the workers waited for (tp * pp
-//    in explicit mode, parallel.workers in auto mode);
+//    max_body_bytes, max_connections, max_header_count, max_streams,
+//    max_workers or max_prompt_bytes < or = 0; request_threads < 0; max_workers below the workers
+//    waited for (tp * pp in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
-//    timeout_seconds <= interval_seconds; forget_failed_after_seconds not a
-//    finite number > 0;
+//    timeout_seconds <= interval_seconds; forget_failed_after_seconds,
+//    load_timeout_seconds or step_timeout_seconds not a finite number > 0;
 //  - kv_cache.memory_fraction outside (0, 1]; block_size < 1; max_blocks < 0;
 //  - scheduler: max_batch_tokens, max_sequences, queue_limit or
 //    prefill_chunk_tokens < 1; max_context, max_prompt_tokens or

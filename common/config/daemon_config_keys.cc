@@ -518,6 +518,10 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
       IntField("server", "max_workers",
                Member<ServerSection, int>{&D::server, &ServerSection::max_workers}),
+      IntField("server", "max_prompt_bytes",
+               Member<ServerSection, int64_t>{&D::server, &ServerSection::max_prompt_bytes}),
+      IntField("server", "request_threads",
+               Member<ServerSection, int>{&D::server, &ServerSection::request_threads}),
 
       NumberField(
           "heartbeat", "interval_seconds",
@@ -528,6 +532,12 @@ const std::vector<Field>& Fields() {
       NumberField("heartbeat", "forget_failed_after_seconds",
                   Member<HeartbeatSection, double>{&D::heartbeat,
                                                    &HeartbeatSection::forget_failed_after_seconds}),
+      NumberField(
+          "heartbeat", "load_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::load_timeout_seconds}),
+      NumberField(
+          "heartbeat", "step_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::step_timeout_seconds}),
 
       NumberField("kv_cache", "memory_fraction",
                   Member<KvCacheSection, double>{&D::kv_cache, &KvCacheSection::memory_fraction}),

@@ -270,6 +270,16 @@ std::vector<MetricSpec> Build() {
        {},
        {},
        c},
+      {metric::kWorkerExclusionsTotal,
+       T::kCounter,
+       "Workers left out of placement for a back-off, by reason: load_timeout (did not join its "
+       "groups or report Loaded within heartbeat.load_timeout_seconds, or made its peers' "
+       "rendezvous fail), load_error (reported an error while loading), loaded_mismatch (its "
+       "Loaded report contradicts its registration), step_hung (still computing a step past "
+       "heartbeat.step_timeout_seconds).",
+       {"reason"},
+       {},
+       c},
       {metric::kRequeuedRequestsTotal,
        T::kCounter,
        "Sequences (one per prompt) re-queued by re-plans to recompute on the new plan: those in "

@@ -91,6 +91,7 @@ inline constexpr const char* kPlanVersion = "tessera_plan_version";
 inline constexpr const char* kPlanParallelSize = "tessera_plan_parallel_size";
 inline constexpr const char* kReconfigurationsTotal = "tessera_reconfigurations_total";
 inline constexpr const char* kFaultsTotal = "tessera_faults_total";
+inline constexpr const char* kWorkerExclusionsTotal = "tessera_worker_exclusions_total";
 inline constexpr const char* kRequeuedRequestsTotal = "tessera_requeued_requests_total";
 inline constexpr const char* kControlMessagesDroppedTotal =
     "tessera_control_messages_dropped_total";

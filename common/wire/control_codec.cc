@@ -109,6 +109,9 @@ Status ValidateRegisterAck(const control::RegisterAck& ack, const std::string& e
 Status ValidateHeartbeat(const control::Heartbeat& hb) {
   if (hb.state() == control::WORKER_STATE_UNSPECIFIED || !control::WorkerState_IsValid(hb.state()))
     return InvalidArgument("state " + SNum(hb.state()) + " is unspecified or unknown");
+  if (!std::isfinite(hb.step_compute_seconds()) || hb.step_compute_seconds() < 0)
+    return InvalidArgument("step_compute_seconds " + std::to_string(hb.step_compute_seconds()) +
+                           " is not a finite number >= 0");
   for (int i = 0; i < hb.memory_size(); ++i) {
     const control::DeviceMemory& m = hb.memory(i);
     if (m.total_bytes() > 0 && m.used_bytes() > m.total_bytes())

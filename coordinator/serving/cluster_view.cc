@@ -1,6 +1,7 @@
 #include "coordinator/serving/cluster_view.h"
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "coordinator/placement/plan_change.h"
@@ -113,6 +114,18 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
                   {"tp_rank", a.tp_rank},
                   {"replica", replica}};
     auto st = state_.states.find(w.worker_id);
+    // Its last exclusion (kept, with the count, after the back-off ended).
+    json exclusion = nullptr;
+    if (auto ex = state_.excluded_workers.find(w.worker_id); ex != state_.excluded_workers.end()) {
+      const double left =
+          std::chrono::duration<double>(ex->second.until - std::chrono::steady_clock::now())
+              .count();
+      exclusion = {{"excluded", left > 0},
+                   {"reason", ex->second.reason},
+                   {"kind", ex->second.kind},
+                   {"count", ex->second.count},
+                   {"seconds_left", std::max(0.0, left)}};
+    }
     workers.push_back(
         {{"id", w.worker_id},
          {"host", w.registration->host()},
@@ -120,9 +133,11 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
          {"data_address", w.registration->data_address()},
          {"devices", devices},
          {"curve_public_key", w.curve_public_key},
-         {"state", failed || !w.alive ? "failed"
-                   : drained          ? "drained"
-                                      : "alive"},
+         {"state", failed || !w.alive               ? "failed"
+                   : drained                        ? "drained"
+                   : state_.IsExcluded(w.worker_id) ? "excluded"
+                                                    : "alive"},
+         {"exclusion", exclusion},
          {"worker_state", st == state_.states.end() ? "registered" : StateName(st->second)},
          {"rank", role},
          {"in_plan", in_plan && w.alive},

@@ -122,6 +122,9 @@ control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version,
 Status WorkerDaemon::Run() {
   ControlClientOptions copts;
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
+  copts.heartbeat_hook = [this](control::Heartbeat* hb) {
+    hb->set_step_compute_seconds(step_watch_.ComputeSeconds());
+  };
   copts.curve_secret_key = options_.curve_secret_key;
   copts.curve_server_key = options_.curve_server_key;
   ControlClient client(copts);
@@ -193,6 +196,11 @@ Status WorkerDaemon::Run() {
       return Status::Ok();
     }
     if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
+    if (options_.failpoints.ignore_assignments) {
+      TESSERA_LOG_WARN("worker", "failpoint: ignoring AssignShard of plan {}",
+                       e.assign_shard().plan_version());
+      continue;
+    }
     Status s = ServePlan(client, hb, e.assign_shard(), id);
     hb.clear_memory();
     hb.set_state(control::WORKER_STATE_IDLE);
@@ -200,6 +208,17 @@ Status WorkerDaemon::Run() {
     if (!s.ok())
       TESSERA_LOG_ERROR("worker", "{}; waiting for the coordinator to re-plan", s.ToString());
   }
+}
+
+void WorkerDaemon::StepSleepFailpoint(int world_rank) {
+  const WorkerFailpoints& f = options_.failpoints;
+  if (f.step_sleep_rank != world_rank || step_sleep_done_ ||
+      access(f.step_sleep_trigger.c_str(), F_OK) != 0)
+    return;
+  step_sleep_done_ = true;
+  TESSERA_LOG_WARN("worker", "failpoint: rank {} sleeps {} s in its step", world_rank,
+                   f.step_sleep_seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(f.step_sleep_seconds));
 }
 
 Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
@@ -336,6 +355,16 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     tp_comm = metrics_->Wrap(tp_comm);
     prev_comm = metrics_->WrapPrevLink(prev_comm);
   }
+  // Waits on the tp group and the previous stage are not compute (step_watch.h).
+  std::unique_ptr<StepWatchCommunicator> watched_tp, watched_prev;
+  if (tp_comm) {
+    watched_tp = std::make_unique<StepWatchCommunicator>(tp_comm, &step_watch_);
+    tp_comm = watched_tp.get();
+  }
+  if (prev_comm) {
+    watched_prev = std::make_unique<StepWatchCommunicator>(prev_comm, &step_watch_);
+    prev_comm = watched_prev.get();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // The previous plan's tensors: slices this rank still needs are reused.
   HeldWeights held = std::move(held_);
@@ -440,8 +469,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   const bool last = links.stage == links.pp - 1;
   if (links.stage > 0) {
     // Returns OK when stage 0 passes the end of the plan down the pipeline.
+    step_watch_.BeginStep();  // waiting in its receive between micro-batches
     Status s =
         ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
+    step_watch_.EndStep();
     return s.ok() ? s : fail(s);
   }
   std::unique_ptr<AsyncSender> sender;
@@ -487,7 +518,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     if (!batch.ok()) return fail(batch.status());
     const auto step_start = std::chrono::steady_clock::now();
     if (metrics_) metrics_->clock().Busy();
+    step_watch_.BeginStep();
+    StepSleepFailpoint(static_cast<int>(assign.world_rank()));
     auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
+    step_watch_.EndStep();
     if (!tokens.ok()) return fail(tokens.status());
     if (metrics_)
       metrics_->ObserveStep(

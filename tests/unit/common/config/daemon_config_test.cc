@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 63);
+  EXPECT_EQ(keys, 67);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -292,7 +292,8 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
-      "timeout_seconds, forget_failed_after_seconds");
+      "timeout_seconds, forget_failed_after_seconds, load_timeout_seconds, "
+      "step_timeout_seconds");
   // A sub-table is an unknown key of its table.
   EXPECT_THAT(
       ParseError("[server.extra]\nx = 1\n"),
@@ -532,6 +533,17 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
        "--set heartbeat.interval_seconds=10: heartbeat.interval_seconds: must be < "
        "heartbeat.timeout_seconds (10.0), got 10.0"},
       {"parallel.pp", "0", "--set parallel.pp=0: parallel.pp: must be >= 1, got 0"},
+      {"heartbeat.load_timeout_seconds", "0",
+       "--set heartbeat.load_timeout_seconds=0: heartbeat.load_timeout_seconds: must be a finite "
+       "number > 0, got 0.0"},
+      {"heartbeat.step_timeout_seconds", "-1",
+       "--set heartbeat.step_timeout_seconds=-1: heartbeat.step_timeout_seconds: must be a "
+       "finite number > 0, got -1.0"},
+      {"server.max_prompt_bytes", "0",
+       "--set server.max_prompt_bytes=0: server.max_prompt_bytes: must be >= 1, got 0"},
+      {"server.request_threads", "-1",
+       "--set server.request_threads=-1: server.request_threads: must be >= 0 (0 = one per two "
+       "hardware threads), got -1"},
   };
   for (const Case& cs : cases) {
     Status st = ApplyOverride(c, cs.key, cs.value);
