@@ -448,6 +448,53 @@ TEST(OnlineFp8, PerChannelScalesOverWholeRowsGiveTheSameValuesAtEveryTp) {
   EXPECT_EQ(d->quantized_bytes, 0);
 }
 
+// compressed-tensors "block" strategy: llama_fp8_block's values and scales
+// renamed to weight_scale, loading to the same weights as the HF fp8 one.
+TEST(Fp8Shards, CompressedTensorsBlockScalesLoadAsTheHfFp8Checkpoint) {
+  auto ckpt = Checkpoint::Open(Fixture("llama_fp8_block"));
+  ASSERT_TRUE(ckpt.ok());
+  std::vector<SafetensorsEntry> renamed;
+  std::map<std::string, SafetensorsEntry*> edits;
+  for (const std::string& name : (*ckpt)->TensorNames()) {
+    const std::string tail = "_scale_inv";
+    if (name.size() < tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail))
+      continue;
+    auto info = (*ckpt)->Find(name);
+    renamed.push_back({name.substr(0, name.size() - tail.size()) + "_scale", info->dtype,
+                       info->shape, Whole(**ckpt, name, info->dtype)});
+    edits[name] = nullptr;
+  }
+  for (SafetensorsEntry& e : renamed) edits[e.name] = &e;
+  json q = FixtureQuant("qwen3_fp8_channel_ct");
+  q["config_groups"]["group_0"]["weights"]["strategy"] = "block";
+  q["config_groups"]["group_0"]["weights"]["block_structure"] = {32, 32};
+  const std::string dir = Rewrite("llama_fp8_block", edits, q);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->quantization.method, QuantMethod::kCompressedTensors);
+  EXPECT_EQ(config->quantization.weight_scale, WeightScaleKind::kBlock);
+  auto hf_config = LoadModelConfig(Fixture("llama_fp8_block"));
+  ASSERT_TRUE(hf_config.ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    auto ct = LoadRank(dir, *config, 2, rank);
+    auto hf = LoadRank(Fixture("llama_fp8_block"), *hf_config, 2, rank);
+    ASSERT_TRUE(ct.ok() && hf.ok()) << ct.status().ToString();
+    EXPECT_EQ(All(ct->layers[1].gate_up_proj), All(hf->layers[1].gate_up_proj));
+    EXPECT_EQ(All(ct->layers[1].down_proj), All(hf->layers[1].down_proj));
+    EXPECT_EQ(All(ct->layers[0].qkv_proj), All(hf->layers[0].qkv_proj));
+  }
+  ExpectTp2EqualsTp1(dir, *config);
+}
+
+// Phi-3's fused qkv_proj and gate_up_proj quantized online: each part's rows
+// of the fused tensor get their own rows' scales, the same at tp 1 and 2.
+TEST(OnlineFp8, FusedCheckpointTensorsQuantizeTheSameAtEveryTp) {
+  auto config = LoadModelConfig(Fixture("phi3_fused_longrope_bf16"));
+  ASSERT_TRUE(config.ok());
+  config->quantization = OnlineFp8Quantization();
+  ExpectTp2EqualsTp1(Fixture("phi3_fused_longrope_bf16"), *config);
+}
+
 TEST(OnlineFp8, MatchesTheQuantizedReference) {
   const std::string dir = Fixture("llama_mha_tied_bf16");
   const json ref =
