@@ -17,7 +17,7 @@ torch.float8_e4m3fn, in exactly the layouts the loaders read:
       instead transformers (float32) over the dequantized weights (q x s), written to a temporary
       folder: it states the weight path only, as Tessera's CPU backend computes (fp32 activations).
 
-online_reference(): the reference of `model.quantization = "fp8"` for a dense fixture: every projection
+write_online_reference(): the reference of `model.quantization = "fp8"` for a dense fixture: every projection
 quantized per output channel as in compressed-tensors above (s = max_c |W| / 448, 1 for a zero row),
 dequantized, run by transformers in float32.
 """
@@ -166,3 +166,45 @@ def prompt_references(model, prompts, new_tokens, f32):
         out_prompts.append({"text": p["text"], "ids": p["ids"], "last_logits": [f32(v) for v in last.tolist()],
                             "greedy": greedy, "greedy_margins": [f32(v) for v in margins]})
     return out_prompts
+
+
+def reference_note(fp8, version, min_margin):
+    """reference.json's tolerance_note of an FP8 fixture."""
+    if fp8["format"] == "fp8":
+        return ("HF fp8 checkpoint (float8_e4m3fn projections, weight_scale_inv per %dx%d block). last_logits "
+                "and greedy: transformers %s loading this checkpoint on CPU, which dequantizes it (q x "
+                "weight_scale_inv in float32) and computes in float32; compare last_logits at atol 1e-3 + "
+                "rtol 1e-3 and expect every greedy id (min margin %.3g)."
+                % (fp8["block"][0], fp8["block"][1], version, min_margin))
+    return ("compressed-tensors FP8 checkpoint (float8_e4m3fn projections, per-channel weight_scale, "
+            "dynamic per-token activations). last_logits and greedy: transformers %s float32 on CPU over "
+            "the dequantized weights (q x weight_scale; transformers needs the compressed-tensors package "
+            "for this format, which would also fake-quantize activations: the reference, like Tessera's "
+            "CPU backend, keeps activations in float32); compare last_logits at atol 1e-3 + rtol 1e-3 and "
+            "expect every greedy id (min margin %.3g)." % (version, min_margin))
+
+
+def write_online_reference(fx, d, prompts, load_kwargs, new_tokens, f32):
+    """reference_online_fp8.json: model.quantization = "fp8" (see the module docstring)."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, **load_kwargs)
+    m.eval()
+    n = quantize_model_online(m)
+    refs = prompt_references(m, prompts, new_tokens, f32)
+    margin = min(min(p["greedy_margins"]) for p in refs)
+    ref = {
+        "name": fx["name"] + " with model.quantization = fp8",
+        "torch_dtype": fx["config"]["torch_dtype"],
+        "generator": "tools/make_fixtures.py (tools/fp8_fixtures.py)",
+        "transformers_version": transformers.__version__,
+        "tolerance_note": ("Online FP8: the %d projections quantized per output channel (s = max|row| / 448, "
+                           "1 for a zero row; q = e4m3(W / s)) and dequantized (q x s), then transformers float32 on "
+                           "CPU; activations stay float32 as on Tessera's CPU backend. Compare last_logits at atol "
+                           "1e-3 + rtol 1e-3 and expect every greedy id (min margin %.3g)." % (n, margin)),
+        "stats": {"min_greedy_margin": f32(margin), "quantized_tensors": n},
+        "prompts": refs,
+    }
+    with open(os.path.join(d, "reference_online_fp8.json"), "w") as f:
+        json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")

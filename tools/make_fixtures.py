@@ -604,7 +604,7 @@ def build_fixture(fx, out_root):
     if fp8:
         import fp8_fixtures
         dense_dir = tempfile.mkdtemp(prefix="fp8-dense-")
-        n_quantized = fp8_fixtures.quantize_checkpoint(d, fp8, dense_dir)
+        fp8_fixtures.quantize_checkpoint(d, fp8, dense_dir)
         if fp8["format"] != "fp8":
             ref_dir = dense_dir
 
@@ -708,19 +708,7 @@ def build_fixture(fx, out_root):
     if fp8:
         for p in prompts:
             p.pop("last_logits_native")
-        if fp8["format"] == "fp8":
-            note = ("HF fp8 checkpoint (float8_e4m3fn projections, weight_scale_inv per %dx%d block). last_logits "
-                    "and greedy: transformers %s loading this checkpoint on CPU, which dequantizes it (q x "
-                    "weight_scale_inv in float32) and computes in float32; compare last_logits at atol 1e-3 + "
-                    "rtol 1e-3 and expect every greedy id (min margin %.3g)."
-                    % (fp8["block"][0], fp8["block"][1], transformers.__version__, min_margin))
-        else:
-            note = ("compressed-tensors FP8 checkpoint (float8_e4m3fn projections, per-channel weight_scale, "
-                    "dynamic per-token activations). last_logits and greedy: transformers %s float32 on CPU over "
-                    "the dequantized weights (q x weight_scale; transformers needs the compressed-tensors package "
-                    "for this format, which would also fake-quantize activations: the reference, like Tessera's "
-                    "CPU backend, keeps activations in float32); compare last_logits at atol 1e-3 + rtol 1e-3 and "
-                    "expect every greedy id (min margin %.3g)." % (transformers.__version__, min_margin))
+        note = fp8_fixtures.reference_note(fp8, transformers.__version__, min_margin)
     if want_rope == "longrope":
         note += (" Longrope follows transformers: a forward whose largest position is p uses the long "
                  "factors when p+1 > original_max_position_embeddings, else the short ones, and K already "
@@ -746,8 +734,11 @@ def build_fixture(fx, out_root):
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
+    if fp8:
+        shutil.rmtree(dense_dir, ignore_errors=True)
     if fx.get("online_fp8"):
-        write_online_reference(fx, d, prompts, load_kwargs)
+        import fp8_fixtures
+        fp8_fixtures.write_online_reference(fx, d, prompts, load_kwargs, NEW_TOKENS, f32)
     size = dir_bytes(d)
     if size >= MAX_FIXTURE_BYTES:
         raise RuntimeError("%s: fixture is %d bytes, limit %d" % (name, size, MAX_FIXTURE_BYTES))
@@ -759,34 +750,6 @@ def build_fixture(fx, out_root):
              len(os.listdir(d)), size / 1024), flush=True)
     if rejected:
         print("    rejected candidates: %s" % "; ".join("%r (%s)" % r for r in rejected))
-
-
-def write_online_reference(fx, d, prompts, load_kwargs):
-    """reference_online_fp8.json: model.quantization = "fp8" (tools/fp8_fixtures.py online_reference)."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM
-    import fp8_fixtures
-    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, **load_kwargs)
-    m.eval()
-    n = fp8_fixtures.quantize_model_online(m)
-    refs = fp8_fixtures.prompt_references(m, prompts, NEW_TOKENS, f32)
-    margin = min(min(p["greedy_margins"]) for p in refs)
-    ref = {
-        "name": fx["name"] + " with model.quantization = fp8",
-        "torch_dtype": fx["config"]["torch_dtype"],
-        "generator": "tools/make_fixtures.py (tools/fp8_fixtures.py)",
-        "transformers_version": transformers.__version__,
-        "tolerance_note": ("Online FP8: the %d projections quantized per output channel (s = max|row| / 448, "
-                           "1 for a zero row; q = e4m3(W / s)) and dequantized (q x s), then transformers float32 on "
-                           "CPU; activations stay float32 as on Tessera's CPU backend. Compare last_logits at atol "
-                           "1e-3 + rtol 1e-3 and expect every greedy id (min margin %.3g)." % (n, margin)),
-        "stats": {"min_greedy_margin": f32(margin), "quantized_tensors": n},
-        "prompts": refs,
-    }
-    with open(os.path.join(d, "reference_online_fp8.json"), "w") as f:
-        json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))
-        f.write("\n")
 
 
 def main(argv=None):
