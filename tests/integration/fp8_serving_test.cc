@@ -104,6 +104,15 @@ void ExpectServedMatches(::tessera::testing::DaemonCluster& cluster, const std::
   }
 }
 
+// The value of the first sample of `series` (a name and the opening brace)
+// in a Prometheus text page; -1 when absent.
+double MetricValue(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series);
+  if (at == std::string::npos) return -1;
+  const size_t close = page.find("} ", at);
+  return close == std::string::npos ? -1 : std::stod(page.substr(close + 2));
+}
+
 json Plan(::tessera::testing::DaemonCluster& cluster) {
   auto r = HttpCall(cluster.api_port(), "GET", "/admin/plan", "", "s3cret");
   EXPECT_EQ(r.status, 200) << r.body;
@@ -114,6 +123,7 @@ TEST(Fp8Daemons, ServeTheHfFp8CheckpointAtTp2xPp2) {
   ::tessera::testing::DaemonClusterOptions o;
   o.temp_prefix = "tessera-fp8-daemons";
   o.model_path = Fixture("llama_fp8_block");
+  o.worker_metrics = true;
   ::tessera::testing::DaemonCluster cluster(o);
   const Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -122,6 +132,15 @@ TEST(Fp8Daemons, ServeTheHfFp8CheckpointAtTp2xPp2) {
   EXPECT_EQ(plan.value("quantization", ""),
             "fp8 (e4m3, block 32x32 weight scales, dynamic activations)")
       << plan.dump();
+  // Every worker reports the FP8 bytes of its slices; the dense bytes it holds are more.
+  for (int i = 0; i < 4; ++i) {
+    auto m = HttpCall(cluster.metrics_port(i), "GET", "/metrics");
+    ASSERT_EQ(m.status, 200);
+    const double fp8 = MetricValue(m.body, "tessera_gpu_weight_quantized_bytes{");
+    const double dense = MetricValue(m.body, "tessera_gpu_weight_bytes{");
+    EXPECT_GT(fp8, 0) << "worker " << i;
+    EXPECT_GT(dense, fp8) << "worker " << i;
+  }
 }
 
 TEST(Fp8Daemons, QuantizeABf16CheckpointOnlineAtTp2) {

@@ -375,6 +375,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
                             config->head_dim);
   if (!kv.ok()) return fail(kv.status());
   KvCache& cache = **kv;
+  // The metrics first: a scrape after the coordinator is ready sees the load.
+  if (metrics_)
+    metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds,
+                       loaded->quantized_bytes);
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();
@@ -387,7 +391,6 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
-  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
   // Should the coordinator restart, this worker re-registers with the shard
   // it holds, and the new coordinator can adopt the plan.
   *registration_.mutable_held_shard() = assign;
