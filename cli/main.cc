@@ -43,12 +43,13 @@ struct GenerateArgs {
   int pp = 1;
   std::vector<int> layers;  // per stage; empty = even split
   double timeout = 30.0;
-  int rank = -1;               // set in rank processes spawned by the launcher
-  std::string store;           // host:port of the launcher's rendezvous store
-  std::string device = "cpu";  // "cpu" or "cuda[:N]" (single process only)
-  std::string dtype = "auto";  // CUDA compute dtype: auto, bf16, f16 or f32
-  int logprobs = -1;           // -1 = off; else alternatives per token (SamplingParams::logprobs)
-  bool ignore_eos = false;     // generate max_tokens even past EOS (benchmarks, fault tests)
+  int rank = -1;                      // set in rank processes spawned by the launcher
+  std::string store;                  // host:port of the launcher's rendezvous store
+  std::string device = "cpu";         // "cpu" or "cuda[:N]" (single process only)
+  std::string dtype = "auto";         // CUDA compute dtype: auto, bf16, f16 or f32
+  std::string quantization = "none";  // online quantization at load: none or fp8
+  int logprobs = -1;        // -1 = off; else alternatives per token (SamplingParams::logprobs)
+  bool ignore_eos = false;  // generate max_tokens even past EOS (benchmarks, fault tests)
 };
 
 // id:"text" of one token, its text decoded alone with \\, \" and control
@@ -174,6 +175,8 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   if (!cfg.ok()) return Fail(cfg.status());
   auto par = ParseLayout(*cfg, a, pp_given);
   if (!par.ok()) return Fail(par.status());
+  auto online = ParseOnlineQuantization(a.quantization);
+  if (!online.ok()) return Fail(online.status().WithContext("--quantization"));
   std::string text = a.prompt;
   bool add_special = true;
   if (!a.raw) {
@@ -235,7 +238,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     } else {
       dev.backend = &kernels::CpuBackend();
     }
-    auto loaded = LoadModel(a.model, *par, 0, nullptr, {}, dev.backend);
+    auto loaded = LoadModel(a.model, *par, 0, nullptr, {}, dev.backend, nullptr, *online);
     if (!loaded.ok()) return Fail(loaded.status());
     load_seconds = loaded->load_seconds;
     weight_bytes = loaded->weight_bytes;
@@ -271,6 +274,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.timeout_seconds = a.timeout;
     o.kv_blocks = blocks;
     o.block_size = a.block_size;
+    o.quantization = *online;
     auto r = RunRank(o, {req}, tok->get(), a.rank == 0 ? TextCallback(print_text) : TextCallback());
     if (!r.ok()) return Fail(r.status());
     if (a.rank != 0) return 0;
@@ -343,6 +347,10 @@ int main(int argc, char** argv) {
                   "cpu, or cuda[:N] to run on GPU N (one process: --tp 1 --pp 1)");
   gen->add_option("--dtype", g.dtype, "CUDA compute dtype: auto (the checkpoint's), bf16, f16, f32")
       ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}));
+  gen->add_option("--quantization", g.quantization,
+                  "online quantization at load: none, or fp8 (per-channel FP8 projections, as "
+                  "model.quantization)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");
   tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);

@@ -91,6 +91,10 @@ Status CoordinatorDaemon::Start() {
   auto model = LoadModelConfig(dir);
   if (!model.ok()) return model.status().WithContext(model_key);
   model_ = std::move(model).value();
+  // model.quantization = "fp8" quantizes a dense checkpoint at load (the
+  // workers get it in AssignShard); the planner counts its FP8 bytes.
+  if (config_.model.quantization == QuantMethod::kOnlineFp8 && !model_.quantization.quantized())
+    model_.quantization = OnlineFp8Quantization();
   auto tokenizer = Tokenizer::Load(dir);
   if (!tokenizer.ok()) return tokenizer.status().WithContext(model_key);
   tokenizer_ = std::move(tokenizer).value();
@@ -248,7 +252,7 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        replicas_.get());
+                                        replicas_.get(), model_.quantization.Describe());
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
                                                       store_.get(), replicas_.get());
   cluster_metrics_->Install();

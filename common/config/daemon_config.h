@@ -35,6 +35,7 @@
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/format/quantization.h"
 #include "common/net/net_defaults.h"
 #include "common/tokenizer/chat_template.h"
 
@@ -59,6 +60,14 @@ struct ModelSection {
   // "llama3" or "llama2" force a built-in format instead (for a model without
   // a template, or one using a Jinja construct Tessera refuses).
   std::optional<ChatFormat> chat_template;
+  // Online quantization at load: kNone ("none", the checkpoint as it is) or
+  // kOnlineFp8 ("fp8": a bf16/f16/f32 checkpoint's linear projections are
+  // quantized to FP8 e4m3 with one scale per output channel, slice by slice
+  // on each rank; common/format/quantization.h). Halves the weight bytes of
+  // bf16 on a backend that keeps FP8 (the planner counts FP8 bytes); the CPU
+  // backend computes with the dequantized weights, so only the rounding
+  // changes there. A checkpoint that is FP8 already keeps its own scales.
+  QuantMethod quantization = QuantMethod::kNone;
 };
 
 enum class ParallelMode {

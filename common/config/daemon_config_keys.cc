@@ -134,6 +134,11 @@ const std::vector<Choice<std::optional<ChatFormat>>>& ChatTemplateChoices() {
                                                                    {"llama2", ChatFormat::kLlama2}};
   return c;
 }
+const std::vector<Choice<QuantMethod>>& QuantizationChoices() {
+  static const std::vector<Choice<QuantMethod>> c = {{"none", QuantMethod::kNone},
+                                                     {"fp8", QuantMethod::kOnlineFp8}};
+  return c;
+}
 const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
   static const std::vector<Choice<ParallelMode>> c = {{"auto", ParallelMode::kAuto},
                                                       {"explicit", ParallelMode::kExplicit}};
@@ -478,6 +483,9 @@ const std::vector<Field>& Fields() {
           "model", "chat_template",
           Member<ModelSection, std::optional<ChatFormat>>{&D::model, &ModelSection::chat_template},
           ChatTemplateChoices()),
+      EnumField("model", "quantization",
+                Member<ModelSection, QuantMethod>{&D::model, &ModelSection::quantization},
+                QuantizationChoices()),
 
       EnumField("parallel", "mode",
                 Member<ParallelSection, ParallelMode>{&D::parallel, &ParallelSection::mode},

@@ -202,10 +202,11 @@ Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dty
                             void* dst) const {
   const TensorInfo& t = *loc.info;
   const bool raw = out_dtype == t.dtype;
-  if (!raw && !(out_dtype == DType::kF32 && (t.dtype == DType::kF16 || t.dtype == DType::kBF16))) {
+  if (!raw && !(out_dtype == DType::kF32 &&
+                (t.dtype == DType::kF16 || t.dtype == DType::kBF16 || t.dtype == DType::kF8E4M3))) {
     return InvalidArgument("tensor '" + t.name + "' in " + t.file + ": cannot convert " +
                            DTypeName(t.dtype) + " to " + DTypeName(out_dtype) +
-                           " (supported: the source dtype, or F32 from F32/F16/BF16)");
+                           " (supported: the source dtype, or F32 from F32/F16/BF16/F8_E4M3)");
   }
   if (runs.run_bytes == 0 || runs.count == 0) return Status::Ok();
   if (dst == nullptr) return InvalidArgument("tensor '" + t.name + "': null destination");
@@ -219,7 +220,7 @@ Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dty
     return Status::Ok();
   }
 
-  // Convert F16/BF16 -> F32 through one reused staging buffer: fill it with
+  // Convert F16/BF16/F8_E4M3 -> F32 through one reused staging buffer: fill it with
   // run pieces (element-aligned: the capacity and every run are multiples of
   // the element size), convert, repeat.
   const size_t esize = DTypeSize(t.dtype);

@@ -66,7 +66,7 @@ class Checkpoint {
   // end - begin. For W[rows, cols]: dim 0 selects rows [begin, end) (dst is
   // [end-begin, cols]), dim 1 selects columns (dst is [rows, end-begin]); a
   // 1-D tensor allows dim 0; higher ranks follow the same rule.
-  // `out_dtype` is kF32 (source F32, F16 or BF16, converted exactly as
+  // `out_dtype` is kF32 (source F32, F16, BF16 or F8_E4M3, converted exactly as
   // ConvertToF32) or the source dtype (raw copy). `dst` must hold
   // (numel of the slice) * DTypeSize(out_dtype) bytes.
   // Errors: kNotFound (tensor, directory); kInvalidArgument naming the tensor

@@ -412,6 +412,10 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   TESSERA_RETURN_IF_ERROR(r.IntList("bos_token_id", &c.bos_token_ids));
   TESSERA_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
   TESSERA_ASSIGN_OR_RETURN(c.torch_dtype, ParseTorchDType(r));
+  TESSERA_ASSIGN_OR_RETURN(const json* quant, r.Object("quantization_config"));
+  if (quant != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(*quant, path));
+  }
   if (gemma) {
     TESSERA_RETURN_IF_ERROR(config_json::ParseGemmaKeys(r, path, c));
     return c;

@@ -15,6 +15,7 @@
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
+#include "common/format/quantization.h"
 
 namespace tessera {
 
@@ -86,6 +87,10 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // "eos_token_id" (int, list or null -> empty)
   // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
   DType torch_dtype = DType::kF32;
+  // "quantization_config" (common/format/quantization.h): how the linear
+  // projections are stored; method kNone for a dense checkpoint. torch_dtype
+  // stays the dtype of the dense tensors (norms, embeddings) and of compute.
+  QuantizationConfig quantization;
   // The sliding-attention window (0 = none): the token at position p attends
   // to positions (p - sliding_window, p], as transformers' sliding-window
   // mask has it. Mistral and Phi-3: "sliding_window" on every layer. Gemma:
@@ -177,7 +182,9 @@ ContextLimit ModelContextLimit(const ModelConfig& config);
 // than 1, for a vision tower ("vision_config": Gemma3ForConditionalGeneration
 // and other multimodal configs), and for Gemma's "hidden_activation" other
 // than gelu_pytorch_tanh, "use_bidirectional_attention" and Gemma 3 rope
-// types other than default and linear.
+// types other than default and linear; ParseQuantizationConfig's errors for
+// "quantization_config" (an unsupported quant_method names
+// quantization_config.quant_method and lists the supported ones).
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path);
 // Reads and parses `<dir>/config.json`. Errors: kNotFound naming the path when
 // it does not exist, kIoError when it cannot be read, else as ParseModelConfig.

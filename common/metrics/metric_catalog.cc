@@ -37,6 +37,15 @@ std::vector<MetricSpec> Build() {
        kRank,
        {},
        w},
+      {metric::kGpuWeightQuantizedBytes,
+       T::kGauge,
+       "Bytes of the FP8 values and scales of this rank's quantized projections (an FP8 "
+       "checkpoint or model.quantization = fp8): what a backend keeping FP8 weights holds for "
+       "them; 0 for a dense model. Backends without FP8 GEMMs dequantize them at load, and "
+       "tessera_gpu_weight_bytes counts the dense bytes.",
+       kRank,
+       {},
+       w},
       {metric::kGpuKvCacheCapacityBytes,
        T::kGauge,
        "Bytes reserved for this rank's paged KV cache (K and V, every layer of its stage).",

@@ -49,6 +49,7 @@ namespace metric {
 inline constexpr const char* kGpuMemoryUsedBytes = "tessera_gpu_memory_used_bytes";
 inline constexpr const char* kGpuMemoryTotalBytes = "tessera_gpu_memory_total_bytes";
 inline constexpr const char* kGpuWeightBytes = "tessera_gpu_weight_bytes";
+inline constexpr const char* kGpuWeightQuantizedBytes = "tessera_gpu_weight_quantized_bytes";
 inline constexpr const char* kGpuKvCacheCapacityBytes = "tessera_gpu_kv_cache_capacity_bytes";
 inline constexpr const char* kGpuActivationBytes = "tessera_gpu_activation_bytes";
 inline constexpr const char* kGpuUtilizationRatio = "tessera_gpu_utilization_ratio";

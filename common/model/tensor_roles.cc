@@ -677,4 +677,19 @@ int64_t ModelParameterCount(const ModelConfig& model) {
   return n;
 }
 
+bool RoleIsQuantizable(TensorRole role) {
+  switch (role) {
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kGateProj:
+    case TensorRole::kUpProj:
+    case TensorRole::kDownProj:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace tessera

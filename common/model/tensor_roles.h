@@ -191,6 +191,12 @@ std::vector<int64_t> RoleSourceShape(const RoleSpec& spec, const ModelConfig& mo
 // fused): q 0, k heads*head_dim, v (heads + kv_heads)*head_dim; gate 0, up
 // intermediate.
 int64_t RoleFusedRowOffset(const RoleSpec& spec, const ModelConfig& model);
+// Whether the role is a linear projection weight that an FP8 checkpoint may
+// store quantized (common/format/quantization.h): q/k/v/o_proj and
+// gate/up/down_proj (and so Phi-3's fused qkv_proj and gate_up_proj). Never
+// the embedding, lm_head, norms or biases.
+bool RoleIsQuantizable(TensorRole role);
+
 // Elements of the role's tensor: the product of RoleShape.
 int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model);
 

@@ -183,6 +183,8 @@ Status ValidateAssignShard(const control::AssignShard& a) {
   StatusOr<DType> dtype = ParseDType(a.dtype());
   if (!dtype.ok() || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16))
     return InvalidArgument("dtype '" + a.dtype() + "' is not one of F32, F16, BF16");
+  if (!a.quantization().empty() && a.quantization() != "fp8")
+    return InvalidArgument("quantization '" + a.quantization() + "' is not \"\" or \"fp8\"");
   if (a.kv_block_size() == 0) return InvalidArgument("kv_block_size is 0");
   if (a.kv_num_blocks() == 0) return InvalidArgument("kv_num_blocks is 0");
   switch (a.rendezvous_case()) {

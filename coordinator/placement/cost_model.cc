@@ -6,6 +6,30 @@
 
 namespace tessera {
 
+namespace {
+
+// FP8 projections: each quantizable role's parameters count 1 byte instead
+// of dtype_bytes, plus its fp32 scales (QuantizationConfig::ScaleBytes of
+// the role's whole shape). Per-channel scales of a row-parallel projection
+// are held whole by every tp rank (the rank holds all of its output rows):
+// they join the replicated bytes; every other scale splits with its weight.
+void AddFp8LayerBytes(const ModelConfig& m, ModelSizes* s) {
+  s->fp8 = true;
+  for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) {
+    if (rs.place != RolePlace::kLayer || !RolePresent(rs, m) || !RoleIsQuantizable(rs.role))
+      continue;
+    const std::vector<int64_t> shape = RoleShape(rs, m);
+    const double params = static_cast<double>(RoleNumel(rs, m));
+    const double scales = static_cast<double>(m.quantization.ScaleBytes(shape[0], shape[1]));
+    s->layer_bytes += params * (1.0 - s->dtype_bytes) + scales;
+    if (rs.split == SplitKind::kRowParallel &&
+        m.quantization.weight_scale == WeightScaleKind::kChannel)
+      s->layer_replicated_bytes += scales;
+  }
+}
+
+}  // namespace
+
 ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_dtype) {
   ModelSizes s;
   s.layers = m.num_hidden_layers;
@@ -24,6 +48,7 @@ ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_d
   // row-parallel biases (o_proj for Llama with attention_bias, down_proj with
   // mlp_bias), as the family's tensor table has them.
   s.layer_replicated_bytes = static_cast<double>(LayerReplicatedParameterCount(m)) * s.dtype_bytes;
+  if (m.quantization.quantized()) AddFp8LayerBytes(m, &s);
   s.embed_bytes =
       static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) * s.dtype_bytes;
   return s;

@@ -9,6 +9,8 @@
 // the tp group (bytes/s per direction).
 //
 //  weights per GPU      w_s = L_s (R_l + (W_l - R_l)/t_s) + [first] E/t_s
+//                             (FP8 projections: W_l counts them at 1 byte +
+//                             their scales, ModelSizes::fp8)
 //                             + [last] (E/t_s + h x dtype)   (tied, pp = 1: E once)
 //  KV per token per GPU k_s = L_s x 2 x kv_local x head_dim x kv dtype bytes,
 //                             kv_local = max(1, KV / t_s)
@@ -62,6 +64,10 @@ struct ModelSizes {
   double layer_params = 0;            // parameters of one layer
   double embed_bytes = 0;             // E
   double kv_dtype_bytes = 2;
+  // The model's projections are FP8 (model.quantization or an FP8
+  // checkpoint): layer_bytes counts them at 1 byte per parameter plus their
+  // fp32 scales; the embedding, lm_head and norms stay at dtype_bytes.
+  bool fp8 = false;
 
   // weight dtype: the checkpoint's torch_dtype unless given; kv dtype
   // likewise.

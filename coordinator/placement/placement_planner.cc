@@ -511,6 +511,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   // 4. Materialise the chosen plan.
   PlacementPlan& plan = result.plan;
   plan.objective = o.objective;
+  plan.quantization = model.quantization.Describe();
   plan.layout = best.layout;
   plan.gpus_total = cluster.total_gpus();
   build_slots(best.tp_of_shape, best.interleaved, &slots, &units);

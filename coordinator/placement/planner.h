@@ -125,6 +125,10 @@ struct PlacementPlan {
   int gpus_total = 0;
   double decode_latency_s = 0;         // the slowest replica's
   double throughput_tokens_per_s = 0;  // all replicas together
+  // How the weights are stored, QuantizationConfig::Describe ("none", or
+  // "fp8 (e4m3, block 128x128 weight scales, dynamic activations)"): the
+  // per-GPU weight bytes count FP8 projections at 1 byte plus scales.
+  std::string quantization = "none";
 
   // The ParallelConfig of replica `r`: its stages' tp (a uniform layout when
   // they are equal, else a per-stage one whose stages pair as

@@ -259,6 +259,7 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
     if (state_.placement_status.ok()) out["waiting_for_workers"] = expected_workers_;
     return out;
   }
+  out["quantization"] = quantization_;
   out["tp"] = p.parallel.tp;  // 0 when stages differ in tp
   out["tp_per_stage"] = p.parallel.TpPerStage();
   out["pp"] = p.parallel.pp;
@@ -293,6 +294,7 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
   for (const Rejection& x : r.explanation.rejected)
     rejected.push_back({{"layout", x.what}, {"why", x.why}});
   out["planner"] = {{"objective", ObjectiveName(r.plan.objective)},
+                    {"quantization", r.plan.quantization},
                     {"layout", r.plan.layout},
                     {"devices_used", r.plan.gpus_used},
                     {"replicas", r.plan.replicas.size()},

@@ -205,6 +205,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     s->set_first_layer(static_cast<uint32_t>(parallel.FirstLayer(a.stage)));
     s->set_end_layer(static_cast<uint32_t>(parallel.EndLayer(a.stage)));
     s->set_model_path(config_.model.path);
+    if (config_.model.quantization == QuantMethod::kOnlineFp8) s->set_quantization("fp8");
     // model.dtype, or the checkpoint's; CPU workers compute in F32 regardless.
     s->set_dtype(DTypeName(config_.model.dtype.value_or(model_.torch_dtype)));
     s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));

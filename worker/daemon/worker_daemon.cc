@@ -317,13 +317,17 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (!config.ok()) return fail(config.status());
   auto dtype = ParseRuntimeDType(assign.dtype(), *config);
   if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
+  auto online = ParseOnlineQuantization(assign.quantization());
+  if (!online.ok()) return fail(online.status().WithContext("AssignShard.quantization"));
   // The backend, and the weights it holds, carry over from the last plan
   // while the rank's backend and compute dtype stay the same; the held
   // weights also need the same model. Otherwise they are dropped (before the
   // old backend, so their memory goes back first) and a new backend is made.
   const bool same_backend = device_ && device_->cuda() == on_gpu_ &&
                             (!on_gpu_ || device_->backend->compute_dtype() == *dtype);
-  if (!same_backend || held_model_path_ != assign.model_path()) held_.clear();
+  if (!same_backend || held_model_path_ != assign.model_path() ||
+      held_quantization_ != assign.quantization())
+    held_.clear();
   if (!same_backend) {
     device_.reset();
     auto rank_device =
@@ -384,7 +388,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         client.Send(std::move(e)).IgnoreError();
       },
-      &backend, &held);
+      &backend, &held, *online);
   if (!loaded.ok()) {
     held_ = std::move(held);  // still held: a later plan may reuse it
     return fail(loaded.status());
@@ -392,6 +396,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   held.clear();  // what was not reused is freed here
   held_ = loaded->held;
   held_model_path_ = assign.model_path();
+  held_quantization_ = assign.quantization();
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
@@ -399,6 +404,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
                             config->head_dim);
   if (!kv.ok()) return fail(kv.status());
   KvCache& cache = **kv;
+  // The metrics first: a scrape after the coordinator is ready sees the load.
+  if (metrics_)
+    metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds,
+                       loaded->quantized_bytes);
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();
@@ -411,7 +420,6 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
-  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
   // Should the coordinator restart, this worker re-registers with the shard
   // it holds, and the new coordinator can adopt the plan.
   *registration_.mutable_held_shard() = assign;

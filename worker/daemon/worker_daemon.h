@@ -131,6 +131,7 @@ class WorkerDaemon {
   std::optional<RankDevice> device_;  // the last plan's backend
   HeldWeights held_;                  // the weights of the last plan loaded
   std::string held_model_path_;       // the model directory held_ came from
+  std::string held_quantization_;     // and its AssignShard.quantization
   control::Register registration_;    // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;

@@ -176,13 +176,17 @@ void WorkerMetrics::OnLoadProgress(int64_t bytes_done, int64_t bytes_total) {
       .Set(static_cast<double>(bytes_total));
 }
 
-void WorkerMetrics::OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds) {
+void WorkerMetrics::OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds,
+                             int64_t quantized_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   weight_bytes_ = weight_bytes;
   kv_bytes_ = kv_capacity_bytes;
   if (!has_rank_) return;
   const auto l = Labels();
   registry_->Gauge(metric::kGpuWeightBytes).WithLabels(l).Set(static_cast<double>(weight_bytes));
+  registry_->Gauge(metric::kGpuWeightQuantizedBytes)
+      .WithLabels(l)
+      .Set(static_cast<double>(quantized_bytes));
   registry_->Gauge(metric::kGpuKvCacheCapacityBytes)
       .WithLabels(l)
       .Set(static_cast<double>(kv_capacity_bytes));

@@ -84,7 +84,10 @@ class WorkerMetrics {
   // carry these labels.
   void SetRank(int replica, int stage, int tp_rank, uint64_t plan_version);
   void OnLoadProgress(int64_t bytes_done, int64_t bytes_total);
-  void OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds);
+  // `quantized_bytes`: the FP8 values and scales of the quantized projections
+  // (LoadedModel::quantized_bytes; 0 for a dense model).
+  void OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds,
+                int64_t quantized_bytes = 0);
 
   // One micro-batch of `seconds` on this rank.
   void ObserveStep(const StepBatch& batch, double seconds);

@@ -43,7 +43,8 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   auto pg = ProcessGroup::Create(*store, pgo);
   if (!pg.ok()) return pg.status().WithContext(who);
 
-  auto loaded = LoadModel(o.model_dir, parallel, o.rank, (*pg)->tp());
+  auto loaded =
+      LoadModel(o.model_dir, parallel, o.rank, (*pg)->tp(), {}, nullptr, nullptr, o.quantization);
   if (!loaded.ok()) return loaded.status().WithContext(who);
   RankResult result;
   result.load_seconds = loaded->load_seconds;

@@ -17,6 +17,7 @@
 
 #include "common/base/status.h"
 #include "common/engine/engine.h"
+#include "common/format/quantization.h"
 #include "worker/exec/pipeline_executor.h"
 
 namespace tessera {
@@ -40,6 +41,8 @@ struct RankOptions {
   int64_t kv_blocks = 0;                // KV-cache blocks per rank
   int64_t block_size = 16;              // tokens per KV block
   EngineOptions engine;
+  // Online quantization at load (model.quantization; LoadModel's `online`).
+  QuantMethod quantization = QuantMethod::kNone;
 };
 
 struct RankResult {

@@ -82,6 +82,12 @@ struct StageWeights {
   // held (a re-plan that keeps its layers), not read from the checkpoint.
   int64_t reused_bytes = 0;
   int reused_tensors = 0;
+  // Bytes of the FP8 values and scales of the quantized projection slices
+  // read from an FP8 checkpoint or quantized online (QuantizedWeight::nbytes,
+  // worker/model/quantized_weight.h): what a backend that keeps FP8 weights
+  // would hold for them. The dense slots above hold them dequantized (fp32 on
+  // the CPU), counted in weight_bytes. 0 for a dense model.
+  int64_t quantized_bytes = 0;
 };
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/model/quantized_weight.h"
 #include "worker/model/shard_upload.h"
 
 namespace tessera {
@@ -196,13 +197,42 @@ Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, Sta
   return Status::Ok();
 }
 
+// Whether `t` is quantized, and how: kNone (dense), the checkpoint's FP8
+// method (its tensor is F8_E4M3), or kOnlineFp8 (a dense projection that
+// model.quantization = "fp8" quantizes). Errors: an F8_E4M3 tensor in a
+// checkpoint without quantization_config, or in a role no FP8 format
+// quantizes (naming the tensor).
+StatusOr<QuantMethod> ShardQuantization(const TensorShard& t, const TensorInfo& info,
+                                        const ModelConfig& config) {
+  const QuantizationConfig& q = config.quantization;
+  if (info.dtype == DType::kF8E4M3) {
+    if (q.method != QuantMethod::kFp8 && q.method != QuantMethod::kCompressedTensors)
+      return InvalidArgument("tensor '" + t.name + "' in " + info.file +
+                             " is F8_E4M3 but config.json has no FP8 quantization_config "
+                             "(quant_method fp8 or compressed-tensors)");
+    if (!RoleIsQuantizable(t.role))
+      return InvalidArgument("tensor '" + t.name + "' in " + info.file + " is F8_E4M3 but " +
+                             TensorRoleName(t.role) +
+                             " is not a linear projection (only q/k/v/o_proj and "
+                             "gate/up/down_proj may be FP8)");
+    return q.method;
+  }
+  if (q.method == QuantMethod::kOnlineFp8 && RoleIsQuantizable(t.role))
+    return QuantMethod::kOnlineFp8;
+  return QuantMethod::kNone;
+}
+
 // Reads `t`'s slice from the checkpoint in `dtype` onto the backend: into
 // `into` (a part's row view, local_shape) when given, else into a new
 // tensor. On the CPU a part is read (or converted) straight into its view.
-// With `queue` (a device backend) a shard in the compute dtype is read in chunks of rows
-// through it (worker/model/shard_upload.h): in place once the queue finishes.
-StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, DType dtype,
-                           kernels::Backend& backend, const Tensor* into,
+// A quantized slice is read (or quantized) as a QuantizedWeight, whose
+// bytes are added to `*quantized_bytes`, and dequantized to fp32: every
+// backend computes with dense weights today (quantized_weight.h).
+// With `queue` (a device backend) a dense shard in the compute dtype is read in chunks of
+// rows through it (worker/model/shard_upload.h): in place once the queue finishes.
+StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& config,
+                           const TensorShard& t, DType dtype, kernels::Backend& backend,
+                           const Tensor* into, int64_t* quantized_bytes,
                            kernels::UploadQueue* queue) {
   TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
   if (info.shape != t.full_shape) {
@@ -212,7 +242,9 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, D
     return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
                            "] but config.json implies [" + want + "]");
   }
-  if (queue != nullptr && ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
+  TESSERA_ASSIGN_OR_RETURN(const QuantMethod quant, ShardQuantization(t, info, config));
+  if (queue != nullptr && quant == QuantMethod::kNone &&
+      ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
     Tensor dst;
     if (into != nullptr) {
       dst = *into;
@@ -227,7 +259,7 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, D
   const bool on_host = backend.device() == Device::kCPU;
   // Read raw when the checkpoint has the compute dtype, else through fp32.
   // Only the vocab padding rows past the slice need zeroing.
-  const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
+  const DType read_dtype = info.dtype == dtype && quant == QuantMethod::kNone ? dtype : DType::kF32;
   Tensor host =
       into && on_host && read_dtype == dtype ? *into : Tensor::Empty(t.local_shape, read_dtype);
   const int64_t filled_rows =
@@ -237,7 +269,14 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, D
     std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
                 static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
   }
-  if (t.split_dim < 0) {
+  if (quant != QuantMethod::kNone) {
+    StatusOr<QuantizedWeight> q = quant == QuantMethod::kOnlineFp8
+                                      ? QuantizeShardOnline(checkpoint, t)
+                                      : ReadQuantizedShard(checkpoint, t, config.quantization);
+    if (!q.ok()) return q.status().WithContext("loading FP8 tensor '" + t.name + "'");
+    *quantized_bytes += q->nbytes();
+    DequantizeToF32(*q, host.data<float>());
+  } else if (t.split_dim < 0) {
     TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
   } else if (t.end > t.begin) {
     TESSERA_RETURN_IF_ERROR(
@@ -337,8 +376,8 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
         count(dst, true);
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(Tensor dst,
-                               ReadShard(checkpoint, t, dtype, backend, &dest.view, queue.get()));
+      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend,
+                                                     &dest.view, &w.quantized_bytes, queue.get()));
       count(dst, false);
       continue;
     }
@@ -353,8 +392,8 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       count(*h, true);
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor dst,
-                             ReadShard(checkpoint, t, dtype, backend, nullptr, queue.get()));
+    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend, nullptr,
+                                                   &w.quantized_bytes, queue.get()));
     *slot = dst;
     read.emplace(key, dst);
     count(dst, false);

@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 67);
+  EXPECT_EQ(keys, 68);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -216,6 +216,10 @@ TEST(DaemonConfigDefaults, NamesAndEnums) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.dtype, DType::kF16);
   EXPECT_EQ(c->model.chat_template, ChatFormat::kLlama2);
+  EXPECT_EQ(c->model.quantization, QuantMethod::kNone);
+  StatusOr<DaemonConfig> fp8 = ParseDaemonConfig("[model]\nquantization = \"fp8\"\n", "x.toml");
+  ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+  EXPECT_EQ(fp8->model.quantization, QuantMethod::kOnlineFp8);
   EXPECT_STREQ(LogLevelName(c->logging.level), "critical");
   EXPECT_STREQ(WorkerBackendName(c->worker.backend), "cuda");
   EXPECT_STREQ(LogFormatName(LogFormat::kJson), "json");
@@ -342,6 +346,8 @@ TEST(DaemonConfigParse, InvalidChoiceListsTheChoices) {
   EXPECT_EQ(
       ParseError("[logging]\nformat = 1\n"),
       "x.toml:2:10: logging.format: expected a string (one of \"text\", \"json\"), got integer 1");
+  EXPECT_EQ(ParseError("[model]\nquantization = \"int4\"\n"),
+            "x.toml:2:16: model.quantization: must be one of \"none\", \"fp8\", got \"int4\"");
   EXPECT_EQ(ParseError("[model]\nchat_template = \"vicuna\"\n"),
             "x.toml:2:17: model.chat_template: must be one of \"\", \"chatml\", \"llama3\", "
             "\"llama2\", got "

@@ -255,7 +255,20 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
       EXPECT_EQ(next, info->shape[0]) << name;
     }
 
-    const std::vector<std::string> names = (*ckpt)->TensorNames();
+    // An FP8 checkpoint's scale tensors: one per F8_E4M3 projection, which
+    // must be a quantizable role's (common/format/quantization.h).
+    std::set<std::string> scales;
+    for (const std::string& name : expected) {
+      auto info = (*ckpt)->Find(name);
+      if (!info.ok() || info->dtype != DType::kF8E4M3) continue;
+      EXPECT_TRUE(m.quantization.quantized()) << name;
+      if (m.quantization.quantized()) scales.insert(m.quantization.ScaleName(name));
+    }
+    std::vector<std::string> names;
+    for (const std::string& name : (*ckpt)->TensorNames()) {
+      if (scales.erase(name) == 0) names.push_back(name);
+    }
+    EXPECT_TRUE(scales.empty()) << "missing scale tensor " << *scales.begin();
     int64_t elements = 0;
     for (const std::string& name : names) {
       EXPECT_TRUE(expected.count(name)) << name << " is in the checkpoint but no role's";
