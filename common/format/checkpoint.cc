@@ -183,6 +183,47 @@ Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, in
   return ReadRuns(loc, runs, out_dtype, dst);
 }
 
+Status Checkpoint::ReadSliceAt(const std::string& name, int64_t index, int dim, int64_t begin,
+                               int64_t end, DType out_dtype, void* dst) const {
+  TESSERA_ASSIGN_OR_RETURN(Location loc, Locate(name));
+  const TensorInfo& t = *loc.info;
+  const int rank = static_cast<int>(t.shape.size());
+  if (rank < 2 || dim < 1 || dim >= rank) {
+    return InvalidArgument("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                           ": cannot slice dim " + std::to_string(dim) + " of one entry (rank " +
+                           std::to_string(rank) + ")");
+  }
+  if (index < 0 || index >= t.shape[0]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": entry " + std::to_string(index) + " is outside dim 0");
+  }
+  if (begin < 0 || begin > end || end > t.shape[dim]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") is outside dim " + std::to_string(dim) + " (size " +
+                      std::to_string(t.shape[dim]) + ")");
+  }
+  // As ReadSlice over the entry: outer = dims 1 .. dim-1, inner after dim.
+  uint64_t entry_bytes = DTypeSize(t.dtype);
+  for (int i = 1; i < rank; ++i) entry_bytes *= static_cast<uint64_t>(t.shape[i]);
+  uint64_t outer = 1;
+  for (int i = 1; i < dim; ++i) outer *= static_cast<uint64_t>(t.shape[i]);
+  uint64_t inner_bytes = DTypeSize(t.dtype);
+  for (int i = dim + 1; i < rank; ++i) inner_bytes *= static_cast<uint64_t>(t.shape[i]);
+  Runs runs;
+  runs.offset = t.data_begin + static_cast<uint64_t>(index) * entry_bytes +
+                static_cast<uint64_t>(begin) * inner_bytes;
+  runs.run_bytes = static_cast<uint64_t>(end - begin) * inner_bytes;
+  runs.stride = static_cast<uint64_t>(t.shape[dim]) * inner_bytes;
+  runs.count = outer;
+  if (runs.run_bytes == runs.stride || runs.count <= 1) {  // contiguous: one run
+    runs.run_bytes *= runs.count;
+    runs.stride = runs.run_bytes;
+    runs.count = 1;
+  }
+  return ReadRuns(loc, runs, out_dtype, dst);
+}
+
 Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dtype,
                             void* dst) const {
   const TensorInfo& t = *loc.info;

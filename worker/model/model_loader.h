@@ -36,7 +36,9 @@ struct LoadedModel {
 // `held` (optional): tensors the rank already holds from an earlier plan,
 // loaded by this same backend; the slices it still needs are reused instead
 // of read (see HeldWeights).
-// Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
+// Errors: kUnimplemented naming the model directory and architecture for an
+// MoE model on a backend other than the CPU (before anything is read); those
+// of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
 // LoadStageWeights, with the model directory in the message.
 StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,
                                 int rank, Communicator* tp_comm,
