@@ -242,7 +242,7 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        replicas_.get());
+                                        replicas_.get(), &model_);
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
                                                       store_.get(), replicas_.get());
   cluster_metrics_->Install();

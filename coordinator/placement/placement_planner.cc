@@ -43,6 +43,45 @@ namespace {
 
 using namespace placement_internal;  // NOLINT: the planner's own internals
 
+// The expert split of an MoE model (PlanOptions::expert_parallel), and the
+// note that explains it: the routed experts' share of the weights, what a
+// decode step reads at batch 1 and at 64, and why whole experts or slices.
+bool ChooseExpertParallel(const ModelConfig& m, int host_gpus, const PlanOptions& o,
+                          std::vector<std::string>& notes) {
+  const double k = static_cast<double>(m.num_experts_per_tok),
+               n = static_cast<double>(m.num_experts);
+  const double at64 = 1.0 - std::pow(1.0 - k / n, 64.0);
+  const int64_t slice = m.moe_intermediate_size / host_gpus;
+  bool ep = false;
+  std::string why;
+  if (o.expert_parallel.has_value()) {
+    ep = *o.expert_parallel;
+    why = "as configured (parallel.expert_parallel)";
+  } else if (m.moe_intermediate_size % host_gpus != 0) {
+    ep = true;
+    why = "tp " + std::to_string(host_gpus) + " does not divide moe_intermediate_size " +
+          std::to_string(m.moe_intermediate_size) + ": whole experts need no split";
+  } else if (slice < kMinExpertSliceColumns) {
+    ep = true;
+    why = "a 1/" + std::to_string(host_gpus) + " slice of an expert is " + std::to_string(slice) +
+          " columns, under " + std::to_string(kMinExpertSliceColumns) +
+          ": whole experts keep each expert GEMM full width";
+  } else {
+    why = "a 1/" + std::to_string(host_gpus) + " slice of an expert is " + std::to_string(slice) +
+          " columns: slices keep every rank's share of a decode step equal whatever the routing";
+  }
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "MoE: %lld experts, top-%lld; memory holds every expert, a decode step reads "
+                "%.0f%% of a sparse layer's experts at batch 1 and %.0f%% at batch 64; "
+                "expert_parallel %s: %s",
+                static_cast<long long>(m.num_experts),
+                static_cast<long long>(m.num_experts_per_tok), 100.0 * k / n, 100.0 * at64,
+                ep ? "on" : "off", why.c_str());
+  notes.push_back(buf);
+  return ep;
+}
+
 struct VecHash {
   size_t operator()(const std::vector<int>& v) const {
     size_t h = 1469598103934665603ull;
@@ -113,6 +152,13 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   Explanation& ex = result.explanation;
   ex.objective = o.objective;
   ex.notes = cluster.notes;
+  if (model.is_moe()) {
+    int host_gpus = 1;
+    for (const ClusterNode& n : cluster.nodes)
+      host_gpus = std::max(host_gpus, static_cast<int>(n.gpus.size()));
+    result.expert_parallel = ChooseExpertParallel(model, host_gpus, o, ex.notes);
+    c.sizes.expert_parallel = result.expert_parallel;
+  }
   c.output = std::min(o.output_tokens, std::max<int64_t>(1, c.max_context / 2));
   c.prompt = std::min(o.prompt_tokens, std::max<int64_t>(1, c.max_context - c.output));
   if (c.output != o.output_tokens || c.prompt != o.prompt_tokens)
@@ -184,7 +230,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
     for (int t : tps) {
       const std::string what =
           "tp=" + std::to_string(t) + (nshapes > 1 ? " on " + shape_name[sh] : "");
-      auto pc = ParallelConfig::Make(model, t, 1);
+      auto pc = ParallelConfig::Make(model, t, 1, {}, c.sizes.expert_parallel);
       if (!pc.ok()) {
         std::string why = pc.status().message();
         if (rejected_tp_seen.insert(why).second) ex.rejected.push_back({what, why});
@@ -456,7 +502,10 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   if (fitting.empty()) {
     std::string why;
     for (const Rejection& r : ex.rejected) why += "\n  " + r.what + ": " + r.why;
-    return ResourceExhausted("no placement of the model fits this cluster:" + why);
+    return ResourceExhausted("no placement of the model (" + Bytes(c.sizes.TotalBytes()) +
+                             " of weights at " + DTypeName(wdt) + ", " +
+                             std::to_string(cluster.total_gpus()) +
+                             " GPUs) fits this cluster:" + why);
   }
 
   // 3. Rank.

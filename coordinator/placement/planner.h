@@ -74,7 +74,17 @@ struct PlanOptions {
   // serving runtime support); assignments giving host shapes different tps
   // are skipped.
   bool uniform_tp = false;
+  // MoE models: how a stage's tp ranks split the experts
+  // (ParallelConfig::expert_parallel); unset: the planner chooses (whole
+  // experts when a 1/tp slice of one would be thinner than
+  // kMinExpertSliceColumns columns at the host's GPU count, or when that
+  // count does not divide moe_intermediate_size) and says why in the notes.
+  std::optional<bool> expert_parallel;
 };
+
+// Below this many intermediate columns per rank an expert's GEMMs run
+// below efficient tile widths; expert parallelism keeps them whole.
+inline constexpr int64_t kMinExpertSliceColumns = 256;
 
 // A GPU of the cluster: host index into ClusterModel::nodes, GPU index into
 // that host's report.
@@ -163,6 +173,9 @@ struct Explanation {
 
 struct PlanResult {
   PlacementPlan plan;
+  // MoE models: the expert split the plan was costed with (PlanOptions::
+  // expert_parallel, or the planner's choice); false for dense models.
+  bool expert_parallel = false;
   Explanation explanation;
   // The placement (stage table per distinct replica, memory and speed
   // predictions) followed by the explanation, as `tessera plan` prints it.

@@ -25,9 +25,12 @@ class ClusterView : public ClusterStatus {
  public:
   // All outlive the view. `expected_workers`: how many the first placement
   // waits for.
+  // `model` (optional) gives an MoE model's expert placement.
   ClusterView(const DaemonConfig* config, int expected_workers, const ClusterState* state,
-              const ControlServer* control, const ReplicaSet* replicas)
+              const ControlServer* control, const ReplicaSet* replicas,
+              const ModelConfig* model = nullptr)
       : config_(*config),
+        model_(model),
         expected_workers_(expected_workers),
         state_(*state),
         control_(control),
@@ -44,6 +47,7 @@ class ClusterView : public ClusterStatus {
 
  private:
   const DaemonConfig& config_;
+  const ModelConfig* const model_;
   const int expected_workers_;
   const ClusterState& state_;
   const ControlServer* const control_;

@@ -314,9 +314,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   }
   kernels::Backend& backend = *device_->backend;
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
-  auto parallel = pgo.tp_per_stage.empty()
-                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
-                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
+  auto parallel =
+      pgo.tp_per_stage.empty()
+          ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers, assign.expert_parallel())
+          : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers,
+                                         assign.expert_parallel());
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
   // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
@@ -382,7 +384,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
-  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
+  if (metrics_) {
+    metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
+    metrics_->SetMoeCounts(loaded->model->moe_token_counts());
+  }
   // Should the coordinator restart, this worker re-registers with the shard
   // it holds, and the new coordinator can adopt the plan.
   *registration_.mutable_held_shard() = assign;
