@@ -29,13 +29,22 @@ ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_d
       static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) * s.dtype_bytes;
   s.experts = m.num_experts;
   s.top_k = m.num_experts_per_tok;
+  s.moe_intermediate = m.moe_intermediate_size;
   s.expert_layer_bytes = static_cast<double>(LayerExpertParameterCount(m)) * s.dtype_bytes;
   return s;
 }
 
+bool AutoExpertParallel(int64_t moe_intermediate, int tp) {
+  return tp > 1 && (moe_intermediate % tp != 0 || moe_intermediate / tp < kMinExpertSliceColumns);
+}
+
+bool ModelSizes::ExpertParallelAt(int tp) const {
+  return expert_parallel_auto ? AutoExpertParallel(moe_intermediate, tp) : expert_parallel;
+}
+
 double ModelSizes::ExpertBytesPerRank(int tp) const {
   if (experts <= 0) return 0;
-  if (!expert_parallel) return expert_layer_bytes / tp;
+  if (!ExpertParallelAt(tp)) return expert_layer_bytes / tp;
   const double held = static_cast<double>((experts + tp - 1) / tp);
   return expert_layer_bytes * held / static_cast<double>(experts);
 }
@@ -43,7 +52,7 @@ double ModelSizes::ExpertBytesPerRank(int tp) const {
 double ModelSizes::ExpertBytesReadPerRank(int tp, double tokens) const {
   if (experts <= 0) return 0;
   const double n = static_cast<double>(experts), k = static_cast<double>(top_k);
-  if (expert_parallel) {
+  if (ExpertParallelAt(tp)) {
     // The busiest rank runs every held expert a token routes to: at most
     // k per token, at most the experts it holds.
     const double held = static_cast<double>((experts + tp - 1) / tp);

@@ -58,6 +58,16 @@ struct CostConstants {
   double network_step_s = 8e-6;        // beta for a ring across hosts
 };
 
+// Below this many intermediate columns per rank an expert's GEMMs run
+// below efficient tile widths; expert parallelism keeps them whole.
+inline constexpr int64_t kMinExpertSliceColumns = 256;
+
+// The planner's expert split at tp `tp` (auto mode): whole experts when tp
+// does not divide moe_intermediate_size or a 1/tp slice would be under
+// kMinExpertSliceColumns columns; slices otherwise (every rank's share of a
+// batch-1 decode step stays equal whatever the routing).
+bool AutoExpertParallel(int64_t moe_intermediate, int tp);
+
 // The model's sizes at the serving dtypes.
 struct ModelSizes {
   int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
@@ -71,10 +81,14 @@ struct ModelSizes {
   double kv_dtype_bytes = 2;
   // Mixture of experts (0 experts: dense). layer_bytes is the largest layer's
   // (a sparse one), routed experts included.
-  int64_t experts = 0, top_k = 0;
+  int64_t experts = 0, top_k = 0, moe_intermediate = 0;
   double expert_layer_bytes = 0;  // X_l: every routed expert of one sparse layer
   bool expert_parallel = false;   // whole experts per rank (ParallelConfig::expert_parallel)
+  // Instead of expert_parallel: AutoExpertParallel at each tp.
+  bool expert_parallel_auto = false;
 
+  // Whether a tp group of `tp` ranks holds whole experts.
+  bool ExpertParallelAt(int tp) const;
   // X_l(t): routed-expert bytes one rank of a tp group holds per sparse layer.
   double ExpertBytesPerRank(int tp) const;
   // Of those, the bytes a step of `tokens` tokens reads on the busiest rank.

@@ -75,16 +75,11 @@ struct PlanOptions {
   // are skipped.
   bool uniform_tp = false;
   // MoE models: how a stage's tp ranks split the experts
-  // (ParallelConfig::expert_parallel); unset: the planner chooses (whole
-  // experts when a 1/tp slice of one would be thinner than
-  // kMinExpertSliceColumns columns at the host's GPU count, or when that
-  // count does not divide moe_intermediate_size) and says why in the notes.
+  // (ParallelConfig::expert_parallel); unset: the planner chooses at each tp
+  // it costs (AutoExpertParallel, cost_model.h) and the note says which the
+  // chosen layout takes and why.
   std::optional<bool> expert_parallel;
 };
-
-// Below this many intermediate columns per rank an expert's GEMMs run
-// below efficient tile widths; expert parallelism keeps them whole.
-inline constexpr int64_t kMinExpertSliceColumns = 256;
 
 // A GPU of the cluster: host index into ClusterModel::nodes, GPU index into
 // that host's report.
@@ -174,7 +169,8 @@ struct Explanation {
 struct PlanResult {
   PlacementPlan plan;
   // MoE models: the expert split the plan was costed with (PlanOptions::
-  // expert_parallel, or the planner's choice); false for dense models.
+  // expert_parallel, or the planner's choice at the first stage's tp);
+  // false for dense models.
   bool expert_parallel = false;
   Explanation explanation;
   // The placement (stage table per distinct replica, memory and speed

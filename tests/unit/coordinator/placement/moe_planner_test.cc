@@ -129,25 +129,56 @@ bool HasNote(const PlanResult& r, const std::string& part) {
   return false;
 }
 
+// The split the planner chose at the chosen layout's tp, and the note saying so.
+void ExpectSplitExplained(const PlanResult& r, int64_t moe_intermediate) {
+  ASSERT_FALSE(r.plan.replicas.empty());
+  const int tp = r.plan.replicas[0].stages[0].tp;
+  EXPECT_EQ(r.expert_parallel, AutoExpertParallel(moe_intermediate, tp)) << r.ToText();
+  const std::string want = std::string("expert_parallel ") + (r.expert_parallel ? "on" : "off") +
+                           " at tp " + std::to_string(tp) + ": a 1/" + std::to_string(tp) +
+                           " slice of an expert is " + std::to_string(moe_intermediate / tp) +
+                           " columns";
+  EXPECT_TRUE(HasNote(r, want)) << want << "\n" << r.ToText();
+}
+
 TEST(MoePlanner, Mixtral8x22bOnTwoDgxH100KeepsExpertSlices) {
   auto r = PlanOn("mixtral-8x22b.json", "dgx_h100_x2.toml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_FALSE(r->expert_parallel);
-  // 16384 / 8 = 2048 columns per slice.
-  EXPECT_TRUE(HasNote(*r, "expert_parallel off: a 1/8 slice of an expert is 2048 columns"))
-      << r->ToText();
   EXPECT_TRUE(HasNote(*r, "MoE: 8 experts, top-2")) << r->ToText();
-  EXPECT_FALSE(r->plan.replicas.empty());
+  // 16384 columns: a slice stays over 256 at any tp of a host.
+  EXPECT_FALSE(r->expert_parallel);
+  ExpectSplitExplained(*r, 16384);
 }
 
-TEST(MoePlanner, Qwen3_235bOnTwoDgxH100TakesWholeExperts) {
+TEST(MoePlanner, Qwen3_235bOnTwoDgxH100ChoosesTheSplitAtItsTp) {
   auto r = PlanOn("qwen3-235b-a22b.json", "dgx_h100_x2.toml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(r->expert_parallel);
-  // 1536 / 8 = 192 columns: under 256.
-  EXPECT_TRUE(HasNote(*r, "expert_parallel on: a 1/8 slice of an expert is 192 columns"))
-      << r->ToText();
-  EXPECT_NE(r->ToText().find("expert_parallel on"), std::string::npos) << r->ToText();
+  EXPECT_TRUE(HasNote(*r, "MoE: 128 experts, top-8")) << r->ToText();
+  ExpectSplitExplained(*r, 1536);
+  // The rule: 1536 / 8 = 192 columns is too thin, 1536 / 4 = 384 is not.
+  EXPECT_TRUE(AutoExpertParallel(1536, 8));
+  EXPECT_FALSE(AutoExpertParallel(1536, 4));
+  EXPECT_TRUE(AutoExpertParallel(1000, 3));  // 3 does not divide 1000
+  EXPECT_FALSE(AutoExpertParallel(1536, 1));
+}
+
+TEST(MoePlanner, AConfiguredSplitIsKept) {
+  auto config = ConfigFile("qwen3-235b-a22b.json");
+  auto topo = LoadTopologyFile(SourcePath("configs/topologies/dgx_h100_x2.toml"));
+  ASSERT_TRUE(config.ok() && topo.ok());
+  auto cluster = BuildClusterModel(*topo);
+  ASSERT_TRUE(cluster.ok());
+  for (bool ep : {false, true}) {
+    PlanOptions o;
+    o.max_context = 8192;
+    o.expert_parallel = ep;
+    o.fixed_tp = 8;
+    o.fixed_pp = 1;
+    auto r = PlacementPlanner().Plan(*config, *cluster, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->expert_parallel, ep);
+    EXPECT_TRUE(HasNote(*r, "as configured (parallel.expert_parallel)")) << r->ToText();
+  }
 }
 
 TEST(MoePlanner, Qwen3_235bInFp32OnOneDgxH100IsRefusedNamingTheBytes) {
