@@ -41,7 +41,8 @@ struct GenerateArgs {
   int64_t block_size = 16;
   std::vector<int> tp = {1};  // --tp 2 (every stage) or --tp 2,1 (one entry per stage)
   int pp = 1;
-  std::vector<int> layers;  // per stage; empty = even split
+  std::vector<int> layers;       // per stage; empty = even split
+  bool expert_parallel = false;  // MoE: each tp rank holds whole experts (--expert-parallel)
   double timeout = 30.0;
   int rank = -1;                      // set in rank processes spawned by the launcher
   std::string store;                  // host:port of the launcher's rendezvous store
@@ -159,12 +160,12 @@ tessera::StatusOr<tessera::ParallelConfig> ParseLayout(const tessera::ModelConfi
                                                        const GenerateArgs& a, bool pp_given) {
   using namespace tessera;
   if (a.tp.size() <= 1)
-    return ParallelConfig::Make(cfg, a.tp.empty() ? 1 : a.tp[0], a.pp, a.layers);
+    return ParallelConfig::Make(cfg, a.tp.empty() ? 1 : a.tp[0], a.pp, a.layers, a.expert_parallel);
   const int n = static_cast<int>(a.tp.size());
   if (pp_given && a.pp != n)
     return InvalidArgument("--tp lists " + std::to_string(n) + " stages but --pp is " +
                            std::to_string(a.pp));
-  return ParallelConfig::MakePerStage(cfg, a.tp, a.layers);
+  return ParallelConfig::MakePerStage(cfg, a.tp, a.layers, a.expert_parallel);
 }
 
 int RunGenerate(const GenerateArgs& a, bool pp_given) {
@@ -263,6 +264,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.pp = par->pp;
     o.tp_per_stage = par->tp_per_stage;
     o.layers_per_stage = a.layers;
+    o.expert_parallel = a.expert_parallel;
     o.rank = a.rank;
     StatusOr<TcpEndpoint> store = ParseHostPort(a.store, EndpointUse::kConnect);
     if (!store.ok()) return Fail(store.status().WithContext("--store"));
@@ -340,6 +342,9 @@ int main(int argc, char** argv) {
   CLI::Option* pp_opt = gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
   gen->add_option("--layers", g.layers,
                   "layers per stage, e.g. --layers 10 20 (default: even split)");
+  gen->add_flag("--expert-parallel", g.expert_parallel,
+                "MoE models: each tp rank holds whole experts, 1/tp of them (default: a 1/tp "
+                "slice of every expert)");
   gen->add_option("--timeout", g.timeout,
                   "seconds before a collective or receive is declared failed")
       ->check(CLI::PositiveNumber);

@@ -252,7 +252,8 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        replicas_.get(), model_.quantization.Describe());
+                                        replicas_.get(), &model_,
+                                        model_.quantization.Describe());
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
                                                       store_.get(), replicas_.get());
   cluster_metrics_->Install();

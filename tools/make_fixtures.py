@@ -38,6 +38,8 @@ import shutil
 import sys
 import tempfile
 
+from moe_fixtures import MOE_FIXTURES, save_fused_experts
+
 MIN_MARGIN = 2e-3      # smallest accepted top1-top2 logit gap in a greedy continuation
 NEW_TOKENS = 16
 MAX_FIXTURE_BYTES = 1_500_000
@@ -291,6 +293,8 @@ FIXTURES = [
         "require_long_prompt_over_max_pos": True,
     },
 ]
+
+FIXTURES += MOE_FIXTURES  # tools/moe_fixtures.py
 
 # Candidate prompts. Of those that pass (3..20 tokens, margins >= MIN_MARGIN), a fixture keeps
 # the shortest, the longest and then the first others in this order, up to 4.
@@ -583,7 +587,9 @@ def build_fixture(fx, out_root):
     model = model.to(dtype)
     with tempfile.TemporaryDirectory() as tmp:
         shards = fx.get("shards", 1)
-        if shards > 1:
+        if fx.get("fused_experts"):
+            save_fused_experts(model, tmp, cfg["tie_word_embeddings"])
+        elif shards > 1:
             total = sum(p.numel() * p.element_size() for n, p in model.state_dict().items()
                         if not (cfg["tie_word_embeddings"] and n == "lm_head.weight"))
             model.save_pretrained(tmp, max_shard_size=int(total * 0.6))

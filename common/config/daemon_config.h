@@ -133,6 +133,15 @@ struct ReplicaOverride {
 // The layout keys (tp, tp_per_stage, pp, layers_per_stage) and their
 // defaults are LayoutSection's.
 struct ParallelSection : LayoutSection {
+  // MoE models (docs/architecture.md "The MoE layer"): false = every tp rank
+  // holds a 1/tp slice of every expert (as the dense MLP is split); true =
+  // every tp rank holds whole experts, 1/tp of them (uneven counts spread as
+  // evenly as they allow), routes every token and runs only its own. Whole
+  // experts run fewer, larger GEMMs per rank and lift the need for tp to
+  // divide moe_intermediate_size; slices keep every rank's work equal
+  // whatever the routing. Ignored for dense models; either mode.
+  bool expert_parallel = false;
+
   // "auto" or "explicit". When the file does not name a mode, setting any of
   // tp, pp or layers_per_stage selects "explicit"; otherwise "auto". In "auto"
   // mode tp, pp and layers_per_stage must not be set.

@@ -504,6 +504,8 @@ const std::vector<Field>& Fields() {
           Member<ParallelSection, ParallelObjective>{&D::parallel, &ParallelSection::objective},
           ParallelObjectiveChoices()),
       ReplicaOverrideField(),
+      BoolField("parallel", "expert_parallel",
+                Member<ParallelSection, bool>{&D::parallel, &ParallelSection::expert_parallel}),
 
       StringField("server", "host",
                   Member<ServerSection, std::string>{&D::server, &ServerSection::host}),

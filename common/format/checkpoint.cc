@@ -198,6 +198,34 @@ Status Checkpoint::ReadSliceRows(const std::string& name, int dim, int64_t begin
   return ReadRuns(loc, runs, out_dtype, dst);
 }
 
+Status Checkpoint::ReadSliceAt(const std::string& name, int64_t index, int dim, int64_t begin,
+                               int64_t end, DType out_dtype, void* dst) const {
+  TESSERA_ASSIGN_OR_RETURN(Location loc, Locate(name));
+  const TensorInfo& t = *loc.info;
+  const int rank = static_cast<int>(t.shape.size());
+  if (rank < 2 || dim < 1 || dim >= rank) {
+    return InvalidArgument("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                           ": cannot slice dim " + std::to_string(dim) + " of one entry (rank " +
+                           std::to_string(rank) + ")");
+  }
+  if (index < 0 || index >= t.shape[0]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": entry " + std::to_string(index) + " is outside dim 0");
+  }
+  if (begin < 0 || begin > end || end > t.shape[dim]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") is outside dim " + std::to_string(dim) + " (size " +
+                      std::to_string(t.shape[dim]) + ")");
+  }
+  // Entry `index` is the outer rows [index * per_entry, (index + 1) * per_entry) of the
+  // dim-`dim` slice, per_entry = the product of dims 1 .. dim-1.
+  int64_t per_entry = 1;
+  for (int i = 1; i < dim; ++i) per_entry *= t.shape[i];
+  return ReadSliceRows(name, dim, begin, end, index * per_entry, (index + 1) * per_entry,
+                       out_dtype, dst);
+}
+
 Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dtype,
                             void* dst) const {
   const TensorInfo& t = *loc.info;

@@ -82,6 +82,15 @@ class Checkpoint {
   // naming the tensor when !(0 <= outer_begin <= outer_end <= outer size).
   Status ReadSliceRows(const std::string& name, int dim, int64_t begin, int64_t end,
                        int64_t outer_begin, int64_t outer_end, DType out_dtype, void* dst) const;
+  // ReadSlice within one entry of a stacked tensor: elements [begin, end)
+  // along dimension `dim` (>= 1) of the sub-tensor name[index] (index along
+  // dim 0), e.g. expert e's rows or columns of a transformers 5
+  // gate_up_proj [experts, 2*intermediate, hidden]. `dst` holds the slice of
+  // name[index], shaped like it except along `dim`. Errors: as ReadSlice,
+  // and kOutOfRange naming the tensor when index is outside dim 0;
+  // kInvalidArgument for a tensor of rank < 2 or dim 0.
+  Status ReadSliceAt(const std::string& name, int64_t index, int dim, int64_t begin, int64_t end,
+                     DType out_dtype, void* dst) const;
   // The whole tensor (ReadSlice over all of dim 0; scalars too).
   Status ReadAll(const std::string& name, DType out_dtype, void* dst) const;
 

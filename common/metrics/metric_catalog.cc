@@ -125,6 +125,14 @@ std::vector<MetricSpec> Build() {
        kRank,
        {},
        w},
+      {metric::kMoeExpertTokensTotal,
+       T::kCounter,
+       "MoE models: tokens routed to each expert this rank holds, summed over its stage's "
+       "sparse layers (one series per held expert; the spread across experts is the routing "
+       "imbalance).",
+       RankPlus("expert"),
+       {},
+       w},
       {metric::kWorkerInfo,
        T::kGauge,
        "Always 1; labels name the worker, its device and version.",

@@ -64,6 +64,7 @@ inline constexpr const char* kWorkerLoadBytes = "tessera_worker_load_bytes";
 inline constexpr const char* kWorkerLoadTotalBytes = "tessera_worker_load_total_bytes";
 inline constexpr const char* kWorkerLoadSeconds = "tessera_worker_load_seconds";
 inline constexpr const char* kWorkerPlanVersion = "tessera_worker_plan_version";
+inline constexpr const char* kMoeExpertTokensTotal = "tessera_moe_expert_tokens_total";
 inline constexpr const char* kWorkerInfo = "tessera_worker_info";
 // Coordinator: requests and scheduler.
 inline constexpr const char* kRequestsTotal = "tessera_requests_total";

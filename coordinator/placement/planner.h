@@ -74,6 +74,11 @@ struct PlanOptions {
   // serving runtime support); assignments giving host shapes different tps
   // are skipped.
   bool uniform_tp = false;
+  // MoE models: how a stage's tp ranks split the experts
+  // (ParallelConfig::expert_parallel); unset: the planner chooses at each tp
+  // it costs (AutoExpertParallel, cost_model.h) and the note says which the
+  // chosen layout takes and why.
+  std::optional<bool> expert_parallel;
 };
 
 // A GPU of the cluster: host index into ClusterModel::nodes, GPU index into
@@ -167,6 +172,10 @@ struct Explanation {
 
 struct PlanResult {
   PlacementPlan plan;
+  // MoE models: the expert split the plan was costed with (PlanOptions::
+  // expert_parallel, or the planner's choice at the first stage's tp);
+  // false for dense models.
+  bool expert_parallel = false;
   Explanation explanation;
   // The placement (stage table per distinct replica, memory and speed
   // predictions) followed by the explanation, as `tessera plan` prints it.

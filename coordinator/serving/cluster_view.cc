@@ -230,23 +230,35 @@ std::string ClusterView::PlanJson() const {
 json ClusterView::ReplicaPlanJson(size_t index) const {
   const ReplicaPlan& p = state_.replicas[index];
   json ranks = json::array();
+  const bool moe = model_ != nullptr && model_->is_moe();
+  const bool ep = moe && p.parallel.expert_parallel;  // as the plan applied it
   for (const Assignment& a : p.assignments) {
-    ranks.push_back({{"worker", a.worker_id},
-                     {"host", a.host},
-                     {"device", a.device_index},
-                     {"world_rank", a.world_rank},
-                     {"stage", a.stage},
-                     {"tp_rank", a.tp_rank},
-                     {"layers", {p.parallel.FirstLayer(a.stage), p.parallel.EndLayer(a.stage)}},
-                     {"predicted_weight_bytes", a.predicted_weight_bytes},
-                     {"shard_weight_bytes", a.shard_weight_bytes},
-                     {"weight_bytes", a.loaded_weight_bytes},
-                     {"reused_weight_bytes", a.reused_weight_bytes},
-                     {"predicted_kv_bytes", a.predicted_kv_bytes},
-                     {"kv_bytes", a.kv_bytes},
-                     {"load_seconds", a.load_seconds},
-                     {"load_bytes_done", a.load_bytes_done},
-                     {"load_bytes_total", a.load_bytes_total}});
+    // An MoE model's experts on this rank: [begin, end) whole under expert
+    // parallelism, else a 1/tp slice of every one.
+    json rank = {{"worker", a.worker_id},
+                 {"host", a.host},
+                 {"device", a.device_index},
+                 {"world_rank", a.world_rank},
+                 {"stage", a.stage},
+                 {"tp_rank", a.tp_rank},
+                 {"layers", {p.parallel.FirstLayer(a.stage), p.parallel.EndLayer(a.stage)}},
+                 {"predicted_weight_bytes", a.predicted_weight_bytes},
+                 {"shard_weight_bytes", a.shard_weight_bytes},
+                 {"weight_bytes", a.loaded_weight_bytes},
+                 {"reused_weight_bytes", a.reused_weight_bytes},
+                 {"predicted_kv_bytes", a.predicted_kv_bytes},
+                 {"kv_bytes", a.kv_bytes},
+                 {"load_seconds", a.load_seconds},
+                 {"load_bytes_done", a.load_bytes_done},
+                 {"load_bytes_total", a.load_bytes_total}};
+    if (moe) {
+      const int tp = p.parallel.TpOfStage(a.stage);
+      const ExpertRange er = ep ? ExpertsOfRank(model_->num_experts, tp, a.tp_rank)
+                                : ExpertRange{0, model_->num_experts};
+      rank["experts"] = {er.begin, er.end};
+      rank["expert_split"] = ep ? "whole" : "1/" + std::to_string(tp);
+    }
+    ranks.push_back(std::move(rank));
   }
   json out = {{"plan_version", p.plan_version},
               {"replica", index},
@@ -264,6 +276,7 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
   out["tp_per_stage"] = p.parallel.TpPerStage();
   out["pp"] = p.parallel.pp;
   out["layers_per_stage"] = p.parallel.layers_per_stage;
+  if (moe) out["expert_parallel"] = ep;
   out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = config_.kv_cache.block_size;
   out["wanted"] = LayoutJson(p.wanted);

@@ -113,11 +113,25 @@ Status PlanRunner::ExcludeLoadCulprits(uint64_t version, const std::string& repo
   return DeadlineExceeded(message);
 }
 
-Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
+Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
                              const std::vector<RankPlacement>& ranks, const std::string& reason,
                              json& report, std::shared_ptr<const PlanResult> planned,
                              const std::vector<Assignment>* predicted) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The layout with parallel.expert_parallel (MoE models): the shard bytes,
+  // /admin/plan and every AssignShard follow it.
+  ParallelConfig parallel = planned_layout;
+  bool expert_parallel = config_.parallel.expert_parallel;
+  if (config_.parallel.mode == ParallelMode::kAuto) {
+    // The planner's choice, or the last plan's when this one had no planner run.
+    MutexLock lock(&state_.mu);
+    if (planned) {
+      expert_parallel = planned->expert_parallel;
+    } else if (rep().plan_result) {
+      expert_parallel = rep().plan_result->expert_parallel;
+    }
+  }
+  parallel.expert_parallel = expert_parallel && model_.is_moe();
   std::vector<Assignment> plan;
   std::vector<std::string> ids;
   for (const RankPlacement& r : ranks) ids.push_back(r.worker_id);
@@ -199,6 +213,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     for (int t : parallel.tp_per_stage) s->add_tp_per_stage(static_cast<uint32_t>(t));
     s->set_pp(static_cast<uint32_t>(parallel.pp));
     for (int n : parallel.layers_per_stage) s->add_layers_per_stage(static_cast<uint32_t>(n));
+    s->set_expert_parallel(parallel.expert_parallel);
     s->set_stage(static_cast<uint32_t>(a.stage));
     s->set_tp_rank(static_cast<uint32_t>(a.tp_rank));
     s->set_world_rank(static_cast<uint32_t>(a.world_rank));

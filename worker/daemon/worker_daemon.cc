@@ -337,9 +337,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   }
   kernels::Backend& backend = *device_->backend;
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
-  auto parallel = pgo.tp_per_stage.empty()
-                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
-                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
+  auto parallel =
+      pgo.tp_per_stage.empty()
+          ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers, assign.expert_parallel())
+          : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers,
+                                         assign.expert_parallel());
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
   // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
@@ -405,9 +407,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (!kv.ok()) return fail(kv.status());
   KvCache& cache = **kv;
   // The metrics first: a scrape after the coordinator is ready sees the load.
-  if (metrics_)
+  if (metrics_) {
     metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds,
                        loaded->quantized_bytes);
+    metrics_->SetMoeCounts(loaded->model->moe_token_counts());
+  }
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();

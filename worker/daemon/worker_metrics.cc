@@ -193,6 +193,15 @@ void WorkerMetrics::OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, do
   registry_->Gauge(metric::kWorkerLoadSeconds).WithLabels(l).Set(load_seconds);
 }
 
+void WorkerMetrics::SetMoeCounts(std::shared_ptr<const MoeTokenCounts> counts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  moe_counts_ = std::move(counts);
+  moe_exported_.assign(
+      moe_counts_ ? static_cast<size_t>(moe_counts_->expert_end() - moe_counts_->expert_begin())
+                  : 0,
+      0);
+}
+
 void WorkerMetrics::ObserveStep(const StepBatch& batch, double seconds) {
   std::vector<std::string> l;
   {
@@ -295,6 +304,19 @@ void WorkerMetrics::Collect() {
   }
   if (!has_rank_) return;
   const auto l = Labels();
+  if (moe_counts_) {
+    // Counters grow by what the model counted since the last scrape.
+    for (int64_t e = moe_counts_->expert_begin(); e < moe_counts_->expert_end(); ++e) {
+      int64_t& exported = moe_exported_[static_cast<size_t>(e - moe_counts_->expert_begin())];
+      const int64_t now = moe_counts_->Tokens(e);
+      auto le = l;
+      le.push_back(std::to_string(e));
+      registry_->Counter(metric::kMoeExpertTokensTotal)
+          .WithLabels(le)
+          .Inc(static_cast<double>(now - exported));
+      exported = now;
+    }
+  }
   registry_->Gauge(metric::kGpuMemoryUsedBytes).WithLabels(l).Set(static_cast<double>(used));
   registry_->Gauge(metric::kGpuMemoryTotalBytes).WithLabels(l).Set(static_cast<double>(total));
   registry_->Gauge(metric::kGpuActivationBytes)

@@ -30,6 +30,7 @@ struct RankOptions {
   // stage (`tp` is ignored), e.g. {2, 1}.
   std::vector<int> tp_per_stage;
   std::vector<int> layers_per_stage;  // empty = even split
+  bool expert_parallel = false;       // ParallelConfig::expert_parallel (MoE models)
   int rank = 0;                       // world rank, common/model/parallel_rank.h
   std::string store_host = "127.0.0.1";
   int store_port = 0;

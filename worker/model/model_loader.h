@@ -42,7 +42,9 @@ struct LoadedModel {
 // "fp8") quantizes a dense checkpoint's projections per output channel at
 // load (common/format/quantization.h); a checkpoint that is FP8 already
 // keeps its own scales. kNone loads the checkpoint as it is.
-// Errors: those of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
+// Errors: kUnimplemented naming the model directory and architecture for an
+// MoE model on a backend other than the CPU (before anything is read); those
+// of LoadModelConfig, Checkpoint::Open, ShardSpec::Make and
 // LoadStageWeights, with the model directory in the message.
 StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConfig& parallel,
                                 int rank, Communicator* tp_comm,

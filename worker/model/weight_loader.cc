@@ -79,6 +79,30 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
       return &l.down_bias;
     case TensorRole::kPostFeedforwardNorm:
       return &l.post_ff_norm;
+    case TensorRole::kRouter:
+      return &l.router;
+    case TensorRole::kSharedExpertGate:
+      return &l.shared_expert_gate;
+    case TensorRole::kSharedGateProj:
+      return &l.shared_gate_proj;
+    case TensorRole::kSharedUpProj:
+      return &l.shared_up_proj;
+    case TensorRole::kSharedDownProj:
+      return &l.shared_down_proj;
+    case TensorRole::kExpertGateProj:
+    case TensorRole::kExpertUpProj:
+    case TensorRole::kExpertDownProj: {
+      const int64_t e = t.expert - w.layout.expert_begin;
+      if (e < 0 || e >= static_cast<int64_t>(l.experts.size()))
+        return Internal(
+            "weight loader: shard '" + t.role_name + "' is expert " + std::to_string(t.expert) +
+            ", outside the rank's experts [" + std::to_string(w.layout.expert_begin) + ", " +
+            std::to_string(w.layout.expert_end) + ") of layer " + std::to_string(t.layer));
+      ExpertWeights& x = l.experts[static_cast<size_t>(e)];
+      if (t.role == TensorRole::kExpertGateProj) return &x.gate_proj;
+      if (t.role == TensorRole::kExpertUpProj) return &x.up_proj;
+      return &x.down_proj;
+    }
     case TensorRole::kEmbedTokens:
     case TensorRole::kFinalNorm:
     case TensorRole::kLmHead:
@@ -234,16 +258,20 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& conf
                            const TensorShard& t, DType dtype, kernels::Backend& backend,
                            const Tensor* into, int64_t* quantized_bytes,
                            kernels::UploadQueue* queue) {
-  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
-  if (info.shape != t.full_shape) {
+  // A transformers 5 checkpoint names (or stacks) some MoE tensors otherwise.
+  const bool alt = t.alt != AltForm::kNone && !checkpoint.Has(t.name) && checkpoint.Has(t.alt_name);
+  const std::string& source = alt ? t.alt_name : t.name;
+  const std::vector<int64_t>& want_shape = alt ? t.alt_shape : t.full_shape;
+  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(source));
+  if (info.shape != want_shape) {
     std::string want, got;
-    for (int64_t d : t.full_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : want_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
     for (int64_t d : info.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-    return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
+    return InvalidArgument("tensor '" + source + "' in " + info.file + " has shape [" + got +
                            "] but config.json implies [" + want + "]");
   }
   TESSERA_ASSIGN_OR_RETURN(const QuantMethod quant, ShardQuantization(t, info, config));
-  if (queue != nullptr && quant == QuantMethod::kNone &&
+  if (queue != nullptr && quant == QuantMethod::kNone && !alt &&
       ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
     Tensor dst;
     if (into != nullptr) {
@@ -276,11 +304,22 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& conf
     if (!q.ok()) return q.status().WithContext("loading FP8 tensor '" + t.name + "'");
     *quantized_bytes += q->nbytes();
     DequantizeToF32(*q, host.data<float>());
+  } else if (alt && t.alt != AltForm::kRenamed) {
+    // Expert t.expert's matrix of the stacked tensor: its range along
+    // split_dim, or all of it; gate_up_proj's up rows start at alt_row_offset.
+    const int dim = t.split_dim < 0 ? 0 : t.split_dim;
+    int64_t begin = t.split_dim < 0 ? 0 : t.begin, end = t.split_dim < 0 ? t.local_shape[0] : t.end;
+    if (dim == 0) {
+      begin += t.alt_row_offset;
+      end += t.alt_row_offset;
+    }
+    TESSERA_RETURN_IF_ERROR(
+        checkpoint.ReadSliceAt(source, t.expert, dim + 1, begin, end, read_dtype, host.raw()));
   } else if (t.split_dim < 0) {
-    TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
+    TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(source, read_dtype, host.raw()));
   } else if (t.end > t.begin) {
     TESSERA_RETURN_IF_ERROR(
-        checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
+        checkpoint.ReadSlice(source, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
   }
   if (read_dtype != dtype) {
     Tensor converted = into && on_host ? *into : Tensor::Empty(t.local_shape, dtype);
@@ -318,10 +357,21 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   lay.heads_local = spec.local_heads();
   lay.kv_heads_local = spec.local_kv_heads();
   lay.inter_local = spec.local_intermediate();
+  lay.expert_begin = spec.expert_begin();
+  lay.expert_end = spec.expert_end();
+  lay.moe_inter_local = spec.local_moe_intermediate();
+  lay.shared_inter_local = spec.local_shared_intermediate();
   lay.vocab_begin = spec.vocab_begin();
   lay.vocab_local = spec.vocab_end() - spec.vocab_begin();
   lay.vocab_size = config.vocab_size;
   w.layers.resize(static_cast<size_t>(lay.num_layers()));
+  for (int layer = lay.first_layer; layer < lay.end_layer; ++layer) {
+    if (!config.LayerIsSparse(layer)) continue;
+    auto& experts = w.layers[static_cast<size_t>(layer - lay.first_layer)].experts;
+    experts.resize(static_cast<size_t>(lay.expert_end - lay.expert_begin));
+    for (size_t e = 0; e < experts.size(); ++e)
+      experts[e].expert = static_cast<int>(lay.expert_begin + static_cast<int64_t>(e));
+  }
 
   // On a device, shards stream through pinned staging buffers filled by several threads
   // (kernels/upload_queue.h); the CPU reads each shard straight into its tensor.
