@@ -5,9 +5,11 @@ markdown table.
   summarize.py bench.jsonl [--out DIR] [--hbm-tb-s 4.8]
 
 One row per (model, engine, tp): load time and GB/s, weight bytes per GPU, prefill
-tokens/s, decode ms/token at batch 1, tokens/s at batch 16 and 64, peak memory,
+tokens/s, decode ms/token at batch 1, tokens/s at batch 16, 64, 128 and 256, peak memory,
 and the fraction of the HBM roofline reached at batch 1:
-  bytes of weights read per GPU per token / (ms per token * 4.8 TB/s).
+  bytes of weights read per GPU per token / (ms per token * the datasheet bandwidth),
+with --hbm-tb-s the card's datasheet figure (H200 4.8, H100 3.35). A measured device copy
+({"what": "hbm_copy"}, scripts/gpu-run decode) is printed above the table.
 """
 
 import argparse
@@ -23,11 +25,15 @@ def main(argv=None):
     ap.add_argument("--hbm-tb-s", type=float, default=4.8)
     a = ap.parse_args(argv)
     rows = {}
+    copies = []
     for line in open(a.jsonl):
         line = line.strip()
         if not line.startswith("{"):
             continue
         r = json.loads(line)
+        if r.get("what") == "hbm_copy":
+            copies.append(r["read_plus_write_tb_s"])
+            continue
         engine = r.get("engine", "?")
         # hf_bench.py's 2-GPU modes: device_map="balanced" splits the layers
         # (naive model parallel), tp_plan="auto" is tensor parallel.
@@ -58,18 +64,23 @@ def main(argv=None):
     def fmt(v, spec):
         return "-" if v is None else format(v, spec)
 
-    lines = ["| model | engine | GPUs | load s | weights GB/GPU | prefill tok/s | b1 ms/tok | b1 % HBM roofline "
-             "| b16 tok/s | b64 tok/s | peak GB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = []
+    if copies:
+        lines += [f"Device-to-device copy: {max(copies):.2f} TB/s reads + writes (measured); "
+                  f"roofline at the datasheet {a.hbm_tb_s} TB/s.", ""]
+    lines += ["| model | engine | GPUs | load s | weights GB/GPU | prefill tok/s | b1 ms/tok | b1 % HBM roofline "
+              "| b16 tok/s | b64 tok/s | b128 tok/s | b256 tok/s | peak GB |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in sorted(rows.values(), key=lambda r: (r["model"], r["engine"], r["tp"])):
         wb = row.get("weight_bytes_per_gpu")
         pk = row.get("peak_bytes")
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             row["model"], row["engine"], row["tp"], fmt(row.get("load_s"), ".2f"),
             fmt(wb / 1e9 if wb else None, ".2f"), fmt(row.get("prefill_tok_s"), ".0f"),
             fmt(row.get("decode_b1_ms"), ".2f"),
             fmt(100 * row["roofline_b1"] if "roofline_b1" in row else None, ".0f"),
             fmt(row.get("decode_b16_tok_s"), ".0f"), fmt(row.get("decode_b64_tok_s"), ".0f"),
+            fmt(row.get("decode_b128_tok_s"), ".0f"), fmt(row.get("decode_b256_tok_s"), ".0f"),
             fmt(pk / 1e9 if pk else None, ".1f")))
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -13,9 +13,11 @@
 // Usage: tessera_bench --model DIR [--tp 1|2] [--batches 1,16,64]
 //        [--prompt-len 128] [--new-tokens 64] [--prefill-len 1024] [--prefill-batch 4]
 #include <cuda_runtime_api.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -57,6 +59,19 @@ std::vector<GenerationRequest> Requests(int n, int len, int new_tokens, int64_t 
   return reqs;
 }
 
+// The process's peak resident set (getrusage), bytes.
+int64_t PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Whether the loader streams shards through pinned buffers (TESSERA_PINNED_LOAD, not "0").
+bool PinnedLoad() {
+  const char* v = std::getenv("TESSERA_PINNED_LOAD");
+  return v == nullptr || std::string(v) != "0";
+}
+
 // Runs rank `r` of a tp group; rank 0 prints.
 Status RunRank(const Args& a, int r, Store* store) {
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(a.model));
@@ -73,6 +88,9 @@ Status RunRank(const Args& a, int r, Store* store) {
     o.timeout_seconds = 120;
     TESSERA_ASSIGN_OR_RETURN(comm, CreateNcclCommunicator(*store, o, *backend));
   }
+  // The high-water mark of host memory across the load, over what the process held before it
+  // (the CUDA context and NCCL): the loader's staging and host copies.
+  const int64_t rss_before = PeakRssBytes();
   const auto t0 = std::chrono::steady_clock::now();
   TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded,
                            LoadModel(a.model, par, r, comm.get(), {}, backend.get()));
@@ -85,20 +103,23 @@ Status RunRank(const Args& a, int r, Store* store) {
     std::printf(
         "{\"engine\":\"tessera\",\"tp\":%d,\"what\":\"load\",\"seconds\":%.3f,\"weight_bytes_per_"
         "gpu\":%lld,"
-        "\"gb_per_s\":%.2f,\"device_in_use_bytes\":%lld,\"device_used_bytes\":%zu,\"dtype\":\"%s\"}"
+        "\"gb_per_s\":%.2f,\"device_in_use_bytes\":%lld,\"device_used_bytes\":%zu,\"dtype\":\"%s\","
+        "\"host_peak_rss_growth_bytes\":%lld,\"pinned_load\":%s}"
         "\n",
         a.tp, load_s, static_cast<long long>(loaded.weight_bytes),
         static_cast<double>(loaded.weight_bytes) * a.tp / load_s / 1e9,
-        static_cast<long long>(mem.in_use_bytes), total_b - free_b, DTypeName(dtype));
+        static_cast<long long>(mem.in_use_bytes), total_b - free_b, DTypeName(dtype),
+        static_cast<long long>(PeakRssBytes() - rss_before), PinnedLoad() ? "true" : "false");
   const StageLayout lay = loaded.model->layout();
-  int max_batch = a.prefill_batch;
-  for (int b : a.batches) max_batch = std::max(max_batch, b);
+  // One KV pool serves every phase, so it is sized for the largest phase, not for the largest
+  // batch times the longest prompt: the prefill phase holds prefill_batch prompts of
+  // prefill_len tokens, a decode phase b sequences of prompt_len + new_tokens + 1 tokens.
   const int64_t block = 16;
-  const int64_t blocks =
-      (static_cast<int64_t>(max_batch) * (std::max(a.prompt_len, a.prefill_len) + a.new_tokens) +
-       block - 1) /
-          block +
-      max_batch;
+  auto blocks_for = [block](int64_t seqs, int64_t tokens) {
+    return seqs * ((tokens + block - 1) / block + 1);
+  };
+  int64_t blocks = blocks_for(a.prefill_batch, a.prefill_len + 1);
+  for (int b : a.batches) blocks = std::max(blocks, blocks_for(b, a.prompt_len + a.new_tokens + 1));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
                            KvCache::Create(*backend, lay.num_layers(), blocks, block,
                                            lay.kv_heads_local, config.head_dim));

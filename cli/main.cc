@@ -41,14 +41,16 @@ struct GenerateArgs {
   int64_t block_size = 16;
   std::vector<int> tp = {1};  // --tp 2 (every stage) or --tp 2,1 (one entry per stage)
   int pp = 1;
-  std::vector<int> layers;  // per stage; empty = even split
+  std::vector<int> layers;       // per stage; empty = even split
+  bool expert_parallel = false;  // MoE: each tp rank holds whole experts (--expert-parallel)
   double timeout = 30.0;
-  int rank = -1;               // set in rank processes spawned by the launcher
-  std::string store;           // host:port of the launcher's rendezvous store
-  std::string device = "cpu";  // "cpu" or "cuda[:N]" (single process only)
-  std::string dtype = "auto";  // CUDA compute dtype: auto, bf16, f16 or f32
-  int logprobs = -1;           // -1 = off; else alternatives per token (SamplingParams::logprobs)
-  bool ignore_eos = false;     // generate max_tokens even past EOS (benchmarks, fault tests)
+  int rank = -1;                      // set in rank processes spawned by the launcher
+  std::string store;                  // host:port of the launcher's rendezvous store
+  std::string device = "cpu";         // "cpu" or "cuda[:N]" (single process only)
+  std::string dtype = "auto";         // CUDA compute dtype: auto, bf16, f16 or f32
+  std::string quantization = "none";  // online quantization at load: none or fp8
+  int logprobs = -1;        // -1 = off; else alternatives per token (SamplingParams::logprobs)
+  bool ignore_eos = false;  // generate max_tokens even past EOS (benchmarks, fault tests)
 };
 
 // id:"text" of one token, its text decoded alone with \\, \" and control
@@ -158,12 +160,12 @@ tessera::StatusOr<tessera::ParallelConfig> ParseLayout(const tessera::ModelConfi
                                                        const GenerateArgs& a, bool pp_given) {
   using namespace tessera;
   if (a.tp.size() <= 1)
-    return ParallelConfig::Make(cfg, a.tp.empty() ? 1 : a.tp[0], a.pp, a.layers);
+    return ParallelConfig::Make(cfg, a.tp.empty() ? 1 : a.tp[0], a.pp, a.layers, a.expert_parallel);
   const int n = static_cast<int>(a.tp.size());
   if (pp_given && a.pp != n)
     return InvalidArgument("--tp lists " + std::to_string(n) + " stages but --pp is " +
                            std::to_string(a.pp));
-  return ParallelConfig::MakePerStage(cfg, a.tp, a.layers);
+  return ParallelConfig::MakePerStage(cfg, a.tp, a.layers, a.expert_parallel);
 }
 
 int RunGenerate(const GenerateArgs& a, bool pp_given) {
@@ -174,6 +176,8 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   if (!cfg.ok()) return Fail(cfg.status());
   auto par = ParseLayout(*cfg, a, pp_given);
   if (!par.ok()) return Fail(par.status());
+  auto online = ParseOnlineQuantization(a.quantization);
+  if (!online.ok()) return Fail(online.status().WithContext("--quantization"));
   std::string text = a.prompt;
   bool add_special = true;
   if (!a.raw) {
@@ -235,7 +239,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     } else {
       dev.backend = &kernels::CpuBackend();
     }
-    auto loaded = LoadModel(a.model, *par, 0, nullptr, {}, dev.backend);
+    auto loaded = LoadModel(a.model, *par, 0, nullptr, {}, dev.backend, nullptr, *online);
     if (!loaded.ok()) return Fail(loaded.status());
     load_seconds = loaded->load_seconds;
     weight_bytes = loaded->weight_bytes;
@@ -260,6 +264,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.pp = par->pp;
     o.tp_per_stage = par->tp_per_stage;
     o.layers_per_stage = a.layers;
+    o.expert_parallel = a.expert_parallel;
     o.rank = a.rank;
     StatusOr<TcpEndpoint> store = ParseHostPort(a.store, EndpointUse::kConnect);
     if (!store.ok()) return Fail(store.status().WithContext("--store"));
@@ -271,6 +276,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.timeout_seconds = a.timeout;
     o.kv_blocks = blocks;
     o.block_size = a.block_size;
+    o.quantization = *online;
     auto r = RunRank(o, {req}, tok->get(), a.rank == 0 ? TextCallback(print_text) : TextCallback());
     if (!r.ok()) return Fail(r.status());
     if (a.rank != 0) return 0;
@@ -336,6 +342,9 @@ int main(int argc, char** argv) {
   CLI::Option* pp_opt = gen->add_option("--pp", g.pp, "pipeline stages")->check(CLI::Range(1, 64));
   gen->add_option("--layers", g.layers,
                   "layers per stage, e.g. --layers 10 20 (default: even split)");
+  gen->add_flag("--expert-parallel", g.expert_parallel,
+                "MoE models: each tp rank holds whole experts, 1/tp of them (default: a 1/tp "
+                "slice of every expert)");
   gen->add_option("--timeout", g.timeout,
                   "seconds before a collective or receive is declared failed")
       ->check(CLI::PositiveNumber);
@@ -343,6 +352,10 @@ int main(int argc, char** argv) {
                   "cpu, or cuda[:N] to run on GPU N (one process: --tp 1 --pp 1)");
   gen->add_option("--dtype", g.dtype, "CUDA compute dtype: auto (the checkpoint's), bf16, f16, f32")
       ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}));
+  gen->add_option("--quantization", g.quantization,
+                  "online quantization at load: none, or fp8 (per-channel FP8 projections, as "
+                  "model.quantization)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");
   tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);

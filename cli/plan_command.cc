@@ -30,6 +30,7 @@ struct PlanArgs {
   int64_t min_kv_tokens = 0;
   double memory_fraction = 0.9;
   std::string dtype;
+  std::string quantization = "none";  // model.quantization: none or fp8
   int64_t prompt_tokens = 512;
   int64_t output_tokens = 256;
   int64_t max_batch = 256;
@@ -84,6 +85,10 @@ int RunPlan(const PlanArgs& a) {
     return Fail(InvalidArgument("a dry run needs --model and --topology (or --cluster URL)"));
   auto model = LoadModel(a.model);
   if (!model.ok()) return Fail(model.status());
+  auto online = ParseOnlineQuantization(a.quantization);
+  if (!online.ok()) return Fail(online.status().WithContext("--quantization"));
+  if (*online == QuantMethod::kOnlineFp8 && !model->quantization.quantized())
+    model->quantization = OnlineFp8Quantization();
   auto topo = LoadTopologyFile(a.topology);
   if (!topo.ok()) return Fail(topo.status());
   auto cluster = BuildClusterModel(*topo);
@@ -98,6 +103,9 @@ int RunPlan(const PlanArgs& a) {
   if (!a.dtype.empty()) {
     auto dt = ParseDType(a.dtype);
     if (!dt.ok()) return Fail(dt.status().WithContext("--dtype"));
+    if (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kBF16)
+      return Fail(InvalidArgument("--dtype " + a.dtype +
+                                  ": expected BF16, F16 or F32 (FP8 weights: --quantization fp8)"));
     o.weight_dtype = *dt;
   }
   o.prompt_tokens = a.prompt_tokens;
@@ -142,6 +150,10 @@ Subcommand AddPlanCommand(CLI::App& app) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--dtype", a->dtype,
                   "weight dtype to serve in: BF16, F16 or F32 (default: the checkpoint's)");
+  cmd->add_option("--quantization", a->quantization,
+                  "none, or fp8: plan for the projections quantized to FP8 at load "
+                  "(model.quantization); an FP8 checkpoint is planned in FP8 either way")
+      ->check(CLI::IsMember({"none", "fp8"}));
   cmd->add_option("--prompt-tokens", a->prompt_tokens, "throughput workload: prompt length")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--output-tokens", a->output_tokens, "throughput workload: tokens generated")

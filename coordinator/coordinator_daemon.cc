@@ -9,7 +9,9 @@
 #include "common/net/curve_keys.h"
 #include "common/net/endpoint.h"
 #include "common/net/store_auth.h"
+#include "common/topology/report.h"
 #include "coordinator/api/api_routes.h"
+#include "coordinator/control/registration_check.h"
 #include "coordinator/control/worker_cluster.h"
 #include "coordinator/placement/placement_planner.h"
 
@@ -89,6 +91,10 @@ Status CoordinatorDaemon::Start() {
   auto model = LoadModelConfig(dir);
   if (!model.ok()) return model.status().WithContext(model_key);
   model_ = std::move(model).value();
+  // model.quantization = "fp8" quantizes a dense checkpoint at load (the
+  // workers get it in AssignShard); the planner counts its FP8 bytes.
+  if (config_.model.quantization == QuantMethod::kOnlineFp8 && !model_.quantization.quantized())
+    model_.quantization = OnlineFp8Quantization();
   auto tokenizer = Tokenizer::Load(dir);
   if (!tokenizer.ok()) return tokenizer.status().WithContext(model_key);
   tokenizer_ = std::move(tokenizer).value();
@@ -185,18 +191,22 @@ Status CoordinatorDaemon::StartControlPlane() {
   co.on_worker_lost = [this](const std::string& id) { events_->OnWorkerLost(id); };
   co.on_worker_forgotten = [this](const std::string& id) { events_->OnWorkerForgotten(id); };
   co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
-  // The planner needs a readable topology report; a broken one is refused
-  // at registration. The GPUs of one host send the same report, and a fleet
-  // registers thousands at once: reports already found valid are not
-  // parsed again (the last kCheckedReports, owner thread of the control
-  // plane only).
-  co.accept_register = [checked = std::make_shared<std::deque<std::string>>()](
-                           const ControlPeer&, const control::Register& reg) -> Status {
+  // The planner needs a readable, plausible topology report and device
+  // (coordinator/control/registration_check.h); a broken or impossible one
+  // is refused at registration, naming the field. The GPUs of one host send
+  // the same report, and a fleet registers thousands at once: reports
+  // already found valid are not parsed again (the last kCheckedReports,
+  // owner thread of the control plane only).
+  co.accept_register = [checked = std::make_shared<std::deque<std::string>>(),
+                        backend = config_.worker.backend](const ControlPeer&,
+                                                          const control::Register& reg) -> Status {
     constexpr size_t kCheckedReports = 64;
     const std::string& json = reg.topology_json();
     if (json.empty() || std::find(checked->rbegin(), checked->rend(), json) != checked->rend())
-      return Status::Ok();
-    TESSERA_RETURN_IF_ERROR(TopologyReportFromJson(json, "Register.topology_json").status());
+      return CheckRegistrationPlausible(reg, backend, nullptr);
+    TESSERA_ASSIGN_OR_RETURN(TopologyReport report,
+                             TopologyReportFromJson(json, "Register.topology_json"));
+    TESSERA_RETURN_IF_ERROR(CheckRegistrationPlausible(reg, backend, &report));
     checked->push_back(json);
     if (checked->size() > kCheckedReports) checked->pop_front();
     return Status::Ok();
@@ -242,7 +252,8 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        replicas_.get());
+                                        replicas_.get(), &model_,
+                                        model_.quantization.Describe());
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
                                                       store_.get(), replicas_.get());
   cluster_metrics_->Install();
@@ -281,6 +292,7 @@ void CoordinatorDaemon::Stop() {
   }
   if (api_) api_->Stop();
   if (admin_) admin_->Stop();
+  if (openai_) openai_->Stop();  // the requests being prepared, after the listeners
   if (control_) control_->Stop();
 }
 

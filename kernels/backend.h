@@ -24,6 +24,7 @@
 #include "common/base/dtype.h"
 #include "common/base/status.h"
 #include "common/base/tensor.h"
+#include "kernels/upload_queue.h"
 
 namespace tessera::kernels {
 
@@ -90,6 +91,11 @@ class Backend {
   // now. Errors: those of `body`; kUnimplemented on the CPU backend; the
   // device call that failed, named.
   virtual StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<Status()>& body);
+
+  // A queue that fills host data on several threads and copies it into this backend's tensors
+  // (kernels/upload_queue.h): pinned staging buffers and a copy stream on CUDA; on the CPU
+  // (and by default) the synchronous queue. Errors: the device call that failed, named.
+  virtual StatusOr<std::unique_ptr<UploadQueue>> NewUploadQueue(const UploadOptions& options);
 
   // Allocate + Copy: `host` (any device) placed on this backend.
   StatusOr<Tensor> Upload(const Tensor& host);

@@ -87,6 +87,10 @@ class CudaBackendImpl final : public Backend {
     return ctx_->CopyToDevice(dst.raw(), src, bytes);
   }
 
+  StatusOr<std::unique_ptr<UploadQueue>> NewUploadQueue(const UploadOptions& options) override {
+    return cuda::NewPinnedUploadQueue(*ctx_, options);
+  }
+
   StatusOr<std::unique_ptr<CapturedWork>> Capture(const std::function<Status()>& body) override {
     auto pool = std::make_shared<cuda::DeviceAllocator::Pool>();
     cuda::DeviceAllocator& alloc = ctx_->allocator();

@@ -178,4 +178,9 @@ class Context {
 StatusOr<Context*> Current();
 void SetCurrent(Context* context);
 
+// The pinned, multi-threaded UploadQueue of a CUDA backend (kernels/upload_queue_cuda.cc); it
+// first waits for ctx's stream. Errors: the CUDA call that failed (cudaHostAlloc, ...), named.
+StatusOr<std::unique_ptr<UploadQueue>> NewPinnedUploadQueue(Context& ctx,
+                                                            const UploadOptions& options);
+
 }  // namespace tessera::kernels::cuda

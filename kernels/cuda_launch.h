@@ -18,6 +18,16 @@
 
 namespace tessera::kernels::cuda {
 
+// The decode GEMM (kernels/skinny_gemm_cuda.cu): y[m, n] = x[m, k] w[n, k]^T (+ bias[n]) for
+// 1 <= m <= kSkinnyGemmMaxRows, x, w and bias of dtype `in` (BF16 or F16), y of dtype `in` or
+// F32, fp32 accumulation; x and y dense row-major, w in the nn.Linear layout. SkinnyGemmApplies
+// says whether the kernel takes these inputs (dtype, m, k % 8 == 0, 16-byte aligned x and w);
+// the launcher returns cudaErrorInvalidValue where it does not.
+inline constexpr int64_t kSkinnyGemmMaxRows = 8;
+bool SkinnyGemmApplies(DType in, int64_t m, int64_t k, const void* x, const void* w);
+cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, const void* bias,
+                             void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
 // y = rmsnorm(x) * (w_offset + w), or with `add`: residual += add (rounded
 // to the dtype), y = rmsnorm(residual) * (w_offset + w). x is ignored when
 // add is given. Shapes: rows x hidden.
@@ -33,6 +43,10 @@ cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t rows,
 // x [tokens, heads, head_dim] rotated in place (HF rotate_half layout).
 cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const float* inv_freq,
                        int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream);
+// q [tokens, q_heads, head_dim] and k [tokens, k_heads, head_dim] rotated in place, one launch.
+cudaError_t LaunchRopeQk(DType dtype, void* q, void* k, const int32_t* positions,
+                         const float* inv_freq, int64_t tokens, int64_t q_heads, int64_t k_heads,
+                         int64_t head_dim, cudaStream_t stream);
 
 // out = silu(gate) * up, `count` elements.
 cudaError_t LaunchSiluMul(DType dtype, const void* gate, const void* up, void* out, int64_t count,

@@ -2,10 +2,15 @@
 // accumulation (CUBLAS_COMPUTE_32F, no TF32), the bias as a cuBLASLt
 // epilogue. Row-major y = x W^T is column-major y^T = W x^T, i.e. the "TN"
 // GEMM with A = W (op T) and B = x (op N), so weights keep their nn.Linear
-// layout. The algorithm is cuBLASLt's first heuristic choice. (Timing all
+// layout. The algorithm is cuBLASLt's first heuristic choice. Decode shapes (m <= 8 rows of
+// bf16/fp16) run the skinny GEMM of kernels/skinny_gemm_cuda.cu instead, which streams the
+// weight closer to the HBM bandwidth; TESSERA_CUDA_SKINNY_GEMM=0 turns it off (the A/B in
+// bench/results). (Timing all
 // heuristic candidates per shape was tried and made some cublasLtMatmul calls
 // fail on the H200 with CUBLAS_STATUS_EXECUTION_FAILED; not pursued.)
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
@@ -106,6 +111,15 @@ StatusOr<GemmPlan*> Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType in
   return Unimplemented("cuBLASLt has no algorithm for " + what);
 }
 
+// TESSERA_CUDA_SKINNY_GEMM=0 sends every shape to cuBLASLt; read once.
+bool SkinnyGemmEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 }  // namespace
 
 Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
@@ -129,6 +143,13 @@ Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   }
   if (m == 0) return Status::Ok();
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  if (SkinnyGemmEnabled() && SkinnyGemmApplies(x.dtype(), m, k, x.raw(), w.raw())) {
+    TESSERA_CUDA_LAUNCH_CHECK(
+        LaunchSkinnyGemm(x.dtype(), y.dtype(), x.raw(), w.raw(),
+                         bias.defined() ? bias.raw() : nullptr, y.raw(), m, n, k, ctx->stream()),
+        "SkinnyGemmKernel");
+    return Status::Ok();
+  }
   int align = std::min({Alignment(x.raw()), Alignment(w.raw()), Alignment(y.raw())});
   if (bias.defined()) align = std::min(align, Alignment(bias.raw()));
   TESSERA_ASSIGN_OR_RETURN(GemmPlan * plan, Plan(*ctx, m, n, k, x.dtype(), y.dtype(), bias, align));

@@ -23,11 +23,18 @@ namespace tessera::kernels {
 // positions to rotate one sequence with its own inv_freq (dynamic NTK).
 Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 
+// ApplyRope of q [tokens, q_heads, head_dim] and of k [tokens, kv_heads, head_dim] with the same
+// positions and inv_freq: one kernel on CUDA, two calls on the CPU. q and k share a dtype and
+// head_dim. Errors: as ApplyRope, naming q or k.
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq);
+
 namespace cpu {
 Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
-}
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq);
+}  // namespace cpu
 namespace cuda {
 Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);
-}
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq);
+}  // namespace cuda
 
 }  // namespace tessera::kernels

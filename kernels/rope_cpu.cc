@@ -9,6 +9,13 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   return TESSERA_DISPATCH(x.device(), ApplyRope, x, positions, inv_freq);
 }
 
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) {
+  if (q.device() != k.device())
+    return InvalidArgument("rope: q " + q.Describe() + " and k " + k.Describe() +
+                           " on different devices");
+  return TESSERA_DISPATCH(q.device(), ApplyRopeQk, q, k, positions, inv_freq);
+}
+
 namespace cpu {
 
 Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq_t) {
@@ -38,6 +45,11 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq_t) {
     }
   }
   return Status::Ok();
+}
+
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) {
+  TESSERA_RETURN_IF_ERROR(ApplyRope(q, positions, inv_freq).WithContext("q"));
+  return ApplyRope(k, positions, inv_freq).WithContext("k");
 }
 
 }  // namespace cpu

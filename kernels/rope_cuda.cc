@@ -22,4 +22,23 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   return Status::Ok();
 }
 
+Status ApplyRopeQk(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq) {
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "rope q"));
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(k, 3, Device::kCUDA, "rope k"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(positions, 1, DType::kI32, "rope positions"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(inv_freq, 1, DType::kF32, "rope inv_freq"));
+  TESSERA_RETURN_IF_ERROR(ExpectDType(k, q.dtype(), "rope k", "q"));
+  if (positions.device() != Device::kCUDA || inv_freq.device() != Device::kCUDA ||
+      k.dim(2) != q.dim(2) || inv_freq.dim(0) != q.dim(2) / 2 || positions.dim(0) != q.dim(0) ||
+      k.dim(0) != q.dim(0))
+    return InvalidArgument("rope: q " + q.Describe() + ", k " + k.Describe() + " with inv_freq " +
+                           inv_freq.Describe() + " and positions " + positions.Describe());
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchRopeQk(q.dtype(), q.raw(), k.raw(), positions.data<int32_t>(), inv_freq.data<float>(),
+                   q.dim(0), q.dim(1), k.dim(1), q.dim(2), ctx->stream()),
+      "RopeKernel (q and k)");
+  return Status::Ok();
+}
+
 }  // namespace tessera::kernels::cuda

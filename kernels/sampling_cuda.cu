@@ -38,7 +38,26 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   float best = -INFINITY;
   int idx = INT_MAX;
   bool bad = false;  // a NaN or an infinity in this row
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  // Each thread scans its indices in increasing order and keeps the first maximum; with 16-byte
+  // rows (vocab % 4 == 0, an aligned buffer) it reads them as float4s: four times fewer loads.
+  const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  const int64_t scalar_from = vec ? vocab : 0;
+  if (vec) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int64_t i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
+      const float4 q = l4[i];
+      const float e[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        bad |= !isfinite(e[j]);
+        if (e[j] > best) {
+          best = e[j];
+          idx = static_cast<int>(4 * i + j);
+        }
+      }
+    }
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = l[i];
     bad |= !isfinite(v);
     if (v > best) {

@@ -258,6 +258,16 @@ def pipeline():
     d.panel("Communication bandwidth, by op",
             [(f"sum by (replica, stage, op) (rate(tessera_comm_bytes_total{{{SEL}}}[{RATE}]))",
               "replica {{replica}} stage {{stage}} {{op}}")], unit="Bps")
+    # MoE models only: tokens routed to each expert (no series for a dense model).
+    per_expert = (f"sum by (replica, stage, expert) "
+                  f"(rate(tessera_moe_expert_tokens_total{{{SEL}}}[{RATE}]))")
+    d.row("Mixture of experts")
+    d.panel("Tokens per second per expert",
+            [(per_expert, "replica {{replica}} stage {{stage}} expert {{expert}}")])
+    d.panel("Expert imbalance (busiest expert / mean expert)",
+            [(f"max by (replica, stage) ({per_expert}) / "
+              f"clamp_min(avg by (replica, stage) ({per_expert}), 1e-9)",
+              "replica {{replica}} stage {{stage}}")], minv=1)
     return d
 
 

@@ -38,6 +38,8 @@ import shutil
 import sys
 import tempfile
 
+from moe_fixtures import MOE_FIXTURES, save_fused_experts
+
 MIN_MARGIN = 2e-3      # smallest accepted top1-top2 logit gap in a greedy continuation
 NEW_TOKENS = 16
 MAX_FIXTURE_BYTES = 1_500_000
@@ -69,6 +71,7 @@ FIXTURES = [
     {
         "name": "llama_mha_tied_bf16",
         "seed": 202,
+        "online_fp8": True,  # also reference_online_fp8.json (model.quantization = "fp8")
         "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
         "config": {
             "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
@@ -236,6 +239,44 @@ FIXTURES = [
         "require_prompt_longer_than_window": True,
     },
     {
+        # HF "fp8" (FineGrainedFP8Config's layout, tools/fp8_fixtures.py): 32x32 blocks so that tp 2
+        # cuts blocks (k/v_proj: 32 rows -> 16 per rank; gate/up: 96 -> 48; down_proj's columns too).
+        "name": "llama_fp8_block",
+        "seed": 1111,
+        "fp8": {"format": "fp8", "block": [32, 32]},
+        "tokenizer": {"kind": "byte_level", "specials": BYTE_LEVEL_SPECIALS, "specials_at_end": False,
+                      "bos": "<|begin_of_text|>", "eos": "<|end_of_text|>", "pad": "<|pad|>", "add_bos": True},
+        "config": {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
+            "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+            "vocab_size": 512, "initializer_range": 0.2, "pretraining_tp": 1, "use_cache": True,
+            "torch_dtype": "bfloat16",
+        },
+    },
+    {
+        # compressed-tensors FP8_DYNAMIC (per-channel weight scales, dynamic activations) on Qwen3.
+        "name": "qwen3_fp8_channel_ct",
+        "seed": 1212,
+        "fp8": {"format": "compressed-tensors"},
+        "tokenizer": {"kind": "byte_level", "style": "qwen2", "specials": QWEN_SPECIALS, "specials_at_end": True,
+                      "bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "add_bos": False},
+        "config": {
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+            "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+            "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
+            "vocab_size": 512, "initializer_range": 0.2, "use_cache": True,
+            "torch_dtype": "bfloat16",
+        },
+        "eos_list": ["<|im_end|>", "<|endoftext|>"],
+        "bos_token_name": "<|endoftext|>",
+    },
+    {
         "name": "mistral_dynamic",
         "seed": 505,
         "tokenizer": {"kind": "metaspace", "bos": "<s>", "eos": "</s>", "unk": "<unk>", "add_bos": True},
@@ -252,6 +293,8 @@ FIXTURES = [
         "require_long_prompt_over_max_pos": True,
     },
 ]
+
+FIXTURES += MOE_FIXTURES  # tools/moe_fixtures.py
 
 # Candidate prompts. Of those that pass (3..20 tokens, margins >= MIN_MARGIN), a fixture keeps
 # the shortest, the longest and then the first others in this order, up to 4.
@@ -544,7 +587,9 @@ def build_fixture(fx, out_root):
     model = model.to(dtype)
     with tempfile.TemporaryDirectory() as tmp:
         shards = fx.get("shards", 1)
-        if shards > 1:
+        if fx.get("fused_experts"):
+            save_fused_experts(model, tmp, cfg["tie_word_embeddings"])
+        elif shards > 1:
             total = sum(p.numel() * p.element_size() for n, p in model.state_dict().items()
                         if not (cfg["tie_word_embeddings"] and n == "lm_head.weight"))
             model.save_pretrained(tmp, max_shard_size=int(total * 0.6))
@@ -558,15 +603,26 @@ def build_fixture(fx, out_root):
         for f in files:
             shutil.copy(os.path.join(tmp, f), os.path.join(d, f))
     del model
+    # FP8 fixtures (tools/fp8_fixtures.py): the saved checkpoint is rewritten in the FP8 format; the
+    # reference loads `ref_dir` (transformers itself for HF fp8, the dequantized weights otherwise).
+    ref_dir = d
+    fp8 = fx.get("fp8")
+    if fp8:
+        import fp8_fixtures
+        dense_dir = tempfile.mkdtemp(prefix="fp8-dense-")
+        fp8_fixtures.quantize_checkpoint(d, fp8, dense_dir)
+        if fp8["format"] != "fp8":
+            ref_dir = dense_dir
 
     # --- reference -----------------------------------------------------------------------------
     raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     hf_tok = AutoTokenizer.from_pretrained(d)
-    m32, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True,
+    m32, info = AutoModelForCausalLM.from_pretrained(ref_dir, dtype=torch.float32, output_loading_info=True,
                                                      **load_kwargs)
     if any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
         raise RuntimeError("%s: loading the saved checkpoint: %s" % (name, info))
-    mnat = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, **load_kwargs)
+    # An FP8 checkpoint has no native-dtype run on CPU: last_logits_native is left out.
+    mnat = m32 if fp8 else AutoModelForCausalLM.from_pretrained(d, dtype=dtype, **load_kwargs)
     for m in (m32, mnat):
         if "attn_implementation" in fx and m.config._attn_implementation != fx["attn_implementation"]:
             raise RuntimeError("%s: transformers runs %s attention" % (name, m.config._attn_implementation))
@@ -655,6 +711,10 @@ def build_fixture(fx, out_root):
             "by up to %.3g here, so compare it at atol %.2g."
             % (transformers.__version__, cfg["torch_dtype"], min_margin, cfg["torch_dtype"], native_diff,
                max(1e-3, 2 * native_diff)))
+    if fp8:
+        for p in prompts:
+            p.pop("last_logits_native")
+        note = fp8_fixtures.reference_note(fp8, transformers.__version__, min_margin)
     if want_rope == "longrope":
         note += (" Longrope follows transformers: a forward whose largest position is p uses the long "
                  "factors when p+1 > original_max_position_embeddings, else the short ones, and K already "
@@ -680,6 +740,11 @@ def build_fixture(fx, out_root):
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
+    if fp8:
+        shutil.rmtree(dense_dir, ignore_errors=True)
+    if fx.get("online_fp8"):
+        import fp8_fixtures
+        fp8_fixtures.write_online_reference(fx, d, prompts, load_kwargs, NEW_TOKENS, f32)
     size = dir_bytes(d)
     if size >= MAX_FIXTURE_BYTES:
         raise RuntimeError("%s: fixture is %d bytes, limit %d" % (name, size, MAX_FIXTURE_BYTES))

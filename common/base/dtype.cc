@@ -1,5 +1,6 @@
 #include "common/base/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tessera {
@@ -17,6 +18,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kI64:
       return 8;
     case DType::kU8:
+      return 1;
+    case DType::kF8E4M3:
       return 1;
   }
   return 0;
@@ -36,6 +39,8 @@ const char* DTypeName(DType dtype) {
       return "I64";
     case DType::kU8:
       return "U8";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -47,8 +52,9 @@ StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
   if (name == "U8") return DType::kU8;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return Unimplemented("unknown dtype '" + std::string(name) +
-                       "' (supported: F32, F16, BF16, I32, I64, U8)");
+                       "' (supported: F32, F16, BF16, I32, I64, U8, F8_E4M3)");
 }
 
 float F16ToF32(uint16_t h) {
@@ -83,6 +89,39 @@ uint16_t F32ToF16(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
 }
 
+float F8E4M3ToF32(uint8_t b) {
+  const bool negative = (b & 0x80u) != 0;
+  const int exp = (b >> 3) & 0xf;
+  const int mant = b & 0x7;
+  float value;
+  if (exp == 0xf && mant == 0x7) {
+    value = std::nanf("");
+  } else if (exp == 0) {
+    value = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant x 2^-6 / 8
+  } else {
+    value = std::ldexp(static_cast<float>(8 + mant), exp - 10);  // 1.mmm x 2^(exp-7)
+  }
+  return negative ? -value : value;
+}
+
+uint8_t F32ToF8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80u : 0x00u;
+  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7fu);
+  const float a = std::min(std::fabs(f), kF8E4M3Max);
+  // Below the smallest normal (2^-6) the grid is 2^-9; nearbyint rounds half
+  // to even in the default rounding mode. 8 x 2^-9 carries into exp 1, mant 0,
+  // which is bits 0x08: the same integer.
+  if (a < 0.015625f)
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f)));
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m x 2^e, m in [0.5, 1)
+  // a = (2m) x 2^(e-1): biased exponent e - 1 + 7, three mantissa bits of
+  // 2m - 1; a rounded-up mantissa of 8 carries into the exponent by the add.
+  const int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
+  const int bits = ((e + 6) << 3) + mant;
+  return static_cast<uint8_t>(sign | std::min(bits, 0x7e));
+}
+
 void ConvertToF32(DType dtype, const void* src, float* dst, size_t count) {
   switch (dtype) {
     case DType::kF32:
@@ -96,6 +135,11 @@ void ConvertToF32(DType dtype, const void* src, float* dst, size_t count) {
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = F8E4M3ToF32(s[i]);
       return;
     }
     default:

@@ -35,6 +35,7 @@
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/format/quantization.h"
 #include "common/net/net_defaults.h"
 #include "common/tokenizer/chat_template.h"
 
@@ -59,6 +60,14 @@ struct ModelSection {
   // "llama3" or "llama2" force a built-in format instead (for a model without
   // a template, or one using a Jinja construct Tessera refuses).
   std::optional<ChatFormat> chat_template;
+  // Online quantization at load: kNone ("none", the checkpoint as it is) or
+  // kOnlineFp8 ("fp8": a bf16/f16/f32 checkpoint's linear projections are
+  // quantized to FP8 e4m3 with one scale per output channel, slice by slice
+  // on each rank; common/format/quantization.h). Halves the weight bytes of
+  // bf16 on a backend that keeps FP8 (the planner counts FP8 bytes); the CPU
+  // backend computes with the dequantized weights, so only the rounding
+  // changes there. A checkpoint that is FP8 already keeps its own scales.
+  QuantMethod quantization = QuantMethod::kNone;
 };
 
 enum class ParallelMode {
@@ -124,6 +133,15 @@ struct ReplicaOverride {
 // The layout keys (tp, tp_per_stage, pp, layers_per_stage) and their
 // defaults are LayoutSection's.
 struct ParallelSection : LayoutSection {
+  // MoE models (docs/architecture.md "The MoE layer"): false = every tp rank
+  // holds a 1/tp slice of every expert (as the dense MLP is split); true =
+  // every tp rank holds whole experts, 1/tp of them (uneven counts spread as
+  // evenly as they allow), routes every token and runs only its own. Whole
+  // experts run fewer, larger GEMMs per rank and lift the need for tp to
+  // divide moe_intermediate_size; slices keep every rank's work equal
+  // whatever the routing. Ignored for dense models; either mode.
+  bool expert_parallel = false;
+
   // "auto" or "explicit". When the file does not name a mode, setting any of
   // tp, pp or layers_per_stage selects "explicit"; otherwise "auto". In "auto"
   // mode tp, pp and layers_per_stage must not be set.
@@ -231,6 +249,17 @@ struct ServerSection {
   // /admin/cluster size a flood of registrations can cost; set it above the
   // largest fleet this coordinator serves, with room for restarts.
   int max_workers = 256;
+  // Largest prompt accepted, bytes of text (a completion's prompt, each one
+  // of a list; a chat request's message contents together), >= 1; larger
+  // get 413 naming this key, before any tokenization. Bounds the CPU one
+  // request costs the coordinator (tokenizing ~1 MiB of text takes tens to
+  // hundreds of ms); a prompt of token ids is bounded by max_body_bytes.
+  int64_t max_prompt_bytes = 1 << 20;
+  // Threads that prepare requests (parse the body, render the chat
+  // template, tokenize) off the HTTP I/O threads, at a lower CPU priority
+  // than serving; 0 = one per two hardware threads (at least 1). At most
+  // max_connections requests wait for one; more get 503.
+  int request_threads = 0;
 };
 
 // [heartbeat]: failure detection between coordinator and workers.
@@ -247,6 +276,23 @@ struct HeartbeatSection {
   // the server.max_workers count. Longer keeps a dead worker visible to
   // operators; shorter frees room for new registrations sooner.
   double forget_failed_after_seconds = 300.0;
+  // Seconds the workers of a new plan get to join their groups and report
+  // Loaded, > 0. A worker that has not by then (or that made its peers'
+  // rendezvous fail) is named in the error and left out of the next
+  // placement attempt for a back-off (this long, doubling with each
+  // exclusion of the same worker up to 1 hour), so re-plans converge onto
+  // workers that do load. Longer suits slow disks and large shards; shorter
+  // recovers sooner from a worker that never loads.
+  double load_timeout_seconds = 120.0;
+  // Seconds one step (a micro-batch through the pipeline) may take before
+  // it is declared hung, > 0: the replica re-plans as for a lost worker,
+  // leaving out the rank that was still computing (named in the error), and
+  // its requests resume elsewhere. Must exceed the longest step (a full
+  // scheduler.max_batch_tokens prefill on the slowest worker) with margin,
+  // and be at most the workers' collective timeout (tessera-worker
+  // --timeout, 30 s by default), else a peer's timeout reports the hang
+  // first without naming the rank.
+  double step_timeout_seconds = 30.0;
 };
 
 // [kv_cache]: the paged KV cache on every worker.
@@ -522,12 +568,12 @@ StatusOr<DaemonConfig> ParseDaemonConfig(const std::string& text, const std::str
 //    server.control_endpoint or worker.coordinator not "tcp://HOST:PORT"
 //    (worker.coordinator not a wildcard address);
 //  - server.tls_cert without tls_key or the reverse; read_timeout_seconds,
-//    max_body_bytes, max_connections, max_header_count, max_streams or
-//    max_workers < or = 0; max_workers below the workers waited for (tp * pp
-//    in explicit mode, parallel.workers in auto mode);
+//    max_body_bytes, max_connections, max_header_count, max_streams,
+//    max_workers or max_prompt_bytes < or = 0; request_threads < 0; max_workers below the workers
+//    waited for (tp * pp in explicit mode, parallel.workers in auto mode);
 //  - heartbeat interval or timeout not a finite number > 0, or
-//    timeout_seconds <= interval_seconds; forget_failed_after_seconds not a
-//    finite number > 0;
+//    timeout_seconds <= interval_seconds; forget_failed_after_seconds,
+//    load_timeout_seconds or step_timeout_seconds not a finite number > 0;
 //  - kv_cache.memory_fraction outside (0, 1]; block_size < 1; max_blocks < 0;
 //  - scheduler: max_batch_tokens, max_sequences, queue_limit or
 //    prefill_chunk_tokens < 1; max_context, max_prompt_tokens or

@@ -134,6 +134,11 @@ const std::vector<Choice<std::optional<ChatFormat>>>& ChatTemplateChoices() {
                                                                    {"llama2", ChatFormat::kLlama2}};
   return c;
 }
+const std::vector<Choice<QuantMethod>>& QuantizationChoices() {
+  static const std::vector<Choice<QuantMethod>> c = {{"none", QuantMethod::kNone},
+                                                     {"fp8", QuantMethod::kOnlineFp8}};
+  return c;
+}
 const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
   static const std::vector<Choice<ParallelMode>> c = {{"auto", ParallelMode::kAuto},
                                                       {"explicit", ParallelMode::kExplicit}};
@@ -478,6 +483,9 @@ const std::vector<Field>& Fields() {
           "model", "chat_template",
           Member<ModelSection, std::optional<ChatFormat>>{&D::model, &ModelSection::chat_template},
           ChatTemplateChoices()),
+      EnumField("model", "quantization",
+                Member<ModelSection, QuantMethod>{&D::model, &ModelSection::quantization},
+                QuantizationChoices()),
 
       EnumField("parallel", "mode",
                 Member<ParallelSection, ParallelMode>{&D::parallel, &ParallelSection::mode},
@@ -496,6 +504,8 @@ const std::vector<Field>& Fields() {
           Member<ParallelSection, ParallelObjective>{&D::parallel, &ParallelSection::objective},
           ParallelObjectiveChoices()),
       ReplicaOverrideField(),
+      BoolField("parallel", "expert_parallel",
+                Member<ParallelSection, bool>{&D::parallel, &ParallelSection::expert_parallel}),
 
       StringField("server", "host",
                   Member<ServerSection, std::string>{&D::server, &ServerSection::host}),
@@ -518,6 +528,10 @@ const std::vector<Field>& Fields() {
                Member<ServerSection, int>{&D::server, &ServerSection::max_streams}),
       IntField("server", "max_workers",
                Member<ServerSection, int>{&D::server, &ServerSection::max_workers}),
+      IntField("server", "max_prompt_bytes",
+               Member<ServerSection, int64_t>{&D::server, &ServerSection::max_prompt_bytes}),
+      IntField("server", "request_threads",
+               Member<ServerSection, int>{&D::server, &ServerSection::request_threads}),
 
       NumberField(
           "heartbeat", "interval_seconds",
@@ -528,6 +542,12 @@ const std::vector<Field>& Fields() {
       NumberField("heartbeat", "forget_failed_after_seconds",
                   Member<HeartbeatSection, double>{&D::heartbeat,
                                                    &HeartbeatSection::forget_failed_after_seconds}),
+      NumberField(
+          "heartbeat", "load_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::load_timeout_seconds}),
+      NumberField(
+          "heartbeat", "step_timeout_seconds",
+          Member<HeartbeatSection, double>{&D::heartbeat, &HeartbeatSection::step_timeout_seconds}),
 
       NumberField("kv_cache", "memory_fraction",
                   Member<KvCacheSection, double>{&D::kv_cache, &KvCacheSection::memory_fraction}),

@@ -296,6 +296,13 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (srv.max_streams < 1) {
     return Bad(c, "server.max_streams", fmt::format("must be >= 1, got {}", srv.max_streams));
   }
+  if (srv.max_prompt_bytes < 1)
+    return Bad(c, "server.max_prompt_bytes",
+               fmt::format("must be >= 1, got {}", srv.max_prompt_bytes));
+  if (srv.request_threads < 0)
+    return Bad(c, "server.request_threads",
+               fmt::format("must be >= 0 (0 = one per two hardware threads), got {}",
+                           srv.request_threads));
   if (srv.max_workers < 1) {
     return Bad(c, "server.max_workers", fmt::format("must be >= 1, got {}", srv.max_workers));
   }
@@ -394,6 +401,11 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
     return Bad(c, "heartbeat.forget_failed_after_seconds",
                "must be a finite number > 0, got " + FormatDouble(hb.forget_failed_after_seconds));
   }
+  for (const auto& [key, v] :
+       {std::pair<const char*, double>{"heartbeat.load_timeout_seconds", hb.load_timeout_seconds},
+        {"heartbeat.step_timeout_seconds", hb.step_timeout_seconds}})
+    if (!(v > 0) || !std::isfinite(v))
+      return Bad(c, key, "must be a finite number > 0, got " + FormatDouble(v));
 
   // [kv_cache]
   const KvCacheSection& kv = c.kv_cache;

@@ -150,6 +150,13 @@ Status Checkpoint::ReadAll(const std::string& name, DType out_dtype, void* dst) 
 
 Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, int64_t end,
                              DType out_dtype, void* dst) const {
+  return ReadSliceRows(name, dim, begin, end, 0, -1, out_dtype, dst);
+}
+
+// outer_end < 0: every outer index.
+Status Checkpoint::ReadSliceRows(const std::string& name, int dim, int64_t begin, int64_t end,
+                                 int64_t outer_begin, int64_t outer_end, DType out_dtype,
+                                 void* dst) const {
   TESSERA_ASSIGN_OR_RETURN(Location loc, Locate(name));
   const TensorInfo& t = *loc.info;
   const int rank = static_cast<int>(t.shape.size());
@@ -167,14 +174,22 @@ Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, in
   // outer = product of dims before `dim`, inner = product after, in bytes.
   uint64_t outer = 1;
   for (int i = 0; i < dim; ++i) outer *= static_cast<uint64_t>(t.shape[i]);
+  if (outer_end < 0) outer_end = static_cast<int64_t>(outer);
+  if (outer_begin < 0 || outer_begin > outer_end || static_cast<uint64_t>(outer_end) > outer) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": rows [" + std::to_string(outer_begin) + ", " + std::to_string(outer_end) +
+                      ") of the dim-" + std::to_string(dim) + " slice are outside its " +
+                      std::to_string(outer) + " rows");
+  }
   uint64_t inner_bytes = DTypeSize(t.dtype);
   for (int i = dim + 1; i < rank; ++i) inner_bytes *= static_cast<uint64_t>(t.shape[i]);
   const uint64_t dim_size = static_cast<uint64_t>(t.shape[dim]);
   Runs runs;
-  runs.offset = t.data_begin + static_cast<uint64_t>(begin) * inner_bytes;
-  runs.run_bytes = static_cast<uint64_t>(end - begin) * inner_bytes;
   runs.stride = dim_size * inner_bytes;
-  runs.count = outer;
+  runs.offset = t.data_begin + static_cast<uint64_t>(outer_begin) * runs.stride +
+                static_cast<uint64_t>(begin) * inner_bytes;
+  runs.run_bytes = static_cast<uint64_t>(end - begin) * inner_bytes;
+  runs.count = static_cast<uint64_t>(outer_end - outer_begin);
   if (runs.run_bytes == runs.stride || runs.count <= 1) {  // contiguous: one run
     runs.run_bytes *= runs.count;
     runs.stride = runs.run_bytes;
@@ -183,14 +198,43 @@ Status Checkpoint::ReadSlice(const std::string& name, int dim, int64_t begin, in
   return ReadRuns(loc, runs, out_dtype, dst);
 }
 
+Status Checkpoint::ReadSliceAt(const std::string& name, int64_t index, int dim, int64_t begin,
+                               int64_t end, DType out_dtype, void* dst) const {
+  TESSERA_ASSIGN_OR_RETURN(Location loc, Locate(name));
+  const TensorInfo& t = *loc.info;
+  const int rank = static_cast<int>(t.shape.size());
+  if (rank < 2 || dim < 1 || dim >= rank) {
+    return InvalidArgument("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                           ": cannot slice dim " + std::to_string(dim) + " of one entry (rank " +
+                           std::to_string(rank) + ")");
+  }
+  if (index < 0 || index >= t.shape[0]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": entry " + std::to_string(index) + " is outside dim 0");
+  }
+  if (begin < 0 || begin > end || end > t.shape[dim]) {
+    return OutOfRange("tensor '" + name + "' of shape " + t.ShapeString() + " in " + t.file +
+                      ": range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") is outside dim " + std::to_string(dim) + " (size " +
+                      std::to_string(t.shape[dim]) + ")");
+  }
+  // Entry `index` is the outer rows [index * per_entry, (index + 1) * per_entry) of the
+  // dim-`dim` slice, per_entry = the product of dims 1 .. dim-1.
+  int64_t per_entry = 1;
+  for (int i = 1; i < dim; ++i) per_entry *= t.shape[i];
+  return ReadSliceRows(name, dim, begin, end, index * per_entry, (index + 1) * per_entry,
+                       out_dtype, dst);
+}
+
 Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dtype,
                             void* dst) const {
   const TensorInfo& t = *loc.info;
   const bool raw = out_dtype == t.dtype;
-  if (!raw && !(out_dtype == DType::kF32 && (t.dtype == DType::kF16 || t.dtype == DType::kBF16))) {
+  if (!raw && !(out_dtype == DType::kF32 &&
+                (t.dtype == DType::kF16 || t.dtype == DType::kBF16 || t.dtype == DType::kF8E4M3))) {
     return InvalidArgument("tensor '" + t.name + "' in " + t.file + ": cannot convert " +
                            DTypeName(t.dtype) + " to " + DTypeName(out_dtype) +
-                           " (supported: the source dtype, or F32 from F32/F16/BF16)");
+                           " (supported: the source dtype, or F32 from F32/F16/BF16/F8_E4M3)");
   }
   if (runs.run_bytes == 0 || runs.count == 0) return Status::Ok();
   if (dst == nullptr) return InvalidArgument("tensor '" + t.name + "': null destination");
@@ -204,7 +248,7 @@ Status Checkpoint::ReadRuns(const Location& loc, const Runs& runs, DType out_dty
     return Status::Ok();
   }
 
-  // Convert F16/BF16 -> F32 through one reused staging buffer: fill it with
+  // Convert F16/BF16/F8_E4M3 -> F32 through one reused staging buffer: fill it with
   // run pieces (element-aligned: the capacity and every run are multiples of
   // the element size), convert, repeat.
   const size_t esize = DTypeSize(t.dtype);

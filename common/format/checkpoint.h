@@ -66,7 +66,7 @@ class Checkpoint {
   // end - begin. For W[rows, cols]: dim 0 selects rows [begin, end) (dst is
   // [end-begin, cols]), dim 1 selects columns (dst is [rows, end-begin]); a
   // 1-D tensor allows dim 0; higher ranks follow the same rule.
-  // `out_dtype` is kF32 (source F32, F16 or BF16, converted exactly as
+  // `out_dtype` is kF32 (source F32, F16, BF16 or F8_E4M3, converted exactly as
   // ConvertToF32) or the source dtype (raw copy). `dst` must hold
   // (numel of the slice) * DTypeSize(out_dtype) bytes.
   // Errors: kNotFound (tensor, directory); kInvalidArgument naming the tensor
@@ -75,6 +75,22 @@ class Checkpoint {
   // !(0 <= begin <= end <= shape[dim]); kIoError from pread.
   Status ReadSlice(const std::string& name, int dim, int64_t begin, int64_t end, DType out_dtype,
                    void* dst) const;
+  // The part of that slice at outer indices [outer_begin, outer_end), where the outer index
+  // runs over the product of the dimensions before `dim` (for dim 1 of W[rows, cols]: rows
+  // [outer_begin, outer_end) of the column slice): the loader reads a shard in chunks of whole
+  // rows this way. dim 0 has one outer index (0..1). Errors: as ReadSlice, and kOutOfRange
+  // naming the tensor when !(0 <= outer_begin <= outer_end <= outer size).
+  Status ReadSliceRows(const std::string& name, int dim, int64_t begin, int64_t end,
+                       int64_t outer_begin, int64_t outer_end, DType out_dtype, void* dst) const;
+  // ReadSlice within one entry of a stacked tensor: elements [begin, end)
+  // along dimension `dim` (>= 1) of the sub-tensor name[index] (index along
+  // dim 0), e.g. expert e's rows or columns of a transformers 5
+  // gate_up_proj [experts, 2*intermediate, hidden]. `dst` holds the slice of
+  // name[index], shaped like it except along `dim`. Errors: as ReadSlice,
+  // and kOutOfRange naming the tensor when index is outside dim 0;
+  // kInvalidArgument for a tensor of rank < 2 or dim 0.
+  Status ReadSliceAt(const std::string& name, int64_t index, int dim, int64_t begin, int64_t end,
+                     DType out_dtype, void* dst) const;
   // The whole tensor (ReadSlice over all of dim 0; scalars too).
   Status ReadAll(const std::string& name, DType out_dtype, void* dst) const;
 

@@ -13,6 +13,7 @@
 
 #include "common/format/config_reader.h"
 #include "common/format/gemma_config.h"
+#include "common/format/moe_config.h"
 
 namespace tessera {
 
@@ -21,7 +22,8 @@ namespace {
 
 constexpr const char* kSupportedArchitectures =
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-    "Gemma2ForCausalLM, Gemma3ForCausalLM (text only)";
+    "Gemma2ForCausalLM, Gemma3ForCausalLM (text only), MixtralForCausalLM, Qwen2MoeForCausalLM, "
+    "Qwen3MoeForCausalLM";
 constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, longrope (su)";
 constexpr const char* kSupportedDTypes = "float32, float16, bfloat16";
 
@@ -54,6 +56,16 @@ StatusOr<Architecture> ParseArchitecture(const ConfigReader& r, const std::strin
     if (name == "Phi3ForCausalLM") return Architecture::kPhi3;
     if (name == "Gemma2ForCausalLM") return Architecture::kGemma2;
     if (name == "Gemma3ForCausalLM") return Architecture::kGemma3Text;
+    if (name == "MixtralForCausalLM") return Architecture::kMixtral;
+    if (name == "Qwen2MoeForCausalLM") return Architecture::kQwen2Moe;
+    if (name == "Qwen3MoeForCausalLM") return Architecture::kQwen3Moe;
+    if (IsUnservedMoe(name, r)) {
+      return Unimplemented(path + ": key 'architectures': '" + name +
+                           "' is a mixture-of-experts model Tessera does not serve (MoE "
+                           "families served: " +
+                           kServedMoeArchitectures + "; all supported: " + kSupportedArchitectures +
+                           ")");
+    }
     if (name == "Gemma3ForConditionalGeneration") {
       return Unimplemented(path + ": key 'architectures': '" + name +
                            "' (a vision tower) is not supported: only the text model, "
@@ -73,6 +85,9 @@ StatusOr<Architecture> ParseArchitecture(const ConfigReader& r, const std::strin
   if (model_type == "phi3") return Architecture::kPhi3;
   if (model_type == "gemma2") return Architecture::kGemma2;
   if (model_type == "gemma3_text") return Architecture::kGemma3Text;
+  if (model_type == "mixtral") return Architecture::kMixtral;
+  if (model_type == "qwen2_moe") return Architecture::kQwen2Moe;
+  if (model_type == "qwen3_moe") return Architecture::kQwen3Moe;
   return Unimplemented(path + ": key 'model_type': '" + model_type +
                        "' is not supported and 'architectures' is absent (supported: " +
                        kSupportedArchitectures + ")");
@@ -229,6 +244,12 @@ const char* ArchitectureName(Architecture arch) {
       return "Gemma2ForCausalLM";
     case Architecture::kGemma3Text:
       return "Gemma3ForCausalLM";
+    case Architecture::kMixtral:
+      return "MixtralForCausalLM";
+    case Architecture::kQwen2Moe:
+      return "Qwen2MoeForCausalLM";
+    case Architecture::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
   }
   return "?";
 }
@@ -273,6 +294,13 @@ bool ModelConfig::LayerUsesLocalRope(int64_t layer) const {
   return local_rope_theta > 0 && layer >= 0 &&
          layer < static_cast<int64_t>(sliding_layers.size()) &&
          sliding_layers[static_cast<size_t>(layer)];
+}
+
+bool ModelConfig::LayerIsSparse(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+    return false;
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
 double ModelConfig::AttentionScale() const {
@@ -403,19 +431,31 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   if (c.architecture == Architecture::kQwen2) {
     c.attention_bias = true;
     c.mlp_bias = false;
-  } else if (c.architecture == Architecture::kQwen3) {
+  } else if (c.architecture == Architecture::kQwen2Moe) {
+    // Qwen2MoeAttention: q/k/v bias=config.qkv_bias (default true), o none.
+    c.attention_bias = true;
+    TESSERA_RETURN_IF_ERROR(r.Bool("qkv_bias", &c.attention_bias));
+    c.mlp_bias = false;
+  } else if (c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe) {
     c.mlp_bias = false;  // Qwen3MLP: bias=False; attention_bias is read (q, k, v and o)
-  } else if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3) {
+  } else if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3 ||
+             c.architecture == Architecture::kMixtral) {
     c.attention_bias = false;
     c.mlp_bias = false;
   }
   TESSERA_RETURN_IF_ERROR(r.IntList("bos_token_id", &c.bos_token_ids));
   TESSERA_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
   TESSERA_ASSIGN_OR_RETURN(c.torch_dtype, ParseTorchDType(r));
+  TESSERA_ASSIGN_OR_RETURN(const json* quant, r.Object("quantization_config"));
+  if (quant != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(*quant, path));
+  }
   if (gemma) {
     TESSERA_RETURN_IF_ERROR(config_json::ParseGemmaKeys(r, path, c));
     return c;
   }
+  if (config_json::IsMoe(c.architecture))
+    TESSERA_RETURN_IF_ERROR(config_json::ParseMoeKeys(r, path, c));
 
   // Sliding-window attention. Mistral and Phi-3 apply "sliding_window" on
   // every layer whenever it is set (MistralAttention / Phi3Attention pass
@@ -426,13 +466,15 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   // (so that it masks something) is refused; a wider one never masks.
   int64_t window = 0;
   TESSERA_RETURN_IF_ERROR(r.PositiveInt("sliding_window", false, &window));
-  if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3) {
+  if (c.architecture == Architecture::kMistral || c.architecture == Architecture::kPhi3 ||
+      c.architecture == Architecture::kMixtral) {
     c.sliding_window = window;
     return c;
   }
   bool sliding = false;
   const char* sliding_key = "sliding_window";
-  if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
+  if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3 ||
+      c.architecture == Architecture::kQwen2Moe || c.architecture == Architecture::kQwen3Moe) {
     bool use = false;
     TESSERA_RETURN_IF_ERROR(r.Bool("use_sliding_window", &use));
     int64_t max_window_layers = 0;

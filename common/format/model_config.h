@@ -1,7 +1,8 @@
 // ModelConfig: the typed form of a Hugging Face `config.json` for the decoder
 // families Tessera runs (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM and
-// the text-only Gemma3ForCausalLM).
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM,
+// the text-only Gemma3ForCausalLM, and the mixtures of experts
+// MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM).
 //
 // Every field names the HF config key it comes from. Parsing and validation
 // happen once, in ParseModelConfig; the rest of Tessera reads this struct.
@@ -15,10 +16,22 @@
 
 #include "common/base/dtype.h"
 #include "common/base/status.h"
+#include "common/format/quantization.h"
 
 namespace tessera {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3Text };
+enum class Architecture {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kPhi3,
+  kGemma2,
+  kGemma3Text,
+  kMixtral,   // MixtralForCausalLM: Mistral attention, a sparse MoE block in every layer
+  kQwen2Moe,  // Qwen2MoeForCausalLM: Qwen2 attention, routed experts + a gated shared expert
+  kQwen3Moe,  // Qwen3MoeForCausalLM: Qwen3 attention (q/k norms), routed experts
+};
 const char* ArchitectureName(Architecture arch);  // the HF class name
 
 // The activation of the gated MLP: down(act(gate(x)) * up(x)).
@@ -86,6 +99,10 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // "eos_token_id" (int, list or null -> empty)
   // "torch_dtype", else "dtype": "float32", "float16" or "bfloat16"; absent -> F32.
   DType torch_dtype = DType::kF32;
+  // "quantization_config" (common/format/quantization.h): how the linear
+  // projections are stored; method kNone for a dense checkpoint. torch_dtype
+  // stays the dtype of the dense tensors (norms, embeddings) and of compute.
+  QuantizationConfig quantization;
   // The sliding-attention window (0 = none): the token at position p attends
   // to positions (p - sliding_window, p], as transformers' sliding-window
   // mask has it. Mistral and Phi-3: "sliding_window" on every layer. Gemma:
@@ -127,6 +144,31 @@ struct ModelConfig {
   // .sliding_attention.rope_theta) while the global layers use rope_theta
   // and rope_scaling. 0 = every layer uses rope_theta and rope_scaling.
   double local_rope_theta = 0;
+
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; common/format/moe_config.h).
+  // 0 = a dense model: every layer has the gated MLP of intermediate_size.
+  // Mixtral "num_local_experts"; Qwen "num_experts".
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;  // "num_experts_per_tok": the top-k of the router
+  // The intermediate size of one routed expert: Qwen "moe_intermediate_size";
+  // Mixtral "intermediate_size" (its layers have no dense MLP).
+  int64_t moe_intermediate_size = 0;
+  // Qwen2-MoE "shared_expert_intermediate_size": the shared expert, gated by
+  // sigmoid(shared_expert_gate(x)), that every token runs; 0 = none.
+  int64_t shared_expert_intermediate_size = 0;
+  // Whether the top-k routing weights are renormalised to sum to 1: Mixtral
+  // always; Qwen "norm_topk_prob" (default false).
+  bool norm_topk_prob = false;
+  // Qwen: layer l is sparse iff l is not in "mlp_only_layers" and
+  // (l + 1) % "decoder_sparse_step" == 0; other layers have the dense MLP of
+  // intermediate_size. Mixtral: every layer is sparse.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  // Whether the model has routed experts (num_experts > 0).
+  bool is_moe() const { return num_experts > 0; }
+  // Whether global layer `layer` runs the MoE block instead of the dense MLP.
+  bool LayerIsSparse(int64_t layer) const;
 
   // The window of global layer `layer`: sliding_window, or 0 for a global
   // layer of a per-layer model.
@@ -177,7 +219,12 @@ ContextLimit ModelContextLimit(const ModelConfig& config);
 // than 1, for a vision tower ("vision_config": Gemma3ForConditionalGeneration
 // and other multimodal configs), and for Gemma's "hidden_activation" other
 // than gelu_pytorch_tanh, "use_bidirectional_attention" and Gemma 3 rope
-// types other than default and linear.
+// types other than default and linear; ParseQuantizationConfig's errors for
+// "quantization_config" (an unsupported quant_method names
+// quantization_config.quant_method and lists the supported ones); a
+// mixture-of-experts architecture Tessera does not serve (DeepSeek-V3,
+// gpt-oss, ...) is kUnimplemented naming 'architectures' and listing the MoE
+// families it serves.
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path);
 // Reads and parses `<dir>/config.json`. Errors: kNotFound naming the path when
 // it does not exist, kIoError when it cannot be read, else as ParseModelConfig.

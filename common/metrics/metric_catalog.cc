@@ -37,6 +37,15 @@ std::vector<MetricSpec> Build() {
        kRank,
        {},
        w},
+      {metric::kGpuWeightQuantizedBytes,
+       T::kGauge,
+       "Bytes of the FP8 values and scales of this rank's quantized projections (an FP8 "
+       "checkpoint or model.quantization = fp8): what a backend keeping FP8 weights holds for "
+       "them; 0 for a dense model. Backends without FP8 GEMMs dequantize them at load, and "
+       "tessera_gpu_weight_bytes counts the dense bytes.",
+       kRank,
+       {},
+       w},
       {metric::kGpuKvCacheCapacityBytes,
        T::kGauge,
        "Bytes reserved for this rank's paged KV cache (K and V, every layer of its stage).",
@@ -114,6 +123,14 @@ std::vector<MetricSpec> Build() {
        T::kGauge,
        "Plan version of the shard this worker holds.",
        kRank,
+       {},
+       w},
+      {metric::kMoeExpertTokensTotal,
+       T::kCounter,
+       "MoE models: tokens routed to each expert this rank holds, summed over its stage's "
+       "sparse layers (one series per held expert; the spread across experts is the routing "
+       "imbalance).",
+       RankPlus("expert"),
        {},
        w},
       {metric::kWorkerInfo,
@@ -268,6 +285,16 @@ std::vector<MetricSpec> Build() {
        "Re-plans caused by a fault: a worker lost (missed heartbeats), a worker reporting an "
        "error, or a failed step.",
        {},
+       {},
+       c},
+      {metric::kWorkerExclusionsTotal,
+       T::kCounter,
+       "Workers left out of placement for a back-off, by reason: load_timeout (did not join its "
+       "groups or report Loaded within heartbeat.load_timeout_seconds, or made its peers' "
+       "rendezvous fail), load_error (reported an error while loading), loaded_mismatch (its "
+       "Loaded report contradicts its registration), step_hung (still computing a step past "
+       "heartbeat.step_timeout_seconds).",
+       {"reason"},
        {},
        c},
       {metric::kRequeuedRequestsTotal,

@@ -49,6 +49,7 @@ namespace metric {
 inline constexpr const char* kGpuMemoryUsedBytes = "tessera_gpu_memory_used_bytes";
 inline constexpr const char* kGpuMemoryTotalBytes = "tessera_gpu_memory_total_bytes";
 inline constexpr const char* kGpuWeightBytes = "tessera_gpu_weight_bytes";
+inline constexpr const char* kGpuWeightQuantizedBytes = "tessera_gpu_weight_quantized_bytes";
 inline constexpr const char* kGpuKvCacheCapacityBytes = "tessera_gpu_kv_cache_capacity_bytes";
 inline constexpr const char* kGpuActivationBytes = "tessera_gpu_activation_bytes";
 inline constexpr const char* kGpuUtilizationRatio = "tessera_gpu_utilization_ratio";
@@ -63,6 +64,7 @@ inline constexpr const char* kWorkerLoadBytes = "tessera_worker_load_bytes";
 inline constexpr const char* kWorkerLoadTotalBytes = "tessera_worker_load_total_bytes";
 inline constexpr const char* kWorkerLoadSeconds = "tessera_worker_load_seconds";
 inline constexpr const char* kWorkerPlanVersion = "tessera_worker_plan_version";
+inline constexpr const char* kMoeExpertTokensTotal = "tessera_moe_expert_tokens_total";
 inline constexpr const char* kWorkerInfo = "tessera_worker_info";
 // Coordinator: requests and scheduler.
 inline constexpr const char* kRequestsTotal = "tessera_requests_total";
@@ -91,6 +93,7 @@ inline constexpr const char* kPlanVersion = "tessera_plan_version";
 inline constexpr const char* kPlanParallelSize = "tessera_plan_parallel_size";
 inline constexpr const char* kReconfigurationsTotal = "tessera_reconfigurations_total";
 inline constexpr const char* kFaultsTotal = "tessera_faults_total";
+inline constexpr const char* kWorkerExclusionsTotal = "tessera_worker_exclusions_total";
 inline constexpr const char* kRequeuedRequestsTotal = "tessera_requeued_requests_total";
 inline constexpr const char* kControlMessagesDroppedTotal =
     "tessera_control_messages_dropped_total";

@@ -24,7 +24,8 @@ std::vector<int> EvenSplit(const ModelConfig& model, int pp) {
 
 // The per-stage tp checks of Validate; `where` is "" for a uniform layout or
 // "stage s: " for a per-stage one.
-Status ValidateTp(const ModelConfig& model, int tp, const std::string& where) {
+Status ValidateTp(const ModelConfig& model, int tp, bool expert_parallel,
+                  const std::string& where) {
   const int64_t heads = model.num_attention_heads;
   const int64_t kv_heads = model.num_key_value_heads;
   if (tp < 1) return InvalidArgument(fmt::format("{}tp must be >= 1, got tp={}", where, tp));
@@ -45,14 +46,28 @@ Status ValidateTp(const ModelConfig& model, int tp, const std::string& where) {
         "evenly over the tp ranks",
         where, tp, model.intermediate_size));
   }
+  if (model.is_moe() && !expert_parallel && model.moe_intermediate_size % tp != 0) {
+    return InvalidArgument(fmt::format(
+        "{}tp={} does not divide moe_intermediate_size={}: without expert_parallel every expert's "
+        "gate/up/down are split evenly over the tp ranks",
+        where, tp, model.moe_intermediate_size));
+  }
+  if (model.shared_expert_intermediate_size % tp != 0) {
+    return InvalidArgument(fmt::format(
+        "{}tp={} does not divide shared_expert_intermediate_size={}: the shared expert is split "
+        "evenly over the tp ranks",
+        where, tp, model.shared_expert_intermediate_size));
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
 StatusOr<ParallelConfig> ParallelConfig::Make(const ModelConfig& model, int tp, int pp,
-                                              std::vector<int> layers_per_stage) {
+                                              std::vector<int> layers_per_stage,
+                                              bool expert_parallel) {
   ParallelConfig config;
+  config.expert_parallel = expert_parallel;
   config.tp = tp;
   config.pp = pp;
   if (layers_per_stage.empty()) layers_per_stage = EvenSplit(model, pp);
@@ -63,13 +78,16 @@ StatusOr<ParallelConfig> ParallelConfig::Make(const ModelConfig& model, int tp, 
 
 StatusOr<ParallelConfig> ParallelConfig::MakePerStage(const ModelConfig& model,
                                                       std::vector<int> tp_per_stage,
-                                                      std::vector<int> layers_per_stage) {
+                                                      std::vector<int> layers_per_stage,
+                                                      bool expert_parallel) {
   if (tp_per_stage.empty()) return InvalidArgument("tp_per_stage=[] has no stages");
   const int pp = static_cast<int>(tp_per_stage.size());
   bool uniform = true;
   for (int t : tp_per_stage) uniform = uniform && t == tp_per_stage[0];
-  if (uniform) return Make(model, tp_per_stage[0], pp, std::move(layers_per_stage));
+  if (uniform)
+    return Make(model, tp_per_stage[0], pp, std::move(layers_per_stage), expert_parallel);
   ParallelConfig config;
+  config.expert_parallel = expert_parallel;
   config.tp = 0;
   config.pp = pp;
   config.tp_per_stage = std::move(tp_per_stage);
@@ -129,10 +147,11 @@ Status ParallelConfig::Validate(const ModelConfig& model) const {
                     heads, kv_heads));
   }
   if (uniform_tp()) {
-    TESSERA_RETURN_IF_ERROR(ValidateTp(model, tp, ""));
+    TESSERA_RETURN_IF_ERROR(ValidateTp(model, tp, expert_parallel, ""));
   } else {
     for (int s = 0; s < pp; ++s)
-      TESSERA_RETURN_IF_ERROR(ValidateTp(model, tp_per_stage[s], fmt::format("stage {}: ", s)));
+      TESSERA_RETURN_IF_ERROR(
+          ValidateTp(model, tp_per_stage[s], expert_parallel, fmt::format("stage {}: ", s)));
   }
   if (pp > layers) {
     return InvalidArgument(fmt::format(
@@ -222,9 +241,18 @@ std::string ParallelConfig::TpString() const {
   return uniform_tp() ? std::to_string(tp) : fmt::format("[{}]", fmt::join(tp_per_stage, ", "));
 }
 
+ExpertRange ExpertsOfRank(int64_t num_experts, int tp, int tp_rank) {
+  const int64_t base = num_experts / tp, extra = num_experts % tp;
+  ExpertRange r;
+  r.begin = tp_rank * base + std::min<int64_t>(tp_rank, extra);
+  r.end = r.begin + base + (tp_rank < extra ? 1 : 0);
+  return r;
+}
+
 std::string ParallelConfig::ToString() const {
-  return fmt::format("ParallelConfig{{tp={}, pp={}, world_size={}, layers_per_stage=[{}]}}",
-                     TpString(), pp, world_size(), fmt::join(layers_per_stage, ", "));
+  return fmt::format("ParallelConfig{{tp={}, pp={}, world_size={}, layers_per_stage=[{}]{}}}",
+                     TpString(), pp, world_size(), fmt::join(layers_per_stage, ", "),
+                     expert_parallel ? ", expert_parallel" : "");
 }
 
 LayoutParam LayoutParamOfError(const Status& error) {

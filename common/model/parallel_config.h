@@ -47,14 +47,23 @@ struct ParallelConfig {
   // Decoder layers of each stage, in stage order; size pp, sums to
   // num_hidden_layers. Uneven splits are allowed.
   std::vector<int> layers_per_stage;
+  // How a stage's tp ranks split the routed experts of an MoE layer
+  // (docs/architecture.md "The MoE layer"): false = every rank holds a 1/tp
+  // column/row slice of every expert (as the dense MLP is split); true = every
+  // rank holds whole experts, ExpertRange(tp, tp_rank) of them, routes every
+  // token and runs only its own. Either way the group's all-reduce sums the
+  // layer's output. Ignored for dense models.
+  bool expert_parallel = false;
 
   // Builds and validates a layout of `model` over tp * pp ranks.
   // `layers_per_stage` empty => even split: every stage gets
   // num_hidden_layers / pp layers and the first num_hidden_layers % pp stages
   // get one more (32 layers, pp=3 -> [11, 11, 10]).
   // Errors (kInvalidArgument, the message names the numbers): see Validate.
+  // `expert_parallel`: see the field.
   static StatusOr<ParallelConfig> Make(const ModelConfig& model, int tp, int pp,
-                                       std::vector<int> layers_per_stage = {});
+                                       std::vector<int> layers_per_stage = {},
+                                       bool expert_parallel = false);
 
   // Builds and validates a layout with tp_per_stage[s] ranks in stage s
   // (pp = tp_per_stage.size()); `layers_per_stage` as in Make. When every
@@ -63,7 +72,8 @@ struct ParallelConfig {
   // Errors (kInvalidArgument): tp_per_stage empty; see Validate.
   static StatusOr<ParallelConfig> MakePerStage(const ModelConfig& model,
                                                std::vector<int> tp_per_stage,
-                                               std::vector<int> layers_per_stage = {});
+                                               std::vector<int> layers_per_stage = {},
+                                               bool expert_parallel = false);
 
   // Checks this layout against `model`. Errors (kInvalidArgument):
   //  - tp < 1 (uniform) or pp < 1;
@@ -77,7 +87,9 @@ struct ParallelConfig {
   //    holds whole query heads); tp neither divides num_key_value_heads nor
   //    is a multiple of it (each rank holds whole KV heads, replicated when
   //    num_key_value_heads < tp); tp does not divide intermediate_size
-  //    (gate/up/down are split evenly);
+  //    (gate/up/down are split evenly); for an MoE model without
+  //    expert_parallel, tp does not divide moe_intermediate_size; tp does not
+  //    divide shared_expert_intermediate_size;
   //  - pp > num_hidden_layers;
   //  - layers_per_stage does not have pp entries, an entry is < 1 (every stage
   //    needs at least one layer), or the entries do not sum to
@@ -122,6 +134,15 @@ struct ParallelConfig {
   // The tp part alone: "2", or "[4, 2]" for a per-stage layout.
   std::string TpString() const;
 };
+
+// The experts [begin, end) tp rank `tp_rank` of a stage with `tp` ranks holds
+// under expert parallelism: contiguous blocks, the first num_experts % tp
+// ranks one more (10 experts over tp 4: [0,3) [3,6) [6,8) [8,10); a rank may
+// hold none when tp > num_experts).
+struct ExpertRange {
+  int64_t begin = 0, end = 0;
+};
+ExpertRange ExpertsOfRank(int64_t num_experts, int tp, int tp_rank);
 
 // The layout parameter an error of Make, MakePerStage or Validate is about,
 // so a caller can name the config key or flag to fix (parallel.pp rather than

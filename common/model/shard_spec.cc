@@ -58,6 +58,19 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
     spec.kv_head_begin_ = r * spec.local_kv_heads_;
   }
   spec.local_intermediate_ = inter / tp;
+  spec.expert_parallel_ = parallel.expert_parallel && model.is_moe();
+  if (spec.expert_parallel_) {
+    const ExpertRange er =
+        ExpertsOfRank(model.num_experts, static_cast<int>(tp), static_cast<int>(spec.tp_rank_));
+    spec.expert_begin_ = er.begin;
+    spec.expert_end_ = er.end;
+    spec.local_moe_intermediate_ = model.moe_intermediate_size;
+  } else {
+    spec.expert_begin_ = 0;
+    spec.expert_end_ = model.num_experts;
+    spec.local_moe_intermediate_ = model.moe_intermediate_size / tp;
+  }
+  spec.local_shared_intermediate_ = model.shared_expert_intermediate_size / tp;
 
   spec.vocab_padded_ = (vocab + tp - 1) / tp * tp;
   const int64_t vocab_local = spec.vocab_padded_ / tp;
@@ -85,8 +98,18 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
         return {i_begin, i_begin + spec.local_intermediate_, spec.local_intermediate_};
       case RoleDim::kVocab:
         return {std::min(spec.vocab_begin_, vocab), std::min(spec.vocab_end_, vocab), vocab_local};
+      case RoleDim::kMoeIntermediate: {
+        const int64_t b = r * spec.local_moe_intermediate_;
+        return {b, b + spec.local_moe_intermediate_, spec.local_moe_intermediate_};
+      }
+      case RoleDim::kSharedIntermediate: {
+        const int64_t b = r * spec.local_shared_intermediate_;
+        return {b, b + spec.local_shared_intermediate_, spec.local_shared_intermediate_};
+      }
       case RoleDim::kHidden:
       case RoleDim::kHeadDim:
+      case RoleDim::kExperts:
+      case RoleDim::kOne:
         break;
     }
     TESSERA_CHECK(false);  // the tables never split the hidden or head dimension
@@ -95,18 +118,20 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
 
   const FamilyRoles& family = FamilyRolesOf(model.architecture);
   std::vector<TensorShard>& out = spec.tensors_;
-  auto add = [&](const RoleSpec& rs, int layer) {
-    if (!RolePresent(rs, model)) return;
+  auto add = [&](const RoleSpec& rs, int layer, int expert) {
+    if (!RolePresentInLayer(rs, model, layer)) return;
     TensorShard t;
     t.role = rs.role;
     t.layer = layer;
-    t.name = RoleSourceName(rs, model, layer);
-    t.role_name = RolePartName(rs, layer);
-    t.kind = rs.split;
+    t.expert = expert;
+    t.name = RoleSourceName(rs, model, layer, expert);
+    t.role_name = RolePartName(rs, layer, expert);
+    // Under expert parallelism a rank holds its experts whole.
+    t.kind = rs.per_expert && spec.expert_parallel_ ? SplitKind::kReplicated : rs.split;
     t.full_shape = RoleSourceShape(rs, model);
     t.local_shape = RoleShape(rs, model);
     t.add_after_all_reduce = rs.add_after_all_reduce;
-    if (rs.split != SplitKind::kReplicated) {
+    if (t.kind != SplitKind::kReplicated) {
       t.split_dim = rs.split == SplitKind::kRowParallel ? 1 : 0;
       const Range range = range_of(rs.shape[t.split_dim]);
       // A fused role (Phi-3 qkv_proj, gate_up_proj) reads its rows of its
@@ -116,11 +141,22 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
       t.end = offset + range.end;
       t.local_shape[static_cast<size_t>(t.split_dim)] = range.local;
     }
+    if (rs.alt != AltForm::kNone) {
+      t.alt = rs.alt;
+      t.alt_name = RoleAltName(rs, layer);
+      t.alt_shape = RoleAltShape(rs, model);
+      if (rs.role == TensorRole::kExpertUpProj) t.alt_row_offset = model.moe_intermediate_size;
+    }
     out.push_back(std::move(t));
+  };
+  auto add_layer_role = [&](const RoleSpec& rs, int layer) {
+    if (!rs.per_expert) return add(rs, layer, -1);
+    for (int64_t e = spec.expert_begin_; e < spec.expert_end_; ++e)
+      add(rs, layer, static_cast<int>(e));
   };
   auto add_place = [&](RolePlace place, int layer) {
     for (const RoleSpec& rs : family.roles) {
-      if (rs.place == place) add(rs, layer);
+      if (rs.place == place) add_layer_role(rs, layer);
     }
   };
   if (spec.is_first_stage_) add_place(RolePlace::kFirstStage, -1);
@@ -132,7 +168,7 @@ StatusOr<ShardSpec> ShardSpec::Make(const ModelConfig& model, const ParallelConf
   for (size_t i = 0; i < out.size(); ++i) {
     const bool inserted =
         spec.by_role_name_.emplace(out[i].role_name, i).second &&
-        spec.by_role_.emplace(std::make_pair(out[i].role, out[i].layer), i).second;
+        spec.by_role_.emplace(std::make_tuple(out[i].role, out[i].layer, out[i].expert), i).second;
     TESSERA_CHECK(inserted);  // roles are unique by construction
   }
   return spec;
@@ -144,12 +180,13 @@ std::string ShardSpec::NotHeld(const std::string& what) const {
                      is_first_stage_ ? ", first stage" : "", is_last_stage_ ? ", last stage" : "");
 }
 
-StatusOr<const TensorShard*> ShardSpec::Find(TensorRole role, int layer) const {
-  auto it = by_role_.find(std::make_pair(role, layer));
+StatusOr<const TensorShard*> ShardSpec::Find(TensorRole role, int layer, int expert) const {
+  auto it = by_role_.find(std::make_tuple(role, layer, expert));
   if (it == by_role_.end()) {
-    return NotFound(NotHeld(layer < 0
-                                ? fmt::format("'{}'", TensorRoleName(role))
-                                : fmt::format("'{}' of layer {}", TensorRoleName(role), layer)));
+    std::string what = layer < 0 ? fmt::format("'{}'", TensorRoleName(role))
+                                 : fmt::format("'{}' of layer {}", TensorRoleName(role), layer);
+    if (expert >= 0) what += fmt::format(", expert {}", expert);
+    return NotFound(NotHeld(what));
   }
   return &tensors_[it->second];
 }
@@ -173,10 +210,11 @@ int64_t ShardSpec::WeightBytes(DType dtype) const {
 std::string ShardSpec::ToString() const {
   return fmt::format(
       "rank {} (stage {}, tp_rank {}): layers [{}, {}), {} tensors, heads {}, kv_heads {} from {}"
-      "{}, vocab rows [{}, {})",
+      "{}, vocab rows [{}, {}){}",
       rank_, stage_, tp_rank_, first_layer_, end_layer_, tensors_.size(), local_heads_,
       local_kv_heads_, kv_head_begin_, kv_replicated_ ? " (replicated)" : "", vocab_begin_,
-      vocab_end_);
+      vocab_end_,
+      expert_parallel_ ? fmt::format(", experts [{}, {})", expert_begin_, expert_end_) : "");
 }
 
 }  // namespace tessera

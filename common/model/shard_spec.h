@@ -35,6 +35,14 @@
 //        kv_head = (r * local_heads) / (num_attention_heads / num_key_value_heads),
 //    (GQA maps query head h to KV head h / group), so tp / kv ranks read the
 //    same k_proj / v_proj rows.
+//  - Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE), per sparse layer:
+//    the router (and Qwen2-MoE's shared_expert_gate) replicated; the shared
+//    expert split as the dense MLP; the routed experts, with
+//    ParallelConfig::expert_parallel off, each split as the dense MLP
+//    (gate/up column-parallel, down row-parallel over moe_intermediate_size);
+//    with it on, whole (split_dim -1) and only the rank's own experts
+//    [expert_begin, expert_end) (ExpertsOfRank). A dense layer of a Qwen MoE
+//    model (mlp_only_layers, decoder_sparse_step) holds the dense MLP.
 //  - "tp" above is the tp of the rank's own stage (ParallelConfig::TpOfStage):
 //    with a per-stage layout (tp = [4, 2]) stage 0's ranks split by 4 and
 //    stage 1's by 2; the hidden state between stages is whole on every rank.
@@ -56,6 +64,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -76,6 +85,8 @@ struct TensorShard {
   // embed_tokens, the final norm and lm_head).
   TensorRole role = TensorRole::kEmbedTokens;
   int layer = -1;
+  // The routed expert of a per-expert role (kExpertGateProj, ...), else -1.
+  int expert = -1;
   // The checkpoint (HF safetensors) tensor to read, e.g.
   // "model.layers.3.self_attn.q_proj.weight".
   std::string name;
@@ -104,6 +115,16 @@ struct TensorShard {
   // Shape this rank holds. For vocab-parallel shards local_shape[0] is
   // vocab_padded / tp: rows past end - begin are zero padding.
   std::vector<int64_t> local_shape;
+  // The form transformers 5 writes, read when the checkpoint lacks `name`
+  // (AltForm in tensor_roles.h): kNone; kRenamed: the same tensor named
+  // alt_name; kStackedGateUp / kStackedDown: `expert`'s matrix of the 3-D
+  // tensor alt_name (alt_shape), rows shifted by alt_row_offset (the up part
+  // of gate_up_proj starts at moe_intermediate_size), the range along
+  // split_dim (or the whole matrix) read from that matrix.
+  AltForm alt = AltForm::kNone;
+  std::string alt_name;
+  std::vector<int64_t> alt_shape;
+  int64_t alt_row_offset = 0;
   // Row-parallel bias: held whole and added once, after the all-reduce of the
   // layer's partial outputs, on every rank (adding it before would add it tp
   // times).
@@ -131,7 +152,8 @@ class ShardSpec {
   // The shard bound to `role` of decoder layer `layer` (-1 for the roles that
   // are not per-layer). Errors: kNotFound naming the role, the layer, the
   // rank, its stage and its layer range.
-  StatusOr<const TensorShard*> Find(TensorRole role, int layer = -1) const;
+  // `expert`: the routed expert of a per-expert role (-1 otherwise).
+  StatusOr<const TensorShard*> Find(TensorRole role, int layer = -1, int expert = -1) const;
   // The shard whose role_name is `role_name` (an HF tensor name, or
   // "lm_head.weight" for the output projection, tied or not). Errors:
   // kNotFound naming the name, the rank, its stage and its layer range.
@@ -169,6 +191,15 @@ class ShardSpec {
   // Columns of gate/up (rows of down's input) this rank holds:
   // intermediate_size / tp.
   int64_t local_intermediate() const { return local_intermediate_; }
+  // MoE models: the routed experts [expert_begin, expert_end) this rank holds
+  // (every expert without expert parallelism), the columns of each expert's
+  // gate/up it holds (moe_intermediate_size / tp, or all of them with expert
+  // parallelism) and of the shared expert's (shared_expert_intermediate_size / tp).
+  int64_t expert_begin() const { return expert_begin_; }
+  int64_t expert_end() const { return expert_end_; }
+  bool expert_parallel() const { return expert_parallel_; }
+  int64_t local_moe_intermediate() const { return local_moe_intermediate_; }
+  int64_t local_shared_intermediate() const { return local_shared_intermediate_; }
 
   // vocab_size rounded up to a multiple of tp.
   int64_t vocab_padded() const { return vocab_padded_; }
@@ -189,7 +220,7 @@ class ShardSpec {
 
   std::vector<TensorShard> tensors_;
   std::map<std::string, size_t, std::less<>> by_role_name_;
-  std::map<std::pair<TensorRole, int>, size_t> by_role_;
+  std::map<std::tuple<TensorRole, int, int>, size_t> by_role_;  // (role, layer, expert)
   int rank_ = 0;
   int stage_ = 0;
   int tp_rank_ = 0;
@@ -202,6 +233,11 @@ class ShardSpec {
   int64_t kv_head_begin_ = 0;
   bool kv_replicated_ = false;
   int64_t local_intermediate_ = 0;
+  int64_t expert_begin_ = 0;
+  int64_t expert_end_ = 0;
+  bool expert_parallel_ = false;
+  int64_t local_moe_intermediate_ = 0;
+  int64_t local_shared_intermediate_ = 0;
   int64_t vocab_padded_ = 0;
   int64_t vocab_begin_ = 0;
   int64_t vocab_end_ = 0;

@@ -1,68 +1,16 @@
 #include "common/model/tensor_roles.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "common/base/status.h"
+#include "common/model/role_rows.h"
 
 namespace tessera {
 
 namespace {
 
-using D = RoleDim;
-using P = RolePlace;
-using S = SplitKind;
-using C = RoleCondition;
-using R = TensorRole;
-
-// Row builders, so that each row of a table reads as one line:
-//  Matrix: a 2-D weight [out, in] (nn.Linear(in, out).weight, nn.Embedding).
-//  Vector: a 1-D weight or bias [dim].
-//  Norm:   an RMSNorm weight [hidden], replicated.
-//  RowBias: the bias of a row-parallel layer [hidden], held whole and added
-//           after the all-reduce.
-//  LmHead: the output projection [vocab, hidden], vocab-parallel, read from
-//          the embedding when tie_word_embeddings.
-constexpr RoleSpec Matrix(R role, const char* name, P place, D out, D in, S split,
-                          const char* source) {
-  return {role, name, place, 2, {out, in}, split, false, C::kAlways, false, source};
-}
-//  FusedMatrix: a column-parallel weight [out, hidden] whose rows are part of
-//              the fused checkpoint tensor `name` (Phi-3 qkv_proj, gate_up_proj).
-constexpr RoleSpec FusedMatrix(R role, const char* name, D out, FusedTensor fused,
-                               const char* source) {
-  return {role,       name,  P::kLayer, 2,    {out, D::kHidden}, S::kColumnParallel, false,
-          C::kAlways, false, source,    fused};
-}
-constexpr RoleSpec Vector(R role, const char* name, D dim, S split, C condition,
-                          const char* source) {
-  return {role, name, P::kLayer, 1, {dim, dim}, split, false, condition, false, source};
-}
-constexpr RoleSpec Norm(R role, const char* name, P place, const char* source) {
-  return {role,           name,  place,      1,     {D::kHidden, D::kHidden},
-          S::kReplicated, false, C::kAlways, false, source};
-}
-//  HeadNorm: a per-head RMSNorm weight [head_dim], replicated (every head of
-//            every rank is normalised with the same weight).
-constexpr RoleSpec HeadNorm(R role, const char* name, const char* source) {
-  return {role,           name,  P::kLayer,  1,     {D::kHeadDim, D::kHeadDim},
-          S::kReplicated, false, C::kAlways, false, source};
-}
-constexpr RoleSpec RowBias(R role, const char* name, C condition, const char* source) {
-  return {role,           name, P::kLayer, 1,     {D::kHidden, D::kHidden},
-          S::kReplicated, true, condition, false, source};
-}
-constexpr RoleSpec LmHead(const char* source) {
-  return {R::kLmHead,
-          "lm_head.weight",
-          P::kLastStage,
-          2,
-          {D::kVocab, D::kHidden},
-          S::kVocabParallel,
-          false,
-          C::kAlways,
-          true,
-          source};
-}
+using namespace role_rows;  // NOLINT: the row builders
 
 // The rows below follow transformers' modeling code (names: the attributes of
 // <Family>Model / <Family>DecoderLayer / <Family>Attention / <Family>MLP /
@@ -441,11 +389,18 @@ const FamilyRoles kFamilies[] = {
     {Architecture::kPhi3, "transformers/models/phi3/modeling_phi3.py", kPhi3},
     {Architecture::kGemma2, "transformers/models/gemma2/modeling_gemma2.py", kGemma2},
     {Architecture::kGemma3Text, "transformers/models/gemma3/modeling_gemma3.py", kGemma3Text},
+    {Architecture::kMixtral, "transformers/models/mixtral/modeling_mixtral.py", MixtralRoles()},
+    {Architecture::kQwen2Moe, "transformers/models/qwen2_moe/modeling_qwen2_moe.py",
+     Qwen2MoeRoles()},
+    {Architecture::kQwen3Moe, "transformers/models/qwen3_moe/modeling_qwen3_moe.py",
+     Qwen3MoeRoles()},
 };
 
-constexpr Architecture kArchitectures[] = {
-    Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2,     Architecture::kQwen3,
-    Architecture::kPhi3,  Architecture::kGemma2,  Architecture::kGemma3Text};
+constexpr Architecture kArchitectures[] = {Architecture::kLlama,      Architecture::kMistral,
+                                           Architecture::kQwen2,      Architecture::kQwen3,
+                                           Architecture::kPhi3,       Architecture::kGemma2,
+                                           Architecture::kGemma3Text, Architecture::kMixtral,
+                                           Architecture::kQwen2Moe,   Architecture::kQwen3Moe};
 
 const RoleSpec& EmbeddingOf(const FamilyRoles& family) {
   for (const RoleSpec& s : family.roles) {
@@ -513,6 +468,22 @@ const char* TensorRoleName(TensorRole role) {
       return "down_proj";
     case TensorRole::kDownBias:
       return "down_proj.bias";
+    case TensorRole::kRouter:
+      return "router";
+    case TensorRole::kSharedExpertGate:
+      return "shared_expert_gate";
+    case TensorRole::kSharedGateProj:
+      return "shared_expert.gate_proj";
+    case TensorRole::kSharedUpProj:
+      return "shared_expert.up_proj";
+    case TensorRole::kSharedDownProj:
+      return "shared_expert.down_proj";
+    case TensorRole::kExpertGateProj:
+      return "experts.gate_proj";
+    case TensorRole::kExpertUpProj:
+      return "experts.up_proj";
+    case TensorRole::kExpertDownProj:
+      return "experts.down_proj";
     case TensorRole::kPostFeedforwardNorm:
       return "post_feedforward_layernorm";
     case TensorRole::kFinalNorm:
@@ -537,6 +508,14 @@ int64_t RoleDimSize(RoleDim dim, const ModelConfig& model) {
       return model.vocab_size;
     case RoleDim::kHeadDim:
       return model.head_dim;
+    case RoleDim::kExperts:
+      return model.num_experts;
+    case RoleDim::kMoeIntermediate:
+      return model.moe_intermediate_size;
+    case RoleDim::kSharedIntermediate:
+      return model.shared_expert_intermediate_size;
+    case RoleDim::kOne:
+      return 1;
   }
   return 0;
 }
@@ -559,26 +538,84 @@ bool RolePresent(const RoleSpec& spec, const ModelConfig& model) {
       return model.attention_bias;
     case RoleCondition::kMlpBias:
       return model.mlp_bias;
+    case RoleCondition::kDenseLayer:
+      for (int l = 0; l < model.num_hidden_layers; ++l) {
+        if (!model.LayerIsSparse(l)) return true;
+      }
+      return false;
+    case RoleCondition::kSparseLayer:
+      return model.is_moe();
+    case RoleCondition::kSharedExpert:
+      return model.is_moe() && model.shared_expert_intermediate_size > 0;
   }
   return false;
+}
+
+bool RolePresentInLayer(const RoleSpec& spec, const ModelConfig& model, int layer) {
+  if (!RolePresent(spec, model)) return false;
+  if (spec.place != RolePlace::kLayer) return true;
+  switch (spec.condition) {
+    case RoleCondition::kDenseLayer:
+      return !model.LayerIsSparse(layer);
+    case RoleCondition::kSparseLayer:
+    case RoleCondition::kSharedExpert:
+      return model.LayerIsSparse(layer);
+    default:
+      return true;
+  }
 }
 
 bool RoleIsTied(const RoleSpec& spec, const ModelConfig& model) {
   return spec.tied_to_embedding && model.tie_word_embeddings;
 }
 
-std::string RoleTensorName(const RoleSpec& spec, int layer) {
-  std::string name = spec.hf_name;
+namespace {
+
+// `pattern` with "{layer}" replaced (per-layer roles) and "{expert}" too
+// (per-expert roles).
+std::string Substitute(const RoleSpec& spec, const char* pattern, int layer, int expert) {
+  std::string name = pattern;
   if (spec.place != RolePlace::kLayer) return name;
   constexpr std::string_view kLayer = "{layer}";
   const size_t at = name.find(kLayer);
   TESSERA_CHECK(at != std::string::npos);  // per-layer patterns name the layer
   name.replace(at, kLayer.size(), std::to_string(layer));
+  constexpr std::string_view kExpert = "{expert}";
+  if (const size_t e = name.find(kExpert); e != std::string::npos) {
+    TESSERA_CHECK(spec.per_expert && expert >= 0);  // per-expert patterns take an expert
+    name.replace(e, kExpert.size(), std::to_string(expert));
+  }
   return name;
 }
 
-std::string RolePartName(const RoleSpec& spec, int layer) {
-  std::string name = RoleTensorName(spec, layer);
+}  // namespace
+
+std::string RoleTensorName(const RoleSpec& spec, int layer, int expert) {
+  return Substitute(spec, spec.hf_name, layer, expert);
+}
+
+std::string RoleAltName(const RoleSpec& spec, int layer) {
+  if (spec.alt_name == nullptr) return "";
+  return Substitute(spec, spec.alt_name, layer, -1);
+}
+
+std::vector<int64_t> RoleAltShape(const RoleSpec& spec, const ModelConfig& model) {
+  const int64_t e = model.num_experts, h = model.hidden_size, i = model.moe_intermediate_size;
+  switch (spec.alt) {
+    case AltForm::kNone:
+      return {};
+    case AltForm::kRenamed:
+      return RoleShape(spec, model);
+    case AltForm::kStackedGateUp:
+      return {e, 2 * i, h};
+    case AltForm::kStackedDown:
+      return {e, h, i};
+  }
+  return {};
+}
+
+std::string RolePartName(const RoleSpec& spec, int layer, int expert) {
+  std::string name = RoleTensorName(spec, layer, expert);
   std::string_view fused;
   switch (spec.fused) {
     case FusedTensor::kNone:
@@ -596,11 +633,11 @@ std::string RolePartName(const RoleSpec& spec, int layer) {
   return name;
 }
 
-std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer) {
+std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer, int expert) {
   if (RoleIsTied(spec, model)) {
     return RoleTensorName(EmbeddingOf(FamilyRolesOf(model.architecture)), layer);
   }
-  return RoleTensorName(spec, layer);
+  return RoleTensorName(spec, layer, expert);
 }
 
 std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model) {
@@ -648,33 +685,65 @@ int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model) {
   return n;
 }
 
-int64_t LayerParameterCount(const ModelConfig& model) {
+int64_t LayerParameterCount(const ModelConfig& model, int layer) {
   int64_t n = 0;
   for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
-    if (s.place == RolePlace::kLayer && RolePresent(s, model)) n += RoleNumel(s, model);
+    if (s.place != RolePlace::kLayer || !RolePresentInLayer(s, model, layer)) continue;
+    n += RoleNumel(s, model) * (s.per_expert ? model.num_experts : 1);
   }
   return n;
+}
+
+int64_t LayerParameterCount(const ModelConfig& model) {
+  int64_t n = 0;
+  for (int l = 0; l < std::max<int64_t>(model.num_hidden_layers, 1); ++l)
+    n = std::max(n, LayerParameterCount(model, l));
+  return n;
+}
+
+int64_t LayerExpertParameterCount(const ModelConfig& model) {
+  return model.num_experts * 3 * model.hidden_size * model.moe_intermediate_size;
 }
 
 int64_t LayerReplicatedParameterCount(const ModelConfig& model) {
-  int64_t n = 0;
-  for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
-    if (s.place == RolePlace::kLayer && s.split == SplitKind::kReplicated &&
-        RolePresent(s, model)) {
-      n += RoleNumel(s, model);
+  int64_t most = 0;
+  for (int l = 0; l < std::max<int64_t>(model.num_hidden_layers, 1); ++l) {
+    int64_t n = 0;
+    for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
+      if (s.place == RolePlace::kLayer && s.split == SplitKind::kReplicated && !s.per_expert &&
+          RolePresentInLayer(s, model, l)) {
+        n += RoleNumel(s, model);
+      }
     }
+    most = std::max(most, n);
   }
-  return n;
+  return most;
 }
 
 int64_t ModelParameterCount(const ModelConfig& model) {
-  int64_t n = model.num_hidden_layers * LayerParameterCount(model);
+  int64_t n = 0;
+  for (int l = 0; l < model.num_hidden_layers; ++l) n += LayerParameterCount(model, l);
   for (const RoleSpec& s : FamilyRolesOf(model.architecture).roles) {
     if (s.place != RolePlace::kLayer && RolePresent(s, model) && !RoleIsTied(s, model)) {
       n += RoleNumel(s, model);
     }
   }
   return n;
+}
+
+bool RoleIsQuantizable(TensorRole role) {
+  switch (role) {
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kGateProj:
+    case TensorRole::kUpProj:
+    case TensorRole::kDownProj:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace tessera

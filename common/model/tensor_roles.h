@@ -3,7 +3,8 @@
 //
 // A TensorRole names what a weight does in the forward pass (q_proj,
 // post_attention_layernorm, lm_head, ...), independent of its checkpoint
-// name. Each family (Llama, Mistral, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 text) has one table
+// name. Each family (Llama, Mistral, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 text, and the
+// mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE: common/model/moe_roles.cc) has one table
 // of RoleSpecs giving,
 // for each role it has:
 //  - the Hugging Face safetensors name, as a pattern in which "{layer}" stands
@@ -76,19 +77,29 @@ enum class TensorRole {
   // Gemma: on the attention output, before its residual add (Gemma's MLP
   // input norm is then kPreFeedforwardNorm).
   kPostAttentionNorm,
-  kPreFeedforwardNorm,   // RMSNorm weight before the MLP [hidden] (Gemma)
-  kGateProj,             // MLP gate projection [intermediate, hidden]
-  kGateBias,             // its bias [intermediate]
-  kUpProj,               // MLP up projection [intermediate, hidden]
-  kUpBias,               // its bias [intermediate]
-  kDownProj,             // MLP down projection [hidden, intermediate]
-  kDownBias,             // its bias [hidden]
+  kPreFeedforwardNorm,  // RMSNorm weight before the MLP [hidden] (Gemma)
+  kGateProj,            // MLP gate projection [intermediate, hidden]
+  kGateBias,            // its bias [intermediate]
+  kUpProj,              // MLP up projection [intermediate, hidden]
+  kUpBias,              // its bias [intermediate]
+  kDownProj,            // MLP down projection [hidden, intermediate]
+  kDownBias,            // its bias [hidden]
+  // Mixture of experts (sparse layers only; docs/architecture.md "The MoE layer"):
+  kRouter,            // router (Mixtral block_sparse_moe.gate, Qwen mlp.gate) [experts, hidden]
+  kSharedExpertGate,  // Qwen2-MoE shared_expert_gate [1, hidden]: sigmoid scale of the shared
+                      // expert
+  kSharedGateProj,    // shared expert gate projection [shared_intermediate, hidden]
+  kSharedUpProj,      // shared expert up projection [shared_intermediate, hidden]
+  kSharedDownProj,    // shared expert down projection [hidden, shared_intermediate]
+  kExpertGateProj,    // routed expert e's gate projection (Mixtral w1) [moe_intermediate, hidden]
+  kExpertUpProj,      // routed expert e's up projection (Mixtral w3) [moe_intermediate, hidden]
+  kExpertDownProj,    // routed expert e's down projection (Mixtral w2) [hidden, moe_intermediate]
   kPostFeedforwardNorm,  // RMSNorm weight on the MLP output, before its residual add [hidden]
                          // (Gemma)
   kFinalNorm,            // RMSNorm weight after the last layer [hidden]
   kLmHead,               // output projection [vocab, hidden]
 };
-inline constexpr int kNumTensorRoles = 23;
+inline constexpr int kNumTensorRoles = 31;
 // "embed_tokens", "input_layernorm", "q_proj", "q_proj.bias", ..., "norm", "lm_head".
 const char* TensorRoleName(TensorRole role);
 
@@ -107,6 +118,12 @@ enum class RoleDim {
   kIntermediate,  // intermediate_size: split evenly
   kVocab,         // vocab_size: split by padded vocab rows
   kHeadDim,       // head_dim: never split (a per-head norm weight, replicated)
+  kExperts,       // num_experts: never split (the router's rows, replicated)
+  // moe_intermediate_size: split evenly without expert parallelism; whole
+  // (the rank holds whole experts) with it.
+  kMoeIntermediate,
+  kSharedIntermediate,  // shared_expert_intermediate_size: split evenly
+  kOne,                 // 1 (the shared expert gate's single output row)
 };
 // The size of `dim` for `model` (elements).
 int64_t RoleDimSize(RoleDim dim, const ModelConfig& model);
@@ -116,6 +133,18 @@ enum class RoleCondition {
   kAlways,
   kAttentionBias,  // ModelConfig::attention_bias
   kMlpBias,        // ModelConfig::mlp_bias
+  kDenseLayer,     // a layer without experts (ModelConfig::LayerIsSparse false)
+  kSparseLayer,    // a layer with experts (ModelConfig::LayerIsSparse)
+  kSharedExpert,   // a sparse layer of a model with a shared expert (Qwen2-MoE)
+};
+
+// How a role appears in a checkpoint written by transformers 5, when that
+// differs from the published name (hf_name): RoleSpec::alt_name.
+enum class AltForm {
+  kNone,
+  kRenamed,        // the same tensor under alt_name (Mixtral's router as mlp.gate.weight)
+  kStackedGateUp,  // expert e's rows of alt_name [experts, 2*moe_intermediate, hidden]: gate, up
+  kStackedDown,    // expert e's matrix of alt_name [experts, hidden, moe_intermediate]
 };
 
 // A checkpoint tensor that stacks several roles along dim 0.
@@ -149,6 +178,12 @@ struct RoleSpec {
   // kNone, or the fused tensor (hf_name) whose rows this role is: q_proj,
   // k_proj, v_proj of kQkv; gate_proj, up_proj of kGateUp.
   FusedTensor fused = FusedTensor::kNone;
+  // Routed-expert roles: one tensor per expert, "{expert}" in hf_name.
+  bool per_expert = false;
+  // The name transformers 5 writes (nullptr: the same as hf_name), with
+  // "{layer}"; the loader reads it when the checkpoint lacks hf_name.
+  const char* alt_name = nullptr;
+  AltForm alt = AltForm::kNone;
 };
 
 // One model family's roles.
@@ -165,21 +200,34 @@ const FamilyRoles& FamilyRolesOf(Architecture arch);
 // Every supported architecture, in Architecture order (for iterating all tables).
 std::span<const Architecture> AllArchitectures();
 
-// Whether `spec`'s tensor is in `model` (its condition holds).
+// Whether `spec`'s tensor is in `model` (its condition holds in some layer).
 bool RolePresent(const RoleSpec& spec, const ModelConfig& model);
+// Whether `spec`'s tensor is in layer `layer` of `model` (ignored for roles
+// that are not per-layer): RolePresent, and for kDenseLayer / kSparseLayer /
+// kSharedExpert whether the layer has experts.
+bool RolePresentInLayer(const RoleSpec& spec, const ModelConfig& model, int layer);
 // Whether `spec` reads another role's tensor in `model` (tied lm_head).
 bool RoleIsTied(const RoleSpec& spec, const ModelConfig& model);
 // The role's own HF name: hf_name with "{layer}" replaced by `layer` (ignored
-// for roles that are not per-layer), e.g. "model.layers.3.self_attn.q_proj.weight".
-std::string RoleTensorName(const RoleSpec& spec, int layer);
+// for roles that are not per-layer) and "{expert}" by `expert` (per-expert
+// roles), e.g. "model.layers.3.self_attn.q_proj.weight".
+std::string RoleTensorName(const RoleSpec& spec, int layer, int expert = -1);
+// The transformers 5 name of the role (RoleSpec::alt_name with "{layer}"
+// replaced), or "" when it has none.
+std::string RoleAltName(const RoleSpec& spec, int layer);
+// The shape of the transformers 5 tensor: the role's shape for kRenamed,
+// [experts, 2*moe_intermediate, hidden] for kStackedGateUp, [experts,
+// hidden, moe_intermediate] for kStackedDown; empty for kNone.
+std::vector<int64_t> RoleAltShape(const RoleSpec& spec, const ModelConfig& model);
 // The role's name as a checkpoint that does not fuse it would have it:
 // RoleTensorName, or for a fused role the fused tensor's name with the fused
 // module replaced by the role's ("model.layers.3.self_attn.qkv_proj.weight"
 // -> "model.layers.3.self_attn.k_proj.weight"). Unique per (role, layer).
-std::string RolePartName(const RoleSpec& spec, int layer);
+std::string RolePartName(const RoleSpec& spec, int layer, int expert = -1);
 // The checkpoint tensor the role is read from: RoleTensorName, or for a tied
 // lm_head the embedding's name ("model.embed_tokens.weight").
-std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer);
+std::string RoleSourceName(const RoleSpec& spec, const ModelConfig& model, int layer,
+                           int expert = -1);
 // The role's whole shape for `model`, e.g. [heads*head_dim, hidden] (for a
 // fused role its own part: k_proj of qkv_proj is [kv_heads*head_dim, hidden]).
 std::vector<int64_t> RoleShape(const RoleSpec& spec, const ModelConfig& model);
@@ -191,20 +239,34 @@ std::vector<int64_t> RoleSourceShape(const RoleSpec& spec, const ModelConfig& mo
 // fused): q 0, k heads*head_dim, v (heads + kv_heads)*head_dim; gate 0, up
 // intermediate.
 int64_t RoleFusedRowOffset(const RoleSpec& spec, const ModelConfig& model);
+// Whether the role is a linear projection weight that an FP8 checkpoint may
+// store quantized (common/format/quantization.h): q/k/v/o_proj and
+// gate/up/down_proj (and so Phi-3's fused qkv_proj and gate_up_proj). Never
+// the embedding, lm_head, norms or biases.
+bool RoleIsQuantizable(TensorRole role);
+
 // Elements of the role's tensor: the product of RoleShape.
 int64_t RoleNumel(const RoleSpec& spec, const ModelConfig& model);
 
-// Parameters (elements, not bytes) of one decoder layer: the sum of RoleNumel
-// over the family's present per-layer roles (q/k/v/o projections, their
-// biases per attention_bias, gate/up/down plus biases per mlp_bias, the
+// Parameters (elements, not bytes) of decoder layer `layer`: the sum of
+// RoleNumel over the family's roles present in it (q/k/v/o projections,
+// their biases per attention_bias, gate/up/down plus biases per mlp_bias, the
 // RMSNorm weights: two, Gemma's four, Qwen3's and Gemma 3's per-head q/k
-// norms). Multiply by DTypeSize for bytes.
+// norms; a sparse layer's router, every routed expert (num_experts times its
+// gate/up/down) and the shared expert). Multiply by DTypeSize for bytes.
+int64_t LayerParameterCount(const ModelConfig& model, int layer);
+// The largest LayerParameterCount over the layers (every layer's, for a
+// model whose layers are all alike).
 int64_t LayerParameterCount(const ModelConfig& model);
+// Of a sparse layer's parameters, those of its routed experts:
+// num_experts * 3 * hidden * moe_intermediate (0 for a dense model).
+int64_t LayerExpertParameterCount(const ModelConfig& model);
 // Parameters of one decoder layer that every tp rank of its stage holds
 // whole: the present per-layer roles with SplitKind::kReplicated (the
-// RMSNorm weights and the row-parallel biases).
+// RMSNorm weights, the row-parallel biases, the router), the largest over
+// the layers.
 int64_t LayerReplicatedParameterCount(const ModelConfig& model);
-// Parameters of the whole model: embed_tokens, num_hidden_layers layers, the
+// Parameters of the whole model: embed_tokens, every layer's, the
 // final norm and lm_head (not counted again when tied), i.e. the elements of
 // every tensor of the checkpoint.
 int64_t ModelParameterCount(const ModelConfig& model);

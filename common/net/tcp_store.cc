@@ -267,6 +267,13 @@ StoreServerCore::Stats TcpStoreServer::stats() const {
   return stats_;
 }
 
+std::vector<int> TcpStoreServer::JoinedRanks(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = joined_.find(version);
+  if (it == joined_.end()) return {};
+  return std::vector<int>(it->second.begin(), it->second.end());
+}
+
 void TcpStoreServer::Run() {
   using Conn = StoreServerCore::Conn;
   StoreServerCore core(options_.secret, options_.limits);
@@ -362,6 +369,9 @@ void TcpStoreServer::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_ = core.stats();
+      for (const auto& [version, rank] : core.TakeJoins()) joined_[version].insert(rank);
+      for (auto it = joined_.begin(); it != joined_.end();)
+        it = core.HasPlan(it->first) ? std::next(it) : joined_.erase(it);
     }
   }
   for (auto& c : core.conns()) close(c->fd);

@@ -47,8 +47,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +103,11 @@ class TcpStoreServer {
   // time it wakes).
   StoreServerCore::Stats stats() const;
 
+  // The world ranks of plan `version` that authenticated at least once (so
+  // started joining their groups), ascending; empty once the plan was
+  // replaced. As of the server thread's last turn.
+  std::vector<int> JoinedRanks(uint64_t version) const;
+
  private:
   struct PlanCommand {
     uint64_t version;
@@ -121,9 +128,10 @@ class TcpStoreServer {
   const int wake_write_fd_;  // make poll() return
   const TcpStoreServerOptions options_;
   mutable std::mutex mu_;
-  bool stopping_ = false;                // guarded by mu_
-  std::vector<PlanCommand> plan_queue_;  // guarded by mu_; the thread applies them
-  StoreServerCore::Stats stats_;         // guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
+  std::vector<PlanCommand> plan_queue_;       // guarded by mu_; the thread applies them
+  StoreServerCore::Stats stats_;              // guarded by mu_
+  std::map<uint64_t, std::set<int>> joined_;  // guarded by mu_: see JoinedRanks
   std::thread thread_;
 };
 

@@ -186,6 +186,13 @@ void StoreServerCore::HandleHandshake(Conn* c, const std::string& payload) {
   c->admin = admin;
   c->plan_version = plan;
   c->session_key = SessionKey(key, c->server_nonce, client_nonce);
+  if (!admin) joins_.emplace_back(plan, rank);
+}
+
+std::vector<std::pair<uint64_t, int>> StoreServerCore::TakeJoins() {
+  std::vector<std::pair<uint64_t, int>> out;
+  out.swap(joins_);
+  return out;
 }
 
 void StoreServerCore::Reply(Conn* c, const std::string& body) {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/status.h"
@@ -116,6 +117,14 @@ class StoreServerCore {
   const TcpStoreLimits& limits() const { return limits_; }
   Stats stats() const;
 
+  // The (plan version, world rank) pairs that authenticated since the last
+  // call, oldest first: a rank that did has started joining its plan's
+  // groups (the coordinator tells a worker that never did from the peers
+  // it keeps waiting).
+  std::vector<std::pair<uint64_t, int>> TakeJoins();
+  // Whether plan `version` is open (some slot's current plan).
+  bool HasPlan(uint64_t version) const { return plans_.count(version) > 0; }
+
  private:
   struct Plan {
     int world_size = 0;
@@ -145,6 +154,7 @@ class StoreServerCore {
   std::map<uint64_t, Plan> plans_;  // the current plan of each slot
   int64_t refused_connections_ = 0;
   int64_t auth_failures_ = 0;
+  std::vector<std::pair<uint64_t, int>> joins_;  // see TakeJoins
 };
 
 }  // namespace tessera

@@ -109,6 +109,9 @@ Status ValidateRegisterAck(const control::RegisterAck& ack, const std::string& e
 Status ValidateHeartbeat(const control::Heartbeat& hb) {
   if (hb.state() == control::WORKER_STATE_UNSPECIFIED || !control::WorkerState_IsValid(hb.state()))
     return InvalidArgument("state " + SNum(hb.state()) + " is unspecified or unknown");
+  if (!std::isfinite(hb.step_compute_seconds()) || hb.step_compute_seconds() < 0)
+    return InvalidArgument("step_compute_seconds " + std::to_string(hb.step_compute_seconds()) +
+                           " is not a finite number >= 0");
   for (int i = 0; i < hb.memory_size(); ++i) {
     const control::DeviceMemory& m = hb.memory(i);
     if (m.total_bytes() > 0 && m.used_bytes() > m.total_bytes())
@@ -180,6 +183,8 @@ Status ValidateAssignShard(const control::AssignShard& a) {
   StatusOr<DType> dtype = ParseDType(a.dtype());
   if (!dtype.ok() || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16))
     return InvalidArgument("dtype '" + a.dtype() + "' is not one of F32, F16, BF16");
+  if (!a.quantization().empty() && a.quantization() != "fp8")
+    return InvalidArgument("quantization '" + a.quantization() + "' is not \"\" or \"fp8\"");
   if (a.kv_block_size() == 0) return InvalidArgument("kv_block_size is 0");
   if (a.kv_num_blocks() == 0) return InvalidArgument("kv_num_blocks is 0");
   switch (a.rendezvous_case()) {

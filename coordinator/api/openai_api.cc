@@ -527,6 +527,18 @@ ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::strin
   return e;
 }
 
+ApiError PromptBytesError(int64_t limit, int64_t prompt_bytes, const std::string& param) {
+  ApiError e;
+  e.http_status = 413;
+  e.message = fmt::format(
+      "the {} is {} bytes; this server accepts at most {} bytes of prompt text "
+      "(server.max_prompt_bytes)",
+      param, prompt_bytes, limit);
+  e.param = param;
+  e.code = "prompt_too_large";
+  return e;
+}
+
 ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::string& limit_key) {
   ApiError e;
   e.http_status = 400;

@@ -88,6 +88,10 @@ ApiError QueueFullError(int64_t queue_limit);
 // prompt's tokens over `limit` tokens, naming the config key `limit_key`.
 ApiError PromptLimitError(int64_t limit, int64_t prompt_tokens, const std::string& param,
                           const std::string& limit_key);
+// 413: a prompt (or a chat request's message contents) of `prompt_bytes`
+// bytes of text, over server.max_prompt_bytes; checked before tokenizing.
+// `param`: "prompt" or "messages". code "prompt_too_large".
+ApiError PromptBytesError(int64_t limit, int64_t prompt_bytes, const std::string& param);
 // 400, code "max_tokens_too_large", param "max_tokens": the request's
 // max_tokens over `limit` tokens, naming the config key `limit_key`.
 ApiError MaxTokensLimitError(int64_t limit, int64_t max_tokens, const std::string& limit_key);

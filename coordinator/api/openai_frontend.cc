@@ -1,5 +1,7 @@
 #include "coordinator/api/openai_frontend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -7,6 +9,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "coordinator/api/openai_api.h"
@@ -276,6 +279,15 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           std::string("messages"), "unknown_chat_template");
       return;
     }
+    int64_t content_bytes = 0;
+    for (const ChatMessage& m : r.messages) content_bytes += static_cast<int64_t>(m.content.size());
+    if (content_bytes > config_.server.max_prompt_bytes) {
+      metrics_->Rejected();
+      const ApiError e =
+          PromptBytesError(config_.server.max_prompt_bytes, content_bytes, "messages");
+      res->Send(e.http_status, "application/json", e.ToJson());
+      return;
+    }
     auto text = chat_template_->Render(r.messages);
     if (!text.ok()) {
       res->SendError(400, text.status().message(), std::string("messages"), "chat_template_error");
@@ -318,6 +330,15 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           MaxTokensLimitError(max_completion, r.max_tokens, "scheduler.max_completion_tokens");
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
+    }
+    for (const Prompt& p : r.prompts) {
+      if (!p.is_tokens && static_cast<int64_t>(p.text.size()) > config_.server.max_prompt_bytes) {
+        metrics_->Rejected();
+        const ApiError e = PromptBytesError(config_.server.max_prompt_bytes,
+                                            static_cast<int64_t>(p.text.size()), "prompt");
+        res->Send(e.http_status, "application/json", e.ToJson());
+        return;
+      }
     }
     for (const Prompt& p : r.prompts) {
       GenerationRequest g;
@@ -525,14 +546,33 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
   res->OnClientGone([sink, ids] { sink->Cancel(ids); });
 }
 
+int OpenAIFrontend::RequestThreads(const DaemonConfig& config) {
+  if (config.server.request_threads > 0) return config.server.request_threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+}
+
+void OpenAIFrontend::Offload(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
+  auto copy = std::make_shared<HttpRequest>(req);
+  if (pool_->TrySubmit([this, copy, res, chat] { HandleCompletions(*copy, res, chat); })) return;
+  metrics_->Rejected();
+  res->SendError(503,
+                 fmt::format("{} requests are waiting to be prepared (server.max_connections); "
+                             "retry later",
+                             config_.server.max_connections),
+                 std::nullopt, "overloaded");
+}
+
 void OpenAIFrontend::Register(HttpServer& api) {
+  // Parsing, chat templates and tokenization grow with the prompt: they run
+  // on the request threads, never on the server's I/O threads (a client's
+  // huge prompt must not stall other clients' streams or /healthz).
   api.Handle("POST", "/v1/completions",
              [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
-               HandleCompletions(r, res, false);
+               Offload(r, std::move(res), false);
              });
   api.Handle("POST", "/v1/chat/completions",
              [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
-               HandleCompletions(r, res, true);
+               Offload(r, std::move(res), true);
              });
   api.Handle("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> res) {
     ModelCard card;
@@ -541,12 +581,21 @@ void OpenAIFrontend::Register(HttpServer& api) {
     card.max_model_len = max_context_;
     res->Send(200, "application/json", ModelListJson({card}));
   });
-  api.Handle("POST", "/tokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
-    HandleTokenize(r, *res);
-  });
-  api.Handle("POST", "/detokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> res) {
-    HandleDetokenize(r, *res);
-  });
+  // (De)tokenizing grows with the input too: on the request threads.
+  for (const bool tokenize : {true, false}) {
+    api.Handle("POST", tokenize ? "/tokenize" : "/detokenize",
+               [this, tokenize](const HttpRequest& r, std::shared_ptr<Responder> res) {
+                 auto copy = std::make_shared<HttpRequest>(r);
+                 if (pool_->TrySubmit([this, copy, res, tokenize] {
+                       tokenize ? HandleTokenize(*copy, *res) : HandleDetokenize(*copy, *res);
+                     }))
+                   return;
+                 res->SendError(503,
+                                "requests waiting to be prepared fill server.max_connections; "
+                                "retry later",
+                                std::nullopt, "overloaded");
+               });
+  }
 }
 
 void OpenAIFrontend::HandleTokenize(const HttpRequest& req, Responder& res) const {

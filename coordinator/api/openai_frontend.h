@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "common/base/work_pool.h"
 #include "common/config/daemon_config.h"
 #include "common/net/http_server.h"
 #include "common/tokenizer/chat_template.h"
@@ -48,15 +49,31 @@ class OpenAIFrontend {
         sink_(sink),
         status_(status),
         metrics_(metrics),
-        created_(UnixSeconds()) {}
+        created_(UnixSeconds()),
+        pool_(std::make_unique<WorkPool>("tessera-prep", RequestThreads(*config),
+                                         static_cast<size_t>(config->server.max_connections),
+                                         kRequestThreadNice)) {}
 
   // Registers the five routes on `api`.
   void Register(HttpServer& api);
+  // Finishes the requests being prepared and stops the request threads
+  // (after the HTTP server stopped). Idempotent.
+  void Stop() { pool_->Stop(); }
+
+  // The request threads' nice value: below serving (the decode loop, the
+  // control plane), so a flood of heavy requests slows admission, not
+  // streams in progress.
+  static constexpr int kRequestThreadNice = 10;
+  // server.request_threads, 0 resolved: one per two hardware threads, >= 1.
+  static int RequestThreads(const DaemonConfig& config);
 
  private:
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
   void HandleTokenize(const HttpRequest& req, Responder& res) const;
   void HandleDetokenize(const HttpRequest& req, Responder& res) const;
+  // Runs HandleCompletions on a request thread (a copy of `req`); 503 when
+  // server.max_connections requests already wait for one.
+  void Offload(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
 
   const DaemonConfig& config_;
   const std::string model_name_;
@@ -68,6 +85,7 @@ class OpenAIFrontend {
   RequestMetrics* const metrics_;
   std::atomic<int> open_streams_{0};  // streaming responses open (server.max_streams)
   const int64_t created_;             // Unix seconds at construction (/v1/models)
+  std::unique_ptr<WorkPool> pool_;    // the request threads
 };
 
 }  // namespace tessera

@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/base/log_window.h"
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
 #include "common/net/zmq_loop.h"
@@ -108,12 +109,13 @@ struct ControlServer::Impl {
   std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
   std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
   std::set<std::string> allowed_keys;     // 32-byte binary public keys (CURVE only)
-  // Owner thread: refused handshakes are logged at most kRefusalLogBurst
-  // times a minute (a flood of unknown keys must not flood the log); the
-  // rest are counted and summed up in the next minute's first line.
-  std::chrono::steady_clock::time_point refusal_window_start{};
-  int refusals_logged = 0;
-  uint64_t refusals_unlogged = 0;
+  // Owner thread: refused handshakes, and registrations refused for a
+  // CURVE key in use, are logged at most kRefusalLogBurst times a minute
+  // each (a flood of unknown keys, or of one stolen key, must not flood the
+  // log); the rest are counted and summed up in the next minute's first line.
+  static constexpr int kRefusalLogBurst = 10;
+  LogWindow handshake_refusals{kRefusalLogBurst};
+  LogWindow key_in_use_refusals{kRefusalLogBurst};
   bool started = false;  // Start succeeded once
   std::atomic<uint64_t> next_seq{1};
   Counters counters;
@@ -431,31 +433,19 @@ bool ControlServer::Impl::HandleOneZap() {
   }
   if (status != "200") {
     ++counters.handshakes_refused;
-    constexpr int kRefusalLogBurst = 10;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - refusal_window_start >= std::chrono::minutes(1)) {
-      if (refusals_unlogged > 0)
-        TESSERA_LOG_WARN(kLog,
-                         "refused {} more control-plane connections in the last minute "
-                         "(not logged one by one)",
-                         refusals_unlogged);
-      refusal_window_start = now;
-      refusals_logged = 0;
-      refusals_unlogged = 0;
-    }
-    if (refusals_logged < kRefusalLogBurst) {
-      ++refusals_logged;
+    const LogWindow::Verdict v = handshake_refusals.Admit(std::chrono::steady_clock::now());
+    if (v.missed > 0)
+      TESSERA_LOG_WARN(kLog,
+                       "refused {} more control-plane connections in the last minute "
+                       "(not logged one by one)",
+                       v.missed);
+    if (v.log)
       TESSERA_LOG_WARN(kLog,
                        "refused a control-plane connection from {}: {}{}; an allowed worker's key "
                        "must be listed in control.worker_public_keys{}",
                        address.empty() ? "an unknown address" : address, text,
                        user_id.empty() ? "" : " (CURVE public key " + user_id + ")",
-                       refusals_logged == kRefusalLogBurst
-                           ? " (further refusals this minute are counted, not logged)"
-                           : "");
-    } else {
-      ++refusals_unlogged;
-    }
+                       v.last ? " (further refusals this minute are counted, not logged)" : "");
     user_id.clear();
   }
   std::vector<zmq::message_t> reply;
@@ -625,6 +615,17 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
                     "' (peer " + PrintableIdentity(rec.identity) +
                     "); one key registers one worker";
           refusal_counter = &counters.registrations_refused_key_in_use;
+          const LogWindow::Verdict v = key_in_use_refusals.Admit(now);
+          if (v.missed > 0)
+            TESSERA_LOG_WARN(kLog,
+                             "refused {} more registrations for a CURVE key in use in the last "
+                             "minute (not logged one by one)",
+                             v.missed);
+          log_refusal = v.log;
+          if (v.last)
+            TESSERA_LOG_WARN(kLog,
+                             "further registrations refused for a CURVE key in use this minute "
+                             "are counted, not logged");
         }
       }
       if (refusal.empty() && !requested.empty()) {

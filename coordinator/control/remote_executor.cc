@@ -1,5 +1,7 @@
 #include "coordinator/control/remote_executor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -68,10 +70,15 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
                                   [&] { return results_.count(id) > 0 || !failure_.ok(); });
   expected_.erase(id);  // a late result for it is refused
   if (!failure_.ok()) return failure_;
-  if (!ready)
-    return DeadlineExceeded("micro-batch " + std::to_string(id) +
-                            ": no result from the last stage within " +
-                            std::to_string(step_timeout_seconds_) + " s");
+  if (!ready) {
+    // The pipeline is hung: it fails this step and every later one.
+    step_timed_out_.store(true);
+    failure_ = DeadlineExceeded(fmt::format(
+        "micro-batch {}: no result from the last stage within {:g} s "
+        "(heartbeat.step_timeout_seconds)",
+        id, step_timeout_seconds_));
+    return failure_;
+  }
   const control::StepResult result = std::move(results_[id]);
   results_.erase(id);
   lock.unlock();

@@ -15,6 +15,7 @@
 // OnStepResult and OnWorkerFailed from the control server's thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -59,6 +60,10 @@ class RemoteExecutor : public StepExecutor {
   // steps fail with this status.
   void OnWorkerFailed(const std::string& worker_id, const Status& why);
   Status health() const;
+  // A step missed its deadline (step_timeout_seconds): Collect returned
+  // kDeadlineExceeded for it. Any thread.
+  bool step_timed_out() const { return step_timed_out_.load(); }
+  double step_timeout_seconds() const { return step_timeout_seconds_; }
 
  private:
   ControlServer* server_;
@@ -80,6 +85,7 @@ class RemoteExecutor : public StepExecutor {
   std::map<uint64_t, std::vector<int64_t>> expected_;  // protected by mu_
   std::map<uint64_t, control::StepResult> results_;    // protected by mu_
   Status failure_;                                     // protected by mu_
+  std::atomic<bool> step_timed_out_{false};
 };
 
 }  // namespace tessera

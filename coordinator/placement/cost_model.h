@@ -8,7 +8,9 @@
 // hidden size, B_hbm the GPU's HBM bandwidth, B_link the slowest link inside
 // the tp group (bytes/s per direction).
 //
-//  weights per GPU      w_s = L_s (R_l + (W_l - R_l)/t_s) + [first] E/t_s
+//  weights per GPU      w_s = L_s (R_l + (W_l - R_l - X_l)/t_s + X_l(t_s)) + [first] E/t_s
+//                             (FP8 projections: W_l counts them at 1 byte +
+//                             their scales, ModelSizes::fp8)
 //                             + [last] (E/t_s + h x dtype)   (tied, pp = 1: E once)
 //  KV per token per GPU k_s = L_s x 2 x kv_local x head_dim x kv dtype bytes,
 //                             kv_local = max(1, KV / t_s)
@@ -21,6 +23,13 @@
 //                                     + (2 L_s + [first]) AR(t_s, n h dtype)
 //                                     + [last] AG(t_s, n V 4)
 //     bytes = w_s + n_seq c k_s, flops = 2 n P_s + 4 n c H_local d L_s
+//     MoE: X_l the routed experts of a sparse layer (N_x experts, top-k);
+//     X_l(t) = X_l ceil(N_x/t)/N_x with expert parallelism (whole experts), else X_l/t;
+//     a step of n tokens reads the experts its tokens route to: a fraction
+//     f(n) = 1 - (1 - k/N_x)^n of them (k/N_x at batch 1, nearly all at large
+//     n), so bytes counts L_s X_l(t_s) f(n) (with expert parallelism the
+//     busiest rank: min(held, k n) of its held experts) and P_s the active
+//     parameters, (W_l - X_l + k/N_x X_l)/t_s per layer
 //  hop                  hop(S) = latency + S / (eta_link B_hop)
 //  decode latency       sum_s tau_s(1 token, c = 0) + sum over the pp-1 hops of hop(h dtype)
 //                       = the sum_s (w_s / B_hbm + 2 L_s AR) + (pp-1) hop
@@ -51,6 +60,16 @@ struct CostConstants {
   double network_step_s = 8e-6;        // beta for a ring across hosts
 };
 
+// Below this many intermediate columns per rank an expert's GEMMs run
+// below efficient tile widths; expert parallelism keeps them whole.
+inline constexpr int64_t kMinExpertSliceColumns = 256;
+
+// The planner's expert split at tp `tp` (auto mode): whole experts when tp
+// does not divide moe_intermediate_size or a 1/tp slice would be under
+// kMinExpertSliceColumns columns; slices otherwise (every rank's share of a
+// batch-1 decode step stays equal whatever the routing).
+bool AutoExpertParallel(int64_t moe_intermediate, int tp);
+
 // The model's sizes at the serving dtypes.
 struct ModelSizes {
   int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
@@ -62,6 +81,24 @@ struct ModelSizes {
   double layer_params = 0;            // parameters of one layer
   double embed_bytes = 0;             // E
   double kv_dtype_bytes = 2;
+  // The model's projections are FP8 (model.quantization or an FP8
+  // checkpoint): layer_bytes counts them at 1 byte per parameter plus their
+  // fp32 scales; the embedding, lm_head and norms stay at dtype_bytes.
+  bool fp8 = false;
+  // Mixture of experts (0 experts: dense). layer_bytes is the largest layer's
+  // (a sparse one), routed experts included.
+  int64_t experts = 0, top_k = 0, moe_intermediate = 0;
+  double expert_layer_bytes = 0;  // X_l: every routed expert of one sparse layer
+  bool expert_parallel = false;   // whole experts per rank (ParallelConfig::expert_parallel)
+  // Instead of expert_parallel: AutoExpertParallel at each tp.
+  bool expert_parallel_auto = false;
+
+  // Whether a tp group of `tp` ranks holds whole experts.
+  bool ExpertParallelAt(int tp) const;
+  // X_l(t): routed-expert bytes one rank of a tp group holds per sparse layer.
+  double ExpertBytesPerRank(int tp) const;
+  // Of those, the bytes a step of `tokens` tokens reads on the busiest rank.
+  double ExpertBytesReadPerRank(int tp, double tokens) const;
 
   // weight dtype: the checkpoint's torch_dtype unless given; kv dtype
   // likewise.

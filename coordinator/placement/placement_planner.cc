@@ -43,6 +43,43 @@ namespace {
 
 using namespace placement_internal;  // NOLINT: the planner's own internals
 
+// The note explaining an MoE model's expert split at `tp` (the chosen
+// layout's first stage): what a decode step reads at batch 1 and at 64, and
+// why whole experts or slices.
+std::string ExpertSplitNote(const ModelConfig& m, const ModelSizes& sizes, int tp,
+                            const PlanOptions& o) {
+  const double k = static_cast<double>(m.num_experts_per_tok),
+               n = static_cast<double>(m.num_experts);
+  const double at64 = 1.0 - std::pow(1.0 - k / n, 64.0);
+  const bool ep = sizes.ExpertParallelAt(tp);
+  const int64_t slice = m.moe_intermediate_size / tp;
+  std::string why;
+  if (o.expert_parallel.has_value()) {
+    why = "as configured (parallel.expert_parallel)";
+  } else if (tp == 1) {
+    why = "tp 1 holds every expert whole either way";
+  } else if (m.moe_intermediate_size % tp != 0) {
+    why = "tp " + std::to_string(tp) + " does not divide moe_intermediate_size " +
+          std::to_string(m.moe_intermediate_size) + ": whole experts need no split";
+  } else if (ep) {
+    why = "a 1/" + std::to_string(tp) + " slice of an expert is " + std::to_string(slice) +
+          " columns, under " + std::to_string(kMinExpertSliceColumns) +
+          ": whole experts keep each expert GEMM full width";
+  } else {
+    why = "a 1/" + std::to_string(tp) + " slice of an expert is " + std::to_string(slice) +
+          " columns: slices keep every rank's share of a decode step equal whatever the routing";
+  }
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "MoE: %lld experts, top-%lld; memory holds every expert, a decode step reads "
+                "%.0f%% of a sparse layer's experts at batch 1 and %.0f%% at batch 64; "
+                "expert_parallel %s at tp %d: %s",
+                static_cast<long long>(m.num_experts),
+                static_cast<long long>(m.num_experts_per_tok), 100.0 * k / n, 100.0 * at64,
+                ep ? "on" : "off", tp, why.c_str());
+  return buf;
+}
+
 struct VecHash {
   size_t operator()(const std::vector<int>& v) const {
     size_t h = 1469598103934665603ull;
@@ -113,6 +150,11 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   Explanation& ex = result.explanation;
   ex.objective = o.objective;
   ex.notes = cluster.notes;
+  if (model.is_moe()) {
+    // Configured, or chosen at each tp the search costs.
+    c.sizes.expert_parallel = o.expert_parallel.value_or(false);
+    c.sizes.expert_parallel_auto = !o.expert_parallel.has_value();
+  }
   c.output = std::min(o.output_tokens, std::max<int64_t>(1, c.max_context / 2));
   c.prompt = std::min(o.prompt_tokens, std::max<int64_t>(1, c.max_context - c.output));
   if (c.output != o.output_tokens || c.prompt != o.prompt_tokens)
@@ -184,7 +226,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
     for (int t : tps) {
       const std::string what =
           "tp=" + std::to_string(t) + (nshapes > 1 ? " on " + shape_name[sh] : "");
-      auto pc = ParallelConfig::Make(model, t, 1);
+      auto pc = ParallelConfig::Make(model, t, 1, {}, c.sizes.ExpertParallelAt(t));
       if (!pc.ok()) {
         std::string why = pc.status().message();
         if (rejected_tp_seen.insert(why).second) ex.rejected.push_back({what, why});
@@ -456,7 +498,10 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   if (fitting.empty()) {
     std::string why;
     for (const Rejection& r : ex.rejected) why += "\n  " + r.what + ": " + r.why;
-    return ResourceExhausted("no placement of the model fits this cluster:" + why);
+    return ResourceExhausted("no placement of the model (" + Bytes(c.sizes.TotalBytes()) +
+                             " of weights at " + DTypeName(wdt) + ", " +
+                             std::to_string(cluster.total_gpus()) +
+                             " GPUs) fits this cluster:" + why);
   }
 
   // 3. Rank.
@@ -511,6 +556,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
   // 4. Materialise the chosen plan.
   PlacementPlan& plan = result.plan;
   plan.objective = o.objective;
+  plan.quantization = model.quantization.Describe();
   plan.layout = best.layout;
   plan.gpus_total = cluster.total_gpus();
   build_slots(best.tp_of_shape, best.interleaved, &slots, &units);
@@ -556,6 +602,11 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
     plan.decode_latency_s = std::max(plan.decode_latency_s, rep.decode_latency_s);
     plan.throughput_tokens_per_s += rep.throughput_tokens_per_s;
     plan.replicas.push_back(std::move(rep));
+  }
+  if (model.is_moe() && !plan.replicas.empty() && !plan.replicas[0].stages.empty()) {
+    const int tp = plan.replicas[0].stages[0].tp;
+    result.expert_parallel = c.sizes.ExpertParallelAt(tp);
+    ex.notes.push_back(ExpertSplitNote(model, c.sizes, tp, o));
   }
   return result;
 }

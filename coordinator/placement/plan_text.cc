@@ -57,6 +57,7 @@ std::string PlanResult::ToText() const {
                 p.gpus_total, Ms(p.decode_latency_s).c_str(),
                 Tps(p.throughput_tokens_per_s).c_str());
   o << buf;
+  if (p.quantization != "none") o << "  weights: " << p.quantization << "\n";
   // Replicas with the same stage shapes print once.
   std::string last_key;
   size_t shown = 0;

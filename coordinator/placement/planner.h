@@ -74,6 +74,11 @@ struct PlanOptions {
   // serving runtime support); assignments giving host shapes different tps
   // are skipped.
   bool uniform_tp = false;
+  // MoE models: how a stage's tp ranks split the experts
+  // (ParallelConfig::expert_parallel); unset: the planner chooses at each tp
+  // it costs (AutoExpertParallel, cost_model.h) and the note says which the
+  // chosen layout takes and why.
+  std::optional<bool> expert_parallel;
 };
 
 // A GPU of the cluster: host index into ClusterModel::nodes, GPU index into
@@ -125,6 +130,10 @@ struct PlacementPlan {
   int gpus_total = 0;
   double decode_latency_s = 0;         // the slowest replica's
   double throughput_tokens_per_s = 0;  // all replicas together
+  // How the weights are stored, QuantizationConfig::Describe ("none", or
+  // "fp8 (e4m3, block 128x128 weight scales, dynamic activations)"): the
+  // per-GPU weight bytes count FP8 projections at 1 byte plus scales.
+  std::string quantization = "none";
 
   // The ParallelConfig of replica `r`: its stages' tp (a uniform layout when
   // they are equal, else a per-stage one whose stages pair as
@@ -163,6 +172,10 @@ struct Explanation {
 
 struct PlanResult {
   PlacementPlan plan;
+  // MoE models: the expert split the plan was costed with (PlanOptions::
+  // expert_parallel, or the planner's choice at the first stage's tp);
+  // false for dense models.
+  bool expert_parallel = false;
   Explanation explanation;
   // The placement (stage table per distinct replica, memory and speed
   // predictions) followed by the explanation, as `tessera plan` prints it.

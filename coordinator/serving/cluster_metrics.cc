@@ -17,6 +17,8 @@ void ClusterMetrics::Install() {
   for (const char* name :
        {metric::kReconfigurationsTotal, metric::kFaultsTotal, metric::kRequeuedRequestsTotal})
     metrics_.Counter(name).WithLabels({});
+  for (const char* reason : {"load_timeout", "load_error", "loaded_mismatch", "step_hung"})
+    metrics_.Counter(metric::kWorkerExclusionsTotal).WithLabels({reason});
   for (const char* reason : {"auth", "connections"})
     metrics_.Counter(metric::kStoreRefusalsTotal).WithLabels({reason});
   metrics_.AddCollectHook([this] { Collect(); });

@@ -1,6 +1,8 @@
 #include "coordinator/serving/cluster_state.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <unordered_set>
 
 namespace tessera {
@@ -70,6 +72,26 @@ bool ClusterState::IsDrained(const std::string& worker_id) const {
   return Has(drained_workers, worker_id);
 }
 
+bool ClusterState::IsExcluded(const std::string& worker_id) const {
+  auto it = excluded_workers.find(worker_id);
+  return it != excluded_workers.end() && std::chrono::steady_clock::now() < it->second.until;
+}
+
+const WorkerExclusion& ClusterState::Exclude(const std::string& worker_id, const std::string& kind,
+                                             const std::string& reason, double base_seconds) {
+  WorkerExclusion& e = excluded_workers[worker_id];
+  ++e.count;
+  e.kind = kind;
+  e.reason = reason;
+  const double seconds =
+      std::min(kMaxExclusionSeconds, base_seconds * std::ldexp(1.0, std::min(e.count - 1, 30)));
+  e.until = std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(seconds));
+  cv.notify_all();
+  return e;
+}
+
 int ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
   int replica = -1;
   {
@@ -92,7 +114,8 @@ std::vector<std::string> ClusterState::UsableWorkers(
   MutexLock lock(&mu);
   for (const ControlWorkerInfo& w : workers) {
     if (!w.alive) continue;
-    if (IsFailed(w.worker_id) || IsDrained(w.worker_id) || !seen.insert(w.worker_id).second)
+    if (IsFailed(w.worker_id) || IsDrained(w.worker_id) || IsExcluded(w.worker_id) ||
+        !seen.insert(w.worker_id).second)
       continue;
     out.push_back(w.worker_id);
   }

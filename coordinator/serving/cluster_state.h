@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -70,7 +71,10 @@ struct ReplicaPlan {
   std::vector<Assignment> assignments;
   std::string degraded;    // why no plan runs ("" = none)
   std::string load_error;  // an Error while loading
-  bool serving = false;    // the serving loop runs
+  // Who sent it, and its exclusion kind (load_error, or loaded_mismatch
+  // when the coordinator found a Loaded contradicting the registration).
+  std::string load_error_worker, load_error_kind;
+  bool serving = false;  // the serving loop runs
   // The plan is loaded and the loop serves it (false while re-planning
   // after a fault, degraded or not placed yet).
   bool ready = false;
@@ -84,6 +88,17 @@ struct ReplicaPlan {
   int plan_result_replica = 0;  // which of plan_result's replicas this one is
 
   bool InPlan(const std::string& worker_id) const;
+};
+
+// A worker left out of placement for a while (see ClusterState::Exclude):
+// it failed to load or to join its groups within heartbeat.
+// load_timeout_seconds, its Loaded report contradicted its registration,
+// or its step hung.
+struct WorkerExclusion {
+  std::string reason;  // names what it did, for /admin/cluster and the log
+  std::string kind;    // the metric's label: load_timeout, load_error, loaded_mismatch, step_hung
+  int count = 0;       // exclusions of this worker so far (the back-off doubles with each)
+  std::chrono::steady_clock::time_point until;  // usable again from then
 };
 
 struct ClusterState {
@@ -103,9 +118,14 @@ struct ClusterState {
   // re-plan does not place them; usable once the re-plans end.
   std::vector<std::string> returning_workers GUARDED_BY(mu);
   std::vector<std::string> drained_workers GUARDED_BY(mu);  // out of placement by the admin
-  Status placement_status GUARDED_BY(mu);                   // the initial placement's failure
+  // Workers left out of placement until their back-off ends (kept after,
+  // for the count, until the worker is forgotten).
+  std::map<std::string, WorkerExclusion> excluded_workers GUARDED_BY(mu);
+  Status placement_status GUARDED_BY(mu);  // the initial placement's failure
   bool stopping GUARDED_BY(mu) = false;
   std::map<std::string, control::WorkerState> states GUARDED_BY(mu);  // from heartbeats
+  // Heartbeat.step_compute_seconds of each worker's last heartbeat.
+  std::unordered_map<std::string, double> step_compute_seconds GUARDED_BY(mu);
   StoreServerCore::Stats store_seen GUARDED_BY(mu);  // the store's counters at the last scrape
   // At least one replica serves (/readyz).
   std::atomic<bool> ready{false};
@@ -140,8 +160,15 @@ struct ClusterState {
   int MarkFailed(const std::string& worker_id, const Status& why) EXCLUDES(mu, exec_mu);
   bool IsFailed(const std::string& worker_id) const REQUIRES(mu);
   bool IsDrained(const std::string& worker_id) const REQUIRES(mu);
+  // Whether `worker_id`'s exclusion back-off runs now.
+  bool IsExcluded(const std::string& worker_id) const REQUIRES(mu);
+  // Leaves `worker_id` out of placement for base_seconds x 2^(n-1) (n: its
+  // n-th exclusion), at most kMaxExclusionSeconds; returns the exclusion.
+  const WorkerExclusion& Exclude(const std::string& worker_id, const std::string& kind,
+                                 const std::string& reason, double base_seconds) REQUIRES(mu);
+  static constexpr double kMaxExclusionSeconds = 3600.0;
   // The workers a plan may use: of `workers`, alive, not lost, not
-  // drained, in registration order.
+  // drained, not excluded, in registration order.
   std::vector<std::string> UsableWorkers(const std::vector<ControlWorkerInfo>& workers) const
       EXCLUDES(mu);
 };

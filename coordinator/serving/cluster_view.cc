@@ -1,6 +1,7 @@
 #include "coordinator/serving/cluster_view.h"
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "coordinator/placement/plan_change.h"
@@ -113,6 +114,18 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
                   {"tp_rank", a.tp_rank},
                   {"replica", replica}};
     auto st = state_.states.find(w.worker_id);
+    // Its last exclusion (kept, with the count, after the back-off ended).
+    json exclusion = nullptr;
+    if (auto ex = state_.excluded_workers.find(w.worker_id); ex != state_.excluded_workers.end()) {
+      const double left =
+          std::chrono::duration<double>(ex->second.until - std::chrono::steady_clock::now())
+              .count();
+      exclusion = {{"excluded", left > 0},
+                   {"reason", ex->second.reason},
+                   {"kind", ex->second.kind},
+                   {"count", ex->second.count},
+                   {"seconds_left", std::max(0.0, left)}};
+    }
     workers.push_back(
         {{"id", w.worker_id},
          {"host", w.registration->host()},
@@ -120,9 +133,11 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
          {"data_address", w.registration->data_address()},
          {"devices", devices},
          {"curve_public_key", w.curve_public_key},
-         {"state", failed || !w.alive ? "failed"
-                   : drained          ? "drained"
-                                      : "alive"},
+         {"state", failed || !w.alive               ? "failed"
+                   : drained                        ? "drained"
+                   : state_.IsExcluded(w.worker_id) ? "excluded"
+                                                    : "alive"},
+         {"exclusion", exclusion},
          {"worker_state", st == state_.states.end() ? "registered" : StateName(st->second)},
          {"rank", role},
          {"in_plan", in_plan && w.alive},
@@ -215,23 +230,35 @@ std::string ClusterView::PlanJson() const {
 json ClusterView::ReplicaPlanJson(size_t index) const {
   const ReplicaPlan& p = state_.replicas[index];
   json ranks = json::array();
+  const bool moe = model_ != nullptr && model_->is_moe();
+  const bool ep = moe && p.parallel.expert_parallel;  // as the plan applied it
   for (const Assignment& a : p.assignments) {
-    ranks.push_back({{"worker", a.worker_id},
-                     {"host", a.host},
-                     {"device", a.device_index},
-                     {"world_rank", a.world_rank},
-                     {"stage", a.stage},
-                     {"tp_rank", a.tp_rank},
-                     {"layers", {p.parallel.FirstLayer(a.stage), p.parallel.EndLayer(a.stage)}},
-                     {"predicted_weight_bytes", a.predicted_weight_bytes},
-                     {"shard_weight_bytes", a.shard_weight_bytes},
-                     {"weight_bytes", a.loaded_weight_bytes},
-                     {"reused_weight_bytes", a.reused_weight_bytes},
-                     {"predicted_kv_bytes", a.predicted_kv_bytes},
-                     {"kv_bytes", a.kv_bytes},
-                     {"load_seconds", a.load_seconds},
-                     {"load_bytes_done", a.load_bytes_done},
-                     {"load_bytes_total", a.load_bytes_total}});
+    // An MoE model's experts on this rank: [begin, end) whole under expert
+    // parallelism, else a 1/tp slice of every one.
+    json rank = {{"worker", a.worker_id},
+                 {"host", a.host},
+                 {"device", a.device_index},
+                 {"world_rank", a.world_rank},
+                 {"stage", a.stage},
+                 {"tp_rank", a.tp_rank},
+                 {"layers", {p.parallel.FirstLayer(a.stage), p.parallel.EndLayer(a.stage)}},
+                 {"predicted_weight_bytes", a.predicted_weight_bytes},
+                 {"shard_weight_bytes", a.shard_weight_bytes},
+                 {"weight_bytes", a.loaded_weight_bytes},
+                 {"reused_weight_bytes", a.reused_weight_bytes},
+                 {"predicted_kv_bytes", a.predicted_kv_bytes},
+                 {"kv_bytes", a.kv_bytes},
+                 {"load_seconds", a.load_seconds},
+                 {"load_bytes_done", a.load_bytes_done},
+                 {"load_bytes_total", a.load_bytes_total}};
+    if (moe) {
+      const int tp = p.parallel.TpOfStage(a.stage);
+      const ExpertRange er = ep ? ExpertsOfRank(model_->num_experts, tp, a.tp_rank)
+                                : ExpertRange{0, model_->num_experts};
+      rank["experts"] = {er.begin, er.end};
+      rank["expert_split"] = ep ? "whole" : "1/" + std::to_string(tp);
+    }
+    ranks.push_back(std::move(rank));
   }
   json out = {{"plan_version", p.plan_version},
               {"replica", index},
@@ -244,10 +271,12 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
     if (state_.placement_status.ok()) out["waiting_for_workers"] = expected_workers_;
     return out;
   }
+  out["quantization"] = quantization_;
   out["tp"] = p.parallel.tp;  // 0 when stages differ in tp
   out["tp_per_stage"] = p.parallel.TpPerStage();
   out["pp"] = p.parallel.pp;
   out["layers_per_stage"] = p.parallel.layers_per_stage;
+  if (moe) out["expert_parallel"] = ep;
   out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = config_.kv_cache.block_size;
   out["wanted"] = LayoutJson(p.wanted);
@@ -278,6 +307,7 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
   for (const Rejection& x : r.explanation.rejected)
     rejected.push_back({{"layout", x.what}, {"why", x.why}});
   out["planner"] = {{"objective", ObjectiveName(r.plan.objective)},
+                    {"quantization", r.plan.quantization},
                     {"layout", r.plan.layout},
                     {"devices_used", r.plan.gpus_used},
                     {"replicas", r.plan.replicas.size()},

@@ -24,10 +24,15 @@ namespace tessera {
 class ClusterView : public ClusterStatus {
  public:
   // All outlive the view. `expected_workers`: how many the first placement
-  // waits for.
+  // waits for. `model` (optional) gives an MoE model's expert placement.
+  // `quantization`: how the served model's weights are stored
+  // (QuantizationConfig::Describe), reported as /admin/plan's "quantization".
   ClusterView(const DaemonConfig* config, int expected_workers, const ClusterState* state,
-              const ControlServer* control, const ReplicaSet* replicas)
-      : config_(*config),
+              const ControlServer* control, const ReplicaSet* replicas,
+              const ModelConfig* model = nullptr, std::string quantization = "none")
+      : quantization_(std::move(quantization)),
+        config_(*config),
+        model_(model),
         expected_workers_(expected_workers),
         state_(*state),
         control_(control),
@@ -43,7 +48,9 @@ class ClusterView : public ClusterStatus {
   nlohmann::json ReplicaPlanJson(size_t r) const REQUIRES(state_.mu);
 
  private:
+  const std::string quantization_;
   const DaemonConfig& config_;
+  const ModelConfig* const model_;
   const int expected_workers_;
   const ClusterState& state_;
   const ControlServer* const control_;

@@ -1,6 +1,8 @@
 // PlanRunner, applying a plan: Drain the old plan's workers, open the plan
 // in the rendezvous store, AssignShard to every rank under the new version,
 // wait for every Loaded, swap the executor.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "common/net/store_auth.h"
 #include "coordinator/api/openai_api.h"
 #include "coordinator/placement/cost_model.h"
+#include "coordinator/serving/load_culprits.h"
 #include "coordinator/serving/plan_runner.h"
 
 namespace tessera {
@@ -24,8 +27,30 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// How long a plan's workers get to load and report Loaded.
-constexpr double kLoadTimeoutSeconds = 120.0;
+std::string FormatSeconds(double s) { return fmt::format("{:g} s", s); }
+
+// The first rank whose Loaded reports more bytes (weights plus KV cache)
+// than its registered device has, as "<worker id>\n<why>"; "" when none.
+std::string LoadedMismatch(const std::vector<Assignment>& assignments,
+                           const std::vector<ControlWorkerInfo>& infos) {
+  for (const Assignment& a : assignments)
+    for (const ControlWorkerInfo& w : infos) {
+      if (w.worker_id != a.worker_id) continue;
+      for (int i = 0; i < w.registration->devices_size(); ++i) {
+        const control::Device& d = w.registration->devices(i);
+        const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(0, a.loaded_weight_bytes)) +
+                              static_cast<uint64_t>(std::max<int64_t>(0, a.kv_bytes));
+        if (d.index() != a.device_index || held <= d.total_memory_bytes()) continue;
+        return a.worker_id + "\nworker " + a.worker_id + " (rank " + std::to_string(a.world_rank) +
+               "): Loaded reports " + std::to_string(held) +
+               " bytes of weights and KV cache, more than the " +
+               std::to_string(d.total_memory_bytes()) + " bytes its registration's devices[" +
+               std::to_string(i) + "].total_memory_bytes (device " + std::to_string(d.index()) +
+               ") has";
+      }
+    }
+  return "";
+}
 
 }  // namespace
 
@@ -40,11 +65,73 @@ std::string PlanRunner::StoreHostFor(const std::string& worker_address) const {
   return "127.0.0.1";
 }
 
-Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
+Status PlanRunner::ExcludeLoadCulprits(uint64_t version, const std::string& reporter,
+                                       const std::string* error) {
+  const double load_timeout = config_.heartbeat.load_timeout_seconds;
+  const std::vector<int> joined = store_->JoinedRanks(version);
+  std::vector<RankLoadStage> stages;
+  for (const Assignment& a : rep().assignments) {
+    RankLoadStage r;
+    r.worker_id = a.worker_id;
+    r.world_rank = a.world_rank;
+    r.stage = a.loaded_weight_bytes >= 0                                       ? 3
+              : a.load_bytes_total > 0                                         ? 2
+              : std::binary_search(joined.begin(), joined.end(), a.world_rank) ? 1
+                                                                               : 0;
+    stages.push_back(r);
+  }
+  const std::vector<std::string> culprits = LoadCulprits(stages, reporter);
+  std::string message = "plan " + std::to_string(version) + ": ";
+  for (size_t i = 0; i < culprits.size(); ++i) {
+    const std::string& id = culprits[i];
+    std::string why, kind = "load_timeout";
+    if (error && id == reporter) {
+      why = *error;
+      kind = rep().load_error_kind.empty() ? "load_error" : rep().load_error_kind;
+    } else {
+      for (const RankLoadStage& r : stages)
+        if (r.worker_id == id) {
+          why = "worker " + id + " (rank " + std::to_string(r.world_rank) + ") " +
+                LoadStageShortfall(r.stage);
+          break;
+        }
+      why += error ? " (its peer's load failed: " + *error + ")"
+                   : " within heartbeat.load_timeout_seconds = " + FormatSeconds(load_timeout);
+    }
+    const WorkerExclusion& e = state_.Exclude(id, kind, why, load_timeout);
+    const double backoff =
+        std::chrono::duration<double>(e.until - std::chrono::steady_clock::now()).count();
+    metrics_->Counter(metric::kWorkerExclusionsTotal).WithLabels({kind}).Inc();
+    TESSERA_LOG_ERROR("coordinator",
+                      "replica {}: {}; worker {} left out of placement for {:.0f} s (exclusion {})",
+                      replica_, why, id, backoff, e.count);
+    message += (i ? "; " : "") + why;
+  }
+  message += culprits.size() == 1 ? "; it is left out of the next placement"
+                                  : "; they are left out of the next placement";
+  if (error) return Unavailable(message);
+  return DeadlineExceeded(message);
+}
+
+Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
                              const std::vector<RankPlacement>& ranks, const std::string& reason,
                              json& report, std::shared_ptr<const PlanResult> planned,
                              const std::vector<Assignment>* predicted) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The layout with parallel.expert_parallel (MoE models): the shard bytes,
+  // /admin/plan and every AssignShard follow it.
+  ParallelConfig parallel = planned_layout;
+  bool expert_parallel = config_.parallel.expert_parallel;
+  if (config_.parallel.mode == ParallelMode::kAuto) {
+    // The planner's choice, or the last plan's when this one had no planner run.
+    MutexLock lock(&state_.mu);
+    if (planned) {
+      expert_parallel = planned->expert_parallel;
+    } else if (rep().plan_result) {
+      expert_parallel = rep().plan_result->expert_parallel;
+    }
+  }
+  parallel.expert_parallel = expert_parallel && model_.is_moe();
   std::vector<Assignment> plan;
   std::vector<std::string> ids;
   for (const RankPlacement& r : ranks) ids.push_back(r.worker_id);
@@ -102,6 +189,8 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     rep().plan_result_replica = 0;
     for (const Assignment& a : plan) state_.states[a.worker_id] = control::WORKER_STATE_LOADING;
     rep().load_error.clear();
+    rep().load_error_worker.clear();
+    rep().load_error_kind.clear();
   }
   TESSERA_LOG_INFO("coordinator", "replica {}: plan {}: applying {} ({}) on {} workers", replica_,
                    version, parallel.ToString(), reason, plan.size());
@@ -124,12 +213,14 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
     for (int t : parallel.tp_per_stage) s->add_tp_per_stage(static_cast<uint32_t>(t));
     s->set_pp(static_cast<uint32_t>(parallel.pp));
     for (int n : parallel.layers_per_stage) s->add_layers_per_stage(static_cast<uint32_t>(n));
+    s->set_expert_parallel(parallel.expert_parallel);
     s->set_stage(static_cast<uint32_t>(a.stage));
     s->set_tp_rank(static_cast<uint32_t>(a.tp_rank));
     s->set_world_rank(static_cast<uint32_t>(a.world_rank));
     s->set_first_layer(static_cast<uint32_t>(parallel.FirstLayer(a.stage)));
     s->set_end_layer(static_cast<uint32_t>(parallel.EndLayer(a.stage)));
     s->set_model_path(config_.model.path);
+    if (config_.model.quantization == QuantMethod::kOnlineFp8) s->set_quantization("fp8");
     // model.dtype, or the checkpoint's; CPU workers compute in F32 regardless.
     s->set_dtype(DTypeName(config_.model.dtype.value_or(model_.torch_dtype)));
     s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));
@@ -146,8 +237,9 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
                                              " of plan " + std::to_string(version)));
   }
   // Wait for every Loaded of this version.
+  const double load_timeout = config_.heartbeat.load_timeout_seconds;
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(kLoadTimeoutSeconds));
+                                 std::chrono::duration<double>(load_timeout));
   int64_t reused = 0, weights = 0;
   {
     MutexLock lock(&state_.mu);
@@ -158,15 +250,23 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
             state_.failed_workers.end())
           return Unavailable("worker " + a.worker_id + " was lost while loading plan " +
                              std::to_string(version));
-      if (!rep().load_error.empty())
-        return Unavailable("loading plan " + std::to_string(version) + ": " + rep().load_error);
+      if (!rep().load_error.empty()) {
+        const std::string error = rep().load_error;
+        const std::string reporter = rep().load_error_worker;
+        return ExcludeLoadCulprits(version, reporter, &error);
+      }
       if (std::all_of(rep().assignments.begin(), rep().assignments.end(),
-                      [](const Assignment& a) { return a.loaded_weight_bytes >= 0; }))
-        break;
+                      [](const Assignment& a) { return a.loaded_weight_bytes >= 0; })) {
+        // A Loaded that holds more than the device it registered has.
+        std::string mismatch = LoadedMismatch(rep().assignments, infos);
+        if (mismatch.empty()) break;
+        rep().load_error_kind = "loaded_mismatch";
+        const std::string reporter = mismatch.substr(0, mismatch.find('\n'));
+        mismatch.erase(0, reporter.size() + 1);
+        return ExcludeLoadCulprits(version, reporter, &mismatch);
+      }
       if (std::chrono::steady_clock::now() > deadline)
-        return DeadlineExceeded("plan " + std::to_string(version) +
-                                ": not every worker loaded within " +
-                                std::to_string(kLoadTimeoutSeconds) + " s");
+        return ExcludeLoadCulprits(version, "", nullptr);
       state_.cv.wait_for(state_.mu, std::chrono::milliseconds(50));
     }
     for (const Assignment& a : rep().assignments) {
@@ -183,7 +283,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& parallel,
   }
   auto executor =
       std::make_shared<RemoteExecutor>(control_, version, first, all, sampler, parallel.pp,
-                                       model_.vocab_size, config_.heartbeat.timeout_seconds + 30.0);
+                                       model_.vocab_size, config_.heartbeat.step_timeout_seconds);
   {
     MutexLock lock(&state_.exec_mu);
     state_.executors[static_cast<size_t>(replica_)] = executor;

@@ -1,5 +1,7 @@
 #include "coordinator/serving/plan_runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -134,6 +136,52 @@ void PlanRunner::RequestReplan(
   job.raised = std::chrono::steady_clock::now();
   jobs_.push_back(std::move(job));
   state_.cv.notify_all();
+}
+
+void PlanRunner::OnStepFailed(const Status& failed) {
+  SetReady(false);
+  std::shared_ptr<RemoteExecutor> ex = state_.Executor(replica_);
+  if (!ex || !ex->step_timed_out()) {
+    RequestReplan("step failed: " + failed.message(), true);
+    return;
+  }
+  const double deadline = ex->step_timeout_seconds();
+  std::string culprit, why;
+  bool again = false;  // a later step of the same hang: named, not excluded twice
+  {
+    MutexLock lock(&state_.mu);
+    double longest = 0;
+    int rank = -1;
+    for (const Assignment& a : rep().assignments) {
+      auto it = state_.step_compute_seconds.find(a.worker_id);
+      if (it == state_.step_compute_seconds.end() || it->second <= longest) continue;
+      longest = it->second;
+      culprit = a.worker_id;
+      rank = a.world_rank;
+    }
+    if (longest < deadline / 2) culprit.clear();
+    if (!culprit.empty()) {
+      why = fmt::format(
+          "worker {} (rank {}) was still computing one step {:.1f} s into it, past "
+          "heartbeat.step_timeout_seconds = {:g} s (its peers were waiting on it)",
+          culprit, rank, longest, deadline);
+      again = state_.IsExcluded(culprit);
+      if (!again)
+        state_.Exclude(culprit, "step_hung", why, config_.heartbeat.load_timeout_seconds);
+    }
+  }
+  if (culprit.empty()) {
+    RequestReplan("step hung: " + failed.message() +
+                      "; no rank was computing (a hang in communication)",
+                  true);
+    return;
+  }
+  if (!again) {
+    metrics_->Counter(metric::kWorkerExclusionsTotal).WithLabels({"step_hung"}).Inc();
+    TESSERA_LOG_ERROR("coordinator", "replica {}: step hung: {}; worker {} left out of placement",
+                      replica_, why, culprit);
+  }
+  RequestReplan("step hung: " + why, true, /*culprit_known=*/true);
 }
 
 bool PlanRunner::reconfiguring() const {

@@ -90,6 +90,13 @@ class PlanRunner : public PlanControl {
       const std::string& reason, bool fault, bool culprit_known = false,
       std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused = {})
       EXCLUDES(state_.mu);
+  // The serving loop's step failed (`failed`): the replica stops taking
+  // requests and re-plans as for a fault. A step that missed
+  // heartbeat.step_timeout_seconds is hung: the plan's worker that was still
+  // computing it (the longest Heartbeat.step_compute_seconds, at least half
+  // the deadline) is named, excluded like a worker that fails to load, and
+  // the re-plan leaves it out at once.
+  void OnStepFailed(const Status& failed) EXCLUDES(state_.mu);
   // A change is queued or running.
   bool reconfiguring() const EXCLUDES(state_.mu);
   // Sets the replica's ready flag (and the cluster's): false stops the
@@ -154,6 +161,12 @@ class PlanRunner : public PlanControl {
                    const std::string& reason, nlohmann::json& report,
                    std::shared_ptr<const PlanResult> planned = nullptr,
                    const std::vector<Assignment>* predicted = nullptr);
+  // A load of plan `version` failed: at the load deadline (`error` null) or
+  // on `reporter`'s Error (`error`). Excludes the workers at fault
+  // (load_culprits.h) with a back-off, counts and logs it, and returns the
+  // failure naming them.
+  Status ExcludeLoadCulprits(uint64_t version, const std::string& reporter,
+                             const std::string* error) REQUIRES(state_.mu);
   // The rendezvous store's address as the worker at `worker_address` reaches
   // it: the store's host, or, when it listens on every interface, this
   // host's address on the route to the worker.

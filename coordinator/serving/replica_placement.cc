@@ -59,7 +59,8 @@ PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas,
     o.fixed_pp = fixed.pp;
     // The configured split, or the even one ParallelConfig made of `[]`.
     o.fixed_layers_per_stage = fixed.layers_per_stage;
-    o.allow_cross_node_tp = true;  // the operator chose the tp
+    o.allow_cross_node_tp = true;                          // the operator chose the tp
+    o.expert_parallel = config_.parallel.expert_parallel;  // auto mode: the planner chooses
   }
   return o;
 }

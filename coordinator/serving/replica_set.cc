@@ -139,11 +139,7 @@ void ReplicaSet::PlaceAll() {
     const int index = static_cast<int>(r);
     rep->loop = std::make_unique<ServingLoop>(
         *c_.model, c_.tokenizer, c_.config->kv_cache.block_size, sched, c_.metrics,
-        [this, index](const Status& failed) {
-          runner(index)->SetReady(false);
-          runner(index)->RequestReplan("step failed: " + failed.message(), true);
-        },
-        index);
+        [this, index](const Status& failed) { runner(index)->OnStepFailed(failed); }, index);
     PlanRunner::Context rc;
     rc.config = c_.config;
     rc.model = c_.model;

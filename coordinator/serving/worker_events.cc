@@ -29,6 +29,7 @@ void WorkerEvents::OnMessage(const ControlPeer& peer, const control::Envelope& e
       }
     }
     state_.states[peer.worker_id] = e.heartbeat().state();
+    state_.step_compute_seconds[peer.worker_id] = e.heartbeat().step_compute_seconds();
     return;
   }
   if (e.has_load_progress()) {
@@ -148,6 +149,8 @@ void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error)
                       [](const Assignment& a) { return a.loaded_weight_bytes < 0; });
       if (loading) {
         rp.load_error = "worker " + peer.worker_id + ": " + error.message();
+        rp.load_error_worker = peer.worker_id;
+        rp.load_error_kind = "load_error";
         state_.cv.notify_all();
         return;
       }
@@ -183,6 +186,8 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
         std::remove(state_.failed_workers.begin(), state_.failed_workers.end(), worker_id),
         state_.failed_workers.end());
     state_.states.erase(worker_id);
+    state_.excluded_workers.erase(worker_id);
+    state_.step_compute_seconds.erase(worker_id);
   }
   drops_->Forget(worker_id);
 }

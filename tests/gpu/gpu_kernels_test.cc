@@ -1,6 +1,7 @@
 // GPU tests (tessera_gpu_test, tests/gpu/gpu_test_util.h): every CUDA kernel against the CPU
 // kernels on random inputs, and sampling on the device.
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda_launch.h"
 #include "kernels/logit_adjust.h"
 
 namespace tessera {
@@ -32,30 +33,89 @@ TEST_P(Kernels, LinearMatchesCpu) {
   }
 }
 
+// The decode GEMM (kernels/skinny_gemm_cuda.cu) that Linear picks for m <= 8 rows of bf16/fp16:
+// every row count, k not a multiple of a warp's 256-element stride, odd n (the last warp's second
+// row repeats and is not stored), k split across warps, bias, and fp32 output; then the launcher
+// directly, so the kernel itself is what is checked, and a misaligned x that must go to cuBLASLt.
+TEST(SkinnyGemm, EveryRowCountMatchesCpu) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    kernels::Backend& g = Gpu(dt);
+    for (int64_t m = 1; m <= kernels::cuda::kSkinnyGemmMaxRows; ++m) {
+      // k split 1, 2 and 4 ways inside a block (kernels/skinny_gemm_cuda.cu Launch): 383 x 1000
+      // and 1 x 8 whole, 1501 x 2056 in halves, 13 x 4104 in quarters; 1501 and 13 leave row
+      // groups past n in the last block, which must still meet the block's barrier.
+      for (auto [n, k] :
+           {std::pair<int64_t, int64_t>{383, 1000}, {1501, 2056}, {13, 4104}, {1, 8}}) {
+        const std::string what =
+            "skinny m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+        HostPair x = Random({m, k}, 40 + m, dt), w = Random({n, k}, 41, dt, 1.0f / 16),
+                 b = Random({n}, 42, dt);
+        Tensor xd = Up(g, x.raw), wd = Up(g, w.raw), bd = Up(g, b.raw);
+        ASSERT_TRUE(kernels::cuda::SkinnyGemmApplies(dt, m, k, xd.raw(), wd.raw())) << what;
+        Tensor ref = Tensor::Empty({m, n});
+        ASSERT_TRUE(kernels::cpu::Linear(x.f32, w.f32, b.f32, ref).ok());
+        Tensor y = Dev(g, {m, n}, dt);
+        Status s = kernels::Linear(xd, wd, bd, y);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ExpectClose(Down(g, y), Vec(ref), dt, what + " +bias");
+        Tensor y32 = Dev(g, {m, n}, DType::kF32);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;  // the backend's stream is done
+        ASSERT_EQ(kernels::cuda::LaunchSkinnyGemm(dt, DType::kF32, xd.raw(), wd.raw(), bd.raw(),
+                                                  y32.raw(), m, n, k, nullptr),
+                  cudaSuccess)
+            << what;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        ExpectClose(Down(g, y32), Vec(ref), DType::kF32, what + " -> f32, launched directly");
+      }
+    }
+    // x one element past an aligned start: not 16-byte aligned, so cuBLASLt runs it.
+    const int64_t k = 256, n = 96;
+    HostPair x = Random({1, k + 1}, 50, dt), w = Random({n, k}, 51, dt, 1.0f / 16);
+    Tensor xd = Up(g, x.raw).Reshape({k + 1}).Slice0(1, k + 1).Reshape({1, k});
+    Tensor wd = Up(g, w.raw);
+    EXPECT_FALSE(kernels::cuda::SkinnyGemmApplies(dt, 1, k, xd.raw(), wd.raw()));
+    Tensor xs = Tensor::Empty({1, k});
+    for (int64_t i = 0; i < k; ++i) xs.data<float>()[i] = x.f32.data<float>()[i + 1];
+    Tensor ref = Tensor::Empty({1, n});
+    ASSERT_TRUE(kernels::cpu::Linear(xs, w.f32, Tensor(), ref).ok());
+    Tensor y = Dev(g, {1, n}, dt);
+    Status s = kernels::Linear(xd, wd, Tensor(), y);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectClose(Down(g, y), Vec(ref), dt, "misaligned x (cuBLASLt)");
+  }
+}
+
+// Hidden sizes for both kernels (kernels/rms_norm_cuda.cu): 1000 and 4096 take the vectorized
+// one-pass kernel with one 16-byte vector per thread, 16384 with two (bf16/fp16) or four (fp32),
+// and 1001 (not whole vectors) the scalar kernel.
 TEST_P(Kernels, RmsNormAndFusedAddMatchCpu) {
   const DType dt = GetParam();
   kernels::Backend& g = Gpu(dt);
-  const int64_t rows = 5, hidden = 1000;
-  HostPair x = Random({rows, hidden}, 10, dt), w = Random({hidden}, 11, dt),
-           r = Random({rows, hidden}, 12, dt);
-  Tensor ref = Tensor::Empty({rows, hidden});
-  ASSERT_TRUE(kernels::cpu::RmsNorm(x.f32, w.f32, 1e-5f, ref).ok());
-  Tensor y = Dev(g, {rows, hidden}, dt);
-  ASSERT_TRUE(kernels::RmsNorm(Up(g, x.raw), Up(g, w.raw), 1e-5f, y).ok());
-  ExpectClose(Down(g, y), Vec(ref), dt, "rms_norm");
-  // Fused: the residual is rounded to the dtype before normalising, as HF does.
-  Tensor res_ref = Tensor::Empty({rows, hidden});
-  std::vector<float> sum(static_cast<size_t>(rows * hidden));
-  for (size_t i = 0; i < sum.size(); ++i) sum[i] = r.f32.data<float>()[i] + x.f32.data<float>()[i];
-  Tensor tmp = Tensor::Empty({rows, hidden}, dt);
-  ConvertFromF32(dt, sum.data(), tmp.raw(), sum.size());
-  ConvertToF32(dt, tmp.raw(), res_ref.data<float>(), sum.size());
-  Tensor ref2 = Tensor::Empty({rows, hidden});
-  ASSERT_TRUE(kernels::cpu::RmsNorm(res_ref, w.f32, 1e-5f, ref2).ok());
-  Tensor res = Up(g, r.raw), y2 = Dev(g, {rows, hidden}, dt);
-  ASSERT_TRUE(kernels::AddRmsNorm(res, Up(g, x.raw), Up(g, w.raw), 1e-5f, y2).ok());
-  EXPECT_EQ(Down(g, res), Vec(res_ref)) << "residual after the fused add";
-  ExpectClose(Down(g, y2), Vec(ref2), dt, "add_rms_norm");
+  for (int64_t hidden : {1000, 1001, 4096, 16384}) {
+    const int64_t rows = 5;
+    const std::string h = " hidden=" + std::to_string(hidden);
+    HostPair x = Random({rows, hidden}, 10, dt), w = Random({hidden}, 11, dt),
+             r = Random({rows, hidden}, 12, dt);
+    Tensor ref = Tensor::Empty({rows, hidden});
+    ASSERT_TRUE(kernels::cpu::RmsNorm(x.f32, w.f32, 1e-5f, ref).ok());
+    Tensor y = Dev(g, {rows, hidden}, dt);
+    ASSERT_TRUE(kernels::RmsNorm(Up(g, x.raw), Up(g, w.raw), 1e-5f, y).ok());
+    ExpectClose(Down(g, y), Vec(ref), dt, "rms_norm" + h);
+    // Fused: the residual is rounded to the dtype before normalising, as HF does.
+    Tensor res_ref = Tensor::Empty({rows, hidden});
+    std::vector<float> sum(static_cast<size_t>(rows * hidden));
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] = r.f32.data<float>()[i] + x.f32.data<float>()[i];
+    Tensor tmp = Tensor::Empty({rows, hidden}, dt);
+    ConvertFromF32(dt, sum.data(), tmp.raw(), sum.size());
+    ConvertToF32(dt, tmp.raw(), res_ref.data<float>(), sum.size());
+    Tensor ref2 = Tensor::Empty({rows, hidden});
+    ASSERT_TRUE(kernels::cpu::RmsNorm(res_ref, w.f32, 1e-5f, ref2).ok());
+    Tensor res = Up(g, r.raw), y2 = Dev(g, {rows, hidden}, dt);
+    ASSERT_TRUE(kernels::AddRmsNorm(res, Up(g, x.raw), Up(g, w.raw), 1e-5f, y2).ok());
+    EXPECT_EQ(Down(g, res), Vec(res_ref)) << "residual after the fused add" << h;
+    ExpectClose(Down(g, y2), Vec(ref2), dt, "add_rms_norm" + h);
+  }
 }
 
 TEST_P(Kernels, RopeSwigluAddMatchCpu) {
@@ -85,6 +145,16 @@ TEST_P(Kernels, RopeSwigluAddMatchCpu) {
     Status s = kernels::ApplyRope(xd, Up(g, pos_h), Up(g, inv_h));
     ASSERT_TRUE(s.ok()) << s.ToString();
     ExpectClose(Down(g, xd), Vec(ref), dt, std::string("rope ") + RopeTypeName(type));
+    // q and k in one launch (GQA: k has fewer heads), each against the CPU's rotation of it.
+    HostPair k = Random({tokens, 1, hd}, 23, dt);
+    Tensor kref = Tensor::Empty({tokens, 1, hd});
+    std::copy(k.f32.data<float>(), k.f32.data<float>() + kref.numel(), kref.data<float>());
+    ASSERT_TRUE(kernels::cpu::ApplyRope(kref, pos_h, inv_h).ok());
+    Tensor qd = Up(g, x.raw), kd = Up(g, k.raw);
+    s = kernels::ApplyRopeQk(qd, kd, Up(g, pos_h), Up(g, inv_h));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectClose(Down(g, qd), Vec(ref), dt, std::string("rope q+k: q ") + RopeTypeName(type));
+    ExpectClose(Down(g, kd), Vec(kref), dt, std::string("rope q+k: k ") + RopeTypeName(type));
   }
   HostPair gate = Random({7, 300}, 21, dt, 3.0f), up = Random({7, 300}, 22, dt);
   Tensor ref = Tensor::Empty({7, 300});
@@ -338,6 +408,19 @@ TEST(Sampling, DeviceDrawsTheCpuTokens) {
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
   std::printf("  greedy sampling of 64 x 32000 incl. readback: %.1f us\n", us);
+  // The argmax's float4 scan (vocab % 4 == 0) and its scalar scan (4001): ties inside one
+  // float4, across threads, and at the end of the row each give the first index.
+  for (int64_t v : {4000, 4001}) {
+    HostPair l = Random({4, v}, 8, DType::kF32, 3.0f);
+    float* d = l.f32.data<float>();
+    d[0 * v + 2] = d[0 * v + 3] = 40.0f;        // one float4
+    d[1 * v + 9] = d[1 * v + 5] = 40.0f;        // two threads' float4s
+    d[2 * v + 3999] = d[2 * v + 3998] = 40.0f;  // the end of the row
+    d[3 * v + 7] = d[3 * v + 6] = 40.0f;
+    std::vector<kernels::SampleRow> rows4(4);
+    ASSERT_TRUE(kernels::SampleTokens(Up(g, l.f32), rows4, got).ok());
+    EXPECT_EQ(got, (std::vector<int32_t>{2, 5, 3998, 6})) << "vocab " << v;
+  }
 }
 
 // Logits processing (kernels/logit_adjust.h) and min_p on the device give the

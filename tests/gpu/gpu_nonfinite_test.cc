@@ -13,6 +13,7 @@
 
 #include "common/engine/engine.h"
 #include "common/format/model_config.h"
+#include "gpu/gpu_test_util.h"
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "support/scaled_model.h"
@@ -64,9 +65,8 @@ TEST(NonFinite, DeviceSamplingFlagsNonFiniteRows) {
 // naming non-finite logits, for greedy and sampled requests alike.
 TEST(NonFinite, Fp16OverflowingModelReportsTheErrorNeverTokens) {
   const std::string dir = ::tessera::testing::MakeTempDir("tessera-gpu-overflow") + "/overflow_f32";
-  Status made =
-      ::tessera::testing::MakeScaledModel(::tessera::testing::FixturePath("models/llama_gqa_f32"),
-                                          dir, "model.layers.0.mlp.down_proj.weight", 1e38f);
+  Status made = ::tessera::testing::MakeScaledModel(g_fixtures + "/models/llama_gqa_f32", dir,
+                                                    "model.layers.0.mlp.down_proj.weight", 1e38f);
   ASSERT_TRUE(made.ok()) << made.ToString();
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();

@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "common/engine/engine.h"
+#include "common/format/model_config.h"
 #include "common/net/file_store.h"
 #include "common/net/http_client.h"
 #include "common/tokenizer/tokenizer.h"
@@ -164,12 +165,19 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
 }
 
 // The fixture models under g_fixtures/models that have a reference.json, sorted.
+// The fixture models the CUDA backend runs: every one with a reference but
+// the mixtures of experts, whose MoE layer has no CUDA kernels yet
+// (LoadModel refuses them on a GPU; issue 32's grouped expert GEMM).
 inline std::vector<std::string> FixtureNames() {
   std::vector<std::string> names;
   const fs::path root = fs::path(g_fixtures) / "models";
   if (fs::exists(root))
-    for (const auto& e : fs::directory_iterator(root))
-      if (fs::exists(e.path() / "reference.json")) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (!fs::exists(e.path() / "reference.json")) continue;
+      auto config = LoadModelConfig(e.path().string());
+      if (config.ok() && config->is_moe()) continue;
+      names.push_back(e.path().filename().string());
+    }
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -30,6 +30,7 @@ struct Layout {
   int tp, pp;
   std::vector<int> layers;
   std::vector<int> tps = {};  // a different tp per stage (tp is then ignored)
+  bool ep = false;            // MoE: ParallelConfig::expert_parallel
 
   int StageTp(int stage) const { return tps.empty() ? tp : tps[static_cast<size_t>(stage)]; }
   int World() const {
@@ -45,6 +46,12 @@ Layout PerStage(std::vector<int> tps, std::vector<int> layers = {}) {
   return Layout{0, pp, std::move(layers), std::move(tps)};
 }
 
+// `l` with expert parallelism (MoE fixtures).
+Layout Ep(Layout l) {
+  l.ep = true;
+  return l;
+}
+
 std::string LayoutName(const Layout& l) {
   std::string s = "tp";
   if (l.tps.empty()) {
@@ -54,6 +61,7 @@ std::string LayoutName(const Layout& l) {
   }
   s += "_pp" + std::to_string(l.pp);
   for (int n : l.layers) s += "_" + std::to_string(n);
+  if (l.ep) s += "_ep";
   return s;
 }
 
@@ -84,6 +92,7 @@ RunOutput RunLayout(const std::string& model_dir, const Layout& layout,
         o.pp = layout.pp;
         o.tp_per_stage = layout.tps;
         o.layers_per_stage = layout.layers;
+        o.expert_parallel = layout.ep;
         o.rank = rank;
         o.store_port = port;
         o.store_secret = ::tessera::testing::TestStoreSecret();
@@ -256,6 +265,38 @@ std::vector<Case> Cases() {
       {"gemma3_text_local_rope_bf16", {2, 2, {}}},
       {"gemma3_text_local_rope_bf16", {1, 2, {3, 1}}},  // stage 1 holds the sliding layer 3 alone
       {"gemma3_text_local_rope_bf16", PerStage({4, 2})},
+      // Mixture of experts (docs/architecture.md "The MoE layer"), with
+      // expert_parallel off (a slice of every expert per rank) and on (whole
+      // experts, uneven counts: 5 experts over tp 2 are 3 + 2, over tp 4
+      // 2 + 1 + 1 + 1). Mixtral: top-3 of 5, published per-expert tensors.
+      {"mixtral_moe_top3", {1, 1, {}}},
+      {"mixtral_moe_top3", {2, 1, {}}},
+      {"mixtral_moe_top3", Ep({2, 1, {}})},
+      {"mixtral_moe_top3", {4, 1, {}}},
+      {"mixtral_moe_top3", Ep({4, 1, {}})},
+      {"mixtral_moe_top3", {1, 2, {}}},
+      {"mixtral_moe_top3", Ep({2, 2, {}})},
+      {"mixtral_moe_top3", Ep(PerStage({2, 4}))},
+      // Qwen2-MoE: a gated shared expert (split as the dense MLP either
+      // way), dense layers 0 and 2 around the sparse layer 1.
+      {"qwen2_moe_shared_mixed", {1, 1, {}}},
+      {"qwen2_moe_shared_mixed", {2, 1, {}}},
+      {"qwen2_moe_shared_mixed", Ep({2, 1, {}})},
+      {"qwen2_moe_shared_mixed", {4, 1, {}}},
+      {"qwen2_moe_shared_mixed", Ep({4, 1, {}})},
+      {"qwen2_moe_shared_mixed", {1, 2, {2, 1}}},  // stage 0: a dense and the sparse layer
+      {"qwen2_moe_shared_mixed", Ep({2, 2, {}})},
+      {"qwen2_moe_shared_mixed", Ep(PerStage({4, 2}))},
+      // Qwen3-MoE: top-1 of 6 without renormalising, q/k norms, layer 0
+      // dense (mlp_only_layers), transformers 5's stacked expert tensors.
+      {"qwen3_moe_top1_fused", {1, 1, {}}},
+      {"qwen3_moe_top1_fused", {2, 1, {}}},
+      {"qwen3_moe_top1_fused", Ep({2, 1, {}})},
+      {"qwen3_moe_top1_fused", {4, 1, {}}},
+      {"qwen3_moe_top1_fused", Ep({4, 1, {}})},
+      {"qwen3_moe_top1_fused", {1, 2, {}}},  // stage 0 dense, stage 1 sparse
+      {"qwen3_moe_top1_fused", Ep({2, 2, {}})},
+      {"qwen3_moe_top1_fused", Ep(PerStage({2, 1}))},
   };
 }
 

@@ -171,9 +171,8 @@ pid_t DaemonCluster::StartWorker(const WorkerSpec& spec) {
   args.insert(args.end(), key.begin(), key.end());
   args.insert(args.end(), options_.worker_args.begin(), options_.worker_args.end());
   args.insert(args.end(), spec.args.begin(), spec.args.end());
-  const pid_t pid =
-      Spawn(CommandLine(spec.wrapper, spec.env, options_.bin_dir, "tessera-worker", args),
-            dir_ + "/worker" + std::to_string(i) + ".log");
+  const pid_t pid = Spawn(CommandLine(spec.wrapper, spec.env, options_.bin_dir, spec.program, args),
+                          dir_ + "/worker" + std::to_string(i) + ".log");
   worker_pids_.push_back(pid);
   held_.push_back(pid);
   return pid;

@@ -42,6 +42,10 @@ struct WorkerSpec {
   // Put before the worker's command line (e.g. {"ip", "netns", "exec", ns});
   // the process started is still the worker, under the same pid.
   std::vector<std::string> wrapper;
+  // The worker program: "tessera-worker-failpoints" for the test build's
+  // worker that reads TESSERA_FAILPOINT_* from `env`
+  // (worker/daemon/worker_failpoints.h).
+  std::string program = "tessera-worker";
   // The key pair the worker presents: -1 the next one of the deployment's
   // (the worker's index among those started); >= 0 that allowed key;
   // kUnlistedKey + u the unlisted pair u (the coordinator refuses it);

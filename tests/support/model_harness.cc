@@ -7,11 +7,13 @@ namespace tessera::testing {
 
 StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, int64_t num_blocks,
                                                        int64_t block_size,
-                                                       kernels::Backend* backend) {
+                                                       kernels::Backend* backend,
+                                                       QuantMethod online) {
   if (backend == nullptr) backend = &kernels::CpuBackend();
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
-  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(dir, par, 0, nullptr, {}, backend));
+  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded,
+                           LoadModel(dir, par, 0, nullptr, {}, backend, nullptr, online));
   auto m = std::make_unique<LocalModel>();
   m->config_ = loaded.config;
   m->block_size_ = block_size;

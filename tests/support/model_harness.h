@@ -18,11 +18,13 @@ namespace tessera::testing {
 class LocalModel {
  public:
   // Aborts the test on load errors (callers ASSERT on ok() of Load instead).
-  // `backend` (null = CPU) holds the model and its KV cache.
+  // `backend` (null = CPU) holds the model and its KV cache; `online` is
+  // LoadModel's (model.quantization).
   static StatusOr<std::unique_ptr<LocalModel>> Load(const std::string& dir,
                                                     int64_t num_blocks = 256,
                                                     int64_t block_size = 16,
-                                                    kernels::Backend* backend = nullptr);
+                                                    kernels::Backend* backend = nullptr,
+                                                    QuantMethod online = QuantMethod::kNone);
 
   // Last-position logits [vocab] of `prompt`, prefilled in one step.
   StatusOr<std::vector<float>> LastLogits(const std::vector<int32_t>& prompt);

@@ -331,6 +331,7 @@ void ControlClient::Impl::RunTimers() {
       envelope.set_protocol_version(kControlProtocolVersion);
       envelope.set_worker_id(worker_id);
       *envelope.mutable_heartbeat() = heartbeat;
+      if (options.heartbeat_hook) options.heartbeat_hook(envelope.mutable_heartbeat());
       heartbeat_bytes = EncodeLocked(envelope);
       // Keep the cadence, but never burst to catch up after a stall.
       next_heartbeat = std::max(next_heartbeat + heartbeat_interval, now);

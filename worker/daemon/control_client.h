@@ -68,6 +68,9 @@ struct ControlClientOptions {
   std::function<void(const control::Envelope& envelope)> on_message;
   // Each dropped frame with the reason (also logged). Optional.
   std::function<void(const Status& reason)> on_dropped;
+  // Fills the live fields of each heartbeat as it is sent (on the client's
+  // thread, under its lock: quick, no blocking). Optional.
+  std::function<void(control::Heartbeat* heartbeat)> heartbeat_hook;
 
   // CURVE: this worker's secret key and the coordinator's public key, both
   // Z85 (40 characters); both "" = no CURVE (plain TCP). The public half of

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "common/base/logging.h"
@@ -142,6 +143,16 @@ int main(int argc, char** argv) {
                      "CURVE; this worker takes orders from whatever listens there",
                      o.coordinator);
   }
+#ifdef TESSERA_FAILPOINTS
+  // The test build's worker (worker_failpoints.h).
+  auto failpoints = tessera::ParseWorkerFailpoints(std::getenv("TESSERA_FAILPOINT_IGNORE_ASSIGN"),
+                                                   std::getenv("TESSERA_FAILPOINT_STEP_SLEEP"));
+  if (!failpoints.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", failpoints.status().ToString().c_str());
+    return 2;
+  }
+  o.failpoints = *failpoints;
+#endif
   tessera::WorkerDaemon daemon(o);
   // Declared after the daemon so it stops first (its handler reads the
   // daemon's metrics).

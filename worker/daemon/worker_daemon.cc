@@ -122,6 +122,9 @@ control::Envelope ErrorEnvelope(const Status& s, uint64_t plan_version,
 Status WorkerDaemon::Run() {
   ControlClientOptions copts;
   copts.on_message = [this](const control::Envelope& e) { OnMessage(e); };
+  copts.heartbeat_hook = [this](control::Heartbeat* hb) {
+    hb->set_step_compute_seconds(step_watch_.ComputeSeconds());
+  };
   copts.curve_secret_key = options_.curve_secret_key;
   copts.curve_server_key = options_.curve_server_key;
   ControlClient client(copts);
@@ -193,6 +196,11 @@ Status WorkerDaemon::Run() {
       return Status::Ok();
     }
     if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
+    if (options_.failpoints.ignore_assignments) {
+      TESSERA_LOG_WARN("worker", "failpoint: ignoring AssignShard of plan {}",
+                       e.assign_shard().plan_version());
+      continue;
+    }
     Status s = ServePlan(client, hb, e.assign_shard(), id);
     hb.clear_memory();
     hb.set_state(control::WORKER_STATE_IDLE);
@@ -200,6 +208,17 @@ Status WorkerDaemon::Run() {
     if (!s.ok())
       TESSERA_LOG_ERROR("worker", "{}; waiting for the coordinator to re-plan", s.ToString());
   }
+}
+
+void WorkerDaemon::StepSleepFailpoint(int world_rank) {
+  const WorkerFailpoints& f = options_.failpoints;
+  if (f.step_sleep_rank != world_rank || step_sleep_done_ ||
+      access(f.step_sleep_trigger.c_str(), F_OK) != 0)
+    return;
+  step_sleep_done_ = true;
+  TESSERA_LOG_WARN("worker", "failpoint: rank {} sleeps {} s in its step", world_rank,
+                   f.step_sleep_seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(f.step_sleep_seconds));
 }
 
 Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
@@ -298,13 +317,17 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (!config.ok()) return fail(config.status());
   auto dtype = ParseRuntimeDType(assign.dtype(), *config);
   if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
+  auto online = ParseOnlineQuantization(assign.quantization());
+  if (!online.ok()) return fail(online.status().WithContext("AssignShard.quantization"));
   // The backend, and the weights it holds, carry over from the last plan
   // while the rank's backend and compute dtype stay the same; the held
   // weights also need the same model. Otherwise they are dropped (before the
   // old backend, so their memory goes back first) and a new backend is made.
   const bool same_backend = device_ && device_->cuda() == on_gpu_ &&
                             (!on_gpu_ || device_->backend->compute_dtype() == *dtype);
-  if (!same_backend || held_model_path_ != assign.model_path()) held_.clear();
+  if (!same_backend || held_model_path_ != assign.model_path() ||
+      held_quantization_ != assign.quantization())
+    held_.clear();
   if (!same_backend) {
     device_.reset();
     auto rank_device =
@@ -314,9 +337,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   }
   kernels::Backend& backend = *device_->backend;
   std::vector<int> layers(assign.layers_per_stage().begin(), assign.layers_per_stage().end());
-  auto parallel = pgo.tp_per_stage.empty()
-                      ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers)
-                      : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers);
+  auto parallel =
+      pgo.tp_per_stage.empty()
+          ? ParallelConfig::Make(*config, pgo.tp, pgo.pp, layers, assign.expert_parallel())
+          : ParallelConfig::MakePerStage(*config, pgo.tp_per_stage, layers,
+                                         assign.expert_parallel());
   if (!parallel.ok()) return fail(parallel.status());
   // Communicators, metered when metrics are on (the model keeps the tp one).
   // A CUDA rank's tp group all-reduces device buffers over NCCL (a new
@@ -335,6 +360,16 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (metrics_) {
     tp_comm = metrics_->Wrap(tp_comm);
     prev_comm = metrics_->WrapPrevLink(prev_comm);
+  }
+  // Waits on the tp group and the previous stage are not compute (step_watch.h).
+  std::unique_ptr<StepWatchCommunicator> watched_tp, watched_prev;
+  if (tp_comm) {
+    watched_tp = std::make_unique<StepWatchCommunicator>(tp_comm, &step_watch_);
+    tp_comm = watched_tp.get();
+  }
+  if (prev_comm) {
+    watched_prev = std::make_unique<StepWatchCommunicator>(prev_comm, &step_watch_);
+    prev_comm = watched_prev.get();
   }
   const auto t0 = std::chrono::steady_clock::now();
   // The previous plan's tensors: slices this rank still needs are reused.
@@ -355,7 +390,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         client.Send(std::move(e)).IgnoreError();
       },
-      &backend, &held);
+      &backend, &held, *online);
   if (!loaded.ok()) {
     held_ = std::move(held);  // still held: a later plan may reuse it
     return fail(loaded.status());
@@ -363,6 +398,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   held.clear();  // what was not reused is freed here
   held_ = loaded->held;
   held_model_path_ = assign.model_path();
+  held_quantization_ = assign.quantization();
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
@@ -370,6 +406,12 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
                             config->head_dim);
   if (!kv.ok()) return fail(kv.status());
   KvCache& cache = **kv;
+  // The metrics first: a scrape after the coordinator is ready sees the load.
+  if (metrics_) {
+    metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds,
+                       loaded->quantized_bytes);
+    metrics_->SetMoeCounts(loaded->model->moe_token_counts());
+  }
   {
     control::Envelope e;
     control::Loaded* l = e.mutable_loaded();
@@ -382,7 +424,6 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     l->set_reused_tensors(static_cast<uint32_t>(loaded->reused_tensors));
     TESSERA_RETURN_IF_ERROR(client.Send(std::move(e)));
   }
-  if (metrics_) metrics_->OnLoaded(loaded->weight_bytes, cache.bytes(), loaded->load_seconds);
   // Should the coordinator restart, this worker re-registers with the shard
   // it holds, and the new coordinator can adopt the plan.
   *registration_.mutable_held_shard() = assign;
@@ -450,8 +491,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   const bool last = links.stage == links.pp - 1;
   if (links.stage > 0) {
     // Returns OK when stage 0 passes the end of the plan down the pipeline.
+    step_watch_.BeginStep();  // waiting in its receive between micro-batches
     Status s =
         ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
+    step_watch_.EndStep();
     return s.ok() ? s : fail(s);
   }
   std::unique_ptr<AsyncSender> sender;
@@ -497,7 +540,10 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     if (!batch.ok()) return fail(batch.status());
     const auto step_start = std::chrono::steady_clock::now();
     if (metrics_) metrics_->clock().Busy();
+    step_watch_.BeginStep();
+    StepSleepFailpoint(static_cast<int>(assign.world_rank()));
     auto tokens = RunFirstStage(*loaded->model, cache, links, *batch, sender.get(), samplers);
+    step_watch_.EndStep();
     if (!tokens.ok()) return fail(tokens.status());
     if (metrics_)
       metrics_->ObserveStep(

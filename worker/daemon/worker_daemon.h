@@ -55,6 +55,8 @@
 #include "common/metrics/metrics_registry.h"
 #include "common/topology/report.h"
 #include "common/wire/control.pb.h"
+#include "worker/daemon/step_watch.h"
+#include "worker/daemon/worker_failpoints.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/exec/rank_device.h"
 #include "worker/model/weight_loader.h"
@@ -93,6 +95,8 @@ struct WorkerDaemonOptions {
   // coordinator's Z85 public key; both "" = plain TCP (see ControlClientOptions).
   std::string curve_secret_key;
   std::string curve_server_key;
+  // Test-only faults (worker_failpoints.h); the defaults do nothing.
+  WorkerFailpoints failpoints;
 };
 
 class WorkerDaemon {
@@ -110,6 +114,9 @@ class WorkerDaemon {
   // the first failure (already reported to the coordinator).
   Status ServePlan(ControlClient& client, control::Heartbeat& hb,
                    const control::AssignShard& assign, const std::string& worker_id);
+  // The step-sleep failpoint (worker_failpoints.h): sleeps in the step when
+  // armed for `world_rank`.
+  void StepSleepFailpoint(int world_rank);
   // The watcher thread: interrupts the communicators of a plan whose end was
   // requested (after kPlanEndGraceSeconds; at once when fenced).
   void WatchPlanEnds();
@@ -124,6 +131,7 @@ class WorkerDaemon {
   std::optional<RankDevice> device_;  // the last plan's backend
   HeldWeights held_;                  // the weights of the last plan loaded
   std::string held_model_path_;       // the model directory held_ came from
+  std::string held_quantization_;     // and its AssignShard.quantization
   control::Register registration_;    // what this worker registers with (main thread)
   std::mutex mu_;
   std::condition_variable cv_;
@@ -139,8 +147,11 @@ class WorkerDaemon {
     bool fenced = false;       // the coordinator declared this worker lost
     bool interrupted = false;  // comms were interrupted
   };
-  PlanWatch watch_;        // protected by mu_
-  bool stopping_ = false;  // protected by mu_: Run is returning
+  // This rank's compute time in its current step, for the heartbeats.
+  StepWatch step_watch_;
+  bool step_sleep_done_ = false;  // main thread: the step-sleep failpoint fired
+  PlanWatch watch_;               // protected by mu_
+  bool stopping_ = false;         // protected by mu_: Run is returning
 };
 
 }  // namespace tessera

@@ -176,17 +176,30 @@ void WorkerMetrics::OnLoadProgress(int64_t bytes_done, int64_t bytes_total) {
       .Set(static_cast<double>(bytes_total));
 }
 
-void WorkerMetrics::OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds) {
+void WorkerMetrics::OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds,
+                             int64_t quantized_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   weight_bytes_ = weight_bytes;
   kv_bytes_ = kv_capacity_bytes;
   if (!has_rank_) return;
   const auto l = Labels();
   registry_->Gauge(metric::kGpuWeightBytes).WithLabels(l).Set(static_cast<double>(weight_bytes));
+  registry_->Gauge(metric::kGpuWeightQuantizedBytes)
+      .WithLabels(l)
+      .Set(static_cast<double>(quantized_bytes));
   registry_->Gauge(metric::kGpuKvCacheCapacityBytes)
       .WithLabels(l)
       .Set(static_cast<double>(kv_capacity_bytes));
   registry_->Gauge(metric::kWorkerLoadSeconds).WithLabels(l).Set(load_seconds);
+}
+
+void WorkerMetrics::SetMoeCounts(std::shared_ptr<const MoeTokenCounts> counts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  moe_counts_ = std::move(counts);
+  moe_exported_.assign(
+      moe_counts_ ? static_cast<size_t>(moe_counts_->expert_end() - moe_counts_->expert_begin())
+                  : 0,
+      0);
 }
 
 void WorkerMetrics::ObserveStep(const StepBatch& batch, double seconds) {
@@ -291,6 +304,19 @@ void WorkerMetrics::Collect() {
   }
   if (!has_rank_) return;
   const auto l = Labels();
+  if (moe_counts_) {
+    // Counters grow by what the model counted since the last scrape.
+    for (int64_t e = moe_counts_->expert_begin(); e < moe_counts_->expert_end(); ++e) {
+      int64_t& exported = moe_exported_[static_cast<size_t>(e - moe_counts_->expert_begin())];
+      const int64_t now = moe_counts_->Tokens(e);
+      auto le = l;
+      le.push_back(std::to_string(e));
+      registry_->Counter(metric::kMoeExpertTokensTotal)
+          .WithLabels(le)
+          .Inc(static_cast<double>(now - exported));
+      exported = now;
+    }
+  }
   registry_->Gauge(metric::kGpuMemoryUsedBytes).WithLabels(l).Set(static_cast<double>(used));
   registry_->Gauge(metric::kGpuMemoryTotalBytes).WithLabels(l).Set(static_cast<double>(total));
   registry_->Gauge(metric::kGpuActivationBytes)

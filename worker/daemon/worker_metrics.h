@@ -30,6 +30,7 @@
 #include "common/wire/step_batch.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/metered_communicator.h"
+#include "worker/model/moe_layer.h"
 #include "worker/topology/nvml_probe.h"
 
 namespace tessera {
@@ -84,7 +85,15 @@ class WorkerMetrics {
   // carry these labels.
   void SetRank(int replica, int stage, int tp_rank, uint64_t plan_version);
   void OnLoadProgress(int64_t bytes_done, int64_t bytes_total);
-  void OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds);
+  // `quantized_bytes`: the FP8 values and scales of the quantized projections
+  // (LoadedModel::quantized_bytes; 0 for a dense model).
+  void OnLoaded(int64_t weight_bytes, int64_t kv_capacity_bytes, double load_seconds,
+                int64_t quantized_bytes = 0);
+
+  // MoE models: the loaded model's per-expert token counts (null: none),
+  // exported as tessera_moe_expert_tokens_total at each scrape. A new model
+  // (a re-plan) replaces the old counts; the counters keep counting up.
+  void SetMoeCounts(std::shared_ptr<const MoeTokenCounts> counts);
 
   // One micro-batch of `seconds` on this rank.
   void ObserveStep(const StepBatch& batch, double seconds);
@@ -123,6 +132,8 @@ class WorkerMetrics {
   std::chrono::steady_clock::time_point last_sample_;
   std::unique_ptr<StageClock> clock_;
   std::vector<std::unique_ptr<MeteredCommunicator>> wrapped_;
+  std::shared_ptr<const MoeTokenCounts> moe_counts_;  // protected by mu_
+  std::vector<int64_t> moe_exported_;                 // per held expert; protected by mu_
 
   // Stage > 0 step tracking (owner thread only, through the recv hooks).
   struct PrevLinkState;

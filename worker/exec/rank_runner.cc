@@ -20,8 +20,9 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   TESSERA_ASSIGN_OR_RETURN(
       ParallelConfig parallel,
       o.tp_per_stage.empty()
-          ? ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage)
-          : ParallelConfig::MakePerStage(config, o.tp_per_stage, o.layers_per_stage));
+          ? ParallelConfig::Make(config, o.tp, o.pp, o.layers_per_stage, o.expert_parallel)
+          : ParallelConfig::MakePerStage(config, o.tp_per_stage, o.layers_per_stage,
+                                         o.expert_parallel));
   // Every rank of this deployment shares the host's cores.
   kernels::SetBlasThreads(kernels::BlasThreadsForRanks(parallel.world_size()));
   const std::string who = "rank " + std::to_string(o.rank) + " (stage " +
@@ -43,7 +44,8 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   auto pg = ProcessGroup::Create(*store, pgo);
   if (!pg.ok()) return pg.status().WithContext(who);
 
-  auto loaded = LoadModel(o.model_dir, parallel, o.rank, (*pg)->tp());
+  auto loaded =
+      LoadModel(o.model_dir, parallel, o.rank, (*pg)->tp(), {}, nullptr, nullptr, o.quantization);
   if (!loaded.ok()) return loaded.status().WithContext(who);
   RankResult result;
   result.load_seconds = loaded->load_seconds;

@@ -17,6 +17,7 @@
 
 #include "common/base/status.h"
 #include "common/engine/engine.h"
+#include "common/format/quantization.h"
 #include "worker/exec/pipeline_executor.h"
 
 namespace tessera {
@@ -29,6 +30,7 @@ struct RankOptions {
   // stage (`tp` is ignored), e.g. {2, 1}.
   std::vector<int> tp_per_stage;
   std::vector<int> layers_per_stage;  // empty = even split
+  bool expert_parallel = false;       // ParallelConfig::expert_parallel (MoE models)
   int rank = 0;                       // world rank, common/model/parallel_rank.h
   std::string store_host = "127.0.0.1";
   int store_port = 0;
@@ -40,6 +42,8 @@ struct RankOptions {
   int64_t kv_blocks = 0;                // KV-cache blocks per rank
   int64_t block_size = 16;              // tokens per KV block
   EngineOptions engine;
+  // Online quantization at load (model.quantization; LoadModel's `online`).
+  QuantMethod quantization = QuantMethod::kNone;
 };
 
 struct RankResult {

@@ -17,6 +17,7 @@
 #include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
+#include "worker/model/moe_layer.h"
 #include "worker/model/rope_frequencies.h"
 
 namespace tessera {
@@ -36,6 +37,13 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
                                ? config_.rope_scaling.original_max_position_embeddings
                                : config_.max_position_embeddings);
   if (config_.local_rope_theta > 0) local_inv_freq_ = LocalRopeInvFreq(config_);
+  for (const LayerWeights& l : weights_.layers) {
+    if (l.sparse()) {
+      moe_tokens_ = std::make_shared<MoeTokenCounts>(weights_.layout.expert_begin,
+                                                     weights_.layout.expert_end);
+      break;
+    }
+  }
   const char* env = std::getenv("TESSERA_CUDA_GRAPHS");
   decode_graphs_ = backend_->device() == Device::kCUDA && !(env && std::strcmp(env, "0") == 0);
 }
@@ -304,14 +312,12 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
 Status LlamaModel::Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3) {
   if (config_.LayerUsesLocalRope(layer)) {
     // Gemma 3's sliding layers: one fixed table for every row.
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(q3, in.positions, in.local_inv_freq));
-    return kernels::ApplyRope(k3, in.positions, in.local_inv_freq);
+    return kernels::ApplyRopeQk(q3, k3, in.positions, in.local_inv_freq);
   }
   for (const RopeSegment& seg : in.rope) {
     Tensor qs = q3.Slice0(seg.begin, seg.end), ks = k3.Slice0(seg.begin, seg.end);
     const Tensor pos = in.positions.Slice0(seg.begin, seg.end);
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(qs, pos, seg.inv_freq));
-    TESSERA_RETURN_IF_ERROR(kernels::ApplyRope(ks, pos, seg.inv_freq));
+    TESSERA_RETURN_IF_ERROR(kernels::ApplyRopeQk(qs, ks, pos, seg.inv_freq));
   }
   return Status::Ok();
 }
@@ -399,6 +405,15 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
     TESSERA_RETURN_IF_ERROR(kernels::AddRmsNorm(h, o, w.post_norm, eps, x, norm_offset));
   }
 
+  if (w.sparse()) {
+    // The MoE block (worker/model/moe_layer.h): this rank's experts, summed
+    // over the tp group by the same all-reduce as the dense MLP's.
+    TESSERA_ASSIGN_OR_RETURN(Tensor moe, Alloc({tokens, hidden}));
+    TESSERA_RETURN_IF_ERROR(MoeForward(config_, w, layer, *backend_, x, moe, moe_tokens_.get()));
+    TESSERA_RETURN_IF_ERROR(AllReduce(moe, "moe", layer));
+    pending = moe;
+    return Status::Ok();
+  }
   // One GEMM for gate and up (the fused weight), then the activation reads
   // both halves of each row of its output.
   TESSERA_ASSIGN_OR_RETURN(Tensor gate_up, Alloc({tokens, 2 * lay.inter_local}));

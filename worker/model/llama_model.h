@@ -9,6 +9,7 @@
 //   (within sliding_window positions when set: Mistral, Phi-3)
 //   h += AllReduce(a Wo^T) (+bo)          <- row-parallel, one all-reduce
 //   x = RMSNorm(h); h += AllReduce((silu(x Wg^T) * x Wu^T) Wd^T) (+bd)
+//   (a sparse layer of an MoE model: h += AllReduce(MoE(x)), moe_layer.h)
 // Gemma (HF Gemma2DecoderLayer / Gemma3DecoderLayer) differs where its
 // config or tensors say so: every RMSNorm scales by (1 + weight)
 // (rms_norm_unit_offset); the embedding is multiplied by sqrt(hidden)
@@ -63,6 +64,7 @@
 #include "kernels/paged_attention.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/kv_cache.h"
+#include "worker/model/moe_layer.h"
 #include "worker/model/stage_weights.h"
 
 namespace tessera {
@@ -105,6 +107,11 @@ class LlamaModel {
   // full vocab (gathered across tp ranks; vocab padding dropped), on the host
   // or on the backend's device (computed there and copied if needed).
   Status Logits(const StepBatch& batch, const Tensor& hidden, Tensor& logits);
+
+  // MoE models: the tokens each expert this rank holds ran since the model
+  // was made, over the stage's sparse layers (readable from any thread);
+  // null for a stage without sparse layers.
+  std::shared_ptr<const MoeTokenCounts> moe_token_counts() const { return moe_tokens_; }
 
   // Decode graphs on (default: on for a CUDA backend unless the environment
   // sets TESSERA_CUDA_GRAPHS=0; never on the CPU).
@@ -155,6 +162,7 @@ class LlamaModel {
 
   ModelConfig config_;
   StageWeights weights_;
+  std::shared_ptr<MoeTokenCounts> moe_tokens_;  // null without sparse layers
   Communicator* tp_comm_;
   kernels::Backend* backend_;
   DType dtype_;

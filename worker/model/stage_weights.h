@@ -25,6 +25,16 @@
 
 namespace tessera {
 
+// One routed expert a rank holds (a sparse layer of an MoE model): its
+// gate/up/down projections, whole under expert parallelism, else this tp
+// rank's column/row slice (moe_inter_local = moe_intermediate_size / tp).
+struct ExpertWeights {
+  int expert = -1;   // the global expert id (the router's row)
+  Tensor gate_proj;  // [moe_inter_local, hidden]
+  Tensor up_proj;    // [moe_inter_local, hidden]
+  Tensor down_proj;  // [hidden, moe_inter_local]
+};
+
 struct LayerWeights {
   Tensor input_norm;  // [hidden]                                replicated
   Tensor qkv_proj;    // [(heads_local + 2*kv_heads_local) * head_dim, hidden]: q|k|v rows
@@ -49,6 +59,17 @@ struct LayerWeights {
   Tensor down_proj;           // [hidden, inter_local]                   row-parallel
   Tensor down_bias;           // [hidden] added once after the all-reduce, or undefined
   Tensor post_ff_norm;        // [hidden] on the MLP output (Gemma)      replicated, or undefined
+  // A sparse layer of an MoE model (the dense MLP tensors above are then
+  // undefined): the router, the rank's routed experts in expert order
+  // (StageLayout::expert_begin .. expert_end), and Qwen2-MoE's shared expert.
+  Tensor router;  // [num_experts, hidden]                  replicated
+  std::vector<ExpertWeights> experts;
+  Tensor shared_expert_gate;  // [1, hidden]                 replicated, or undefined
+  Tensor shared_gate_proj;    // [shared_inter_local, hidden] column-parallel, or undefined
+  Tensor shared_up_proj;      // [shared_inter_local, hidden] column-parallel, or undefined
+  Tensor shared_down_proj;    // [hidden, shared_inter_local] row-parallel, or undefined
+
+  bool sparse() const { return router.defined(); }
 };
 
 // Where this rank sits in the model and which slices it holds.
@@ -62,6 +83,12 @@ struct StageLayout {
   int64_t heads_local = 0;
   int64_t kv_heads_local = 0;
   int64_t inter_local = 0;
+  // MoE: the routed experts [expert_begin, expert_end) this rank holds, the
+  // columns of each it holds, and of the shared expert.
+  int64_t expert_begin = 0;
+  int64_t expert_end = 0;
+  int64_t moe_inter_local = 0;
+  int64_t shared_inter_local = 0;
   int64_t vocab_begin = 0;  // first vocab row of this rank's embedding/lm_head slice
   int64_t vocab_local = 0;  // rows per rank (padded vocab / tp)
   int64_t vocab_size = 0;   // real vocab (logits beyond it are padding, dropped)
@@ -82,6 +109,12 @@ struct StageWeights {
   // held (a re-plan that keeps its layers), not read from the checkpoint.
   int64_t reused_bytes = 0;
   int reused_tensors = 0;
+  // Bytes of the FP8 values and scales of the quantized projection slices
+  // read from an FP8 checkpoint or quantized online (QuantizedWeight::nbytes,
+  // worker/model/quantized_weight.h): what a backend that keeps FP8 weights
+  // would hold for them. The dense slots above hold them dequantized (fp32 on
+  // the CPU), counted in weight_bytes. 0 for a dense model.
+  int64_t quantized_bytes = 0;
 };
 
 }  // namespace tessera

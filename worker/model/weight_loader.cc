@@ -1,6 +1,7 @@
 #include "worker/model/weight_loader.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -8,6 +9,9 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "worker/model/quantized_weight.h"
+#include "worker/model/shard_upload.h"
 
 namespace tessera {
 
@@ -75,6 +79,30 @@ StatusOr<Tensor*> Slot(StageWeights& w, const TensorShard& t) {
       return &l.down_bias;
     case TensorRole::kPostFeedforwardNorm:
       return &l.post_ff_norm;
+    case TensorRole::kRouter:
+      return &l.router;
+    case TensorRole::kSharedExpertGate:
+      return &l.shared_expert_gate;
+    case TensorRole::kSharedGateProj:
+      return &l.shared_gate_proj;
+    case TensorRole::kSharedUpProj:
+      return &l.shared_up_proj;
+    case TensorRole::kSharedDownProj:
+      return &l.shared_down_proj;
+    case TensorRole::kExpertGateProj:
+    case TensorRole::kExpertUpProj:
+    case TensorRole::kExpertDownProj: {
+      const int64_t e = t.expert - w.layout.expert_begin;
+      if (e < 0 || e >= static_cast<int64_t>(l.experts.size()))
+        return Internal(
+            "weight loader: shard '" + t.role_name + "' is expert " + std::to_string(t.expert) +
+            ", outside the rank's experts [" + std::to_string(w.layout.expert_begin) + ", " +
+            std::to_string(w.layout.expert_end) + ") of layer " + std::to_string(t.layer));
+      ExpertWeights& x = l.experts[static_cast<size_t>(e)];
+      if (t.role == TensorRole::kExpertGateProj) return &x.gate_proj;
+      if (t.role == TensorRole::kExpertUpProj) return &x.up_proj;
+      return &x.down_proj;
+    }
     case TensorRole::kEmbedTokens:
     case TensorRole::kFinalNorm:
     case TensorRole::kLmHead:
@@ -193,23 +221,73 @@ Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, Sta
   return Status::Ok();
 }
 
+// Whether `t` is quantized, and how: kNone (dense), the checkpoint's FP8
+// method (its tensor is F8_E4M3), or kOnlineFp8 (a dense projection that
+// model.quantization = "fp8" quantizes). Errors: an F8_E4M3 tensor in a
+// checkpoint without quantization_config, or in a role no FP8 format
+// quantizes (naming the tensor).
+StatusOr<QuantMethod> ShardQuantization(const TensorShard& t, const TensorInfo& info,
+                                        const ModelConfig& config) {
+  const QuantizationConfig& q = config.quantization;
+  if (info.dtype == DType::kF8E4M3) {
+    if (q.method != QuantMethod::kFp8 && q.method != QuantMethod::kCompressedTensors)
+      return InvalidArgument("tensor '" + t.name + "' in " + info.file +
+                             " is F8_E4M3 but config.json has no FP8 quantization_config "
+                             "(quant_method fp8 or compressed-tensors)");
+    if (!RoleIsQuantizable(t.role))
+      return InvalidArgument("tensor '" + t.name + "' in " + info.file + " is F8_E4M3 but " +
+                             TensorRoleName(t.role) +
+                             " is not a linear projection (only q/k/v/o_proj and "
+                             "gate/up/down_proj may be FP8)");
+    return q.method;
+  }
+  if (q.method == QuantMethod::kOnlineFp8 && RoleIsQuantizable(t.role))
+    return QuantMethod::kOnlineFp8;
+  return QuantMethod::kNone;
+}
+
 // Reads `t`'s slice from the checkpoint in `dtype` onto the backend: into
 // `into` (a part's row view, local_shape) when given, else into a new
 // tensor. On the CPU a part is read (or converted) straight into its view.
-StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, DType dtype,
-                           kernels::Backend& backend, const Tensor* into) {
-  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
-  if (info.shape != t.full_shape) {
+// A quantized slice is read (or quantized) as a QuantizedWeight, whose
+// bytes are added to `*quantized_bytes`, and dequantized to fp32: every
+// backend computes with dense weights today (quantized_weight.h).
+// With `queue` (a device backend) a dense shard in the compute dtype is read in chunks of
+// rows through it (worker/model/shard_upload.h): in place once the queue finishes.
+StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& config,
+                           const TensorShard& t, DType dtype, kernels::Backend& backend,
+                           const Tensor* into, int64_t* quantized_bytes,
+                           kernels::UploadQueue* queue) {
+  // A transformers 5 checkpoint names (or stacks) some MoE tensors otherwise.
+  const bool alt = t.alt != AltForm::kNone && !checkpoint.Has(t.name) && checkpoint.Has(t.alt_name);
+  const std::string& source = alt ? t.alt_name : t.name;
+  const std::vector<int64_t>& want_shape = alt ? t.alt_shape : t.full_shape;
+  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(source));
+  if (info.shape != want_shape) {
     std::string want, got;
-    for (int64_t d : t.full_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : want_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
     for (int64_t d : info.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-    return InvalidArgument("tensor '" + t.name + "' in " + info.file + " has shape [" + got +
+    return InvalidArgument("tensor '" + source + "' in " + info.file + " has shape [" + got +
                            "] but config.json implies [" + want + "]");
+  }
+  TESSERA_ASSIGN_OR_RETURN(const QuantMethod quant, ShardQuantization(t, info, config));
+  if (queue != nullptr && quant == QuantMethod::kNone && !alt &&
+      ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
+    Tensor dst;
+    if (into != nullptr) {
+      dst = *into;
+    } else {
+      auto a = backend.Allocate(t.local_shape, dtype);
+      if (!a.ok()) return a.status().WithContext("loading tensor '" + t.name + "'");
+      dst = std::move(*a);
+    }
+    TESSERA_RETURN_IF_ERROR(UploadShard(checkpoint, t, dst, *queue));
+    return dst;
   }
   const bool on_host = backend.device() == Device::kCPU;
   // Read raw when the checkpoint has the compute dtype, else through fp32.
   // Only the vocab padding rows past the slice need zeroing.
-  const DType read_dtype = info.dtype == dtype ? dtype : DType::kF32;
+  const DType read_dtype = info.dtype == dtype && quant == QuantMethod::kNone ? dtype : DType::kF32;
   Tensor host =
       into && on_host && read_dtype == dtype ? *into : Tensor::Empty(t.local_shape, read_dtype);
   const int64_t filled_rows =
@@ -219,11 +297,29 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const TensorShard& t, D
     std::memset(static_cast<char*>(host.raw()) + static_cast<size_t>(filled_rows) * row_bytes, 0,
                 static_cast<size_t>(t.local_shape[0] - filled_rows) * row_bytes);
   }
-  if (t.split_dim < 0) {
-    TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(t.name, read_dtype, host.raw()));
+  if (quant != QuantMethod::kNone) {
+    StatusOr<QuantizedWeight> q = quant == QuantMethod::kOnlineFp8
+                                      ? QuantizeShardOnline(checkpoint, t)
+                                      : ReadQuantizedShard(checkpoint, t, config.quantization);
+    if (!q.ok()) return q.status().WithContext("loading FP8 tensor '" + t.name + "'");
+    *quantized_bytes += q->nbytes();
+    DequantizeToF32(*q, host.data<float>());
+  } else if (alt && t.alt != AltForm::kRenamed) {
+    // Expert t.expert's matrix of the stacked tensor: its range along
+    // split_dim, or all of it; gate_up_proj's up rows start at alt_row_offset.
+    const int dim = t.split_dim < 0 ? 0 : t.split_dim;
+    int64_t begin = t.split_dim < 0 ? 0 : t.begin, end = t.split_dim < 0 ? t.local_shape[0] : t.end;
+    if (dim == 0) {
+      begin += t.alt_row_offset;
+      end += t.alt_row_offset;
+    }
+    TESSERA_RETURN_IF_ERROR(
+        checkpoint.ReadSliceAt(source, t.expert, dim + 1, begin, end, read_dtype, host.raw()));
+  } else if (t.split_dim < 0) {
+    TESSERA_RETURN_IF_ERROR(checkpoint.ReadAll(source, read_dtype, host.raw()));
   } else if (t.end > t.begin) {
     TESSERA_RETURN_IF_ERROR(
-        checkpoint.ReadSlice(t.name, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
+        checkpoint.ReadSlice(source, t.split_dim, t.begin, t.end, read_dtype, host.raw()));
   }
   if (read_dtype != dtype) {
     Tensor converted = into && on_host ? *into : Tensor::Empty(t.local_shape, dtype);
@@ -261,10 +357,33 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   lay.heads_local = spec.local_heads();
   lay.kv_heads_local = spec.local_kv_heads();
   lay.inter_local = spec.local_intermediate();
+  lay.expert_begin = spec.expert_begin();
+  lay.expert_end = spec.expert_end();
+  lay.moe_inter_local = spec.local_moe_intermediate();
+  lay.shared_inter_local = spec.local_shared_intermediate();
   lay.vocab_begin = spec.vocab_begin();
   lay.vocab_local = spec.vocab_end() - spec.vocab_begin();
   lay.vocab_size = config.vocab_size;
   w.layers.resize(static_cast<size_t>(lay.num_layers()));
+  for (int layer = lay.first_layer; layer < lay.end_layer; ++layer) {
+    if (!config.LayerIsSparse(layer)) continue;
+    auto& experts = w.layers[static_cast<size_t>(layer - lay.first_layer)].experts;
+    experts.resize(static_cast<size_t>(lay.expert_end - lay.expert_begin));
+    for (size_t e = 0; e < experts.size(); ++e)
+      experts[e].expert = static_cast<int>(lay.expert_begin + static_cast<int64_t>(e));
+  }
+
+  // On a device, shards stream through pinned staging buffers filled by several threads
+  // (kernels/upload_queue.h); the CPU reads each shard straight into its tensor.
+  // TESSERA_PINNED_LOAD=0 reads every shard through a host tensor instead (the A/B of
+  // scripts/gpu-run decode).
+  std::unique_ptr<kernels::UploadQueue> queue;
+  const char* pinned = std::getenv("TESSERA_PINNED_LOAD");
+  if (backend.device() != Device::kCPU && !(pinned != nullptr && std::strcmp(pinned, "0") == 0)) {
+    auto q = backend.NewUploadQueue(kernels::UploadOptions{});
+    if (!q.ok()) return q.status().WithContext("loading weights");
+    queue = std::move(*q);
+  }
 
   // The fused tensors first, so each part is read into its rows.
   PartDests parts;
@@ -307,7 +426,8 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
         count(dst, true);
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, &dest.view));
+      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend,
+                                                     &dest.view, &w.quantized_bytes, queue.get()));
       count(dst, false);
       continue;
     }
@@ -322,11 +442,13 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       count(*h, true);
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, t, dtype, backend, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend, nullptr,
+                                                   &w.quantized_bytes, queue.get()));
     *slot = dst;
     read.emplace(key, dst);
     count(dst, false);
   }
+  if (queue) TESSERA_RETURN_IF_ERROR(queue->Finish());
   return w;
 }
 

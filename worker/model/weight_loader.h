@@ -9,7 +9,12 @@
 // checkpoint already has it, else converted on the host (bf16/f16 -> F32 for
 // the CPU backend as they are read; F32/F16 -> BF16 etc. through fp32), then
 // uploaded to the backend's device one tensor at a time, so host memory
-// holds at most one tensor beyond the staging buffers.
+// holds at most one tensor beyond the staging buffers. On a device backend a
+// shard already in the compute dtype skips the host tensor: it is read in
+// chunks of rows into pinned staging buffers by several threads while earlier
+// chunks copy to the device (worker/model/shard_upload.h,
+// kernels/upload_queue.h), so loading runs at page-cache and PCIe speed with
+// a fixed amount of pinned host memory.
 //
 // Fused projections (stage_weights.h): per layer the loader first allocates
 // qkv_proj and gate_up_proj (and the fused biases) on the device, then reads

@@ -364,6 +364,37 @@ TEST_F(CurveCluster, SecondConnectionUnderALiveWorkersKeyIsRefusedAndLogged) {
   d_->ExpectServingCorrectly();
 }
 
+// Attack: a flood of registrations under a live worker's key (a copied key
+// file retried in a loop: 3,000 attempts once gave 3,000 log lines). Each is
+// refused; the log takes at most ten of them a minute and says the rest are
+// counted. The worker it imitates keeps serving.
+TEST_F(CurveCluster, AFloodOfRegistrationsUnderALiveKeyIsRefusedAndItsLogIsBounded) {
+  const std::string line = " is in use by live worker";
+  const size_t before = Occurrences(d_->CoordinatorLog(), line);
+  const CurveKeyPair stolen = Key(1);
+  constexpr int kAttempts = 25;
+  for (int i = 0; i < kAttempts; ++i) {
+    RawPeer twin(d_->endpoint, "twin-flood-" + std::to_string(i), &stolen,
+                 d_->keys().coordinator_public_key);
+    std::optional<control::RegisterAck> ack = twin.Register("twin-flood-" + std::to_string(i));
+    ASSERT_TRUE(ack.has_value()) << i;
+    EXPECT_FALSE(ack->accepted()) << i;
+  }
+  EXPECT_TRUE(WaitFor(
+      [] {
+        return d_->CoordinatorLog().find(
+                   "further registrations refused for a CURVE key in use "
+                   "this minute are counted, not logged") != std::string::npos;
+      },
+      milliseconds(10000)))
+      << d_->CoordinatorLog();
+  EXPECT_LT(Occurrences(d_->CoordinatorLog(), line) - before, static_cast<size_t>(kAttempts));
+  const json workers = d_->Cluster()["workers"];
+  for (const json& w : workers)
+    EXPECT_EQ(w["id"].get<std::string>().rfind("twin-flood-", 0), std::string::npos);
+  d_->ExpectServingCorrectly();
+}
+
 // Attack: a registered spare worker sends error results for the current
 // plan (its version read from the open /metrics) and an Error. Nothing
 // fails, no re-plan; each is counted, the peer logged once.

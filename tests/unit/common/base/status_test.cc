@@ -38,7 +38,9 @@ TEST(DType, Bf16AndF16RoundTrip) {
   EXPECT_EQ(F32ToF16(1.0f), 0x3c00);
   EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(F32ToBF16(1.0f), 0x3f80);
-  EXPECT_FALSE(ParseDType("F8_E4M3").ok());
+  EXPECT_FALSE(ParseDType("F8_E5M2").ok());
+  EXPECT_EQ(*ParseDType("F8_E4M3"), DType::kF8E4M3);  // FP8 checkpoints (fp8_weights_test)
+  EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
   EXPECT_NE(ParseDType("Q4").status().message().find("supported"), std::string::npos);
 }
 

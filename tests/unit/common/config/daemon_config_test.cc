@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 63);
+  EXPECT_EQ(keys, 69);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -216,6 +216,10 @@ TEST(DaemonConfigDefaults, NamesAndEnums) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.dtype, DType::kF16);
   EXPECT_EQ(c->model.chat_template, ChatFormat::kLlama2);
+  EXPECT_EQ(c->model.quantization, QuantMethod::kNone);
+  StatusOr<DaemonConfig> fp8 = ParseDaemonConfig("[model]\nquantization = \"fp8\"\n", "x.toml");
+  ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+  EXPECT_EQ(fp8->model.quantization, QuantMethod::kOnlineFp8);
   EXPECT_STREQ(LogLevelName(c->logging.level), "critical");
   EXPECT_STREQ(WorkerBackendName(c->worker.backend), "cuda");
   EXPECT_STREQ(LogFormatName(LogFormat::kJson), "json");
@@ -292,7 +296,8 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
-      "timeout_seconds, forget_failed_after_seconds");
+      "timeout_seconds, forget_failed_after_seconds, load_timeout_seconds, "
+      "step_timeout_seconds");
   // A sub-table is an unknown key of its table.
   EXPECT_THAT(
       ParseError("[server.extra]\nx = 1\n"),
@@ -341,6 +346,8 @@ TEST(DaemonConfigParse, InvalidChoiceListsTheChoices) {
   EXPECT_EQ(
       ParseError("[logging]\nformat = 1\n"),
       "x.toml:2:10: logging.format: expected a string (one of \"text\", \"json\"), got integer 1");
+  EXPECT_EQ(ParseError("[model]\nquantization = \"int4\"\n"),
+            "x.toml:2:16: model.quantization: must be one of \"none\", \"fp8\", got \"int4\"");
   EXPECT_EQ(ParseError("[model]\nchat_template = \"vicuna\"\n"),
             "x.toml:2:17: model.chat_template: must be one of \"\", \"chatml\", \"llama3\", "
             "\"llama2\", got "
@@ -532,6 +539,17 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
        "--set heartbeat.interval_seconds=10: heartbeat.interval_seconds: must be < "
        "heartbeat.timeout_seconds (10.0), got 10.0"},
       {"parallel.pp", "0", "--set parallel.pp=0: parallel.pp: must be >= 1, got 0"},
+      {"heartbeat.load_timeout_seconds", "0",
+       "--set heartbeat.load_timeout_seconds=0: heartbeat.load_timeout_seconds: must be a finite "
+       "number > 0, got 0.0"},
+      {"heartbeat.step_timeout_seconds", "-1",
+       "--set heartbeat.step_timeout_seconds=-1: heartbeat.step_timeout_seconds: must be a "
+       "finite number > 0, got -1.0"},
+      {"server.max_prompt_bytes", "0",
+       "--set server.max_prompt_bytes=0: server.max_prompt_bytes: must be >= 1, got 0"},
+      {"server.request_threads", "-1",
+       "--set server.request_threads=-1: server.request_threads: must be >= 0 (0 = one per two "
+       "hardware threads), got -1"},
   };
   for (const Case& cs : cases) {
     Status st = ApplyOverride(c, cs.key, cs.value);

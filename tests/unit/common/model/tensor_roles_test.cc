@@ -56,6 +56,11 @@ const std::set<std::pair<Architecture, TensorRole>> kNotInAnyFixture = {
     {Architecture::kGemma3Text, TensorRole::kKBias},
     {Architecture::kGemma3Text, TensorRole::kVBias},
     {Architecture::kGemma3Text, TensorRole::kOBias},
+    // Qwen3-MoE as Qwen3.
+    {Architecture::kQwen3Moe, TensorRole::kQBias},
+    {Architecture::kQwen3Moe, TensorRole::kKBias},
+    {Architecture::kQwen3Moe, TensorRole::kVBias},
+    {Architecture::kQwen3Moe, TensorRole::kOBias},
 };
 
 std::vector<std::string> FixtureModels() {
@@ -68,7 +73,7 @@ std::vector<std::string> FixtureModels() {
 }
 
 TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
-  ASSERT_EQ(AllArchitectures().size(), 7u);
+  ASSERT_EQ(AllArchitectures().size(), 10u);
   for (Architecture arch : AllArchitectures()) {
     SCOPED_TRACE(ArchitectureName(arch));
     const FamilyRoles& family = FamilyRolesOf(arch);
@@ -87,18 +92,27 @@ TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
       EXPECT_EQ(name.find("{layer}") != std::string::npos, rs.place == RolePlace::kLayer) << name;
       ASSERT_TRUE(rs.ndim == 1 || rs.ndim == 2) << name;
       const bool bias = name.size() > 5 && name.substr(name.size() - 5) == ".bias";
-      EXPECT_EQ(bias, rs.condition != RoleCondition::kAlways) << name;
+      EXPECT_EQ(bias, rs.condition == RoleCondition::kAttentionBias ||
+                          rs.condition == RoleCondition::kMlpBias)
+          << name;
+      // Per-expert roles name the expert and come from a sparse layer.
+      EXPECT_EQ(name.find("{expert}") != std::string::npos, rs.per_expert) << name;
+      if (rs.per_expert) EXPECT_EQ(rs.condition, RoleCondition::kSparseLayer) << name;
       switch (rs.split) {
         case SplitKind::kReplicated:
           break;
         case SplitKind::kColumnParallel:
           EXPECT_TRUE(rs.shape[0] == RoleDim::kQueryRows || rs.shape[0] == RoleDim::kKvRows ||
-                      rs.shape[0] == RoleDim::kIntermediate)
+                      rs.shape[0] == RoleDim::kIntermediate ||
+                      rs.shape[0] == RoleDim::kMoeIntermediate ||
+                      rs.shape[0] == RoleDim::kSharedIntermediate)
               << name;
           break;
         case SplitKind::kRowParallel:
           ASSERT_EQ(rs.ndim, 2) << name;
-          EXPECT_TRUE(rs.shape[1] == RoleDim::kQueryRows || rs.shape[1] == RoleDim::kIntermediate)
+          EXPECT_TRUE(rs.shape[1] == RoleDim::kQueryRows || rs.shape[1] == RoleDim::kIntermediate ||
+                      rs.shape[1] == RoleDim::kMoeIntermediate ||
+                      rs.shape[1] == RoleDim::kSharedIntermediate)
               << name;
           break;
         case SplitKind::kVocabParallel:
@@ -125,12 +139,21 @@ TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
           break;
       }
     }
-    // Every family has the roles a decoder needs.
-    for (TensorRole r : {TensorRole::kEmbedTokens, TensorRole::kInputNorm, TensorRole::kQProj,
-                         TensorRole::kKProj, TensorRole::kVProj, TensorRole::kOProj,
-                         TensorRole::kPostAttentionNorm, TensorRole::kGateProj, TensorRole::kUpProj,
-                         TensorRole::kDownProj, TensorRole::kFinalNorm, TensorRole::kLmHead}) {
+    // Every family has the roles a decoder needs: a dense MLP, or (a
+    // mixture of experts) the router and the routed experts.
+    for (TensorRole r :
+         {TensorRole::kEmbedTokens, TensorRole::kInputNorm, TensorRole::kQProj, TensorRole::kKProj,
+          TensorRole::kVProj, TensorRole::kOProj, TensorRole::kPostAttentionNorm,
+          TensorRole::kFinalNorm, TensorRole::kLmHead}) {
       EXPECT_TRUE(seen.count(r)) << TensorRoleName(r);
+    }
+    const bool moe = seen.count(TensorRole::kRouter) > 0;
+    for (TensorRole r : {TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj}) {
+      if (!moe) EXPECT_TRUE(seen.count(r)) << TensorRoleName(r);
+    }
+    for (TensorRole r :
+         {TensorRole::kExpertGateProj, TensorRole::kExpertUpProj, TensorRole::kExpertDownProj}) {
+      EXPECT_EQ(seen.count(r) > 0, moe) << TensorRoleName(r);
     }
   }
 }
@@ -213,10 +236,26 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
     std::set<std::string> expected;  // checkpoint tensors the table claims
     // Fused tensors: the rows their parts claim, [begin, end) in claim order.
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> fused_rows;
-    int64_t layer0_elements = 0;
-    auto check = [&](const RoleSpec& rs, int layer) {
-      if (!RolePresent(rs, m)) return;
-      const std::string name = RoleSourceName(rs, m, layer);
+    std::map<int, int64_t> layer_elements;  // per decoder layer
+    auto check = [&](const RoleSpec& rs, int layer, int expert) {
+      if (!RolePresentInLayer(rs, m, layer)) return;
+      const std::string name = RoleSourceName(rs, m, layer, expert);
+      const std::string alt = RoleAltName(rs, layer);
+      if (!alt.empty() && !(*ckpt)->Has(name) && (*ckpt)->Has(alt)) {
+        // The transformers 5 form: a renamed tensor, or every expert's
+        // matrix stacked in one (claimed by each expert's parts).
+        auto info = (*ckpt)->Find(alt);
+        ASSERT_TRUE(info.ok());
+        EXPECT_EQ(info->shape, RoleAltShape(rs, m)) << alt;
+        met.insert({m.architecture, rs.role});
+        layer_elements[layer] += RoleNumel(rs, m);
+        if (rs.alt == AltForm::kRenamed) {
+          EXPECT_TRUE(expected.insert(alt).second) << alt << " claimed twice";
+        } else {
+          expected.insert(alt);
+        }
+        return;
+      }
       auto info = (*ckpt)->Find(name);
       ASSERT_TRUE(info.ok()) << TensorRoleName(rs.role) << ": " << info.status().ToString();
       EXPECT_EQ(info->shape, RoleSourceShape(rs, m)) << name;
@@ -225,7 +264,7 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
         EXPECT_FALSE((*ckpt)->Has(RoleTensorName(rs, layer))) << "a tied model has no " << name;
         return;  // the embedding's tensor, claimed by kEmbedTokens
       }
-      if (layer == 0) layer0_elements += RoleNumel(rs, m);
+      if (layer >= 0) layer_elements[layer] += RoleNumel(rs, m);
       if (rs.fused != FusedTensor::kNone) {
         const int64_t begin = RoleFusedRowOffset(rs, m);
         fused_rows[name].push_back({begin, begin + RoleShape(rs, m)[0]});
@@ -237,10 +276,16 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
     };
     for (const RoleSpec& rs : FamilyRolesOf(m.architecture).roles) {
       if (rs.place != RolePlace::kLayer) {
-        check(rs, -1);
+        check(rs, -1, -1);
         continue;
       }
-      for (int layer = 0; layer < m.num_hidden_layers; ++layer) check(rs, layer);
+      for (int layer = 0; layer < m.num_hidden_layers; ++layer) {
+        if (!rs.per_expert) {
+          check(rs, layer, -1);
+          continue;
+        }
+        for (int e = 0; e < m.num_experts; ++e) check(rs, layer, e);
+      }
     }
 
     // The parts of a fused tensor tile its rows, in order, exactly once.
@@ -255,7 +300,20 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
       EXPECT_EQ(next, info->shape[0]) << name;
     }
 
-    const std::vector<std::string> names = (*ckpt)->TensorNames();
+    // An FP8 checkpoint's scale tensors: one per F8_E4M3 projection, which
+    // must be a quantizable role's (common/format/quantization.h).
+    std::set<std::string> scales;
+    for (const std::string& name : expected) {
+      auto info = (*ckpt)->Find(name);
+      if (!info.ok() || info->dtype != DType::kF8E4M3) continue;
+      EXPECT_TRUE(m.quantization.quantized()) << name;
+      if (m.quantization.quantized()) scales.insert(m.quantization.ScaleName(name));
+    }
+    std::vector<std::string> names;
+    for (const std::string& name : (*ckpt)->TensorNames()) {
+      if (scales.erase(name) == 0) names.push_back(name);
+    }
+    EXPECT_TRUE(scales.empty()) << "missing scale tensor " << *scales.begin();
     int64_t elements = 0;
     for (const std::string& name : names) {
       EXPECT_TRUE(expected.count(name)) << name << " is in the checkpoint but no role's";
@@ -265,7 +323,12 @@ TEST(TensorRoles, FixtureCheckpointsHoldExactlyTheTablesTensors) {
     }
     EXPECT_EQ(expected.size(), names.size());
     EXPECT_EQ(ModelParameterCount(m), elements);
-    EXPECT_EQ(LayerParameterCount(m), layer0_elements);
+    int64_t most = 0;
+    for (const auto& [layer, n] : layer_elements) {
+      EXPECT_EQ(LayerParameterCount(m, layer), n) << "layer " << layer;
+      most = std::max(most, n);
+    }
+    EXPECT_EQ(LayerParameterCount(m), most);
   }
 
   for (Architecture arch : AllArchitectures()) {

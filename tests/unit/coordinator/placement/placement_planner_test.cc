@@ -609,5 +609,40 @@ TEST(Planner, CliDryRun) {
               HasSubstr("none.toml does not exist"));
 }
 
+// FP8 (issue #35): Llama-3.1-405B in bf16 (810 GB) does not fit one DGX
+// H100 (8 x 80 GB); with its projections in FP8 it does, and the planner's
+// bytes per GPU are 1 byte per projection parameter plus the block scales
+// plus the bf16 embedding, lm_head and norms, over 8 GPUs.
+TEST(Planner, Fp8ModelsArePlacedByTheirFp8Bytes) {
+  PlanOptions o;
+  o.min_kv_tokens = 4096;
+  ModelConfig m = Model("llama-3.1-405b");
+  PlacementPlanner planner;
+  EXPECT_FALSE(planner.Plan(m, Cluster("dgx_h100_x1.toml"), o).ok());
+  m.quantization.method = QuantMethod::kFp8;  // HF fp8, 128x128 blocks
+  const PlanResult r = MustPlan(m, Cluster("dgx_h100_x1.toml"), o);
+  EXPECT_EQ(r.plan.quantization, "fp8 (e4m3, block 128x128 weight scales, dynamic activations)");
+  EXPECT_THAT(r.ToText(), HasSubstr("weights: fp8 (e4m3, block 128x128"));
+  ASSERT_EQ(r.plan.replicas.size(), 1u);
+  const PlannedStage& st = r.plan.replicas[0].stages[0];
+  EXPECT_EQ(st.tp, 8);
+  const double h = 16384, inter = 53248, q = 128 * 128, kv = 8 * 128, layers = 126, vocab = 128256;
+  const double proj = h * q + 2 * h * kv + q * h + 3 * h * inter;
+  const double scales =
+      4 * ((q / 128) * (h / 128) * 2 + 2 * (kv / 128) * (h / 128) + 3 * (inter / 128) * (h / 128));
+  const double want =
+      (layers * (proj + scales) + 2 * vocab * h * 2) / 8 + layers * 2 * h * 2 + h * 2;
+  EXPECT_NEAR(static_cast<double>(st.weight_bytes), want, 1e-6 * want);
+  // The CLI: --quantization fp8 plans the bf16 checkpoint as online FP8.
+  const std::string dir = ::tessera::testing::MakeTempDir("plan-fp8");
+  const std::string cmd = ::tessera::testing::BinaryDir() + "/tessera plan --model " +
+                          ConfigPath("models/llama-3.1-405b.json") + " --topology " +
+                          ConfigPath("topologies/dgx_h100_x1.toml") +
+                          " --quantization fp8 --min-kv-tokens 4096 > " + dir + "/out 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << ::tessera::testing::ReadFileOrDie(dir + "/out");
+  EXPECT_THAT(::tessera::testing::ReadFileOrDie(dir + "/out"),
+              HasSubstr("weights: online-fp8 (e4m3, per-channel weight scales"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -58,5 +58,55 @@ INSTANTIATE_TEST_SUITE_P(Families, PredictedWeightBytes,
                                            "mistral_sliding_window", "gemma2_softcap_window",
                                            "gemma3_text_local_rope_bf16"));
 
+// FP8 checkpoints: the planner's bytes per GPU (projections at 1 byte plus
+// their fp32 scales, the rest at the dense dtype) against what the rank
+// holds when it keeps FP8: its dense tensors plus the FP8 values and scales
+// it read (StageWeights::quantized_bytes). Per-channel scales: exact; 32x32
+// blocks cut by tp 2 (each rank reads the scale row it shares): within 1%,
+// the bound.
+class PredictedFp8WeightBytes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PredictedFp8WeightBytes, EqualFp8BytesAndScalesAtTp2) {
+  const std::string dir = testing::FixturePath("models/" + GetParam());
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(config->quantization.quantized());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  const ModelSizes sizes = ModelSizes::From(*config, DType::kF32, DType::kF32);
+  EXPECT_TRUE(sizes.fp8);
+  for (int pp : {1, 2}) {
+    auto par = ParallelConfig::Make(*config, 2, pp);
+    ASSERT_TRUE(par.ok());
+    for (int rank = 0; rank < par->world_size(); ++rank) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " rank " + std::to_string(rank));
+      auto spec = ShardSpec::Make(*config, *par, rank);
+      ASSERT_TRUE(spec.ok());
+      auto w = LoadStageWeights(**ckpt, *config, *par, *spec);
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      int64_t dequantized = 0;  // the fp32 bytes of the FP8 slices
+      for (const TensorShard& t : spec->tensors())
+        if (RoleIsQuantizable(t.role)) dequantized += t.local_numel() * 4;
+      const double held = static_cast<double>(w->weight_bytes - dequantized + w->quantized_bytes);
+      StageShape shape;
+      shape.tp = 2;
+      shape.layers = spec->end_layer() - spec->first_layer();
+      shape.first = spec->is_first_stage();
+      shape.last = spec->is_last_stage();
+      shape.single_stage = pp == 1;
+      const double predicted = WeightBytesPerGpu(sizes, shape);
+      if (config->quantization.weight_scale == WeightScaleKind::kChannel) {
+        EXPECT_DOUBLE_EQ(predicted, held);
+      } else {
+        EXPECT_NEAR(predicted, held, 0.01 * held);
+      }
+      EXPECT_LT(predicted, static_cast<double>(w->weight_bytes));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, PredictedFp8WeightBytes,
+                         ::testing::Values("llama_fp8_block", "qwen3_fp8_channel_ct"));
+
 }  // namespace
 }  // namespace tessera

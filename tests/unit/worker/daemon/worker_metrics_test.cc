@@ -81,7 +81,7 @@ TEST(WorkerMetrics, ExportsTheRankSeriesOnceAssigned) {
   EXPECT_EQ(text.find("tessera_gpu_memory_used_bytes{"), std::string::npos) << "no rank yet";
   (*m)->SetRank(2, 1, 0, 5);  // replica 2, stage 1, tp rank 0, plan 5
   (*m)->OnLoadProgress(50, 100);
-  (*m)->OnLoaded(1000, 2000, 0.5);
+  (*m)->OnLoaded(1000, 2000, 0.5, 300);
   StepBatch b;
   b.token_ids = {1, 2, 3};
   b.seqs.push_back(Seq(1, 0, 3, 3));
@@ -92,6 +92,7 @@ TEST(WorkerMetrics, ExportsTheRankSeriesOnceAssigned) {
   const std::string l = "{" + rank + "}";
   for (const std::string& want : std::vector<std::string>{
            "tessera_gpu_weight_bytes" + l + " 1000",
+           "tessera_gpu_weight_quantized_bytes" + l + " 300",
            "tessera_gpu_kv_cache_capacity_bytes" + l + " 2000",
            "tessera_worker_load_bytes" + l + " 50", "tessera_worker_load_total_bytes" + l + " 100",
            "tessera_worker_load_seconds" + l + " 0.5", "tessera_worker_plan_version" + l + " 5",

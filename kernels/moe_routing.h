@@ -1,0 +1,40 @@
+// Mixture-of-experts routing and combining (the reference CPU path of the
+// MoE layer, worker/model/moe_layer.h).
+//
+// MoeTopK: for each token t of router_logits [T, E] (F32),
+//   p = softmax(router_logits[t]) in fp32,
+//   (w, ids) = the top_k largest p, in descending order (ties: the lower
+//   expert id first, as torch.topk on CPU),
+//   w /= sum(w) when `renormalize` (Mixtral always; Qwen norm_topk_prob),
+// as transformers' MixtralTopKRouter / Qwen2MoeTopKRouter / Qwen3MoeTopKRouter
+// compute it. Outputs: expert_ids I32 [T, top_k], weights F32 [T, top_k].
+//
+// MoeScatterAdd: out[rows[i]] += scales[i] * src[i] for each row i of src
+// [n, H] (F32), into out [T, H] (F32), as transformers' index_add_ of the
+// weighted expert outputs.
+//
+// Shapes as above. Dtypes: F32 host tensors only; a tensor on another device
+// is kUnimplemented (the CUDA backend has no MoE layer yet, and the model
+// loader refuses MoE models on it).
+// Thread-safety: stateless.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+
+namespace tessera::kernels {
+
+// Errors: kInvalidArgument for shapes or dtypes other than the above, or
+// top_k outside [1, E]; kUnimplemented for a non-CPU tensor.
+Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+               Tensor& weights);
+
+// Errors: kInvalidArgument for mismatched shapes, a row outside [0, T), or
+// rows/scales not src's row count; kUnimplemented for a non-CPU tensor.
+Status MoeScatterAdd(const Tensor& src, std::span<const int64_t> rows,
+                     std::span<const float> scales, Tensor& out);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,71 @@
+// Tokenizing one long word stays linear in its length (issue #31: a client's
+// 3.9 MB single-word prompt took seconds of coordinator CPU): for every
+// fixture tokenizer and several kinds of word (letters, digits, punctuation,
+// a whitespace run, multi-byte letters), four times the bytes take about
+// four times as long (measured 1.4-7.7x from 256 KiB to 1 MiB: BPE's merge
+// heap adds a log factor, a busy host noise; the bound, 10x, is well below
+// the 16x of quadratic work).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer/tokenizer.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+double SecondsToEncode(const Tokenizer& t, const std::string& text) {
+  double best = 1e30;
+  for (int run = 0; run < 2; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int32_t> ids = t.Encode(text, false);
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_FALSE(ids.empty());
+  }
+  return best;
+}
+
+std::string Repeat(const std::string& unit, size_t bytes) {
+  std::string s;
+  while (s.size() < bytes) s += unit;
+  return s;
+}
+
+TEST(LongWord, EncodingTimeGrowsLinearly) {
+  const std::vector<std::string> dirs = {testing::FixturePath("tokenizers/bytelevel_llama3"),
+                                         testing::FixturePath("tokenizers/bytelevel_gpt2"),
+                                         testing::FixturePath("tokenizers/metaspace_llama2"),
+                                         testing::FixturePath("tokenizers/metaspace_pretok"),
+                                         testing::FixturePath("models/llama_gqa_f32")};
+  const std::vector<std::pair<const char*, std::string>> units = {
+      {"letters", "a"}, {"digits", "7"},  {"punctuation", "!"},
+      {"spaces", " "},  {"mixed", "ab1"}, {"multibyte", "\xc3\xa9"}};
+  // Above the CPU caches' sizes, so both sizes run from memory alike.
+  constexpr size_t kSmall = 256 * 1024, kLarge = 4 * kSmall;
+  for (const std::string& dir : dirs) {
+    auto tokenizer = Tokenizer::Load(dir);
+    ASSERT_TRUE(tokenizer.ok()) << dir << ": " << tokenizer.status().ToString();
+    for (const auto& [name, unit] : units) {
+      // "x" ends the whitespace run, so \s+(?!\S) backtracks over all of it.
+      const std::string tail = std::string(name) == "spaces" ? "x" : "";
+      const double small = SecondsToEncode(**tokenizer, Repeat(unit, kSmall) + tail);
+      const double large = SecondsToEncode(**tokenizer, Repeat(unit, kLarge) + tail);
+      std::printf("%s %s: %.1f ms for %zu KiB, %.1f ms for %zu KiB\n", dir.c_str(), name,
+                  small * 1e3, kSmall / 1024, large * 1e3, kLarge / 1024);
+      // Below a millisecond the clock's noise dominates: then only a bound.
+      if (small > 1e-3)
+        EXPECT_LE(large / small, 10.0) << dir << " " << name;
+      else
+        EXPECT_LE(large, 0.05) << dir << " " << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
