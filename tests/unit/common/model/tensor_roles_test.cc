@@ -97,7 +97,9 @@ TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
           << name;
       // Per-expert roles name the expert and come from a sparse layer.
       EXPECT_EQ(name.find("{expert}") != std::string::npos, rs.per_expert) << name;
-      if (rs.per_expert) EXPECT_EQ(rs.condition, RoleCondition::kSparseLayer) << name;
+      if (rs.per_expert) {
+        EXPECT_EQ(rs.condition, RoleCondition::kSparseLayer) << name;
+      }
       switch (rs.split) {
         case SplitKind::kReplicated:
           break;
@@ -149,7 +151,9 @@ TEST(TensorRoles, EveryArchitectureHasAConsistentTable) {
     }
     const bool moe = seen.count(TensorRole::kRouter) > 0;
     for (TensorRole r : {TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj}) {
-      if (!moe) EXPECT_TRUE(seen.count(r)) << TensorRoleName(r);
+      if (!moe) {
+        EXPECT_TRUE(seen.count(r)) << TensorRoleName(r);
+      }
     }
     for (TensorRole r :
          {TensorRole::kExpertGateProj, TensorRole::kExpertUpProj, TensorRole::kExpertDownProj}) {

@@ -58,7 +58,9 @@ TEST(MoePlanner, PredictedWeightBytesAreTheBusiestRanksLoadedBytes) {
       ASSERT_TRUE(w.ok()) << w.status().ToString();
       most = std::max(most, static_cast<double>(w->weight_bytes));
       // Without expert parallelism every rank holds the same bytes.
-      if (!ep) EXPECT_DOUBLE_EQ(predicted, static_cast<double>(w->weight_bytes)) << rank;
+      if (!ep) {
+        EXPECT_DOUBLE_EQ(predicted, static_cast<double>(w->weight_bytes)) << rank;
+      }
     }
     // 5 experts over tp 2: rank 0 holds 3, the prediction's ceil(5/2).
     EXPECT_DOUBLE_EQ(predicted, most) << (ep ? "ep" : "sliced");
