@@ -45,6 +45,8 @@ class BpeModel {
   const std::string* IdToToken(int32_t id) const;
   // Number of vocab entries.
   size_t vocab_size() const { return vocab_.size(); }
+  // One past the largest vocab id: the ids of a vocab with holes reach past vocab_size().
+  size_t id_limit() const { return id_to_token_.size(); }
 
  private:
   struct StringHash {

@@ -81,7 +81,8 @@ Status Tokenizer::LoadTokenizerJson(const std::string& text, const std::string& 
   // a prompt, as transformers disables both unless asked per call.
 
   // Vocabulary size and the special-token table.
-  size_t max_id = model_->vocab_size();
+  // One past every id: a vocab with holes (ids past its entry count) included.
+  size_t max_id = std::max(model_->vocab_size(), model_->id_limit());
   for (const auto& t : added_->tokens()) max_id = std::max(max_id, static_cast<size_t>(t.id) + 1);
   special_.assign(max_id, false);
   int64_t distinct = static_cast<int64_t>(model_->vocab_size());
@@ -94,7 +95,7 @@ Status Tokenizer::LoadTokenizerJson(const std::string& text, const std::string& 
     if (!t.special) continue;
     if (auto id = model_->TokenToId(t.content)) special_[*id] = true;
   }
-  vocab_size_ = static_cast<int32_t>(distinct);
+  vocab_size_ = static_cast<int32_t>(std::max(distinct, static_cast<int64_t>(max_id)));
   bool fused = false;
   window_decode_safe_ = !decoder_ || decoder_->WindowSafe(fused);
   return Status::Ok();

@@ -71,7 +71,8 @@ class Tokenizer {
   std::string Decode(const int32_t* ids, size_t n, bool skip_special_tokens) const;
 
   // Number of distinct tokens: the model vocab plus added tokens outside it
-  // (`tokenizers`' get_vocab_size(with_added_tokens=True)).
+  // (`tokenizers`' get_vocab_size(with_added_tokens=True)), or one past the largest id
+  // when the ids have holes, so that every id Encode returns is below it.
   int32_t vocab_size() const { return vocab_size_; }
   // Ids of tokenizer_config.json's bos_token / eos_token, when set.
   std::optional<int32_t> bos_id() const { return bos_id_; }

@@ -285,6 +285,30 @@ TEST(TokenizerTest, StreamingFallsBackForCrossTokenDecoders) {
   CheckStreaming(*tok, ids, false, "replace-after-fuse");
 }
 
+// A vocab whose ids have a hole (the fuzzer's find: 856 entries, the largest id 975): every id
+// Encode returns is below vocab_size(), and the special-token table covers every id.
+TEST(TokenizerTest, VocabWithHolesBoundsEveryEncodedId) {
+  json j = ReadJson(FixtureDir("metaspace_llama2") + "/tokenizer.json");
+  json& vocab = j["model"]["vocab"];
+  std::string moved;
+  int32_t largest = -1;
+  for (auto& [token, id] : vocab.items()) {
+    if (id.get<int32_t>() > largest) {
+      largest = id.get<int32_t>();
+      moved = token;
+    }
+  }
+  const int32_t far = largest + 120;
+  vocab[moved] = far;  // one id past a hole of 119
+  const std::string dir = testing::MakeTempDir("tok-holes");
+  WriteFile(dir + "/tokenizer.json", j.dump());
+  auto tok = LoadOrDie(dir);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_GT(tok->vocab_size(), far);
+  EXPECT_FALSE(tok->Decode({far}, false).empty()) << "the moved token decodes";
+  for (int32_t id : tok->Encode("Hello, world! " + moved, true)) EXPECT_LT(id, tok->vocab_size());
+}
+
 TEST(TokenizerTest, StreamingDecoderResetsAfterFlush) {
   auto tok = LoadOrDie(FixtureDir("metaspace_llama2"));
   ASSERT_NE(tok, nullptr);
