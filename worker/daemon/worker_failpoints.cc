@@ -18,9 +18,11 @@ StatusOr<WorkerFailpoints> ParseWorkerFailpoints(const char* ignore_assign,
     const size_t a = v.find(':'), b = a == std::string::npos ? a : v.find(':', a + 1);
     char* end = nullptr;
     if (b != std::string::npos) {
-      f.step_sleep_rank = static_cast<int>(std::strtol(v.substr(0, a).c_str(), &end, 10));
+      // strtol/strtod leave `end` inside their argument: the parts stay alive while it is read.
+      const std::string rank = v.substr(0, a), seconds = v.substr(a + 1, b - a - 1);
+      f.step_sleep_rank = static_cast<int>(std::strtol(rank.c_str(), &end, 10));
       const bool rank_ok = a > 0 && *end == '\0' && f.step_sleep_rank >= 0;
-      f.step_sleep_seconds = std::strtod(v.substr(a + 1, b - a - 1).c_str(), &end);
+      f.step_sleep_seconds = std::strtod(seconds.c_str(), &end);
       f.step_sleep_trigger = v.substr(b + 1);
       if (rank_ok && *end == '\0' && f.step_sleep_seconds > 0 && !f.step_sleep_trigger.empty())
         return f;
