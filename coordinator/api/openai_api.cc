@@ -149,6 +149,15 @@ MaybeError GetBool(const json& obj, const char* key, bool* out) {
   return std::nullopt;
 }
 
+// An optional string field: untouched when absent.
+MaybeError GetString(const json& obj, const char* key, std::string* out) {
+  const json* j = Find(obj, key);
+  if (!j) return std::nullopt;
+  if (!j->is_string()) return WrongType(key, "a string", *j);
+  *out = j->get<std::string>();
+  return std::nullopt;
+}
+
 MaybeError GetModel(const json& obj, std::string* out) {
   const json* j = Find(obj, "model");
   if (!j) return BadRequest("model is required", "model");
@@ -710,10 +719,7 @@ ApiResult<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
   json obj;
   TESSERA_API_TRY(ParseObject(body, &obj));
   TokenizeRequest req;
-  if (const json* m = Find(obj, "model")) {
-    if (!m->is_string()) return WrongType("model", "a string", *m);
-    req.model = m->get<std::string>();
-  }
+  TESSERA_API_TRY(GetString(obj, "model", &req.model));
   const json* prompt = Find(obj, "prompt");
   const bool messages = Find(obj, "messages") != nullptr;
   if ((prompt != nullptr) == messages)
@@ -739,10 +745,7 @@ ApiResult<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body) {
   json obj;
   TESSERA_API_TRY(ParseObject(body, &obj));
   DetokenizeRequest req;
-  if (const json* m = Find(obj, "model")) {
-    if (!m->is_string()) return WrongType("model", "a string", *m);
-    req.model = m->get<std::string>();
-  }
+  TESSERA_API_TRY(GetString(obj, "model", &req.model));
   const json* tokens = Find(obj, "tokens");
   if (!tokens) return BadRequest("tokens is required", "tokens");
   if (!tokens->is_array()) return WrongType("tokens", "an array of token ids", *tokens);
