@@ -152,6 +152,13 @@ struct Exchange {
   }
 };
 
+// Gives the exchange's stream slot back once (the destructor gives it back
+// when the exchange ends any other way). Under x.mu.
+void ReleaseStreamSlot(Exchange& x) {
+  if (x.stream_slot) x.stream_slot->fetch_sub(1);
+  x.stream_slot = nullptr;
+}
+
 // Sum of the log-probabilities of a choice's tokens (best_of ranks by it).
 double CumulativeLogprob(const GenerationResult& r) {
   double sum = 0.0;
@@ -206,6 +213,10 @@ void SendFinal(Exchange& x) {
     if (x.include_usage && !x.chat)
       x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
     x.res->SendEvent(kSseDone);
+    // The slot is given back before the stream's end reaches the client: a
+    // client that reads [DONE] and sends its next stream on the same
+    // connection must find the slot free (max_streams = 1 gave it a 429).
+    ReleaseStreamSlot(x);
     x.res->Finish();
     return;
   }
