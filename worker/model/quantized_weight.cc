@@ -209,3 +209,31 @@ void DequantizeToF32(const QuantizedWeight& w, float* dst) {
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+int64_t ScaleColumnsPerRow(const QuantizedWeight& w) {
+  if (w.scale_kind != WeightScaleKind::kBlock) return 1;
+  return w.scales.dim(1);
+}
+
+int64_t ScaleColumnPhase(const QuantizedWeight& w) {
+  return w.scale_kind == WeightScaleKind::kBlock ? w.col_origin % w.block_cols : 0;
+}
+
+void ScalesPerRow(const QuantizedWeight& w, float* dst) {
+  const int64_t rows = w.rows(), cols = ScaleColumnsPerRow(w);
+  const float* s = w.scales.data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    if (w.scale_kind == WeightScaleKind::kTensor) {
+      dst[i] = s[0];
+    } else if (w.scale_kind == WeightScaleKind::kChannel) {
+      dst[i] = s[i];
+    } else {
+      const int64_t br = (w.row_origin + i) / w.block_rows - w.row_origin / w.block_rows;
+      std::copy(s + br * cols, s + (br + 1) * cols, dst + i * cols);
+    }
+  }
+}
+
+}  // namespace tessera
