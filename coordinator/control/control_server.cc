@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +29,8 @@ constexpr const char* kLog = "control-server";
 // Where libzmq sends ZAP requests (RFC 27), one handler per context.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "tessera-control";
+// Where the ROUTER's socket monitor publishes its disconnect events.
+constexpr const char* kMonitorEndpoint = "inproc://tessera-control-monitor";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
@@ -87,6 +91,18 @@ struct ControlServer::Impl {
     Clock::time_point last_seen;
     Clock::time_point lost_at;  // when declared lost (alive == false)
     uint64_t messages_received = 0;
+    // The connection (its file descriptor in libzmq, ZMQ_SRCFD) its last
+    // valid message came on; -1 unknown or closed.
+    int fd = -1;
+    // That connection closed at closed_at and nothing was heard since.
+    bool connection_closed = false;
+    Clock::time_point closed_at;
+    // A valid message from it arrived on connection `fd`.
+    void Heard(Clock::time_point now, int from_fd) {
+      last_seen = now;
+      fd = from_fd;
+      connection_closed = false;
+    }
   };
   struct Outgoing {
     std::string identity;  // raw routing id
@@ -99,7 +115,7 @@ struct ControlServer::Impl {
         dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
         registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
         handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
-        workers_forgotten{0};
+        workers_forgotten{0}, connections_closed{0};
   };
 
   explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
@@ -108,7 +124,9 @@ struct ControlServer::Impl {
   zmq::context_t context{1};
   std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
   std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
-  std::set<std::string> allowed_keys;     // 32-byte binary public keys (CURVE only)
+  // The ROUTER's disconnect events (zmq_socket_monitor), loop thread.
+  std::unique_ptr<zmq::socket_t> monitor;
+  std::set<std::string> allowed_keys;  // 32-byte binary public keys (CURVE only)
   // Owner thread: refused handshakes, and registrations refused for a
   // CURVE key in use, are logged at most kRefusalLogBurst times a minute
   // each (a flood of unknown keys, or of one stolen key, must not flood the
@@ -142,12 +160,15 @@ struct ControlServer::Impl {
   ZmqSocketLoop loop{context, kLog};
 
   void ReadFrames();
+  // Reads the monitor's events: marks the worker whose connection closed.
+  void HandleMonitor();
   void HandleFrame(std::vector<zmq::message_t>& parts);
   void HandleZap();
   bool HandleOneZap();  // false when no request was waiting
-  void HandleRegister(const std::string& identity, const std::string& curve_key,
+  // `fd`: the connection the frame came on (ZMQ_SRCFD; -1 unknown).
+  void HandleRegister(const std::string& identity, const std::string& curve_key, int fd,
                       control::Envelope envelope);
-  void HandleMessage(const std::string& identity, const std::string& curve_key,
+  void HandleMessage(const std::string& identity, const std::string& curve_key, int fd,
                      const control::Envelope& envelope);
   // `log` false: counted and answered, not logged (a flood of refusals).
   void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
@@ -155,6 +176,11 @@ struct ControlServer::Impl {
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
   bool SendNow(const Outgoing& out);
   void CheckLiveness();
+  // Marks lost the live records `lost_now` picks, at `now`; their ids and
+  // losses. Caller holds registry_mu.
+  std::vector<std::pair<std::string, ControlWorkerLoss>> MarkLostLocked(
+      Clock::time_point now,
+      const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now);
   // The snapshot of record `index`; the caller holds registry_mu.
   ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
     const Record& r = records[index];
@@ -233,9 +259,17 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
                             ? INT64_MAX
                             : static_cast<int64_t>(s.options.max_message_bytes) * 2;
     s.router->set(zmq::sockopt::maxmsgsize, cap);
+    // A closed connection is reported at once (a killed worker's kernel
+    // closes it), before the heartbeats run out.
+    if (zmq_socket_monitor(s.router->handle(), kMonitorEndpoint, ZMQ_EVENT_DISCONNECTED) != 0)
+      throw zmq::error_t();
+    s.monitor = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.monitor->set(zmq::sockopt::linger, 0);
+    s.monitor->connect(kMonitorEndpoint);
     s.router->bind(endpoint);
     bound = s.router->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
+    s.monitor.reset();
     s.router.reset();
     s.zap.reset();
     return IoError("control server cannot bind '" + endpoint + "': " + e.what());
@@ -244,15 +278,20 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
   const milliseconds poll_timeout =
       std::clamp(s.options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
   ZmqSocketLoop::Hooks hooks;
-  hooks.watches = {{s.zap.get(), [&s] { s.HandleZap(); }},
+  // The monitor first: a closed connection's event is read before any
+  // frame of a later connection that reuses its file descriptor.
+  hooks.watches = {{s.monitor.get(), [&s] { s.HandleMonitor(); }},
+                   {s.zap.get(), [&s] { s.HandleZap(); }},
                    {s.router.get(), [&s] { s.ReadFrames(); }}};
   hooks.poll_timeout = [poll_timeout] { return poll_timeout; };
   hooks.after_poll = [&s] { s.CheckLiveness(); };
   hooks.on_exit = [&s] {
+    s.monitor->close();
     s.router->close();
     if (s.zap) s.zap->close();
   };
   if (Status st = s.loop.Start(std::move(hooks)); !st.ok()) {
+    s.monitor.reset();
     s.router.reset();
     s.zap.reset();
     return st;
@@ -355,6 +394,7 @@ ControlServerStats ControlServer::stats() const {
   st.registrations_refused_key_in_use = c.registrations_refused_key_in_use;
   st.registrations_refused_full = c.registrations_refused_full;
   st.workers_forgotten = c.workers_forgotten;
+  st.connections_closed = c.connections_closed;
   return st;
 }
 
@@ -365,6 +405,8 @@ Status ControlServer::Impl::Enqueue(Outgoing out) {
 }
 
 void ControlServer::Impl::ReadFrames() {
+  // Closed connections first (see the watches' order in Start).
+  HandleMonitor();
   for (int i = 0; i < kMaxFramesPerTurn && !loop.stopping(); ++i) {
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(*router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
@@ -484,15 +526,18 @@ void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
     return;
   }
   control::Envelope& envelope = *decoded;
+  // The connection it came on (libzmq's ZMQ_SRCFD): the monitor names a
+  // closed connection by its file descriptor.
+  const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
   if (envelope.body_case() == control::Envelope::kRegisterWorker) {
-    HandleRegister(identity, curve_key, std::move(envelope));
+    HandleRegister(identity, curve_key, fd, std::move(envelope));
   } else {
-    HandleMessage(identity, curve_key, envelope);
+    HandleMessage(identity, curve_key, fd, envelope);
   }
 }
 
 void ControlServer::Impl::HandleMessage(const std::string& identity, const std::string& curve_key,
-                                        const control::Envelope& envelope) {
+                                        int fd, const control::Envelope& envelope) {
   ControlPeer peer{PrintableIdentity(identity), ""};
   const char* body = EnvelopeBodyName(envelope);
   Status reason;
@@ -521,7 +566,7 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
             FailedPrecondition(std::string(body) + " carries worker_id '" + envelope.worker_id() +
                                "', but this peer registered as '" + rec.worker_id + "'");
       } else {
-        rec.last_seen = Clock::now();
+        rec.Heard(Clock::now(), fd);
         ++rec.messages_received;
       }
     }
@@ -574,7 +619,7 @@ void ControlServer::Impl::Refuse(const std::string& identity, const std::string&
 }
 
 void ControlServer::Impl::HandleRegister(const std::string& identity, const std::string& curve_key,
-                                         control::Envelope envelope) {
+                                         int fd, control::Envelope envelope) {
   const std::string requested = envelope.worker_id();
   const Clock::time_point now = Clock::now();
   std::string worker_id;
@@ -599,7 +644,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
         // A retried Register: answer again, deliver nothing new.
         retry = true;
         worker_id = rec.worker_id;
-        rec.last_seen = now;
+        rec.Heard(now, fd);
       } else {
         refusal = "this peer is registered as '" + rec.worker_id +
                   "' and cannot register again as '" + requested + "'";
@@ -692,7 +737,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     rec.identity = identity;
     rec.registration = std::make_shared<const control::Register>(envelope.register_worker());
     rec.curve_key = curve_key;
-    rec.last_seen = now;
+    rec.Heard(now, fd);
     rec.messages_received = 1;
     records.push_back(std::move(rec));
     by_identity[identity] = records.size() - 1;
@@ -749,22 +794,68 @@ bool ControlServer::Impl::SendNow(const Outgoing& out) {
   return false;
 }
 
+void ControlServer::Impl::HandleMonitor() {
+  while (!loop.stopping()) {
+    std::vector<zmq::message_t> event;
+    if (!zmq::recv_multipart(*monitor, std::back_inserter(event), zmq::recv_flags::dontwait))
+      return;
+    // ZeroMQ's monitor event: a 6-byte frame (uint16 event, uint32 value:
+    // the file descriptor for ZMQ_EVENT_DISCONNECTED), then the endpoint.
+    if (event.empty() || event[0].size() < 6) continue;
+    uint16_t kind = 0;
+    uint32_t value = 0;
+    std::memcpy(&kind, event[0].data(), sizeof kind);
+    std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+    if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (Record& rec : records) {
+      if (!rec.alive || rec.fd < 0 || rec.fd != static_cast<int>(value)) continue;
+      rec.fd = -1;
+      rec.connection_closed = true;
+      rec.closed_at = now;
+      ++counters.connections_closed;
+      TESSERA_LOG_INFO(kLog,
+                       "the control connection of worker '{}' closed; it is lost unless heard "
+                       "from within {:.1f} s",
+                       rec.worker_id, kClosedConnectionGraceSeconds);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, ControlWorkerLoss>> ControlServer::Impl::MarkLostLocked(
+    Clock::time_point now,
+    const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now) {
+  std::vector<std::pair<std::string, ControlWorkerLoss>> lost;
+  for (Record& rec : records) {
+    if (!rec.alive) continue;
+    std::optional<ControlWorkerLoss> loss = lost_now(rec);
+    if (!loss) continue;
+    rec.alive = false;
+    rec.lost_at = now;
+    lost.emplace_back(rec.worker_id, std::move(*loss));
+  }
+  return lost;
+}
+
 void ControlServer::Impl::CheckLiveness() {
   const Clock::time_point now = Clock::now();
   if (now < next_liveness_check) return;
   next_liveness_check = now + std::clamp<Clock::duration>(options.heartbeat_interval / 4,
                                                           std::chrono::milliseconds(5),
                                                           std::chrono::milliseconds(100));
-  std::vector<std::string> lost;
+  const auto grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kClosedConnectionGraceSeconds));
+  std::vector<std::pair<std::string, ControlWorkerLoss>> lost;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
-    for (Record& rec : records) {
-      if (rec.alive && now - rec.last_seen > LostAfter()) {
-        rec.alive = false;
-        rec.lost_at = now;
-        lost.push_back(rec.worker_id);
-      }
-    }
+    lost = MarkLostLocked(now, [&](const Record& rec) -> std::optional<ControlWorkerLoss> {
+      if (rec.connection_closed && now - rec.closed_at >= grace)
+        return ControlWorkerLoss{ControlWorkerLoss::Cause::kConnectionClosed, rec.closed_at};
+      if (now - rec.last_seen > LostAfter())
+        return ControlWorkerLoss{ControlWorkerLoss::Cause::kMissedHeartbeats, rec.last_seen};
+      return std::nullopt;
+    });
   }
   std::vector<std::string> forgotten;
   if (options.forget_lost_after.count() > 0) {
@@ -783,12 +874,18 @@ void ControlServer::Impl::CheckLiveness() {
       TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
     }
   }
-  for (const std::string& id : lost) {
+  for (const auto& [id, loss] : lost) {
     ++counters.workers_lost;
-    TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
-                     LostAfter().count(), options.heartbeat_miss_limit);
+    const double silent = std::chrono::duration<double>(now - loss.since).count();
+    if (loss.cause == ControlWorkerLoss::Cause::kMissedHeartbeats) {
+      TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
+                       LostAfter().count(), options.heartbeat_miss_limit);
+    } else {
+      TESSERA_LOG_WARN(kLog, "worker '{}' lost: {} {:.2f} s ago and it stayed silent", id,
+                       loss.reason(), silent);
+    }
     try {
-      if (options.on_worker_lost) options.on_worker_lost(id);
+      if (options.on_worker_lost) options.on_worker_lost(id, loss);
     } catch (const std::exception& e) {
       TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
     }

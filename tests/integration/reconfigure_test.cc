@@ -368,6 +368,11 @@ TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
   for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
   const json report = plan["history"].back();
   PrintReplan("SIGSTOP rank 1 (spare available)", report);
+  // Detected by its silence: the time to detect runs from its last message,
+  // so it is at least the heartbeat timeout (it read ~0 when measured from
+  // the declaration).
+  EXPECT_GE(report["detect_seconds"].get<double>(), 1.0) << report.dump();
+  EXPECT_LE(report["detect_seconds"].get<double>(), detected + 0.5) << report.dump();
   // The spare takes rank 1; the three others keep their ranks and weights.
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
@@ -670,6 +675,50 @@ TEST_F(Cluster, AKilledWorkerIsDeclaredLostWhenItsPeersSeeItsConnectionBreak) {
   PrintReplan("kill -9 rank 3 (6 s heartbeat timeout)", report);
   EXPECT_LT(report.value("drain_seconds", 99.0), 0.1) << report.dump();
   ExpectStreamsMatch(want);
+}
+
+// kill -9 the last pipeline stage's worker while the cluster is idle, with a
+// long heartbeat timeout (6 s): no peer waits on a receive from the last
+// stage (its tokens go to the coordinator), so no survivor reports it at
+// once; the coordinator sees its control connection close and declares it
+// lost after the 0.2 s grace (the replica stops being ready), the spare
+// takes the stage, and the time to detect is measured from the close. (It
+// took the heartbeat timeout, or stage 0's next keepalive, before, and
+// detect_seconds read ~0 after a heartbeat loss.)
+TEST_F(Cluster, AKilledLastStageWorkerIsDeclaredLostWhenItsConnectionCloses) {
+  const double heartbeat_timeout = 6.0;
+  // The workers' default collective timeout (30 s): an idle stage 0 sends
+  // its keepalive down the pipeline every 10 s, and only a send that fails
+  // could have named the dead stage before.
+  Launch(1, 2, 3, 10.0, 0.5, heartbeat_timeout, 30.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(1);  // stage 1 of 2
+  const pid_t pid = PidOfRank(1);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200);
+  const auto killed = Clock::now();
+  kill(pid, SIGKILL);
+  const double declared = SecondsUntilFailed(victim, killed, heartbeat_timeout + 5);
+  std::printf("killed last-stage worker declared lost after %.2f s (heartbeat timeout %.1f s)\n",
+              declared, heartbeat_timeout);
+  ASSERT_GE(declared, 0) << CoordinatorLog();
+  EXPECT_LT(declared, 1.0) << CoordinatorLog();
+  const json plan = WaitForPlan(2, 60);
+  const double serving = Since(killed);
+  std::printf("serving plan %d again %.2f s after kill -9\n", plan.value("plan_version", 0),
+              serving);
+  EXPECT_LT(serving, heartbeat_timeout) << CoordinatorLog();
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
+  const json report = plan["history"].back();
+  PrintReplan("kill -9 the last stage (6 s heartbeat timeout)", report);
+  // From the connection closing to the loss: the grace, and no more than
+  // the test saw from the kill.
+  EXPECT_GE(report["detect_seconds"].get<double>(), 0.15) << report.dump();
+  EXPECT_LE(report["detect_seconds"].get<double>(), declared + 1.0) << report.dump();
+  EXPECT_NE(CoordinatorLog().find("worker " + victim + " lost (its control connection closed)"),
+            std::string::npos)
+      << CoordinatorLog();
+  EXPECT_EQ(Reference(), want);
 }
 
 }  // namespace
