@@ -83,6 +83,9 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
   const bool reconfiguring = replicas_->reconfiguring();
   {
     MutexLock lock(&state_.mu);
+    // Its state is what it reports from now on, not what it last reported
+    // before a loss or a restart.
+    state_.states.erase(peer.worker_id);
     auto failed =
         std::find(state_.failed_workers.begin(), state_.failed_workers.end(), peer.worker_id);
     if (failed != state_.failed_workers.end() && reconfiguring) {

@@ -301,8 +301,12 @@ TEST_F(Cluster, KilledWorkerIsReplacedBySpareAndStreamsContinueExactly) {
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
   bool failed = false;
-  for (const json& w : json(Get("/admin/cluster")["workers"]))
-    failed |= w["id"] == victim && w["state"] == "failed";
+  for (const json& w : json(Get("/admin/cluster")["workers"])) {
+    if (w["id"] != victim) continue;
+    failed = w["state"] == "failed";
+    // Not the "ready" it last reported: it reports nothing any more.
+    EXPECT_EQ(w["worker_state"], "lost") << w.dump();
+  }
   EXPECT_TRUE(failed);
   // Still serving.
   auto r = HttpCall(port_, "POST", "/v1/completions", Request(0, false).dump());
