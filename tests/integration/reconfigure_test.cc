@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -343,6 +344,68 @@ TEST_F(Cluster, KilledWorkerShrinksThePlanAndARestartedWorkerRestoresIt) {
   auto r = HttpCall(port_, "POST", "/v1/completions", Request(2, false).dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[2]);
+}
+
+// Worker ids are "<host>:<device>" (tessera-worker --device), whatever the
+// order the workers register in, and a worker restarted on the same device
+// gets its id back: /admin/cluster lists it once, alive, under that id.
+TEST_F(Cluster, AWorkerIsNamedByHostAndDeviceAndARestartKeepsItsId) {
+  Launch(1, 2, 2, 10.0);
+  ::tessera::testing::WorkerSpec spare;
+  spare.device = 7;  // registers third, on device 7
+  const pid_t spare_pid = cluster_->StartWorker(spare);
+  // Polls /admin/cluster until `done` holds for its workers, up to 30 s.
+  auto wait_workers = [&](const std::function<bool(const json&)>& done) {
+    const auto t0 = Clock::now();
+    json workers;
+    while (Since(t0) < 30) {
+      workers = Get("/admin/cluster")["workers"];
+      if (done(workers)) return workers;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "/admin/cluster: " << workers.dump() << "\n" << CoordinatorLog();
+    return workers;
+  };
+  json workers = wait_workers([&](const json& ws) {
+    for (const json& w : ws)
+      if (w["pid"] == spare_pid && w["worker_state"] != "registered") return true;
+    return false;
+  });
+  ASSERT_EQ(workers.size(), 3u) << workers.dump();
+  for (const json& w : workers) {
+    const std::string host = w["host"];
+    EXPECT_EQ(w["id"], host + ":" + std::to_string(w["devices"][0]["index"].get<int>()))
+        << w.dump();
+  }
+
+  const std::string victim = WorkerOfRank(1);
+  const pid_t pid = PidOfRank(1);
+  int index = -1;  // the victim's worker index (its device and its key)
+  for (int i = 0; i < cluster_->workers_started(); ++i)
+    if (cluster_->worker_pid(i) == pid) index = i;
+  ASSERT_GE(index, 0);
+  kill(pid, SIGKILL);
+  ASSERT_GE(SecondsUntilFailed(victim, Clock::now(), 30), 0) << CoordinatorLog();
+  WaitForPlan(2);
+
+  ::tessera::testing::WorkerSpec again;
+  again.device = index;
+  again.key = index;  // its CURVE key is free once it was declared lost
+  const pid_t restarted = cluster_->StartWorker(again);
+  workers = wait_workers([&](const json& ws) {
+    for (const json& w : ws)
+      if (w["pid"] == restarted && w["state"] == "alive") return true;
+    return false;
+  });
+  int listed = 0;
+  for (const json& w : workers) {
+    if (w["id"] != victim) continue;
+    ++listed;
+    EXPECT_EQ(w["pid"], restarted) << w.dump();
+    EXPECT_EQ(w["state"], "alive") << w.dump();
+  }
+  EXPECT_EQ(listed, 1) << workers.dump();
+  EXPECT_EQ(workers.size(), 3u) << workers.dump();
 }
 
 // SIGSTOP a worker: its heartbeats stop, it is declared failed within the
