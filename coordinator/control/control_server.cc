@@ -21,11 +21,16 @@
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
 #include "common/net/zmq_loop.h"
+#include "coordinator/control/control_server_impl.h"
 
 namespace tessera {
+
+using control_server_internal::Clock;
+using control_server_internal::kLog;
+using control_server_internal::PrintableIdentity;
+
 namespace {
 
-constexpr const char* kLog = "control-server";
 // Where libzmq sends ZAP requests (RFC 27), one handler per context.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "tessera-control";
@@ -39,21 +44,6 @@ constexpr int kMaxZapPerTurn = 256;
 // Peers whose first dropped frame is logged; drops from further peers (a
 // flood of routing ids) are counted only.
 constexpr size_t kMaxDropLoggedPeers = 1024;
-
-using Clock = std::chrono::steady_clock;
-
-std::string PrintableIdentity(const std::string& id) {
-  const bool printable =
-      !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-  if (printable) return id;
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "0x";
-  for (unsigned char c : id) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
-}
 
 // The record index `index` holds for `key`, or null.
 template <typename Index>
@@ -78,130 +68,6 @@ bool IsWorkerToCoordinator(control::Envelope::BodyCase body) {
 }
 
 }  // namespace
-
-struct ControlServer::Impl {
-  struct Record {
-    std::string worker_id;
-    std::string identity;  // raw routing id
-    // Shared with every Workers() snapshot: a Register carries the host's
-    // topology report (kilobytes), and a fleet has thousands of workers.
-    std::shared_ptr<const control::Register> registration;
-    std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
-    bool alive = true;
-    Clock::time_point last_seen;
-    Clock::time_point lost_at;  // when declared lost (alive == false)
-    uint64_t messages_received = 0;
-    // The connection (its file descriptor in libzmq, ZMQ_SRCFD) its last
-    // valid message came on; -1 unknown or closed.
-    int fd = -1;
-    // That connection closed at closed_at and nothing was heard since.
-    bool connection_closed = false;
-    Clock::time_point closed_at;
-    // A valid message from it arrived on connection `fd`.
-    void Heard(Clock::time_point now, int from_fd) {
-      last_seen = now;
-      fd = from_fd;
-      connection_closed = false;
-    }
-  };
-  struct Outgoing {
-    std::string identity;  // raw routing id
-    std::string bytes;
-    std::string worker_id;
-    const char* body;
-  };
-  struct Counters {
-    std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
-        dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
-        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
-        handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
-        workers_forgotten{0}, connections_closed{0};
-  };
-
-  explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
-
-  ControlServerOptions options;
-  zmq::context_t context{1};
-  std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
-  std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
-  // The ROUTER's disconnect events (zmq_socket_monitor), loop thread.
-  std::unique_ptr<zmq::socket_t> monitor;
-  std::set<std::string> allowed_keys;  // 32-byte binary public keys (CURVE only)
-  // Owner thread: refused handshakes, and registrations refused for a
-  // CURVE key in use, are logged at most kRefusalLogBurst times a minute
-  // each (a flood of unknown keys, or of one stolen key, must not flood the
-  // log); the rest are counted and summed up in the next minute's first line.
-  static constexpr int kRefusalLogBurst = 10;
-  LogWindow handshake_refusals{kRefusalLogBurst};
-  LogWindow key_in_use_refusals{kRefusalLogBurst};
-  bool started = false;  // Start succeeded once
-  std::atomic<uint64_t> next_seq{1};
-  Counters counters;
-
-  // Registry: written only by the owner thread, read by Send / Workers.
-  mutable std::mutex registry_mu;
-  std::vector<Record> records;                           // registration order
-  std::map<std::string, size_t> by_identity;             // raw routing id -> latest record
-  std::map<std::string, size_t> by_worker_id;            // worker id -> latest record
-  std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
-  // The next liveness scan (owner thread): every heartbeat_interval / 4,
-  // not every turn, so a fleet's messages do not each cost a scan of it.
-  Clock::time_point next_liveness_check{};
-  uint64_t next_auto_id = 0;
-  // The "max_workers reached" refusal was logged; cleared when a record
-  // goes. Owner thread only.
-  bool full_logged = false;
-  // Printable routing ids whose dropped frames were logged (the first one
-  // each). Owner thread only; at most kMaxDropLoggedPeers.
-  std::set<std::string> drop_logged;
-  // The owner thread of router and zap, and the queue of sends to run
-  // there (common/net/zmq_loop.h). Declared after the sockets: it stops
-  // (and closes them) before they are destroyed.
-  ZmqSocketLoop loop{context, kLog};
-
-  void ReadFrames();
-  // Reads the monitor's events: marks the worker whose connection closed.
-  void HandleMonitor();
-  void HandleFrame(std::vector<zmq::message_t>& parts);
-  void HandleZap();
-  bool HandleOneZap();  // false when no request was waiting
-  // `fd`: the connection the frame came on (ZMQ_SRCFD; -1 unknown).
-  void HandleRegister(const std::string& identity, const std::string& curve_key, int fd,
-                      control::Envelope envelope);
-  void HandleMessage(const std::string& identity, const std::string& curve_key, int fd,
-                     const control::Envelope& envelope);
-  // `log` false: counted and answered, not logged (a flood of refusals).
-  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
-              bool log = true);
-  void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
-  bool SendNow(const Outgoing& out);
-  void CheckLiveness();
-  // Marks lost the live records `lost_now` picks, at `now`; their ids and
-  // losses. Caller holds registry_mu.
-  std::vector<std::pair<std::string, ControlWorkerLoss>> MarkLostLocked(
-      Clock::time_point now,
-      const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now);
-  // The snapshot of record `index`; the caller holds registry_mu.
-  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
-    const Record& r = records[index];
-    ControlWorkerInfo info;
-    info.worker_id = r.worker_id;
-    info.identity = PrintableIdentity(r.identity);
-    info.registration = r.registration;
-    info.curve_public_key = r.curve_key;
-    info.alive = r.alive;
-    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
-    info.messages_received = r.messages_received;
-    return info;
-  }
-  // Removes the records `gone` says to drop and rebuilds the indexes.
-  // Returns the worker ids removed. Caller holds registry_mu.
-  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
-  Status Enqueue(Outgoing out);
-  std::chrono::milliseconds LostAfter() const {
-    return options.heartbeat_interval * options.heartbeat_miss_limit;
-  }
-};
 
 ControlServer::ControlServer(ControlServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -792,130 +658,6 @@ bool ControlServer::Impl::SendNow(const Outgoing& out) {
   }
   ++counters.send_failures;
   return false;
-}
-
-void ControlServer::Impl::HandleMonitor() {
-  while (!loop.stopping()) {
-    std::vector<zmq::message_t> event;
-    if (!zmq::recv_multipart(*monitor, std::back_inserter(event), zmq::recv_flags::dontwait))
-      return;
-    // ZeroMQ's monitor event: a 6-byte frame (uint16 event, uint32 value:
-    // the file descriptor for ZMQ_EVENT_DISCONNECTED), then the endpoint.
-    if (event.empty() || event[0].size() < 6) continue;
-    uint16_t kind = 0;
-    uint32_t value = 0;
-    std::memcpy(&kind, event[0].data(), sizeof kind);
-    std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
-    if (kind != ZMQ_EVENT_DISCONNECTED) continue;
-    const Clock::time_point now = Clock::now();
-    std::lock_guard<std::mutex> lock(registry_mu);
-    for (Record& rec : records) {
-      if (!rec.alive || rec.fd < 0 || rec.fd != static_cast<int>(value)) continue;
-      rec.fd = -1;
-      rec.connection_closed = true;
-      rec.closed_at = now;
-      ++counters.connections_closed;
-      TESSERA_LOG_INFO(kLog,
-                       "the control connection of worker '{}' closed; it is lost unless heard "
-                       "from within {:.1f} s",
-                       rec.worker_id, kClosedConnectionGraceSeconds);
-    }
-  }
-}
-
-std::vector<std::pair<std::string, ControlWorkerLoss>> ControlServer::Impl::MarkLostLocked(
-    Clock::time_point now,
-    const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now) {
-  std::vector<std::pair<std::string, ControlWorkerLoss>> lost;
-  for (Record& rec : records) {
-    if (!rec.alive) continue;
-    std::optional<ControlWorkerLoss> loss = lost_now(rec);
-    if (!loss) continue;
-    rec.alive = false;
-    rec.lost_at = now;
-    lost.emplace_back(rec.worker_id, std::move(*loss));
-  }
-  return lost;
-}
-
-void ControlServer::Impl::CheckLiveness() {
-  const Clock::time_point now = Clock::now();
-  if (now < next_liveness_check) return;
-  next_liveness_check = now + std::clamp<Clock::duration>(options.heartbeat_interval / 4,
-                                                          std::chrono::milliseconds(5),
-                                                          std::chrono::milliseconds(100));
-  const auto grace = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(kClosedConnectionGraceSeconds));
-  std::vector<std::pair<std::string, ControlWorkerLoss>> lost;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    lost = MarkLostLocked(now, [&](const Record& rec) -> std::optional<ControlWorkerLoss> {
-      if (rec.connection_closed && now - rec.closed_at >= grace)
-        return ControlWorkerLoss{ControlWorkerLoss::Cause::kConnectionClosed, rec.closed_at};
-      if (now - rec.last_seen > LostAfter())
-        return ControlWorkerLoss{ControlWorkerLoss::Cause::kMissedHeartbeats, rec.last_seen};
-      return std::nullopt;
-    });
-  }
-  std::vector<std::string> forgotten;
-  if (options.forget_lost_after.count() > 0) {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    forgotten = EraseRecordsLocked([&](const Record& rec) {
-      return !rec.alive && now - rec.lost_at > options.forget_lost_after;
-    });
-  }
-  for (const std::string& id : forgotten) {
-    ++counters.workers_forgotten;
-    TESSERA_LOG_INFO(kLog, "forgot lost worker '{}' ({} ms after its loss)", id,
-                     options.forget_lost_after.count());
-    try {
-      if (options.on_worker_forgotten) options.on_worker_forgotten(id);
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
-    }
-  }
-  for (const auto& [id, loss] : lost) {
-    ++counters.workers_lost;
-    const double silent = std::chrono::duration<double>(now - loss.since).count();
-    if (loss.cause == ControlWorkerLoss::Cause::kMissedHeartbeats) {
-      TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
-                       LostAfter().count(), options.heartbeat_miss_limit);
-    } else {
-      TESSERA_LOG_WARN(kLog, "worker '{}' lost: {} {:.2f} s ago and it stayed silent", id,
-                       loss.reason(), silent);
-    }
-    try {
-      if (options.on_worker_lost) options.on_worker_lost(id, loss);
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
-    }
-  }
-}
-
-std::vector<std::string> ControlServer::Impl::EraseRecordsLocked(
-    const std::function<bool(const Record&)>& gone) {
-  std::vector<std::string> removed;
-  if (std::none_of(records.begin(), records.end(), gone)) return removed;
-  std::vector<Record> kept;
-  kept.reserve(records.size());
-  for (Record& rec : records) {
-    if (gone(rec)) {
-      removed.push_back(rec.worker_id);
-    } else {
-      kept.push_back(std::move(rec));
-    }
-  }
-  records.swap(kept);
-  by_identity.clear();
-  by_worker_id.clear();
-  by_curve_key.clear();
-  for (size_t i = 0; i < records.size(); ++i) {
-    by_identity[records[i].identity] = i;
-    by_worker_id[records[i].worker_id] = i;
-    if (!records[i].curve_key.empty()) by_curve_key[records[i].curve_key] = i;
-  }
-  full_logged = false;
-  return removed;
 }
 
 }  // namespace tessera
