@@ -439,7 +439,9 @@ TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
   // so it is at least the heartbeat timeout (it read ~0 when measured from
   // the declaration).
   EXPECT_GE(report["detect_seconds"].get<double>(), 1.0) << report.dump();
-  EXPECT_LE(report["detect_seconds"].get<double>(), detected + 0.5) << report.dump();
+  // (Its last heartbeat came up to an interval before the stop; the re-plan
+  // starts a moment after the test saw the loss.)
+  EXPECT_LE(report["detect_seconds"].get<double>(), detected + 2.0) << report.dump();
   // The spare takes rank 1; the three others keep their ranks and weights.
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
@@ -778,10 +780,10 @@ TEST_F(Cluster, AKilledLastStageWorkerIsDeclaredLostWhenItsConnectionCloses) {
   for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
   const json report = plan["history"].back();
   PrintReplan("kill -9 the last stage (6 s heartbeat timeout)", report);
-  // From the connection closing to the loss: the grace, and no more than
-  // the test saw from the kill.
+  // From the connection closing to the loss: at least the grace, and far
+  // from the heartbeat timeout a loss by silence would count.
   EXPECT_GE(report["detect_seconds"].get<double>(), 0.15) << report.dump();
-  EXPECT_LE(report["detect_seconds"].get<double>(), declared + 1.0) << report.dump();
+  EXPECT_LT(report["detect_seconds"].get<double>(), heartbeat_timeout / 2) << report.dump();
   EXPECT_NE(CoordinatorLog().find("worker " + victim + " lost (its control connection closed)"),
             std::string::npos)
       << CoordinatorLog();
