@@ -38,6 +38,10 @@ Status GrammarMatcher::ComputeMask(std::vector<uint32_t>& mask) {
 }
 
 Status GrammarMatcher::Accept(int32_t token) {
+  if (token == eos_id_ && !ended_) {
+    ended_ = true;
+    return Status::Ok();
+  }
   if (token < 0 || lib_->matcher_consume_token(matcher_, static_cast<uint32_t>(token)) != 0)
     return InvalidArgument("grammar: token " + std::to_string(token) +
                            " does not continue the output: " + Error());
@@ -126,7 +130,7 @@ StatusOr<std::unique_ptr<GrammarMatcher>> GrammarEngine::NewMatcher(const Gramma
   }
   const size_t words =
       (lib_->matcher_get_mask_byte_size(m) + sizeof(uint32_t) - 1) / sizeof(uint32_t);
-  return std::unique_ptr<GrammarMatcher>(new GrammarMatcher(lib_, m, words));
+  return std::unique_ptr<GrammarMatcher>(new GrammarMatcher(lib_, m, words, eos_id_));
 }
 
 }  // namespace tessera

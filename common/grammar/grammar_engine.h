@@ -42,19 +42,26 @@ class GrammarMatcher {
   // mask <- the allowed next tokens ([mask_words()] words). Errors:
   // kInternal with LLGuidance's reason (the matcher is then unusable).
   Status ComputeMask(std::vector<uint32_t>& mask);
-  // Advances by `token`. Errors: kInvalidArgument with LLGuidance's reason
-  // for a token the grammar does not allow.
+  // Advances by `token`. EOS (allowed once the output is complete) ends the
+  // matcher: it is not passed to LLGuidance, whose parser has stopped, and
+  // ended() turns true. Errors: kInvalidArgument with LLGuidance's reason for
+  // a token the grammar does not allow.
   Status Accept(int32_t token);
+  // EOS was accepted: no token follows.
+  bool ended() const { return ended_; }
 
  private:
   friend class GrammarEngine;
-  GrammarMatcher(std::shared_ptr<const LlguidanceLibrary> lib, LlgMatcher* m, size_t words)
-      : lib_(std::move(lib)), matcher_(m), mask_words_(words) {}
+  GrammarMatcher(std::shared_ptr<const LlguidanceLibrary> lib, LlgMatcher* m, size_t words,
+                 int32_t eos_id)
+      : lib_(std::move(lib)), matcher_(m), mask_words_(words), eos_id_(eos_id) {}
   std::string Error();
 
   std::shared_ptr<const LlguidanceLibrary> lib_;
   LlgMatcher* matcher_;
   size_t mask_words_;
+  int32_t eos_id_;
+  bool ended_ = false;
 };
 
 class GrammarEngine {

@@ -57,6 +57,9 @@ class GrammarEngineTest : public ::testing::Test {
         if (Allowed(mask, t) && t != engine_->eos_id()) allowed.push_back(t);
       if (allowed.empty()) {
         EXPECT_TRUE(Allowed(mask, engine_->eos_id())) << "nothing allowed after " << ids.size();
+        const Status eos = (*m)->Accept(engine_->eos_id());
+        EXPECT_TRUE(eos.ok()) << eos.ToString();
+        EXPECT_TRUE((*m)->ended());
         break;
       }
       const int32_t t = prefer_high ? allowed.back() : allowed.front();
