@@ -38,7 +38,7 @@ Status GrammarMatcher::ComputeMask(std::vector<uint32_t>& mask) {
 }
 
 Status GrammarMatcher::Accept(int32_t token) {
-  if (token == eos_id_ && !ended_) {
+  if (token == eos_id_) {  // the mask stays the last one: EOS alone
     ended_ = true;
     return Status::Ok();
   }

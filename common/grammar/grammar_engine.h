@@ -44,8 +44,8 @@ class GrammarMatcher {
   Status ComputeMask(std::vector<uint32_t>& mask);
   // Advances by `token`. EOS (allowed once the output is complete) ends the
   // matcher: it is not passed to LLGuidance, whose parser has stopped, and
-  // ended() turns true. Errors: kInvalidArgument with LLGuidance's reason for
-  // a token the grammar does not allow.
+  // ended() turns true; the last mask (EOS alone) then stays. Errors: kInvalidArgument with
+  // LLGuidance's reason for a token the grammar does not allow.
   Status Accept(int32_t token);
   // EOS was accepted: no token follows.
   bool ended() const { return ended_; }
