@@ -9,9 +9,11 @@
 //    nlohmann/json and validate against the schema (required keys, types,
 //    enum and range); json_object outputs parse as objects.
 //  - max_tokens cuts a document with finish_reason "length".
+//  - Streamed deltas join into the whole response's document.
 //  - Bad input: each malformed response_format, and a schema LLGuidance
 //    cannot compile (its reason in the message), is a 400 naming the field;
-//    the deployment keeps serving.
+//    the deployment keeps serving. A coordinator without the library refuses
+//    these requests alone, naming it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -168,6 +170,27 @@ void CheckStructuredOutputs(int port) {
       ExpectValid(c["message"]["content"].get<std::string>());
     }
   }
+  // Streamed: the deltas join into the same greedy document.
+  {
+    const HttpReply whole = HttpCall(port, "POST", "/v1/chat/completions",
+                                     Chat(SchemaFormat(), {{"temperature", 0}}).dump());
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const HttpReply r =
+        HttpCall(port, "POST", "/v1/chat/completions",
+                 Chat(SchemaFormat(), {{"temperature", 0}, {"stream", true}}).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string text;
+    for (const std::string& e : r.events) {
+      if (e == "[DONE]") break;
+      const json c = json::parse(e);
+      if (c["choices"].empty()) continue;
+      const json& d = c["choices"][0]["delta"];
+      if (d.contains("content") && d["content"].is_string())
+        text += d["content"].get<std::string>();
+    }
+    EXPECT_EQ(text, json::parse(whole.body)["choices"][0]["message"]["content"]);
+    ExpectValid(text);
+  }
   // json_object on chat: greedy and sampled, each answer a JSON object. A bias
   // toward "}" lets the random fixture model close its object within max_tokens.
   const std::string close = std::to_string(
@@ -222,6 +245,36 @@ void CheckBadInput(int port) {
   // Still serving.
   const HttpReply ok = HttpCall(port, "POST", "/v1/chat/completions",
                                 Chat({{"type", "json_object"}}, {{"max_tokens", 2}}).dump());
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// A coordinator whose grammar library is missing refuses response_format
+// requests alone, naming the file and the key, and keeps serving the rest.
+class StructuredMissingLibrary : public Daemons {
+ protected:
+  testing::DaemonClusterOptions Options() const override {
+    auto o = Daemons::Options();
+    o.parallel_toml = "tp = 1\npp = 1\n";
+    o.workers = 1;
+    o.extra_toml = "[structured_output]\nllguidance_library = \"/nonexistent/llguidance.so\"\n";
+    return o;
+  }
+};
+
+TEST_F(StructuredMissingLibrary, ResponseFormatIsRefusedNamingTheLibrary) {
+  for (int i = 0; i < 2; ++i) {  // the failed load is remembered, not retried into a crash
+    const HttpReply r =
+        HttpCall(port_, "POST", "/v1/chat/completions", Chat({{"type", "json_object"}}).dump());
+    ASSERT_EQ(r.status, 400) << r.body;
+    const json e = json::parse(r.body)["error"];
+    EXPECT_EQ(e["param"], "response_format") << r.body;
+    EXPECT_EQ(e["code"], "structured_output_unavailable") << r.body;
+    const std::string message = e["message"];
+    EXPECT_NE(message.find("/nonexistent/llguidance.so"), std::string::npos) << message;
+    EXPECT_NE(message.find("structured_output.llguidance_library"), std::string::npos) << message;
+  }
+  json plain = Chat({{"type", "text"}}, {{"max_tokens", 4}});
+  const HttpReply ok = HttpCall(port_, "POST", "/v1/chat/completions", plain.dump());
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
