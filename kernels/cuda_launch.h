@@ -161,6 +161,12 @@ cudaError_t LaunchPrefillAttention(DType dtype, const AttentionMetaDev& meta,
 // logit of logits [rows, vocab] F32; no two entries name one logit.
 cudaError_t LaunchAdjustLogits(float* logits, int64_t vocab, const LogitAdjustment* entries,
                                int64_t count, cudaStream_t stream);
+// Structured-output masks (kernels/logit_adjust.h MaskLogits): row rows[i] of
+// logits [*, vocab] keeps the tokens whose bit is set in words[i *
+// words_per_row ...]; the others become kBannedLogit.
+cudaError_t LaunchMaskLogits(float* logits, int64_t vocab, const int64_t* rows,
+                             const uint32_t* words, int64_t words_per_row, int64_t count,
+                             cudaStream_t stream);
 
 // Sampling (kernels/sampling.h). Row settings in device memory.
 struct SampleRowDev {

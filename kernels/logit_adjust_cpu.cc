@@ -33,6 +33,27 @@ Status AdjustLogits(Tensor& logits, const std::vector<LogitAdjustment>& entries)
   return TESSERA_DISPATCH(logits.device(), AdjustLogits, logits, entries);
 }
 
+Status CheckLogitMasks(const Tensor& logits, const std::vector<int64_t>& rows,
+                       const std::vector<uint32_t>& words, int64_t words_per_row) {
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(logits, 2, DType::kF32, "masked logits"));
+  const int64_t vocab = logits.dim(1);
+  if (words_per_row < (vocab + 31) / 32 ||
+      static_cast<int64_t>(words.size()) != static_cast<int64_t>(rows.size()) * words_per_row)
+    return InvalidArgument("token masks of " + std::to_string(words.size()) + " words, " +
+                           std::to_string(words_per_row) + " a row, for " +
+                           std::to_string(rows.size()) + " rows of logits " + logits.Describe());
+  for (int64_t r : rows)
+    if (r < 0 || r >= logits.dim(0))
+      return InvalidArgument("token mask row " + std::to_string(r) + " is outside logits " +
+                             logits.Describe());
+  return Status::Ok();
+}
+
+Status MaskLogits(Tensor& logits, const std::vector<int64_t>& rows,
+                  const std::vector<uint32_t>& words, int64_t words_per_row) {
+  return TESSERA_DISPATCH(logits.device(), MaskLogits, logits, rows, words, words_per_row);
+}
+
 namespace cpu {
 
 Status AdjustLogits(Tensor& logits, const std::vector<LogitAdjustment>& entries) {
@@ -42,6 +63,19 @@ Status AdjustLogits(Tensor& logits, const std::vector<LogitAdjustment>& entries)
   for (const LogitAdjustment& e : entries) {
     float& v = l[e.row * vocab + e.token];
     v = AdjustedLogit(v, e);
+  }
+  return Status::Ok();
+}
+
+Status MaskLogits(Tensor& logits, const std::vector<int64_t>& rows,
+                  const std::vector<uint32_t>& words, int64_t words_per_row) {
+  TESSERA_RETURN_IF_ERROR(CheckLogitMasks(logits, rows, words, words_per_row));
+  const int64_t vocab = logits.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* l = logits.data<float>() + rows[i] * vocab;
+    const uint32_t* w = words.data() + static_cast<int64_t>(i) * words_per_row;
+    for (int64_t t = 0; t < vocab; ++t)
+      if (((w[t >> 5] >> (t & 31)) & 1u) == 0) l[t] = kBannedLogit;
   }
   return Status::Ok();
 }

@@ -25,6 +25,16 @@ struct TopLogprob {
 // FinishReason::kError and kDataLoss (common/engine/scheduler.h); the other
 // sequences of the batch go on.
 inline constexpr int32_t kNonFiniteLogitsToken = -1;
+// The token id a sampler returns for a sequence whose structured-output
+// grammar failed on the sampling rank (the engine's library does not load
+// there, or LLGuidance gave up on the schema mid-sequence: its limits).
+// Travels like kNonFiniteLogitsToken; the scheduler finishes that sequence
+// alone with FinishReason::kError, the rank's log names the reason.
+inline constexpr int32_t kGrammarFailedToken = -2;
+// No token was drawn for the sequence (one of the two ids above).
+inline bool IsFailedToken(int32_t token_id) {
+  return token_id == kNonFiniteLogitsToken || token_id == kGrammarFailedToken;
+}
 
 struct SampledToken {
   // The drawn id in [0, vocab), or kNonFiniteLogitsToken (then has_logprobs

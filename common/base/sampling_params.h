@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,23 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr float kMaxLogitBias = 100.0f;
 // repetition_penalty at most (keeps a penalised logit finite: l * r).
 inline constexpr float kMaxRepetitionPenalty = 100.0f;
+
+// Structured output: the grammar the sampled tokens must follow (LLGuidance,
+// common/grammar/grammar_engine.h; the sampling rank masks every other token).
+enum class GrammarKind : uint8_t {
+  kNone = 0,        // free text
+  kJsonObject = 1,  // OpenAI's json_object: any JSON object
+  kJsonSchema = 2,  // OpenAI's json_schema: JSON valid against `schema`
+};
+// Largest schema accepted (bytes of JSON text); it travels with every step.
+inline constexpr size_t kMaxGrammarSchemaBytes = 64 * 1024;
+
+struct GrammarSpec {
+  GrammarKind kind = GrammarKind::kNone;
+  std::string schema;  // kJsonSchema: the JSON Schema as JSON text; else ""
+  bool active() const { return kind != GrammarKind::kNone; }
+  bool operator==(const GrammarSpec&) const = default;
+};
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy; otherwise logits are divided by it
@@ -58,12 +76,17 @@ struct SamplingParams {
   // Token ids that end the sequence like EOS (finish reason "stop", the
   // token's text not in the output). Scheduler-side; not sent to workers.
   std::vector<int32_t> stop_token_ids;
+  // Structured output: with a grammar, only the tokens it allows next are
+  // drawn (the others' logits are masked to kBannedLogit after logits
+  // processing), and EOS only once the output is complete.
+  GrammarSpec grammar;
 
   // The sampling rank needs the sequence's token history (penalties count
-  // tokens, min_tokens counts generated ones).
+  // tokens, min_tokens counts generated ones, a grammar matcher made
+  // mid-sequence replays the generated ones).
   bool NeedsHistory() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
-           (min_tokens > 0 && !min_tokens_blocked.empty());
+           (min_tokens > 0 && !min_tokens_blocked.empty()) || grammar.active();
   }
   // Some logit is changed before the warpers (NeedsHistory or logit_bias).
   bool AdjustsLogits() const { return NeedsHistory() || !logit_bias.empty(); }
@@ -73,7 +96,8 @@ struct SamplingParams {
   // not finite, presence/frequency outside [-2, 2], repetition_penalty
   // <= 0 or above kMaxRepetitionPenalty, min_p outside [0, 1], min_tokens < 0, a logit_bias outside
   // +-kMaxLogitBias or a token id given twice, a negative token id,
-  // repetition_penalty above kMaxRepetitionPenalty).
+  // repetition_penalty above kMaxRepetitionPenalty, a grammar kind out of
+  // range, a schema with kJsonObject/kNone or over kMaxGrammarSchemaBytes).
   Status Validate() const;
 };
 

@@ -36,6 +36,7 @@
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/format/quantization.h"
+#include "common/grammar/grammar_library_paths.h"
 #include "common/net/net_defaults.h"
 #include "common/tokenizer/chat_template.h"
 
@@ -492,6 +493,22 @@ struct WorkerSection {
   int metrics_port = 0;
 };
 
+// [structured_output]: where the grammar engine of response_format
+// (LLGuidance, common/grammar/) is loaded from, on the coordinator (which
+// compiles a request's schema to refuse a bad one with 400) and on the
+// workers (whose sampling rank masks the logits). A missing library refuses
+// only requests with a response_format other than text, naming the file.
+struct StructuredOutputSection {
+  // The shared library of the llguidance wheel; default: where scripts/setup
+  // unpacks it ($TESSERA_CACHE/llguidance-<version>/llguidance/_lib.abi3.so).
+  std::string llguidance_library = DefaultGrammarLibraryPaths().llguidance_library;
+  // The libpython3 resolving that library's CPython symbols (it is a Python
+  // extension module; no interpreter is started): a name the dynamic loader
+  // finds or a path.
+  std::string python_library = DefaultGrammarLibraryPaths().python_library;
+  GrammarLibraryPaths paths() const { return {llguidance_library, python_library}; }
+};
+
 struct DaemonConfig {
   ModelSection model;
   ParallelSection parallel;
@@ -504,6 +521,7 @@ struct DaemonConfig {
   StoreSection store;
   LoggingSection logging;
   WorkerSection worker;
+  StructuredOutputSection structured_output;
 
   // Where the config came from, for error messages; not TOML keys.
   // The file parsed ("" for a default-constructed config).

@@ -463,9 +463,9 @@ Field EnumField(const char* table, const char* key, Member<S, E> m,
 
 // Tables in file order; keys in each table in declaration order.
 const std::vector<std::string>& Tables() {
-  static const std::vector<std::string> t = {"model",    "parallel",  "server", "heartbeat",
-                                             "kv_cache", "scheduler", "admin",  "control",
-                                             "store",    "logging",   "worker"};
+  static const std::vector<std::string> t = {
+      "model", "parallel", "server", "heartbeat", "kv_cache", "scheduler",
+      "admin", "control",  "store",  "logging",   "worker",   "structured_output"};
   return t;
 }
 
@@ -640,6 +640,13 @@ const std::vector<Field>& Fields() {
                   Member<WorkerSection, std::string>{&D::worker, &WorkerSection::metrics_host}),
       IntField("worker", "metrics_port",
                Member<WorkerSection, int>{&D::worker, &WorkerSection::metrics_port}),
+
+      StringField("structured_output", "llguidance_library",
+                  Member<StructuredOutputSection, std::string>{
+                      &D::structured_output, &StructuredOutputSection::llguidance_library}),
+      StringField("structured_output", "python_library",
+                  Member<StructuredOutputSection, std::string>{
+                      &D::structured_output, &StructuredOutputSection::python_library}),
   };
   return fields;
 }

@@ -647,7 +647,7 @@ Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
       continue;
     }
     if (s.prompt_logprobs_pending && f.batch.seqs[k].want_prompt_logprobs &&
-        token.token_id != kNonFiniteLogitsToken) {
+        !IsFailedToken(token.token_id)) {
       s.prompt_logprobs_pending = false;
       Register(s);
       output_->PromptLogprobs(s.id, token.prompt_logprobs);
@@ -663,6 +663,13 @@ Status Scheduler::ApplyCollected(StatusOr<std::vector<SampledToken>> tokens,
              DataLoss(fmt::format("the model produced non-finite logits (NaN or inf) for "
                                   "request {} at position {}: its activations overflowed "
                                   "(the sampling worker's log names the layers)",
+                                  s.id, s.cached)));
+      continue;
+    }
+    if (token.token_id == kGrammarFailedToken) {
+      Finish(s, FinishReason::kError,
+             Internal(fmt::format("the structured-output grammar of request {} failed on the "
+                                  "sampling worker at position {} (its log names the reason)",
                                   s.id, s.cached)));
       continue;
     }

@@ -21,6 +21,10 @@ class SequenceDecoder : public TokenDecoder {
   void DecodeChain(std::vector<std::string>& tokens) const override {
     for (const auto& p : parts_) p->DecodeChain(tokens);
   }
+  std::string TokenBytes(std::string token) const override {
+    for (const auto& p : parts_) token = p->TokenBytes(std::move(token));
+    return token;
+  }
   bool UsesByteFallback() const override {
     for (const auto& p : parts_) {
       if (p->UsesByteFallback()) return true;
@@ -64,6 +68,17 @@ class ByteLevelDecoder : public TokenDecoder {
     }
     tokens.assign(1, Utf8Lossy(bytes));
   }
+  // The mapped bytes, not read as UTF-8 (a token may end inside a character).
+  std::string TokenBytes(std::string token) const override {
+    std::string bytes;
+    size_t pos = 0;
+    while (pos < token.size()) {
+      const int b = ByteLevelCharToByte(NextCodePoint(token, pos));
+      if (b < 0) return token;
+      bytes.push_back(static_cast<char>(b));
+    }
+    return bytes;
+  }
   bool WindowSafe(bool& fused) const override {
     fused = true;
     return true;
@@ -94,6 +109,20 @@ class MetaspaceDecoder : public TokenDecoder {
     }
   }
   bool WindowSafe(bool& fused) const override { return !fused; }
+  // Every replacement character is a space (the first token's drop is a start-of-text rule).
+  std::string TokenBytes(std::string token) const override {
+    const std::string& rep = options_.replacement;
+    std::string out;
+    for (size_t pos = 0; pos < token.size();) {
+      if (!rep.empty() && token.compare(pos, rep.size(), rep) == 0) {
+        out.push_back(' ');
+        pos += rep.size();
+      } else {
+        out.push_back(token[pos++]);
+      }
+    }
+    return out;
+  }
 
  private:
   MetaspaceOptions options_;
@@ -154,6 +183,11 @@ class ByteFallbackDecoder : public TokenDecoder {
     tokens = std::move(out);
   }
   bool UsesByteFallback() const override { return true; }
+  // <0xNN> is the byte NN alone, valid UTF-8 or not.
+  std::string TokenBytes(std::string token) const override {
+    const int b = ByteFallbackValue(token);
+    return b >= 0 ? std::string(1, static_cast<char>(b)) : token;
+  }
 };
 
 class FuseDecoder : public TokenDecoder {
@@ -191,6 +225,8 @@ class StripDecoder : public TokenDecoder {
       t = t.substr(begin, end - begin);
     }
   }
+  // Strip trims the text's ends (a start-of-text rule): a token keeps its bytes.
+  std::string TokenBytes(std::string token) const override { return token; }
 
  private:
   std::string content_;
@@ -207,6 +243,14 @@ int ByteFallbackValue(std::string_view t) {
   if (t[3] == '+') return lo;
   const int hi = HexValue(t[3]);
   return hi < 0 ? -1 : hi * 16 + lo;
+}
+
+std::string TokenDecoder::TokenBytes(std::string token) const {
+  std::vector<std::string> one{std::move(token)};
+  DecodeChain(one);
+  std::string out;
+  for (const auto& t : one) out += t;
+  return out;
 }
 
 std::string TokenDecoder::Decode(std::vector<std::string> tokens) const {

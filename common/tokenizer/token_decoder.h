@@ -28,6 +28,11 @@ class TokenDecoder {
   // DecodeChain, then concatenation. The result is valid UTF-8 when the
   // tokens are.
   std::string Decode(std::vector<std::string> tokens) const;
+  // The bytes one vocabulary token stands for wherever it occurs (no
+  // start-of-text rule, no lossy UTF-8: a byte-level token may hold part of a
+  // character), as a grammar engine needs them (common/grammar/). Default:
+  // DecodeChain of the token alone, concatenated.
+  virtual std::string TokenBytes(std::string token) const;
   // True when the chain contains ByteFallback: the text of a run of <0xNN>
   // tokens is only final once the run ends (one bad byte turns it all U+FFFD).
   virtual bool UsesByteFallback() const { return false; }

@@ -238,6 +238,13 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   return model_->TokenToId(token);
 }
 
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (const AddedToken* t = added_->FindById(id)) return t->content;
+  const std::string* s = model_->IdToToken(id);
+  if (s == nullptr) return {};
+  return decoder_ ? decoder_->TokenBytes(*s) : *s;
+}
+
 std::string Tokenizer::IdToToken(int32_t id) const {
   if (const AddedToken* t = added_->FindById(id)) return t->match_content;
   if (const std::string* s = model_->IdToToken(id)) return *s;

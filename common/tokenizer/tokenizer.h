@@ -86,6 +86,12 @@ class Tokenizer {
   // Token string of an id ("" when no token has that id); for an added
   // token with normalized=true, its normalized content (as `tokenizers`).
   std::string IdToToken(int32_t id) const;
+  // The bytes token `id` stands for wherever it occurs in a text: the decoder
+  // chain's TokenDecoder::TokenBytes of its vocabulary string (GPT-2 byte map,
+  // <0xNN>, Metaspace's space), an added token's content as written; "" for
+  // an id no token has. For a grammar engine's view of the vocabulary
+  // (common/grammar/grammar_engine.h), which must see partial characters.
+  std::string TokenBytes(int32_t id) const;
   // True for special added tokens (those skip_special_tokens drops).
   bool IsSpecial(int32_t id) const;
   // The chat template (Jinja source), "" when the model has none.

@@ -239,6 +239,9 @@ SamplingParams SamplingFromProto(const control::SamplingParams& s) {
     p.logit_bias.emplace_back(b.token_id(), b.bias());
   p.min_tokens_blocked.assign(s.min_tokens_blocked().begin(), s.min_tokens_blocked().end());
   p.prompt_logprobs = s.prompt_logprobs() ? static_cast<int32_t>(s.num_prompt_top_logprobs()) : -1;
+  // Validate() refuses a kind past kJsonSchema (the u32 is clamped so that it names one).
+  p.grammar.kind = static_cast<GrammarKind>(std::min<uint32_t>(s.grammar_kind(), 255));
+  p.grammar.schema = s.grammar_schema();
   return p;
 }
 
@@ -262,6 +265,8 @@ void SamplingToProto(const SamplingParams& p, control::SamplingParams* m) {
   m->mutable_min_tokens_blocked()->Add(p.min_tokens_blocked.begin(), p.min_tokens_blocked.end());
   m->set_prompt_logprobs(p.prompt_logprobs >= 0);
   m->set_num_prompt_top_logprobs(static_cast<uint32_t>(std::max(p.prompt_logprobs, 0)));
+  m->set_grammar_kind(static_cast<uint32_t>(p.grammar.kind));
+  m->set_grammar_schema(p.grammar.schema);
 }
 
 Status ValidateSampling(const control::SamplingParams& s) {
@@ -362,7 +367,7 @@ Status ValidateStepResult(const control::StepResult& r) {
         Idx("tokens", static_cast<size_t>(i)) + " (seq_id " + SNum(t.seq_id()) + ")";
     // kNonFiniteLogitsToken: the sampling rank found NaN/inf logits for this
     // sequence (no token, no log-probabilities; the scheduler fails it).
-    if (t.token_id() == kNonFiniteLogitsToken) {
+    if (IsFailedToken(t.token_id())) {
       if (t.has_logprobs() || t.top_logprobs_size() > 0)
         return InvalidArgument(at + ": non-finite-logits token with log-probabilities");
       continue;

@@ -97,6 +97,9 @@ std::vector<uint8_t> EncodeStep(const StepBatch& batch) {
     w.PutVec(s.history);
     w.Put(s.sampling.prompt_logprobs);
     w.Put<uint8_t>(s.want_prompt_logprobs ? 1 : 0);
+    w.Put<uint8_t>(static_cast<uint8_t>(s.sampling.grammar.kind));
+    w.Put<uint64_t>(s.sampling.grammar.schema.size());
+    w.out.insert(w.out.end(), s.sampling.grammar.schema.begin(), s.sampling.grammar.schema.end());
   }
   return std::move(w.out);
 }
@@ -176,6 +179,20 @@ StatusOr<DecodedStep> DecodeStep(const std::vector<uint8_t>& bytes) {
     uint8_t want_prompt = 0;
     TESSERA_RETURN_IF_ERROR(r.Get(&want_prompt, "want_prompt_logprobs"));
     s.want_prompt_logprobs = want_prompt != 0;
+    uint8_t grammar = 0;
+    uint64_t schema_bytes = 0;
+    TESSERA_RETURN_IF_ERROR(r.Get(&grammar, "grammar kind"));
+    TESSERA_RETURN_IF_ERROR(r.Get(&schema_bytes, "grammar schema"));
+    if (schema_bytes > kMaxGrammarSchemaBytes)
+      return InvalidArgument("step message: grammar schema of " + std::to_string(schema_bytes) +
+                             " bytes exceeds " + std::to_string(kMaxGrammarSchemaBytes));
+    s.sampling.grammar.kind = static_cast<GrammarKind>(grammar);
+    s.sampling.grammar.schema.resize(schema_bytes);
+    for (char& c : s.sampling.grammar.schema) {
+      uint8_t b = 0;
+      TESSERA_RETURN_IF_ERROR(r.Get(&b, "grammar schema"));
+      c = static_cast<char>(b);
+    }
     if (Status st = s.sampling.Validate(); !st.ok())
       return InvalidArgument("step message: seq_id " + std::to_string(s.seq_id) + ": " +
                              st.message());

@@ -24,7 +24,9 @@ namespace tessera {
 //    count + i32 ids), then SamplingParams::prompt_logprobs (i32) and
 //    SeqStep::want_prompt_logprobs (u8). stop_token_ids stay with the
 //    scheduler.
-inline constexpr uint8_t kStepCodecVersion = 3;
+// 4: after want_prompt_logprobs, SamplingParams::grammar: kind (u8), schema
+//    (u64 length + bytes).
+inline constexpr uint8_t kStepCodecVersion = 4;
 
 // kKeepalive: sent down an idle pipeline so a later stage's bounded receive
 // does not time out while no request runs; it carries nothing.

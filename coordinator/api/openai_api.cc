@@ -10,6 +10,7 @@
 
 #include "common/base/json_parse.h"
 #include "common/net/http_server.h"
+#include "coordinator/api/response_format.h"
 
 namespace tessera {
 namespace {
@@ -616,6 +617,7 @@ SamplingParams GenerationFields::ToSamplingParams(uint64_t default_seed) const {
   p.min_tokens = min_tokens;
   p.logit_bias = logit_bias;
   p.stop_token_ids = stop_token_ids;
+  p.grammar = grammar;
   return p;
 }
 
@@ -643,6 +645,8 @@ ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   TESSERA_API_TRY(GetGeneration(obj, &req.gen));
   TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
   TESSERA_API_TRY(GetBool(obj, "echo", &req.echo));
+  TESSERA_API_TRY(GetResponseFormat(obj, &req.gen.grammar));
+  TESSERA_API_TRY(CheckGrammarFields(req.gen));
   if (req.max_tokens == 0 && !req.echo)
     return BadRequest("max_tokens must be at least 1 (0 only with echo: true), got 0",
                       "max_tokens");
@@ -699,17 +703,8 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
       if (!j->empty()) return BadRequest(fmt::format("{} are not supported", key), key);
     }
   }
-  if (const json* j = Find(obj, "response_format")) {
-    if (!j->is_object()) return WrongType("response_format", "an object", *j);
-    const json* type = Find(*j, "type");
-    if (!type || !type->is_string())
-      return BadRequest("response_format.type must be a string", "response_format.type");
-    if (type->get<std::string>() != "text") {
-      return BadRequest(fmt::format("response_format type '{}' is not supported; only 'text' is",
-                                    type->get<std::string>()),
-                        "response_format.type");
-    }
-  }
+  TESSERA_API_TRY(GetResponseFormat(obj, &req.gen.grammar));
+  TESSERA_API_TRY(CheckGrammarFields(req.gen));
   return req;
 }
 

@@ -150,6 +150,9 @@ struct GenerationFields {
   // {"token id": bias}: at most kMaxLogitBiasEntries, bias in [-100, 100].
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<int32_t> stop_token_ids;  // at most kMaxStopTokenIds
+  // response_format (coordinator/api/response_format.h): the grammar the
+  // output follows; kNone for text.
+  GrammarSpec grammar;
 
   // The per-sequence sampling parameters; `default_seed` is used when the
   // request carries no seed.

@@ -379,6 +379,12 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     res->Send(e.http_status, "application/json", e.ToJson());
     return;
   }
+  if (!gens.empty()) {  // every choice and prompt carries the request's one grammar
+    if (auto e = grammar_check_.Check(gens[0].sampling.grammar)) {
+      res->Send(e->http_status, "application/json", e->ToJson());
+      return;
+    }
+  }
   if (static_cast<int64_t>(gens.size()) > config_.scheduler.queue_limit) {
     metrics_->Rejected();
     const int64_t prompts = static_cast<int64_t>(gens.size()) / x->best_of;

@@ -26,6 +26,7 @@
 #include "common/net/http_server.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/grammar_check.h"
 #include "coordinator/api/openai_api.h"
 #include "coordinator/api/plan_control.h"
 #include "coordinator/api/request_metrics.h"
@@ -50,6 +51,7 @@ class OpenAIFrontend {
         status_(status),
         metrics_(metrics),
         created_(UnixSeconds()),
+        grammar_check_(config->structured_output.paths(), tokenizer),
         pool_(std::make_unique<WorkPool>("tessera-prep", RequestThreads(*config),
                                          static_cast<size_t>(config->server.max_connections),
                                          kRequestThreadNice)) {}
@@ -85,6 +87,7 @@ class OpenAIFrontend {
   RequestMetrics* const metrics_;
   std::atomic<int> open_streams_{0};  // streaming responses open (server.max_streams)
   const int64_t created_;             // Unix seconds at construction (/v1/models)
+  GrammarCheck grammar_check_;        // response_format grammars compile
   std::unique_ptr<WorkPool> pool_;    // the request threads
 };
 

@@ -73,10 +73,10 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
   if (!ready) {
     // The pipeline is hung: it fails this step and every later one.
     step_timed_out_.store(true);
-    failure_ = DeadlineExceeded(fmt::format(
-        "micro-batch {}: no result from the last stage within {:g} s "
-        "(heartbeat.step_timeout_seconds)",
-        id, step_timeout_seconds_));
+    failure_ =
+        DeadlineExceeded(fmt::format("micro-batch {}: no result from the last stage within {:g} s "
+                                     "(heartbeat.step_timeout_seconds)",
+                                     id, step_timeout_seconds_));
     return failure_;
   }
   const control::StepResult result = std::move(results_[id]);
@@ -93,7 +93,7 @@ StatusOr<std::vector<SampledToken>> RemoteExecutor::Collect() {
     out.token_id = t.token_id();
     // Non-finite logits: no token and no log-probabilities; the scheduler
     // fails this sequence alone.
-    if (t.token_id() == kNonFiniteLogitsToken) continue;
+    if (IsFailedToken(t.token_id())) continue;
     if (t.token_id() < 0 || t.token_id() >= vocab_size_)
       return Internal(what + ": token " + std::to_string(t.token_id()) + " of seq_id " +
                       std::to_string(t.seq_id()) + " is outside the vocab of " +

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   o.backend = tessera::WorkerBackendName(cfg.worker.backend);
   o.host = cfg.worker.host;
   o.gloo_host = cfg.worker.gloo_host;
+  o.grammar_library = cfg.structured_output.paths();
   if (!cfg.worker.topology_file.empty()) {
     auto topo = tessera::LoadTopologyFile(cfg.worker.topology_file);
     if (!topo.ok() || topo->nodes.size() != 1) {

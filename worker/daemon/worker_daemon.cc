@@ -493,18 +493,22 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     return client.Send(std::move(e));
   };
   const bool last = links.stage == links.pp - 1;
+  // Structured outputs: the sampling rank loads LLGuidance and this model's
+  // vocabulary when the first sequence with a grammar arrives.
+  GrammarSource grammar = ModelGrammarSource(held_model_path_, loaded->model->config().vocab_size,
+                                             options_.grammar_library);
   if (links.stage > 0) {
     // Returns OK when stage 0 passes the end of the plan down the pipeline.
     step_watch_.BeginStep();  // waiting in its receive between micro-batches
-    Status s =
-        ServeStage(*loaded->model, cache, links, {}, last ? TokenSink(send_result) : TokenSink());
+    Status s = ServeStage(*loaded->model, cache, links, {},
+                          last ? TokenSink(send_result) : TokenSink(), grammar);
     step_watch_.EndStep();
     return s.ok() ? s : fail(s);
   }
   std::unique_ptr<AsyncSender> sender;
   if (links.pp > 1)
     sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
-  SequenceSamplers samplers;
+  SequenceSamplers samplers(grammar);
   const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
   while (true) {
     if (metrics_) metrics_->clock().Idle();

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/grammar/grammar_library_paths.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/topology/report.h"
 #include "common/wire/control.pb.h"
@@ -95,6 +96,8 @@ struct WorkerDaemonOptions {
   // coordinator's Z85 public key; both "" = plain TCP (see ControlClientOptions).
   std::string curve_secret_key;
   std::string curve_server_key;
+  // The grammar engine's libraries (structured_output.* config keys).
+  GrammarLibraryPaths grammar_library = DefaultGrammarLibraryPaths();
   // Test-only faults (worker_failpoints.h); the defaults do nothing.
   WorkerFailpoints failpoints;
 };

@@ -4,8 +4,9 @@
 
 namespace tessera {
 
-LocalExecutor::LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache)
-    : model_(std::move(model)), cache_(std::move(cache)) {
+LocalExecutor::LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache,
+                             GrammarSource grammar)
+    : model_(std::move(model)), cache_(std::move(cache)), samplers_(std::move(grammar)) {
   TESSERA_CHECK(model_->layout().is_first && model_->layout().is_last && model_->layout().tp == 1);
 }
 

@@ -18,7 +18,9 @@ namespace tessera {
 class LocalExecutor : public StepExecutor {
  public:
   // `model` must hold every layer, embed_tokens and lm_head (tp = 1).
-  LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache);
+  // `grammar`: the structured-output engine source (SequenceSamplers).
+  LocalExecutor(std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> cache,
+                GrammarSource grammar = {});
 
   Status Submit(const StepBatch& batch) override;
   StatusOr<std::vector<SampledToken>> Collect() override;

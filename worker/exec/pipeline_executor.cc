@@ -151,7 +151,7 @@ Status SendShutdownDownstream(AsyncSender* sender) {
 }
 
 Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
-                  const LogitsSink& sink, const TokenSink& tokens_out) {
+                  const LogitsSink& sink, const TokenSink& tokens_out, GrammarSource grammar) {
   TESSERA_CHECK(links.stage > 0 && links.prev != nullptr);
   const bool last = links.stage == links.pp - 1;
   std::unique_ptr<AsyncSender> sender;
@@ -164,7 +164,7 @@ Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
     // To the next-stage receivers this rank feeds (possibly none).
     sender = std::make_unique<AsyncSender>(links.next, 1, 2 * static_cast<size_t>(links.pp) + 2);
   }
-  SequenceSamplers samplers;
+  SequenceSamplers samplers(std::move(grammar));
   std::vector<uint8_t> frame;
   while (true) {
     Status s = RecvFrame(*links.prev, 0, frame, kMaxMetaBytes);

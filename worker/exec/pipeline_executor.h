@@ -117,7 +117,9 @@ Status SendShutdownDownstream(AsyncSender* sender);
 // The loop of a rank on stage > 0: returns OK on shutdown, or the first error.
 // Keepalive messages (EncodeKeepalive) are passed on and otherwise ignored.
 // The last stage returns tokens over links.ret, or to `tokens_out` when set.
+// `grammar` is the last stage's structured-output engine source (SequenceSamplers).
 Status ServeStage(LlamaModel& model, KvCache& cache, const PipelineLinks& links,
-                  const LogitsSink& sink = {}, const TokenSink& tokens_out = {});
+                  const LogitsSink& sink = {}, const TokenSink& tokens_out = {},
+                  GrammarSource grammar = {});
 
 }  // namespace tessera

@@ -92,6 +92,8 @@ std::vector<uint8_t> Encode(const std::vector<GenerationRequest>& requests) {
     PutBytes(out, p.stop_token_ids.data(), p.stop_token_ids.size() * sizeof(int32_t));
     Put(out, p.prompt_logprobs);
     Put(out, r.share_prompt_of);
+    Put<uint8_t>(out, static_cast<uint8_t>(p.grammar.kind));
+    PutBytes(out, p.grammar.schema.data(), p.grammar.schema.size());
   }
   return out;
 }
@@ -151,6 +153,10 @@ StatusOr<std::vector<GenerationRequest>> Decode(const std::vector<uint8_t>& byte
     TESSERA_RETURN_IF_ERROR(GetIds(r, &p.stop_token_ids));
     TESSERA_RETURN_IF_ERROR(r.Get(&p.prompt_logprobs));
     TESSERA_RETURN_IF_ERROR(r.Get(&g.share_prompt_of));
+    uint8_t grammar = 0;
+    TESSERA_RETURN_IF_ERROR(r.Get(&grammar));
+    p.grammar.kind = static_cast<GrammarKind>(grammar);
+    TESSERA_RETURN_IF_ERROR(r.GetBytes(&p.grammar.schema));
   }
   if (!r.done()) return InvalidArgument("broadcast requests: trailing bytes");
   return out;

@@ -118,7 +118,7 @@ Status AddPromptLogprobs(const StepBatch& batch, const Tensor& all,
         token = SampledToken{};
         token.token_id = kNonFiniteLogitsToken;
       }
-      if (token.token_id == kNonFiniteLogitsToken) continue;
+      if (IsFailedToken(token.token_id)) continue;
       token.prompt_logprobs.push_back(kernels::LogprobsRowCpu(
           l, vocab, batch.token_ids[begin + static_cast<size_t>(j) + 1], top));
     }
@@ -134,7 +134,18 @@ StatusOr<std::vector<SampledToken>> SequenceSamplers::Sample(const StepBatch& ba
     samplers_.erase(id);
     histories_.erase(id);
   }
+  grammars_.Drop(batch.finished_seq_ids);
   TESSERA_RETURN_IF_ERROR(UpdateHistories(batch));
+  const StepMasks masks = grammars_.Masks(batch, [this](int64_t seq_id) {
+    std::vector<int32_t> generated;
+    auto h = histories_.find(seq_id);
+    if (h == histories_.end()) return generated;
+    const auto& t = h->second.tokens;
+    const size_t start =
+        std::min(static_cast<size_t>(std::max(h->second.output_start, 0)), t.size());
+    generated.assign(t.begin() + static_cast<long>(start), t.end());
+    return generated;
+  });
   if (all_logits.rank() != 2 || all_logits.dim(0) != batch.LogitsRows())
     return InvalidArgument("sampler: logits " + all_logits.Describe() + " for " +
                            std::to_string(batch.LogitsRows()) + " rows");
@@ -162,23 +173,29 @@ StatusOr<std::vector<SampledToken>> SequenceSamplers::Sample(const StepBatch& ba
   // for them before processing changes them.
   Tensor raw;
   std::vector<int64_t> raw_rows;
-  if (!adjust.empty()) {
+  if (!adjust.empty() || !masks.empty()) {
     for (size_t i = 0; i < logprobs.size(); ++i)
       if (logprobs[i] >= 0) raw_rows.push_back(static_cast<int64_t>(i));
     if (!raw_rows.empty()) {
       TESSERA_ASSIGN_OR_RETURN(raw, kernels::RowsToHost(logits, raw_rows));
     }
-    TESSERA_RETURN_IF_ERROR(kernels::AdjustLogits(logits, adjust));
+    if (!adjust.empty()) TESSERA_RETURN_IF_ERROR(kernels::AdjustLogits(logits, adjust));
+    if (!masks.empty())
+      TESSERA_RETURN_IF_ERROR(
+          kernels::MaskLogits(logits, masks.rows, masks.words, masks.words_per_row));
   }
   std::vector<int32_t> tokens;
   TESSERA_RETURN_IF_ERROR(kernels::SampleTokens(logits, rows, tokens));
+  // A sequence whose grammar failed gets no token (the scheduler fails it alone).
+  for (int64_t r : masks.failed_rows) tokens[static_cast<size_t>(r)] = kGrammarFailedToken;
+  grammars_.Advance(batch, tokens);
   std::vector<SampledToken> out(tokens.size());
   std::vector<kernels::LogprobRow> asked;
   std::vector<size_t> asked_at;  // row of `out` per entry of asked
   for (size_t i = 0; i < tokens.size(); ++i) {
     out[i].token_id = tokens[i];
     // A non-finite row has no distribution: no log-probabilities.
-    if (logprobs[i] < 0 || tokens[i] == kNonFiniteLogitsToken) continue;
+    if (logprobs[i] < 0 || IsFailedToken(tokens[i])) continue;
     int64_t source = static_cast<int64_t>(i);
     if (raw.defined())  // the row's index in `raw`
       source = std::lower_bound(raw_rows.begin(), raw_rows.end(), source) - raw_rows.begin();

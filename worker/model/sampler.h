@@ -41,6 +41,7 @@
 #include "common/wire/step_batch.h"
 #include "kernels/logit_adjust.h"
 #include "kernels/sampling.h"
+#include "worker/model/grammar_masks.h"
 
 namespace tessera {
 
@@ -86,6 +87,11 @@ namespace tessera {
 // history (kept for sequences whose sampling.NeedsHistory()).
 class SequenceSamplers {
  public:
+  // `grammar` loads the structured-output engine on the first sequence with
+  // a grammar (worker/model/grammar_masks.h); without one such a sequence
+  // gets kGrammarFailedToken.
+  explicit SequenceSamplers(GrammarSource grammar = {}) : grammars_(std::move(grammar)) {}
+
   // Samples one token for every sequence of `batch` with want_logits, in
   // batch order, from logits [batch.LogitsRows(), vocab] F32 on the CPU or a
   // CUDA device (its first SampledRows() rows are sampled; the rest give the
@@ -96,7 +102,11 @@ class SequenceSamplers {
   // holds a NaN or an infinity: those are token_id kNonFiniteLogitsToken
   // without log-probabilities. Errors: kInvalidArgument when a sequence's
   // history has a gap (a step starts past the tokens known and carries no
-  // history); those of kernels::AdjustLogits, SampleTokens, TokenLogprobs.
+  // history); those of kernels::AdjustLogits, MaskLogits, SampleTokens,
+  // TokenLogprobs. Sequences with a grammar draw only the tokens it allows:
+  // their masks (computed while the step ran) are applied after logits
+  // processing; one whose grammar fails (SequenceGrammars) gets
+  // kGrammarFailedToken and fails alone.
   StatusOr<std::vector<SampledToken>> Sample(const StepBatch& batch, Tensor& logits);
   size_t live() const { return samplers_.size(); }
   size_t histories() const { return histories_.size(); }
@@ -111,6 +121,7 @@ class SequenceSamplers {
 
   std::map<int64_t, Sampler> samplers_;
   std::map<int64_t, History> histories_;
+  SequenceGrammars grammars_;
 };
 
 }  // namespace tessera

@@ -70,5 +70,33 @@ TEST(AdjustLogits, RejectsEntriesThatDoNotFitNamingThem) {
   EXPECT_EQ(l.data<float>()[1], 0.0f);  // nothing applied on an error
 }
 
+// Structured-output masks: a clear bit bans its token (kBannedLogit), a set
+// bit keeps the logit; rows without a mask are untouched; 40 tokens span two
+// words.
+TEST(MaskLogits, ClearBitsAreBannedAcrossWords) {
+  std::vector<float> values(3 * 40);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 40) * 0.5f;
+  Tensor l = Logits(values, 3);
+  // Row 2: tokens 1 and 33 allowed. Row 0: every token but 39.
+  const std::vector<int64_t> rows = {2, 0};
+  const std::vector<uint32_t> words = {(1u << 1), (1u << 1), 0xffffffffu, 0x7fu};
+  ASSERT_TRUE(MaskLogits(l, rows, words, 2).ok());
+  const float* v = l.data<float>();
+  for (int t = 0; t < 40; ++t) {
+    SCOPED_TRACE(t);
+    EXPECT_EQ(v[2 * 40 + t], t == 1 || t == 33 ? t * 0.5f : kBannedLogit);
+    EXPECT_EQ(v[t], t == 39 ? kBannedLogit : t * 0.5f);
+    EXPECT_EQ(v[40 + t], t * 0.5f);
+  }
+}
+
+TEST(MaskLogits, BadShapesAreRefused) {
+  Tensor l = Logits(std::vector<float>(2 * 40, 0.0f), 2);
+  EXPECT_FALSE(MaskLogits(l, {0}, {0u}, 1).ok());         // 40 tokens need 2 words
+  EXPECT_FALSE(MaskLogits(l, {2}, {0u, 0u}, 2).ok());     // row outside [0, 2)
+  EXPECT_FALSE(MaskLogits(l, {0, 1}, {0u, 0u}, 2).ok());  // words for one row only
+  EXPECT_TRUE(MaskLogits(l, {}, {}, 2).ok());
+}
+
 }  // namespace
 }  // namespace tessera::kernels

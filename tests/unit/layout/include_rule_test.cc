@@ -24,9 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The layers of common/, lowest first: a layer may include the ones before it.
-const std::vector<std::string> kCommonLayers = {"base",     "format", "model",  "tokenizer",
-                                                "topology", "net",    "config", "metrics",
-                                                "wire",     "engine"};
+const std::vector<std::string> kCommonLayers = {"base",    "format",   "model", "tokenizer",
+                                                "grammar", "topology", "net",   "config",
+                                                "metrics", "wire",     "engine"};
 
 std::string SourceDir() { return TESSERA_SOURCE_DIR; }
 

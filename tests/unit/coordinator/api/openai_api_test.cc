@@ -288,10 +288,40 @@ TEST(OpenAIApiParse, Logprobs) {
 TEST(OpenAIApiParse, UnsupportedFeaturesAreRefused) {
   ExpectCompletionError(Completion(R"("suffix":"tail")"), "suffix", "not supported");
   ExpectChatError(Chat(R"("tools":[{"type":"function"}])"), "tools", "not supported");
-  ExpectChatError(Chat(R"("response_format":{"type":"json_object"})"), "response_format.type",
-                  "'json_object' is not supported");
   EXPECT_TRUE(
       ParseChatCompletionRequest(Chat(R"("response_format":{"type":"text"},"tools":[])")).ok());
+}
+
+// response_format (coordinator/api/response_format.h) on both endpoints: the
+// grammar it becomes, and each malformed part a 400 naming it.
+TEST(OpenAIApiParse, ResponseFormat) {
+  auto text = ParseChatCompletionRequest(Chat(R"("response_format":{"type":"text"})"));
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->gen.grammar.active());
+  auto object = ParseChatCompletionRequest(Chat(R"("response_format":{"type":"json_object"})"));
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->gen.grammar.kind, GrammarKind::kJsonObject);
+  EXPECT_EQ(object->gen.ToSamplingParams(1).grammar.kind, GrammarKind::kJsonObject);
+  auto schema = ParseCompletionRequest(Completion(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,)"
+      R"("schema":{"type":"object","required":["x"]}}})"));
+  ASSERT_TRUE(schema.ok());
+  EXPECT_EQ(schema->gen.grammar.kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(nlohmann::json::parse(schema->gen.grammar.schema),
+            nlohmann::json::parse(R"({"type":"object","required":["x"]})"));
+  ExpectChatError(Chat(R"("response_format":"json")"), "response_format", "must be an object");
+  ExpectChatError(Chat(R"("response_format":{"type":"xml"})"), "response_format.type",
+                  "'xml' is not one of text, json_object, json_schema");
+  ExpectChatError(Chat(R"("response_format":{"type":"json_schema"})"),
+                  "response_format.json_schema", "must be an object");
+  ExpectChatError(Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"a"}})"),
+                  "response_format.json_schema.schema", "must be a JSON Schema");
+  ExpectCompletionError(
+      Completion(
+          R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"strict":1}})"),
+      "response_format.json_schema.strict", "must be a boolean");
+  ExpectChatError(Chat(R"("response_format":{"type":"json_object"},"ignore_eos":true)"),
+                  "ignore_eos", "cannot be combined");
 }
 
 TEST(OpenAIApiParse, ChatMessages) {

@@ -1,0 +1,136 @@
+#include "common/grammar/grammar_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+
+namespace {
+
+// LLGuidance's marker for a special token's bytes (toktrie's special-token prefix).
+constexpr char kSpecialTokenMarker = '\xff';
+
+// LlgTokenizeFn over Tokenizer::Encode (thread-safe, as LLGuidance requires).
+size_t TokenizeWithTessera(const void* user_data, const uint8_t* bytes, size_t bytes_len,
+                           uint32_t* out, size_t out_len) {
+  const auto* tokenizer = static_cast<const Tokenizer*>(user_data);
+  const std::vector<int32_t> ids =
+      tokenizer->Encode(std::string_view(reinterpret_cast<const char*>(bytes), bytes_len), false);
+  for (size_t i = 0; i < ids.size() && i < out_len; ++i) out[i] = static_cast<uint32_t>(ids[i]);
+  return ids.size();
+}
+
+}  // namespace
+
+GrammarMatcher::~GrammarMatcher() { lib_->free_matcher(matcher_); }
+
+std::string GrammarMatcher::Error() {
+  const char* e = lib_->matcher_get_error(matcher_);
+  return e != nullptr ? e : "unknown LLGuidance error";
+}
+
+Status GrammarMatcher::ComputeMask(std::vector<uint32_t>& mask) {
+  mask.resize(mask_words_);
+  if (lib_->matcher_compute_mask_into(matcher_, mask.data(), mask_words_ * sizeof(uint32_t)) != 0)
+    return Internal("grammar: computing the token mask failed: " + Error());
+  return Status::Ok();
+}
+
+Status GrammarMatcher::Accept(int32_t token) {
+  if (token == eos_id_) {  // the mask stays the last one: EOS alone
+    ended_ = true;
+    return Status::Ok();
+  }
+  if (token < 0 || lib_->matcher_consume_token(matcher_, static_cast<uint32_t>(token)) != 0)
+    return InvalidArgument("grammar: token " + std::to_string(token) +
+                           " does not continue the output: " + Error());
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<const GrammarEngine>> GrammarEngine::Create(
+    std::shared_ptr<const LlguidanceLibrary> lib, std::shared_ptr<const Tokenizer> tokenizer,
+    int32_t vocab_size, int32_t eos_id) {
+  if (eos_id < 0 || eos_id >= vocab_size)
+    return InvalidArgument("grammar: eos id " + std::to_string(eos_id) +
+                           " is outside the vocab [0, " + std::to_string(vocab_size) + ")");
+  std::vector<uint32_t> lens(static_cast<size_t>(vocab_size), 0);
+  std::string bytes;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    std::string b = id < tokenizer->vocab_size() ? tokenizer->TokenBytes(id) : std::string();
+    if (tokenizer->IsSpecial(id) || id == eos_id) b.insert(b.begin(), kSpecialTokenMarker);
+    lens[static_cast<size_t>(id)] = static_cast<uint32_t>(b.size());
+    bytes += b;
+  }
+  LlgTokenizerInit init;
+  std::memset(&init, 0, sizeof(init));
+  init.vocab_size = static_cast<uint32_t>(vocab_size);
+  init.tok_eos = static_cast<uint32_t>(eos_id);
+  init.token_lens = lens.data();
+  init.token_bytes = reinterpret_cast<const uint8_t*>(bytes.data());
+  init.tokenize_assumes_string = true;  // Encode reads its input as UTF-8 text
+  init.tokenize_fn = &TokenizeWithTessera;
+  init.tokenize_user_data = tokenizer.get();
+  char error[1024] = {0};
+  LlgTokenizer* t = lib->new_tokenizer(&init, error, sizeof(error));
+  if (t == nullptr)
+    return FailedPrecondition(std::string("grammar: LLGuidance refused the vocabulary: ") + error);
+  std::shared_ptr<GrammarEngine> engine(new GrammarEngine());
+  engine->lib_ = std::move(lib);
+  engine->tokenizer_ = std::move(tokenizer);
+  engine->llg_tokenizer_ = t;
+  engine->vocab_size_ = vocab_size;
+  engine->eos_id_ = eos_id;
+  return std::shared_ptr<const GrammarEngine>(std::move(engine));
+}
+
+GrammarEngine::~GrammarEngine() { lib_->free_tokenizer(llg_tokenizer_); }
+
+LlgConstraintInit GrammarEngine::Init() const {
+  LlgConstraintInit init;
+  std::memset(&init, 0, sizeof(init));
+  lib_->constraint_init_set_defaults(&init, llg_tokenizer_);
+  init.log_stderr_level = 0;  // errors come back as statuses
+  return init;
+}
+
+StatusOr<std::string> GrammarEngine::GrammarData(const GrammarSpec& spec) {
+  nlohmann::json schema;
+  if (spec.kind == GrammarKind::kJsonObject) {
+    schema = {{"type", "object"}};
+  } else if (spec.kind == GrammarKind::kJsonSchema) {
+    schema = nlohmann::json::parse(spec.schema, nullptr, false);
+    if (schema.is_discarded()) return InvalidArgument("the schema is not valid JSON");
+    if (!schema.is_object() && !schema.is_boolean())
+      return InvalidArgument("the schema must be a JSON object");
+  } else {
+    return InvalidArgument("no grammar");
+  }
+  if (schema.is_object()) schema["x-guidance"] = {{"whitespace_flexible", false}};
+  return schema.dump();
+}
+
+Status GrammarEngine::Check(const GrammarSpec& spec) const {
+  TESSERA_ASSIGN_OR_RETURN(std::string data, GrammarData(spec));
+  const LlgConstraintInit init = Init();
+  char message[2048] = {0};
+  if (lib_->validate_grammar(&init, "json_schema", data.c_str(), message, sizeof(message)) < 0)
+    return InvalidArgument(message);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<GrammarMatcher>> GrammarEngine::NewMatcher(const GrammarSpec& spec) const {
+  TESSERA_ASSIGN_OR_RETURN(std::string data, GrammarData(spec));
+  const LlgConstraintInit init = Init();
+  LlgMatcher* m = lib_->new_matcher(&init, "json_schema", data.c_str());
+  if (const char* e = lib_->matcher_get_error(m)) {
+    Status error = InvalidArgument(e);
+    lib_->free_matcher(m);
+    return error;
+  }
+  const size_t words =
+      (lib_->matcher_get_mask_byte_size(m) + sizeof(uint32_t) - 1) / sizeof(uint32_t);
+  return std::unique_ptr<GrammarMatcher>(new GrammarMatcher(lib_, m, words, eos_id_));
+}
+
+}  // namespace tessera

@@ -1,0 +1,50 @@
+// GrammarCheck: the coordinator's check of a request's response_format
+// grammar before admission: LLGuidance (common/grammar/) must compile it
+// against the served model's vocabulary, so that a schema the engine cannot
+// compile is a 400 naming response_format.json_schema.schema with the
+// engine's reason instead of a failure on the sampling worker. The engine is
+// loaded on the first request with a grammar; when the library is missing,
+// such requests (only they) are refused naming the library and the config
+// key.
+//
+// Thread-safety: Check from any thread (the request threads).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "common/base/mutex.h"
+#include "common/base/sampling_params.h"
+#include "common/grammar/grammar_engine.h"
+#include "common/grammar/grammar_library_paths.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/openai_api.h"
+
+namespace tessera {
+
+class GrammarCheck {
+ public:
+  // `tokenizer` outlives this.
+  GrammarCheck(GrammarLibraryPaths paths, const Tokenizer* tokenizer)
+      : paths_(std::move(paths)), tokenizer_(tokenizer) {}
+
+  // nullopt when `spec` is none or compiles. Else 400: param
+  // response_format.json_schema.schema with LLGuidance's reason (code
+  // "invalid_json_schema"), or param response_format naming the library
+  // that did not load (code "structured_output_unavailable").
+  std::optional<ApiError> Check(const GrammarSpec& spec);
+
+ private:
+  // The engine, loaded on first use; nullptr with `load_error_` set when it
+  // cannot be.
+  std::shared_ptr<const GrammarEngine> Engine(Status* error);
+
+  const GrammarLibraryPaths paths_;
+  const Tokenizer* const tokenizer_;
+  Mutex mu_;
+  bool loaded_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<const GrammarEngine> engine_ GUARDED_BY(mu_);
+  Status load_error_ GUARDED_BY(mu_);
+};
+
+}  // namespace tessera

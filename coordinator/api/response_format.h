@@ -1,0 +1,38 @@
+// response_format of chat completions and completions (OpenAI's structured
+// outputs; vLLM accepts the field on completions too): parsed into the
+// GrammarSpec that travels in SamplingParams::grammar.
+//
+//   {"type": "text"}                         -> no grammar
+//   {"type": "json_object"}                  -> GrammarKind::kJsonObject
+//   {"type": "json_schema", "json_schema": {"name": string, "schema": object,
+//    "strict": bool, "description": string}} -> GrammarKind::kJsonSchema
+//
+// Only the shape is checked here; whether LLGuidance compiles the schema is
+// the frontend's check (GrammarEngine::Check), a 400 naming
+// response_format.json_schema.schema.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common/base/sampling_params.h"
+#include "coordinator/api/openai_api.h"
+
+namespace tessera {
+
+// Reads request["response_format"] (absent or null: no grammar) into `out`.
+// Errors: 400 naming the field: response_format not an object,
+// response_format.type not a string or not one of text/json_object/
+// json_schema, response_format.json_schema missing or not an object,
+// .name/.description not strings, .strict not a boolean, .schema not an
+// object or a boolean, or over kMaxGrammarSchemaBytes as JSON text.
+std::optional<ApiError> GetResponseFormat(const nlohmann::json& request, GrammarSpec* out);
+
+// With a grammar the grammar decides where the output ends (EOS only once the
+// document is complete, and then only EOS): ignore_eos and min_tokens > 0
+// contradict it. Errors: 400 naming the field.
+std::optional<ApiError> CheckGrammarFields(const GenerationFields& gen);
+
+}  // namespace tessera

@@ -1,0 +1,143 @@
+// The LLGuidance glue (common/grammar/) against the real library of the
+// llguidance wheel, where scripts/setup unpacks it (the default of
+// structured_output.llguidance_library), over the fixture model's byte-level
+// tokenizer: the bytes LLGuidance sees, masks that only allow JSON the
+// schema accepts, a walk through the masks that always ends in a valid
+// document, the engine's reason for a bad schema, and a missing library
+// named in the error.
+#include "common/grammar/grammar_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/grammar/grammar_library_paths.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int32_t kVocab = 512;  // the fixture's config.json vocab_size
+
+bool Allowed(const std::vector<uint32_t>& mask, int32_t t) {
+  return (mask[t / 32] >> (t % 32)) & 1u;
+}
+
+class GrammarEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const GrammarLibraryPaths paths = DefaultGrammarLibraryPaths();
+    auto lib = LlguidanceLibrary::Load(paths.llguidance_library, paths.python_library);
+    ASSERT_TRUE(lib.ok()) << lib.status().ToString() << " (scripts/setup fetches it)";
+    auto tok = Tokenizer::Load(testing::FixturePath("models/llama_gqa_f32"));
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_ = std::shared_ptr<const Tokenizer>(std::move(*tok));
+    ASSERT_TRUE(tokenizer_->eos_id().has_value());
+    auto engine = GrammarEngine::Create(*lib, tokenizer_, kVocab, *tokenizer_->eos_id());
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = *engine;
+  }
+
+  // Follows the masks from the start, taking at each step the allowed token
+  // that `pick` prefers, until only EOS is allowed (or `limit` steps).
+  std::string Walk(const GrammarSpec& spec, bool prefer_high, int limit = 200) {
+    auto m = engine_->NewMatcher(spec);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (!m.ok()) return "";
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> mask;
+    for (int step = 0; step < limit; ++step) {
+      EXPECT_TRUE((*m)->ComputeMask(mask).ok());
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < kVocab; ++t)
+        if (Allowed(mask, t) && t != engine_->eos_id()) allowed.push_back(t);
+      if (allowed.empty()) {
+        EXPECT_TRUE(Allowed(mask, engine_->eos_id())) << "nothing allowed after " << ids.size();
+        const Status eos = (*m)->Accept(engine_->eos_id());
+        EXPECT_TRUE(eos.ok()) << eos.ToString();
+        EXPECT_TRUE((*m)->ended());
+        break;
+      }
+      const int32_t t = prefer_high ? allowed.back() : allowed.front();
+      EXPECT_TRUE((*m)->Accept(t).ok());
+      ids.push_back(t);
+    }
+    return tokenizer_->Decode(ids, false);
+  }
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const GrammarEngine> engine_;
+};
+
+TEST_F(GrammarEngineTest, TokenBytesUndoTheByteLevelMap) {
+  const auto space_a = tokenizer_->Encode(" a", false);
+  ASSERT_EQ(space_a.size(), 1u);
+  EXPECT_EQ(tokenizer_->TokenBytes(space_a[0]), " a");
+  EXPECT_EQ(tokenizer_->TokenBytes(tokenizer_->Encode("{", false)[0]), "{");
+}
+
+TEST_F(GrammarEngineTest, FirstMaskAllowsOnlyTokensThatOpenAnObject) {
+  auto m = engine_->NewMatcher({GrammarKind::kJsonObject, ""});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<uint32_t> mask;
+  ASSERT_TRUE((*m)->ComputeMask(mask).ok());
+  ASSERT_EQ(mask.size(), static_cast<size_t>(kVocab / 32));
+  int allowed = 0;
+  for (int32_t t = 0; t < kVocab; ++t) {
+    if (!Allowed(mask, t)) continue;
+    ++allowed;
+    EXPECT_EQ(tokenizer_->TokenBytes(t).substr(0, 1), "{") << "token " << t;
+  }
+  EXPECT_GT(allowed, 0);
+  EXPECT_FALSE(Allowed(mask, engine_->eos_id()));
+  const int32_t letter = tokenizer_->Encode("a", false)[0];
+  EXPECT_FALSE((*m)->Accept(letter).ok()) << "a token outside the mask is refused";
+}
+
+TEST_F(GrammarEngineTest, WalksThroughTheMasksEndInValidDocuments) {
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"ok", {{"type", "boolean"}}},
+                         {"color", {{"enum", {"red", "green"}}}},
+                         {"n", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}}},
+                       {"required", {"ok", "color", "n"}},
+                       {"additionalProperties", false}};
+  for (bool high : {false, true}) {
+    SCOPED_TRACE(high);
+    const std::string text = Walk({GrammarKind::kJsonSchema, schema.dump()}, high);
+    const json doc = json::parse(text, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << text;
+    ASSERT_TRUE(doc.is_object()) << text;
+    EXPECT_EQ(doc.size(), 3u) << text;
+    EXPECT_TRUE(doc["ok"].is_boolean()) << text;
+    EXPECT_TRUE(doc["color"] == "red" || doc["color"] == "green") << text;
+    ASSERT_TRUE(doc["n"].is_number_integer()) << text;
+    EXPECT_GE(doc["n"].get<int>(), 0);
+    EXPECT_LE(doc["n"].get<int>(), 9);
+  }
+}
+
+TEST_F(GrammarEngineTest, ABadSchemaGetsTheEnginesReason) {
+  const Status st = engine_->Check({GrammarKind::kJsonSchema, R"({"type": "bogus"})"});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("bogus"), std::string::npos) << st.message();
+  EXPECT_FALSE(engine_->Check({GrammarKind::kJsonSchema, "{not json"}).ok());
+  EXPECT_TRUE(engine_->Check({GrammarKind::kJsonSchema, R"({"type": "string"})"}).ok());
+  EXPECT_FALSE(engine_->NewMatcher({GrammarKind::kJsonSchema, R"({"type": "bogus"})"}).ok());
+}
+
+TEST(LlguidanceLibrary, AMissingLibraryIsNamed) {
+  auto lib =
+      LlguidanceLibrary::Load("/nonexistent/llguidance/_lib.abi3.so", "libpython3.11.so.1.0");
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(lib.status().message().find("/nonexistent/llguidance/_lib.abi3.so"), std::string::npos);
+  EXPECT_NE(lib.status().message().find("scripts/setup"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
