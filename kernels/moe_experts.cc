@@ -16,13 +16,13 @@ std::string ExpertName(size_t e, const char* which) {
 }
 
 Status CheckRouting(const MoeRouting& r, Device device, int64_t experts) {
-  for (const Tensor* t : {&r.expert_rows, &r.slot_token, &r.token_slot}) {
+  for (const Tensor* t : {&r.expert_rows, &r.slot_token, &r.token_slot, &r.active}) {
     if (!t->defined() || t->dtype() != DType::kI32 || t->device() != device)
       return InvalidArgument("moe routing: " + (t->defined() ? t->Describe() : "undefined") +
                              " must be an I32 tensor on the " + DeviceName(device));
   }
-  if (r.expert_rows.numel() != experts + 1 || r.token_slot.rank() != 2 ||
-      r.slot_token.numel() != r.token_slot.numel())
+  if (r.expert_rows.numel() != experts + 1 || r.active.numel() != experts + 1 ||
+      r.token_slot.rank() != 2 || r.slot_token.numel() != r.token_slot.numel())
     return InvalidArgument("moe routing: expert_rows " + r.expert_rows.Describe() +
                            ", slot_token " + r.slot_token.Describe() + ", token_slot " +
                            r.token_slot.Describe() + " do not fit " + std::to_string(experts) +
@@ -146,6 +146,7 @@ Status MoeSortByExpert(Backend& backend, const Tensor& expert_ids, int64_t exper
   TESSERA_ASSIGN_OR_RETURN(routing.expert_rows, backend.Allocate({experts + 1}, DType::kI32));
   TESSERA_ASSIGN_OR_RETURN(routing.slot_token, backend.Allocate({expert_ids.numel()}, DType::kI32));
   TESSERA_ASSIGN_OR_RETURN(routing.token_slot, backend.Allocate(expert_ids.shape(), DType::kI32));
+  TESSERA_ASSIGN_OR_RETURN(routing.active, backend.Allocate({experts + 1}, DType::kI32));
   return TESSERA_DISPATCH(expert_ids.device(), MoeSortByExpert, expert_ids, expert_begin,
                           expert_end, routing, token_totals);
 }

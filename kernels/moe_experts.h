@@ -15,11 +15,13 @@
 //     expert's slots; expert_rows[E_local] = the pairs held), slot_token [S]
 //     (the token of each slot; slots past expert_rows[E_local] are unused),
 //     token_slot [T, K] (the slot of each pair, -1 for another rank's
-//     expert). Within an expert the order of its slots is unspecified; no
-//     result below depends on it (each slot's row is computed alone, and the
-//     combine sums a token's pairs in k order). When `token_totals` (I64
-//     [E_local], same device) is given, each held expert's pair count is
-//     added to it.
+//     expert), active [E_local + 1] (active[0] = the held experts with at
+//     least one pair, active[1..] their indices, ascending: the grouped
+//     launches' grid covers min(E_local, S) experts, so a decode step with a
+//     few active experts among many launches no empty blocks for the rest). Within an expert the
+//     order of its slots is unspecified; no result below depends on it (each slot's row is computed
+//     alone, and the combine sums a token's pairs in k order). When `token_totals` (I64 [E_local],
+//     same device) is given, each held expert's pair count is added to it.
 //   MoeGroupedGateUp: act[s, i] = silu(g) * u with g = x[slot_token[s]] .
 //     gate_e[i], u = x[slot_token[s]] . up_e[i] (each rounded to the dtype
 //     first, as transformers' gate_proj / up_proj outputs are), e the expert
@@ -75,6 +77,7 @@ struct MoeRouting {
   Tensor expert_rows;  // I32 [E_local + 1]
   Tensor slot_token;   // I32 [S]
   Tensor token_slot;   // I32 [T, K]
+  Tensor active;       // I32 [E_local + 1]
 };
 
 // Allocates `routing` on `backend` and fills it (see above). Errors: an id

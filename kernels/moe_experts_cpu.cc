@@ -46,7 +46,12 @@ Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t e
     if (e >= 0 && e < experts) ++count[static_cast<size_t>(e)];
   }
   rows[0] = 0;
-  for (int64_t e = 0; e < experts; ++e) rows[e + 1] = rows[e] + count[static_cast<size_t>(e)];
+  int32_t* active = routing.active.data<int32_t>();
+  active[0] = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    rows[e + 1] = rows[e] + count[static_cast<size_t>(e)];
+    if (count[static_cast<size_t>(e)] > 0) active[1 + active[0]++] = static_cast<int32_t>(e);
+  }
   std::vector<int32_t> next(rows, rows + experts);
   const int64_t k = expert_ids.dim(1);
   for (int64_t i = 0; i < pairs; ++i) {

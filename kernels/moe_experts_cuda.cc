@@ -1,5 +1,6 @@
 // Tensor-level CUDA grouped expert operations (kernels/moe_experts.h):
 // checks, then kernels/moe_experts_cuda.cu and kernels/moe_routing_cuda.cu.
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda_context.h"
@@ -12,6 +13,11 @@ namespace {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Block rows of a grouped launch: one per expert that can have pairs.
+int64_t GridExperts(const MoeExpertTable& table, int64_t slots) {
+  return std::min(table.experts, slots);
+}
+
 }  // namespace
 
 Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t expert_end,
@@ -22,11 +28,11 @@ Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t e
                            " held experts; the CUDA sort counts at most 6144 in shared memory");
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   TESSERA_CUDA_LAUNCH_CHECK(
-      LaunchMoeSort(expert_ids.data<int32_t>(), expert_ids.numel(), expert_ids.dim(1), expert_begin,
-                    experts, routing.expert_rows.data<int32_t>(),
-                    routing.slot_token.data<int32_t>(), routing.token_slot.data<int32_t>(),
-                    token_totals != nullptr ? token_totals->data<int64_t>() : nullptr,
-                    ctx->stream()),
+      LaunchMoeSort(
+          expert_ids.data<int32_t>(), expert_ids.numel(), expert_ids.dim(1), expert_begin, experts,
+          routing.expert_rows.data<int32_t>(), routing.slot_token.data<int32_t>(),
+          routing.token_slot.data<int32_t>(), routing.active.data<int32_t>(),
+          token_totals != nullptr ? token_totals->data<int64_t>() : nullptr, ctx->stream()),
       "MoeSortKernel");
   return Status::Ok();
 }
@@ -39,9 +45,9 @@ Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeR
   const bool vec = table.aligned16 && Aligned16(x.raw()) && Aligned16(act.raw());
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchMoeGateUp(x.dtype(), x.raw(), table.pointers.data<int64_t>(),
-                      routing.expert_rows.data<int32_t>(), routing.slot_token.data<int32_t>(),
-                      act.raw(), table.experts, table.hidden, table.intermediate, vec,
-                      ctx->stream()),
+                      routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
+                      routing.slot_token.data<int32_t>(), act.raw(), GridExperts(table, act.dim(0)),
+                      table.hidden, table.intermediate, vec, ctx->stream()),
       "MoeExpertGemmKernel (gate|up)");
   return Status::Ok();
 }
@@ -54,8 +60,9 @@ Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeR
   const bool vec = table.aligned16 && Aligned16(act.raw()) && Aligned16(y.raw());
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchMoeDown(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
-                    routing.expert_rows.data<int32_t>(), y.raw(), table.experts, table.hidden,
-                    table.intermediate, vec, ctx->stream()),
+                    routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(), y.raw(),
+                    GridExperts(table, y.dim(0)), table.hidden, table.intermediate, vec,
+                    ctx->stream()),
       "MoeExpertGemmKernel (down)");
   return Status::Ok();
 }

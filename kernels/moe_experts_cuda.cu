@@ -2,10 +2,12 @@
 // (kernels/cuda_launch.h LaunchMoeGateUp, LaunchMoeDown, LaunchMoeCombine).
 //
 // One launch per projection covers every held expert: grid (column tiles,
-// held experts). A block reads its expert's slot range from expert_rows
-// (device memory, written by the sort) and returns at once when the expert has
-// no pairs, so the grid depends on the widths and the held experts only and a
-// decode step stays capturable as a CUDA graph.
+// min(held experts, slots)). Block row j takes the j-th expert with pairs from
+// the sort's `active` list (device memory) and returns at once past its count,
+// then reads that expert's slot range from expert_rows; so the grid depends on
+// the widths, the held experts and the token count only (a decode step stays
+// capturable as a CUDA graph), and at decode (a few active experts among
+// many) no block is launched for the idle ones.
 //
 // Decode shape (the reason for this design): a few pairs per active expert,
 // so the product is the read of the active experts' weights. As in the skinny
@@ -127,12 +129,12 @@ __device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* 
 template <typename T, int V, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     MoeExpertGemmKernel(const T* __restrict__ in, const int64_t* __restrict__ table,
-                        const int32_t* __restrict__ expert_rows,
+                        const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
                         int64_t n) {
-  const int64_t e = blockIdx.y;
+  if (static_cast<int>(blockIdx.y) >= active[0]) return;
+  const int64_t e = active[1 + blockIdx.y];
   const int begin = expert_rows[e], end = expert_rows[e + 1];
-  if (begin == end) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   const int64_t col = kGated ? tile : 2 * tile;
@@ -159,20 +161,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
 template <typename T, bool kGated>
 void LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* expert_rows,
-                      const int32_t* slot_token, void* out, int64_t experts, int64_t k, int64_t n,
-                      bool vec, cudaStream_t stream) {
+                      const int32_t* active, const int32_t* slot_token, void* out,
+                      int64_t grid_experts, int64_t k, int64_t n, bool vec, cudaStream_t stream) {
   const int64_t cols_per_block = kGated ? kWarps : 2 * kWarps;
   const dim3 grid(static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block),
-                  static_cast<unsigned>(experts));
+                  static_cast<unsigned>(grid_experts));
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   if (vec)
     MoeExpertGemmKernel<T, kVec, kGated>
-        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, slot_token, y, k, n);
+        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
   else
     MoeExpertGemmKernel<T, 1, kGated>
-        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, slot_token, y, k, n);
+        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
 }
 
 template <typename T>
@@ -197,23 +199,24 @@ __global__ void MoeCombineKernel(const T* __restrict__ y, const int32_t* __restr
 }  // namespace
 
 cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
-                            const int32_t* expert_rows, const int32_t* slot_token, void* act,
-                            int64_t experts, int64_t hidden, int64_t inter, bool vec,
-                            cudaStream_t stream) {
-  if (experts < 1 || inter < 1) return cudaErrorInvalidValue;
+                            const int32_t* expert_rows, const int32_t* active,
+                            const int32_t* slot_token, void* act, int64_t grid_experts,
+                            int64_t hidden, int64_t inter, bool vec, cudaStream_t stream) {
+  if (grid_experts < 1 || grid_experts > 65535 || inter < 1) return cudaErrorInvalidValue;
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       LaunchExpertGemm<T, true>(x, table, expert_rows, slot_token, act, experts,
-                                                 hidden, inter, vec, stream));
+                       LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token, act,
+                                                 grid_experts, hidden, inter, vec, stream));
   return cudaGetLastError();
 }
 
 cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
-                          const int32_t* expert_rows, void* y, int64_t experts, int64_t hidden,
-                          int64_t inter, bool vec, cudaStream_t stream) {
-  if (experts < 1 || hidden < 1) return cudaErrorInvalidValue;
+                          const int32_t* expert_rows, const int32_t* active, void* y,
+                          int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
+                          cudaStream_t stream) {
+  if (grid_experts < 1 || grid_experts > 65535 || hidden < 1) return cudaErrorInvalidValue;
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       LaunchExpertGemm<T, false>(act, table, expert_rows, nullptr, y, experts,
-                                                  inter, hidden, vec, stream));
+                       LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y,
+                                                  grid_experts, inter, hidden, vec, stream));
   return cudaGetLastError();
 }
 

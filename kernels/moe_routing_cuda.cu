@@ -10,7 +10,8 @@
 // bandwidth-bound, so one simple block per token is the right shape.
 //
 // Sort: one block. Per-expert counts with shared-memory atomics, an exclusive
-// scan by one thread (held experts are at most a few hundred), then each pair
+// scan by one thread (held experts are at most a few hundred) that also lists
+// the experts with pairs (the grouped launches' blocks map to them), then each pair
 // takes the next slot of its expert with an atomic: the order inside an
 // expert is unspecified, and nothing downstream depends on it
 // (kernels/moe_experts.h). No count leaves the device, so a decode step stays
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kSortThreads)
     MoeSortKernel(const int32_t* __restrict__ ids, int64_t pairs, int64_t top_k,
                   int64_t expert_begin, int64_t experts, int32_t* __restrict__ expert_rows,
                   int32_t* __restrict__ slot_token, int32_t* __restrict__ token_slot,
-                  unsigned long long* __restrict__ token_totals) {
+                  int32_t* __restrict__ active, unsigned long long* __restrict__ token_totals) {
   extern __shared__ int32_t shared[];
   int32_t* count = shared;           // [experts]
   int32_t* next = shared + experts;  // [experts]
@@ -114,13 +115,15 @@ __global__ void __launch_bounds__(kSortThreads)
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t running = 0;
+    int32_t running = 0, live = 0;
     for (int64_t e = 0; e < experts; ++e) {
       next[e] = running;
       expert_rows[e] = running;
       running += count[e];
+      if (count[e] > 0) active[1 + live++] = static_cast<int32_t>(e);
     }
     expert_rows[experts] = running;
+    active[0] = live;
   }
   __syncthreads();
   if (token_totals != nullptr)
@@ -152,11 +155,12 @@ cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, 
 
 cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int64_t expert_begin,
                           int64_t experts, int32_t* expert_rows, int32_t* slot_token,
-                          int32_t* token_slot, int64_t* token_totals, cudaStream_t stream) {
+                          int32_t* token_slot, int32_t* active, int64_t* token_totals,
+                          cudaStream_t stream) {
   const size_t shared = 2 * static_cast<size_t>(experts) * sizeof(int32_t);
   if (experts < 1 || top_k < 1 || shared > 48 * 1024) return cudaErrorInvalidValue;
   MoeSortKernel<<<1, kSortThreads, shared, stream>>>(
-      ids, pairs, top_k, expert_begin, experts, expert_rows, slot_token, token_slot,
+      ids, pairs, top_k, expert_begin, experts, expert_rows, slot_token, token_slot, active,
       reinterpret_cast<unsigned long long*>(token_totals));
   return cudaGetLastError();
 }

@@ -135,7 +135,9 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
     auto slot_token = g.ToHost(r.slot_token);
     auto token_slot = g.ToHost(r.token_slot);
     auto got_totals = g.ToHost(totals);
-    ASSERT_TRUE(rows.ok() && slot_token.ok() && token_slot.ok() && got_totals.ok());
+    auto active = g.ToHost(r.active);
+    ASSERT_TRUE(rows.ok() && slot_token.ok() && token_slot.ok() && got_totals.ok() && active.ok());
+    std::vector<int32_t> want_active;  // held experts with pairs, ascending
     for (int64_t e = c.expert_begin; e < c.expert_end; ++e) {
       std::vector<int32_t> want, got;
       for (int64_t i = 0; i < in.ids.numel(); ++i)
@@ -146,7 +148,11 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
       std::sort(got.begin(), got.end());
       EXPECT_EQ(got, want) << Describe(c) << " expert " << e;
       EXPECT_EQ(got_totals->data<int64_t>()[le], static_cast<int64_t>(want.size()));
+      if (!want.empty()) want_active.push_back(static_cast<int32_t>(le));
     }
+    const int32_t* act_list = active->data<int32_t>();
+    EXPECT_EQ(std::vector<int32_t>(act_list + 1, act_list + 1 + act_list[0]), want_active)
+        << Describe(c) << ": the active experts";
     for (int64_t i = 0; i < in.ids.numel(); ++i) {
       const int32_t id = in.ids.data<int32_t>()[i], sl = token_slot->data<int32_t>()[i];
       if (id < c.expert_begin || id >= c.expert_end) {

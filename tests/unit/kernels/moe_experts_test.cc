@@ -82,6 +82,7 @@ TEST(MoeExperts, SortGivesEachHeldExpertItsPairsInTokenOrder) {
   ASSERT_TRUE(MoeSortByExpert(CpuBackend(), c.ids, 1, 4, r, &totals).ok());  // totals add up
   const int32_t* rows = r.expert_rows.data<int32_t>();
   int64_t held_pairs = 0;
+  std::vector<int32_t> want_active;  // the held experts with pairs, ascending
   for (int64_t e = 1; e < 4; ++e) {
     std::vector<int32_t> want;  // the tokens routed to e, in token order
     for (int64_t i = 0; i < c.ids.numel(); ++i)
@@ -90,10 +91,13 @@ TEST(MoeExperts, SortGivesEachHeldExpertItsPairsInTokenOrder) {
                                    r.slot_token.data<int32_t>() + rows[e]);
     EXPECT_EQ(got, want) << "expert " << e;
     EXPECT_EQ(totals.data<int64_t>()[e - 1], 2 * static_cast<int64_t>(want.size()));
+    if (!want.empty()) want_active.push_back(static_cast<int32_t>(e - 1));
     held_pairs += static_cast<int64_t>(want.size());
   }
   EXPECT_EQ(rows[0], 0);
   EXPECT_EQ(rows[3], held_pairs);
+  const int32_t* active = r.active.data<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(active + 1, active + 1 + active[0]), want_active);
   for (int64_t i = 0; i < c.ids.numel(); ++i) {
     const int32_t id = c.ids.data<int32_t>()[i], slot = r.token_slot.data<int32_t>()[i];
     if (id < 1 || id >= 4) {
