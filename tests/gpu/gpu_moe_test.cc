@@ -117,7 +117,7 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
       {1, 64, 48, 8, 2, 0, 8, false},    // decode, every expert held
       {5, 64, 48, 8, 2, 2, 6, false},    // a few tokens, experts [2, 6) held (ep)
       {37, 128, 64, 6, 3, 0, 6, true},   // prefill: > 4 pairs per expert, shared expert
-      {3, 40, 20, 5, 1, 1, 4, true},     // top-1; I rows of 40 bytes: the scalar loads
+      {3, 40, 18, 5, 1, 1, 4, true},     // top-1; I = 18: rows off 16 bytes, the scalar loads
       {9, 96, 36, 16, 8, 0, 16, false},  // top-8
   };
   uint64_t seed = 1000;
