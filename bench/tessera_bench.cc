@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/engine/engine.h"
+#include "common/format/quantization.h"
 #include "common/net/file_store.h"
 #include "kernels/backend.h"
 #include "worker/comm/nccl_communicator.h"
@@ -44,6 +45,7 @@ struct Args {
   int new_tokens = 64;
   int prefill_len = 1024;
   int prefill_batch = 4;
+  QuantMethod quantization = QuantMethod::kNone;  // --quantization fp8: online FP8 at load
 };
 
 std::vector<GenerationRequest> Requests(int n, int len, int new_tokens, int64_t vocab,
@@ -92,8 +94,8 @@ Status RunRank(const Args& a, int r, Store* store) {
   // (the CUDA context and NCCL): the loader's staging and host copies.
   const int64_t rss_before = PeakRssBytes();
   const auto t0 = std::chrono::steady_clock::now();
-  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded,
-                           LoadModel(a.model, par, r, comm.get(), {}, backend.get()));
+  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(a.model, par, r, comm.get(), {},
+                                                         backend.get(), nullptr, a.quantization));
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const kernels::MemoryStats mem = backend->memory_stats();
@@ -201,7 +203,14 @@ int main(int argc, char** argv) {
       a.prefill_len = std::stoi(v);
     else if (k == "--prefill-batch")
       a.prefill_batch = std::stoi(v);
-    else if (k == "--batches") {
+    else if (k == "--quantization") {
+      auto q = tessera::ParseOnlineQuantization(v);
+      if (!q.ok()) {
+        std::fprintf(stderr, "tessera_bench: --quantization: %s\n", q.status().ToString().c_str());
+        return 2;
+      }
+      a.quantization = *q;
+    } else if (k == "--batches") {
       a.batches.clear();
       std::stringstream ss(v);
       std::string item;

@@ -188,7 +188,9 @@ Status CoordinatorDaemon::StartControlPlane() {
   co.on_message = [this](const ControlPeer& p, const control::Envelope& e) {
     events_->OnMessage(p, e);
   };
-  co.on_worker_lost = [this](const std::string& id) { events_->OnWorkerLost(id); };
+  co.on_worker_lost = [this](const std::string& id, const ControlWorkerLoss& loss) {
+    events_->OnWorkerLost(id, loss);
+  };
   co.on_worker_forgotten = [this](const std::string& id) { events_->OnWorkerForgotten(id); };
   co.on_dropped = [this](const ControlPeer&, const Status& why) { drops_.CountServerDrop(why); };
   // The planner needs a readable, plausible topology report and device
@@ -252,8 +254,7 @@ Status CoordinatorDaemon::StartHttp() {
     admin_ = std::make_unique<HttpServer>(ao);
   }
   view_ = std::make_unique<ClusterView>(&config_, expected_workers_, &state_, control_.get(),
-                                        replicas_.get(), &model_,
-                                        model_.quantization.Describe());
+                                        replicas_.get(), &model_, model_.quantization.Describe());
   cluster_metrics_ = std::make_unique<ClusterMetrics>(&metrics_, &state_, control_.get(),
                                                       store_.get(), replicas_.get());
   cluster_metrics_->Install();

@@ -59,6 +59,13 @@ class Backend {
   // The device's streaming multiprocessors (0 on the CPU): how many CTAs a
   // kernel needs per wave to fill it (DecodeWorkItems, kernels/attention_meta.h).
   virtual int64_t multiprocessors() const { return 0; }
+  // Whether FP8 projections (an FP8 checkpoint, or model.quantization =
+  // "fp8") stay FP8 on this backend and run kernels::LinearFp8
+  // (kernels/linear_fp8.h), instead of being dequantized to the compute dtype
+  // at load. CUDA in BF16 or F16 (TESSERA_CUDA_FP8=0 turns it off: the A/B of
+  // bench/results); never the CPU backend, whose dequantized fp32 is the
+  // reference.
+  virtual bool keeps_fp8_weights() const { return false; }
 
   // An uninitialised tensor of `shape` and `dtype` on this backend's device.
   // Errors: kResourceExhausted naming the bytes asked for when memory runs out.

@@ -1,3 +1,5 @@
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/backend.h"
@@ -46,6 +48,13 @@ class CudaBackendImpl final : public Backend {
     return "cuda:" + std::to_string(ctx_->device()) + " (" + ctx_->props().name + ")";
   }
   int64_t multiprocessors() const override { return ctx_->props().multiProcessorCount; }
+  bool keeps_fp8_weights() const override {
+    static const bool on = [] {
+      const char* v = std::getenv("TESSERA_CUDA_FP8");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on && dtype_ != DType::kF32;
+  }
   cuda::Context* context() { return ctx_.get(); }
 
   StatusOr<Tensor> Allocate(const std::vector<int64_t>& shape, DType dtype) override {

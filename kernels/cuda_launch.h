@@ -28,6 +28,28 @@ bool SkinnyGemmApplies(DType in, int64_t m, int64_t k, const void* x, const void
 cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, const void* bias,
                              void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
+// The FP8 weight GEMMs (kernels/fp8_gemm_cuda.cu, kernels/linear_fp8.h): w [n, k] float8
+// e4m3fn in the nn.Linear layout, scales fp32 [n, scale_cols] (one row per weight row; column j
+// covers local columns [j * cols_per_scale - col_phase, (j + 1) * cols_per_scale - col_phase)),
+// x [m, k] and bias [n] of the compute dtype, y [m, n].
+struct Fp8GemmArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const float* scales = nullptr;
+  int64_t scale_cols = 1, cols_per_scale = 1, col_phase = 0;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+};
+// Whether the FP8 kernels take these inputs: `in` BF16 or F16, k % 16 == 0, a 16-byte aligned w,
+// block scales whose blocks and phase are multiples of 16 columns.
+bool Fp8GemmApplies(DType in, const Fp8GemmArgs& args);
+// y = x (w * scales)^T (+ bias) for 1 <= m <= kSkinnyGemmMaxRows (also needs a 16-byte aligned x).
+cudaError_t LaunchFp8SkinnyGemm(DType in, DType out, const Fp8GemmArgs& args, cudaStream_t stream);
+// out[n, k] (dtype `out_dtype`, 16-byte aligned) = w * scales; args.x, bias, y and m unused.
+cudaError_t LaunchFp8Dequantize(DType out_dtype, const Fp8GemmArgs& args, void* out,
+                                cudaStream_t stream);
+
 // y = rmsnorm(x) * (w_offset + w), or with `add`: residual += add (rounded
 // to the dtype), y = rmsnorm(residual) * (w_offset + w). x is ignored when
 // add is given. Shapes: rows x hidden.

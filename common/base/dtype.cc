@@ -1,7 +1,9 @@
 #include "common/base/dtype.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 
 namespace tessera {
 
@@ -89,7 +91,11 @@ uint16_t F32ToF16(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
 }
 
-float F8E4M3ToF32(uint8_t b) {
+namespace {
+
+// e4m3fn by its definition: (-1)^s x 1.mmm x 2^(e-7), subnormals mmm x 2^-9,
+// S.1111.111 NaN. The table below is built from it once.
+float F8E4M3Value(uint8_t b) {
   const bool negative = (b & 0x80u) != 0;
   const int exp = (b >> 3) & 0xf;
   const int mant = b & 0x7;
@@ -104,22 +110,40 @@ float F8E4M3ToF32(uint8_t b) {
   return negative ? -value : value;
 }
 
+const std::array<float, 256>& F8E4M3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = F8E4M3Value(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+float F8E4M3ToF32(uint8_t b) { return F8E4M3Table()[b]; }
+
 uint8_t F32ToF8E4M3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80u : 0x00u;
-  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7fu);
-  const float a = std::min(std::fabs(f), kF8E4M3Max);
-  // Below the smallest normal (2^-6) the grid is 2^-9; nearbyint rounds half
-  // to even in the default rounding mode. 8 x 2^-9 carries into exp 1, mant 0,
-  // which is bits 0x08: the same integer.
-  if (a < 0.015625f)
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
+  if (u >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
+  if (u < 0x3c800000u) {
+    // Below the smallest normal (2^-6) the grid is 2^-9; nearbyint rounds half
+    // to even in the default rounding mode. 8 x 2^-9 carries into exp 1, mant 0,
+    // which is bits 0x08: the same integer.
+    float a;
+    std::memcpy(&a, &u, sizeof a);
     return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f)));
-  int e = 0;
-  const float m = std::frexp(a, &e);  // a = m x 2^e, m in [0.5, 1)
-  // a = (2m) x 2^(e-1): biased exponent e - 1 + 7, three mantissa bits of
-  // 2m - 1; a rounded-up mantissa of 8 carries into the exponent by the add.
-  const int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
-  const int bits = ((e + 6) << 3) + mant;
-  return static_cast<uint8_t>(sign | std::min(bits, 0x7e));
+  }
+  // Normal: keep 3 of the 23 mantissa bits, rounding to nearest even (a carry
+  // out of the mantissa moves into the exponent), and rebias the exponent from
+  // 127 to 7: bits = ((E - 120) << 3) | mmm.
+  const uint32_t rounded = u + 0x7ffffu + ((u >> 20) & 1u);
+  const uint32_t bits = ((rounded >> 20) - (120u << 3)) & 0xffu;
+  return static_cast<uint8_t>(sign | std::min<uint32_t>(bits, 0x7eu));
 }
 
 void ConvertToF32(DType dtype, const void* src, float* dst, size_t count) {

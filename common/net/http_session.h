@@ -46,6 +46,16 @@ using tcp = net::ip::tcp;
 // socket closes, so the client reads the response instead of a reset.
 inline constexpr double kLingerSeconds = 1.0;
 inline constexpr size_t kLingerMaxBytes = 1 << 20;
+// A body refused as too large (413) is still read and discarded, up to this
+// many bytes and for at most server.read_timeout_seconds (the time a whole
+// request may take): a client sends its body before it reads a response
+// (Python's urllib and http.client, curl without Expect), and one that is
+// reset mid-body reports a broken pipe instead of the 413. A larger body is
+// cut off with a reset after this much.
+inline constexpr size_t kMaxDiscardedBodyBytes = size_t{64} << 20;
+// Bytes read per call while discarding.
+inline constexpr size_t kDiscardReadBytes = 64 * 1024;
+static_assert(kDiscardReadBytes <= kHttpReadSlackBytes, "a discarding read fits the read buffer");
 // How long Stop() waits for connections to close before stopping the loop.
 inline constexpr double kStopGraceSeconds = 2.0;
 // Bytes read per call while watching a connection for a disconnect.
@@ -335,6 +345,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (auto length = parser_->content_length();
         length && *length > core_->options.max_body_bytes) {
+      DiscardBodyOnClose(*length);
       return FailRequest(413,
                          fmt::format("the request body has {} bytes; the limit is {} bytes",
                                      *length, core_->options.max_body_bytes),
@@ -394,6 +405,7 @@ class Session : public std::enable_shared_from_this<Session> {
           "bad_request");
     }
     if (ec == http::error::body_limit) {
+      DiscardBodyOnClose(kMaxDiscardedBodyBytes);  // chunked: its length is unknown
       return FailRequest(
           413, fmt::format("the request body exceeds {} bytes", core_->options.max_body_bytes),
           "request_too_large");
@@ -404,8 +416,17 @@ class Session : public std::enable_shared_from_this<Session> {
     Close();
   }
 
+  // The refused body of `bytes` (at most kMaxDiscardedBodyBytes of it) is
+  // read and discarded after the response, before the connection closes.
+  void DiscardBodyOnClose(uint64_t bytes) {
+    linger_max_bytes_ =
+        kLingerMaxBytes + static_cast<size_t>(std::min<uint64_t>(bytes, kMaxDiscardedBodyBytes));
+    linger_seconds_ = std::max(kLingerSeconds, core_->options.read_timeout_seconds);
+  }
+
   // Answers an error the server found itself, then closes the connection
-  // (the rest of the request is not read).
+  // (the rest of the request is read only as Linger and DiscardBodyOnClose
+  // say: never parsed).
   void FailRequest(int status, const std::string& message, const std::string& code) {
     if (closed_) return;
     CancelDeadline();
@@ -520,8 +541,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // in buffer_ for the next parse.
   void StartWatch() {
     if (watching_ || closed_) return;
+    size_t read_bytes = kWatchReadBytes;
     if (phase_ == Phase::kClosing) {
       buffer_.consume(buffer_.size());
+      read_bytes = kDiscardReadBytes;  // buffer_ holds max_header_bytes + kHttpReadSlackBytes
     } else if (buffer_.size() + kWatchReadBytes > buffer_.max_size()) {
       return;  // enough buffered; stop watching until the next request is read
     }
@@ -529,8 +552,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto done = [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->OnWatch(ec, n);
     };
-    WithStream(
-        [&](auto& stream) { stream.async_read_some(buffer_.prepare(kWatchReadBytes), done); });
+    WithStream([&](auto& stream) { stream.async_read_some(buffer_.prepare(read_bytes), done); });
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -559,7 +581,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (phase_ == Phase::kClosing) {
       lingered_bytes_ += n;
-      if (lingered_bytes_ > kLingerMaxBytes) return Close();
+      if (lingered_bytes_ > linger_max_bytes_) return Close();
     }
     if (phase_ != Phase::kReading) StartWatch();
   }
@@ -676,7 +698,7 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec || half_closed_) return Close();  // a half-closed client sends nothing more
-    ArmDeadline(kLingerSeconds, DeadlineKind::kLinger);
+    ArmDeadline(linger_seconds_, DeadlineKind::kLinger);
     StartWatch();
   }
 
@@ -703,6 +725,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool half_closed_ = false;     // the client sent EOF after a request; read no more
   bool stream_started_ = false;  // the current exchange's stream header is queued
   size_t lingered_bytes_ = 0;
+  // Linger's bounds: raised to read a refused body (DiscardBodyOnClose).
+  size_t linger_max_bytes_ = kLingerMaxBytes;
+  double linger_seconds_ = kLingerSeconds;
   uint64_t deadline_gen_ = 0;
   DeadlineKind deadline_kind_ = DeadlineKind::kRead;
   std::deque<std::string> out_;

@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -19,14 +21,21 @@
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
 #include "common/net/zmq_loop.h"
+#include "coordinator/control/control_server_impl.h"
 
 namespace tessera {
+
+using control_server_internal::Clock;
+using control_server_internal::kLog;
+using control_server_internal::PrintableIdentity;
+
 namespace {
 
-constexpr const char* kLog = "control-server";
 // Where libzmq sends ZAP requests (RFC 27), one handler per context.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "tessera-control";
+// Where the ROUTER's socket monitor publishes its disconnect events.
+constexpr const char* kMonitorEndpoint = "inproc://tessera-control-monitor";
 // Frames read per loop turn before the loop looks at its send queue and at
 // liveness again, so a flood from one peer cannot starve either.
 constexpr int kMaxFramesPerTurn = 256;
@@ -35,21 +44,6 @@ constexpr int kMaxZapPerTurn = 256;
 // Peers whose first dropped frame is logged; drops from further peers (a
 // flood of routing ids) are counted only.
 constexpr size_t kMaxDropLoggedPeers = 1024;
-
-using Clock = std::chrono::steady_clock;
-
-std::string PrintableIdentity(const std::string& id) {
-  const bool printable =
-      !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-  if (printable) return id;
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "0x";
-  for (unsigned char c : id) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
-}
 
 // The record index `index` holds for `key`, or null.
 template <typename Index>
@@ -74,108 +68,6 @@ bool IsWorkerToCoordinator(control::Envelope::BodyCase body) {
 }
 
 }  // namespace
-
-struct ControlServer::Impl {
-  struct Record {
-    std::string worker_id;
-    std::string identity;  // raw routing id
-    // Shared with every Workers() snapshot: a Register carries the host's
-    // topology report (kilobytes), and a fleet has thousands of workers.
-    std::shared_ptr<const control::Register> registration;
-    std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
-    bool alive = true;
-    Clock::time_point last_seen;
-    Clock::time_point lost_at;  // when declared lost (alive == false)
-    uint64_t messages_received = 0;
-  };
-  struct Outgoing {
-    std::string identity;  // raw routing id
-    std::string bytes;
-    std::string worker_id;
-    const char* body;
-  };
-  struct Counters {
-    std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
-        dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
-        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
-        handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
-        workers_forgotten{0};
-  };
-
-  explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
-
-  ControlServerOptions options;
-  zmq::context_t context{1};
-  std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
-  std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
-  std::set<std::string> allowed_keys;     // 32-byte binary public keys (CURVE only)
-  // Owner thread: refused handshakes, and registrations refused for a
-  // CURVE key in use, are logged at most kRefusalLogBurst times a minute
-  // each (a flood of unknown keys, or of one stolen key, must not flood the
-  // log); the rest are counted and summed up in the next minute's first line.
-  static constexpr int kRefusalLogBurst = 10;
-  LogWindow handshake_refusals{kRefusalLogBurst};
-  LogWindow key_in_use_refusals{kRefusalLogBurst};
-  bool started = false;  // Start succeeded once
-  std::atomic<uint64_t> next_seq{1};
-  Counters counters;
-
-  // Registry: written only by the owner thread, read by Send / Workers.
-  mutable std::mutex registry_mu;
-  std::vector<Record> records;                           // registration order
-  std::map<std::string, size_t> by_identity;             // raw routing id -> latest record
-  std::map<std::string, size_t> by_worker_id;            // worker id -> latest record
-  std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
-  // The next liveness scan (owner thread): every heartbeat_interval / 4,
-  // not every turn, so a fleet's messages do not each cost a scan of it.
-  Clock::time_point next_liveness_check{};
-  uint64_t next_auto_id = 0;
-  // The "max_workers reached" refusal was logged; cleared when a record
-  // goes. Owner thread only.
-  bool full_logged = false;
-  // Printable routing ids whose dropped frames were logged (the first one
-  // each). Owner thread only; at most kMaxDropLoggedPeers.
-  std::set<std::string> drop_logged;
-  // The owner thread of router and zap, and the queue of sends to run
-  // there (common/net/zmq_loop.h). Declared after the sockets: it stops
-  // (and closes them) before they are destroyed.
-  ZmqSocketLoop loop{context, kLog};
-
-  void ReadFrames();
-  void HandleFrame(std::vector<zmq::message_t>& parts);
-  void HandleZap();
-  bool HandleOneZap();  // false when no request was waiting
-  void HandleRegister(const std::string& identity, const std::string& curve_key,
-                      control::Envelope envelope);
-  void HandleMessage(const std::string& identity, const std::string& curve_key,
-                     const control::Envelope& envelope);
-  // `log` false: counted and answered, not logged (a flood of refusals).
-  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
-              bool log = true);
-  void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
-  bool SendNow(const Outgoing& out);
-  void CheckLiveness();
-  // The snapshot of record `index`; the caller holds registry_mu.
-  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
-    const Record& r = records[index];
-    ControlWorkerInfo info;
-    info.worker_id = r.worker_id;
-    info.identity = PrintableIdentity(r.identity);
-    info.registration = r.registration;
-    info.curve_public_key = r.curve_key;
-    info.alive = r.alive;
-    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
-    info.messages_received = r.messages_received;
-    return info;
-  }
-  // Removes the records `gone` says to drop and rebuilds the indexes.
-  // Returns the worker ids removed. Caller holds registry_mu.
-  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
-  Status Enqueue(Outgoing out);
-  std::chrono::milliseconds LostAfter() const {
-    return options.heartbeat_interval * options.heartbeat_miss_limit;
-  }
-};
 
 ControlServer::ControlServer(ControlServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -233,9 +125,17 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
                             ? INT64_MAX
                             : static_cast<int64_t>(s.options.max_message_bytes) * 2;
     s.router->set(zmq::sockopt::maxmsgsize, cap);
+    // A closed connection is reported at once (a killed worker's kernel
+    // closes it), before the heartbeats run out.
+    if (zmq_socket_monitor(s.router->handle(), kMonitorEndpoint, ZMQ_EVENT_DISCONNECTED) != 0)
+      throw zmq::error_t();
+    s.monitor = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::pair);
+    s.monitor->set(zmq::sockopt::linger, 0);
+    s.monitor->connect(kMonitorEndpoint);
     s.router->bind(endpoint);
     bound = s.router->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
+    s.monitor.reset();
     s.router.reset();
     s.zap.reset();
     return IoError("control server cannot bind '" + endpoint + "': " + e.what());
@@ -244,15 +144,20 @@ StatusOr<std::string> ControlServer::Start(const std::string& endpoint) {
   const milliseconds poll_timeout =
       std::clamp(s.options.heartbeat_interval / 4, milliseconds(5), milliseconds(100));
   ZmqSocketLoop::Hooks hooks;
-  hooks.watches = {{s.zap.get(), [&s] { s.HandleZap(); }},
+  // The monitor first: a closed connection's event is read before any
+  // frame of a later connection that reuses its file descriptor.
+  hooks.watches = {{s.monitor.get(), [&s] { s.HandleMonitor(); }},
+                   {s.zap.get(), [&s] { s.HandleZap(); }},
                    {s.router.get(), [&s] { s.ReadFrames(); }}};
   hooks.poll_timeout = [poll_timeout] { return poll_timeout; };
   hooks.after_poll = [&s] { s.CheckLiveness(); };
   hooks.on_exit = [&s] {
+    s.monitor->close();
     s.router->close();
     if (s.zap) s.zap->close();
   };
   if (Status st = s.loop.Start(std::move(hooks)); !st.ok()) {
+    s.monitor.reset();
     s.router.reset();
     s.zap.reset();
     return st;
@@ -355,6 +260,7 @@ ControlServerStats ControlServer::stats() const {
   st.registrations_refused_key_in_use = c.registrations_refused_key_in_use;
   st.registrations_refused_full = c.registrations_refused_full;
   st.workers_forgotten = c.workers_forgotten;
+  st.connections_closed = c.connections_closed;
   return st;
 }
 
@@ -365,6 +271,8 @@ Status ControlServer::Impl::Enqueue(Outgoing out) {
 }
 
 void ControlServer::Impl::ReadFrames() {
+  // Closed connections first (see the watches' order in Start).
+  HandleMonitor();
   for (int i = 0; i < kMaxFramesPerTurn && !loop.stopping(); ++i) {
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(*router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
@@ -484,15 +392,18 @@ void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
     return;
   }
   control::Envelope& envelope = *decoded;
+  // The connection it came on (libzmq's ZMQ_SRCFD): the monitor names a
+  // closed connection by its file descriptor.
+  const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
   if (envelope.body_case() == control::Envelope::kRegisterWorker) {
-    HandleRegister(identity, curve_key, std::move(envelope));
+    HandleRegister(identity, curve_key, fd, std::move(envelope));
   } else {
-    HandleMessage(identity, curve_key, envelope);
+    HandleMessage(identity, curve_key, fd, envelope);
   }
 }
 
 void ControlServer::Impl::HandleMessage(const std::string& identity, const std::string& curve_key,
-                                        const control::Envelope& envelope) {
+                                        int fd, const control::Envelope& envelope) {
   ControlPeer peer{PrintableIdentity(identity), ""};
   const char* body = EnvelopeBodyName(envelope);
   Status reason;
@@ -521,7 +432,7 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
             FailedPrecondition(std::string(body) + " carries worker_id '" + envelope.worker_id() +
                                "', but this peer registered as '" + rec.worker_id + "'");
       } else {
-        rec.last_seen = Clock::now();
+        rec.Heard(Clock::now(), fd);
         ++rec.messages_received;
       }
     }
@@ -574,7 +485,7 @@ void ControlServer::Impl::Refuse(const std::string& identity, const std::string&
 }
 
 void ControlServer::Impl::HandleRegister(const std::string& identity, const std::string& curve_key,
-                                         control::Envelope envelope) {
+                                         int fd, control::Envelope envelope) {
   const std::string requested = envelope.worker_id();
   const Clock::time_point now = Clock::now();
   std::string worker_id;
@@ -599,7 +510,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
         // A retried Register: answer again, deliver nothing new.
         retry = true;
         worker_id = rec.worker_id;
-        rec.last_seen = now;
+        rec.Heard(now, fd);
       } else {
         refusal = "this peer is registered as '" + rec.worker_id +
                   "' and cannot register again as '" + requested + "'";
@@ -692,7 +603,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     rec.identity = identity;
     rec.registration = std::make_shared<const control::Register>(envelope.register_worker());
     rec.curve_key = curve_key;
-    rec.last_seen = now;
+    rec.Heard(now, fd);
     rec.messages_received = 1;
     records.push_back(std::move(rec));
     by_identity[identity] = records.size() - 1;
@@ -747,78 +658,6 @@ bool ControlServer::Impl::SendNow(const Outgoing& out) {
   }
   ++counters.send_failures;
   return false;
-}
-
-void ControlServer::Impl::CheckLiveness() {
-  const Clock::time_point now = Clock::now();
-  if (now < next_liveness_check) return;
-  next_liveness_check = now + std::clamp<Clock::duration>(options.heartbeat_interval / 4,
-                                                          std::chrono::milliseconds(5),
-                                                          std::chrono::milliseconds(100));
-  std::vector<std::string> lost;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    for (Record& rec : records) {
-      if (rec.alive && now - rec.last_seen > LostAfter()) {
-        rec.alive = false;
-        rec.lost_at = now;
-        lost.push_back(rec.worker_id);
-      }
-    }
-  }
-  std::vector<std::string> forgotten;
-  if (options.forget_lost_after.count() > 0) {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    forgotten = EraseRecordsLocked([&](const Record& rec) {
-      return !rec.alive && now - rec.lost_at > options.forget_lost_after;
-    });
-  }
-  for (const std::string& id : forgotten) {
-    ++counters.workers_forgotten;
-    TESSERA_LOG_INFO(kLog, "forgot lost worker '{}' ({} ms after its loss)", id,
-                     options.forget_lost_after.count());
-    try {
-      if (options.on_worker_forgotten) options.on_worker_forgotten(id);
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
-    }
-  }
-  for (const std::string& id : lost) {
-    ++counters.workers_lost;
-    TESSERA_LOG_WARN(kLog, "worker '{}' lost: no message for {} ms ({} heartbeat intervals)", id,
-                     LostAfter().count(), options.heartbeat_miss_limit);
-    try {
-      if (options.on_worker_lost) options.on_worker_lost(id);
-    } catch (const std::exception& e) {
-      TESSERA_LOG_ERROR(kLog, "on_worker_lost('{}') threw: {}", id, e.what());
-    }
-  }
-}
-
-std::vector<std::string> ControlServer::Impl::EraseRecordsLocked(
-    const std::function<bool(const Record&)>& gone) {
-  std::vector<std::string> removed;
-  if (std::none_of(records.begin(), records.end(), gone)) return removed;
-  std::vector<Record> kept;
-  kept.reserve(records.size());
-  for (Record& rec : records) {
-    if (gone(rec)) {
-      removed.push_back(rec.worker_id);
-    } else {
-      kept.push_back(std::move(rec));
-    }
-  }
-  records.swap(kept);
-  by_identity.clear();
-  by_worker_id.clear();
-  by_curve_key.clear();
-  for (size_t i = 0; i < records.size(); ++i) {
-    by_identity[records[i].identity] = i;
-    by_worker_id[records[i].worker_id] = i;
-    if (!records[i].curve_key.empty()) by_curve_key[records[i].curve_key] = i;
-  }
-  full_logged = false;
-  return removed;
 }
 
 }  // namespace tessera

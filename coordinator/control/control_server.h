@@ -38,8 +38,15 @@
 //    record instead of adding one.
 //  - Liveness: a registered worker from which no valid message arrived for
 //    heartbeat_miss_limit * heartbeat_interval is declared lost once:
-//    `on_worker_lost(worker_id)` is called and later messages from it are
-//    dropped until it registers again. A lost record is forgotten after
+//    `on_worker_lost(worker_id, loss)` is called and later messages from it
+//    are dropped until it registers again. So is a worker whose control
+//    connection closed (a socket monitor reports it; the connection of a
+//    worker is the one its last valid message came on) and that was not
+//    heard from again within kClosedConnectionGraceSeconds: a killed
+//    process's kernel closes its sockets at once, so a kill -9 is acted on
+//    in well under a second instead of after the heartbeat timeout, while a
+//    live worker that reconnects (ZeroMQ does so by itself) and speaks is
+//    kept. A lost record is forgotten after
 //    forget_lost_after (`on_worker_forgotten(worker_id)`): Workers() no
 //    longer lists it.
 //
@@ -65,6 +72,27 @@
 #include "common/wire/control_codec.h"
 
 namespace tessera {
+
+// A worker whose control connection closed is declared lost unless a valid
+// message from it arrives within this many seconds (the grace a survivor's
+// accusation gets too: coordinator/serving/plan_runner.cc).
+inline constexpr double kClosedConnectionGraceSeconds = 0.2;
+
+// Why a worker was declared lost, for on_worker_lost.
+struct ControlWorkerLoss {
+  enum class Cause { kMissedHeartbeats, kConnectionClosed };
+  Cause cause = Cause::kMissedHeartbeats;
+  // The first sign of the loss: when its connection closed, or (missed
+  // heartbeats) its last valid message. The time to detect the loss is
+  // measured from here (GET /admin/plan history `detect_seconds`).
+  std::chrono::steady_clock::time_point since;
+  // "missed heartbeats" or "its control connection closed", for logs and
+  // re-plan reasons.
+  const char* reason() const {
+    return cause == Cause::kConnectionClosed ? "its control connection closed"
+                                             : "missed heartbeats";
+  }
+};
 
 // A connected peer as the server sees it.
 struct ControlPeer {
@@ -92,8 +120,9 @@ struct ControlServerOptions {
   // Every valid message from a registered worker, and each accepted
   // Register (its Envelope.worker_id set to the assigned id). Optional.
   std::function<void(const ControlPeer& peer, const control::Envelope& envelope)> on_message;
-  // A registered worker missed its heartbeats. Optional.
-  std::function<void(const std::string& worker_id)> on_worker_lost;
+  // A registered worker missed its heartbeats, or its connection closed
+  // and it stayed silent (see Liveness). Optional.
+  std::function<void(const std::string& worker_id, const ControlWorkerLoss& loss)> on_worker_lost;
   // Vets a Register before it is accepted; a non-OK Status refuses it with
   // the status message as RegisterAck.reason. Optional (default: accept).
   std::function<Status(const ControlPeer& peer, const control::Register& registration)>
@@ -129,6 +158,7 @@ struct ControlServerStats {
   uint64_t registrations_accepted = 0;
   uint64_t registrations_refused = 0;
   uint64_t workers_lost = 0;
+  uint64_t connections_closed = 0;  // a registered worker's connection closed (socket monitor)
   uint64_t messages_sent = 0;
   uint64_t send_failures = 0;                     // peer gone (EHOSTUNREACH) or its queue full
   uint64_t handshakes_refused = 0;                // CURVE connections with a key not allowed

@@ -126,23 +126,27 @@ std::string ClusterView::ClusterJson(const ClusterPage& page) const {
                    {"count", ex->second.count},
                    {"seconds_left", std::max(0.0, left)}};
     }
-    workers.push_back(
-        {{"id", w.worker_id},
-         {"host", w.registration->host()},
-         {"pid", w.registration->pid()},
-         {"data_address", w.registration->data_address()},
-         {"devices", devices},
-         {"curve_public_key", w.curve_public_key},
-         {"state", failed || !w.alive               ? "failed"
-                   : drained                        ? "drained"
-                   : state_.IsExcluded(w.worker_id) ? "excluded"
-                                                    : "alive"},
-         {"exclusion", exclusion},
-         {"worker_state", st == state_.states.end() ? "registered" : StateName(st->second)},
-         {"rank", role},
-         {"in_plan", in_plan && w.alive},
-         {"replica", replica >= 0 ? json(replica) : json(nullptr)},
-         {"seconds_since_last_message", w.seconds_since_last_message}});
+    // A worker declared lost reports nothing more: its last report ("ready")
+    // is stale.
+    const char* worker_state = !w.alive                    ? "lost"
+                               : st == state_.states.end() ? "registered"
+                                                           : StateName(st->second);
+    workers.push_back({{"id", w.worker_id},
+                       {"host", w.registration->host()},
+                       {"pid", w.registration->pid()},
+                       {"data_address", w.registration->data_address()},
+                       {"devices", devices},
+                       {"curve_public_key", w.curve_public_key},
+                       {"state", failed || !w.alive               ? "failed"
+                                 : drained                        ? "drained"
+                                 : state_.IsExcluded(w.worker_id) ? "excluded"
+                                                                  : "alive"},
+                       {"exclusion", exclusion},
+                       {"worker_state", worker_state},
+                       {"rank", role},
+                       {"in_plan", in_plan && w.alive},
+                       {"replica", replica >= 0 ? json(replica) : json(nullptr)},
+                       {"seconds_since_last_message", w.seconds_since_last_message}});
   }
   json queue = nullptr;
   if (state_.ready.load() && replicas_->placed())

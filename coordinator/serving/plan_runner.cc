@@ -115,13 +115,17 @@ void PlanRunner::Serve(ReplicaStart first) {
 
 void PlanRunner::RequestReplan(
     const std::string& reason, bool fault, bool culprit_known,
-    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused) {
+    std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused,
+    std::optional<std::chrono::steady_clock::time_point> fault_at) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto first_sign = std::min(fault_at.value_or(now), now);
   MutexLock lock(&state_.mu);
   if (state_.stopping) return;
   // One pending re-fit covers every fault reported before it runs.
   for (PlanJob& j : jobs_)
     if (!j.target && !j.res) {
       j.reason += "; " + reason;
+      if (fault) j.raised = j.fault ? std::min(j.raised, first_sign) : first_sign;
       j.fault |= fault;
       j.culprit_known |= culprit_known;
       for (auto& a : accused) j.accused.push_back(std::move(a));
@@ -133,7 +137,7 @@ void PlanRunner::RequestReplan(
   job.culprit_known = culprit_known;
   job.accused = std::move(accused);
   job.plan_version = rep().plan_version;
-  job.raised = std::chrono::steady_clock::now();
+  job.raised = first_sign;
   jobs_.push_back(std::move(job));
   state_.cv.notify_all();
 }
@@ -166,14 +170,13 @@ void PlanRunner::OnStepFailed(const Status& failed) {
           "heartbeat.step_timeout_seconds = {:g} s (its peers were waiting on it)",
           culprit, rank, longest, deadline);
       again = state_.IsExcluded(culprit);
-      if (!again)
-        state_.Exclude(culprit, "step_hung", why, config_.heartbeat.load_timeout_seconds);
+      if (!again) state_.Exclude(culprit, "step_hung", why, config_.heartbeat.load_timeout_seconds);
     }
   }
   if (culprit.empty()) {
-    RequestReplan("step hung: " + failed.message() +
-                      "; no rank was computing (a hang in communication)",
-                  true);
+    RequestReplan(
+        "step hung: " + failed.message() + "; no rank was computing (a hang in communication)",
+        true);
     return;
   }
   if (!again) {
@@ -452,9 +455,12 @@ void PlanRunner::RunJob(PlanJob job) {
     }
     loop_->Resume();
     SetReady(true);
-    TESSERA_LOG_INFO("coordinator",
-                     "re-plan done in {:.2f} s (drain {:.2f} s, {} requests re-queued): {}",
-                     SecondsSince(t0), drain_seconds, requeued, job.reason);
+    TESSERA_LOG_INFO(
+        "coordinator", "re-plan done in {:.2f} s ({}drain {:.2f} s, {} requests re-queued): {}",
+        SecondsSince(t0),
+        job.fault ? fmt::format("detected {:.2f} s after its first sign, ", detect_seconds)
+                  : std::string(),
+        drain_seconds, requeued, job.reason);
     if (job.res) job.res->SendJson(200, report.dump());
     return;
   }

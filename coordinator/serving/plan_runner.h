@@ -85,10 +85,13 @@ class PlanRunner : public PlanControl {
   // fault reported before it runs.
   // `culprit_known`: the lost worker is known (declared lost), so the
   // re-plan waits for nothing; `accused`: workers a survivor saw disconnect
-  // (see PlanJob).
+  // (see PlanJob); `fault_at`: the fault's first sign when it came before
+  // this call (a lost worker's last message, its connection closing), else
+  // now; the job's `raised` is the earliest of its faults'.
   void RequestReplan(
       const std::string& reason, bool fault, bool culprit_known = false,
-      std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused = {})
+      std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> accused = {},
+      std::optional<std::chrono::steady_clock::time_point> fault_at = std::nullopt)
       EXCLUDES(state_.mu);
   // The serving loop's step failed (`failed`): the replica stops taking
   // requests and re-plans as for a fault. A step that missed
@@ -122,6 +125,8 @@ class PlanRunner : public PlanControl {
     std::shared_ptr<const PlanResult> planned;
     bool fault = false;         // the running plan is broken: no drain wait
     uint64_t plan_version = 0;  // the plan running when the fault was raised
+    // The first sign of its earliest fault; `detect_seconds` runs from here
+    // to the lost worker being known.
     std::chrono::steady_clock::time_point raised = std::chrono::steady_clock::now();
     // The fault's lost worker is known (declared lost): no AwaitLiveness.
     bool culprit_known = false;

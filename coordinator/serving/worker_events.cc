@@ -83,6 +83,9 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
   const bool reconfiguring = replicas_->reconfiguring();
   {
     MutexLock lock(&state_.mu);
+    // Its state is what it reports from now on, not what it last reported
+    // before a loss or a restart.
+    state_.states.erase(peer.worker_id);
     auto failed =
         std::find(state_.failed_workers.begin(), state_.failed_workers.end(), peer.worker_id);
     if (failed != state_.failed_workers.end() && reconfiguring) {
@@ -192,15 +195,16 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
   drops_->Forget(worker_id);
 }
 
-void WorkerEvents::OnWorkerLost(const std::string& worker_id) {
-  TESSERA_LOG_ERROR("coordinator", "worker {} missed its heartbeats: marked failed", worker_id);
-  const int replica = state_.MarkFailed(worker_id, Unavailable("missed heartbeats"));
+void WorkerEvents::OnWorkerLost(const std::string& worker_id, const ControlWorkerLoss& loss) {
+  TESSERA_LOG_ERROR("coordinator", "worker {} lost ({}): marked failed", worker_id, loss.reason());
+  const int replica = state_.MarkFailed(worker_id, Unavailable(loss.reason()));
   if (replica < 0 || replica >= replicas_->size()) return;
   replicas_->loop(replica)->Wake();  // a draining loop re-checks the executor's health
   // Only its replica re-plans; the router sends that one nothing meanwhile.
   replicas_->runner(replica)->SetReady(false);
-  replicas_->runner(replica)->RequestReplan("worker " + worker_id + " lost (missed heartbeats)",
-                                            true, /*culprit_known=*/true);
+  // The time to detect runs from the loss's first sign, not from now.
+  replicas_->runner(replica)->RequestReplan("worker " + worker_id + " lost (" + loss.reason() + ")",
+                                            true, /*culprit_known=*/true, {}, loss.since);
 }
 
 }  // namespace tessera

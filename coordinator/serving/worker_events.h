@@ -38,7 +38,8 @@ class WorkerEvents {
       : state_(*state), replicas_(replicas), drops_(drops) {}
 
   void OnMessage(const ControlPeer& peer, const control::Envelope& envelope) EXCLUDES(state_.mu);
-  void OnWorkerLost(const std::string& worker_id) EXCLUDES(state_.mu);
+  void OnWorkerLost(const std::string& worker_id, const ControlWorkerLoss& loss)
+      EXCLUDES(state_.mu);
   // The control server dropped a lost worker's record: so does the
   // coordinator.
   void OnWorkerForgotten(const std::string& worker_id) EXCLUDES(state_.mu);

@@ -472,3 +472,73 @@ TEST(Sampling, DeviceAdjustsLogitsAndAppliesMinPAsTheCpu) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A host F8E4M3 [n, k] weight (N(0, 1) values rounded to e4m3) and per-row fp32 scales
+// [n, scale_cols] in [0.5, 1.5) / 64.
+struct Fp8Host {
+  Tensor w, scales;
+};
+Fp8Host RandomFp8(int64_t n, int64_t k, int64_t scale_cols, uint64_t seed) {
+  Fp8Host h{Tensor::Empty({n, k}, DType::kF8E4M3), Tensor::Empty({n, scale_cols})};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.5f, 1.5f);
+  auto* w = static_cast<uint8_t*>(h.w.raw());
+  for (int64_t i = 0; i < n * k; ++i) w[i] = F32ToF8E4M3(dist(rng));
+  for (int64_t i = 0; i < n * scale_cols; ++i) h.scales.data<float>()[i] = unit(rng) / 64;
+  return h;
+}
+
+// kernels::LinearFp8 on CUDA (kernels/fp8_gemm_cuda.cu): the skinny kernel for 1..8 tokens
+// (k split 1, 2 and 4 ways, odd n) and the dequantize + cuBLASLt path for 9 and 33, with one
+// scale per row, 128-column block scales, and block scales whose slice starts 64 columns into
+// its first block (a row-parallel tp slice), each against the CPU's dequantized fp32 product.
+TEST(Fp8Linear, SkinnyAndDequantizedPathsMatchCpu) {
+  struct Shape {
+    int64_t n, k, cols_per_scale, phase;
+  };
+  const Shape shapes[] = {
+      {383, 1024, 1024, 0}, {1501, 2048, 128, 0}, {13, 4096, 128, 64}, {96, 48, 32, 16}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    kernels::Backend& g = Gpu(dt);
+    for (const Shape& s : shapes) {
+      const int64_t scale_cols = (s.k + s.phase + s.cols_per_scale - 1) / s.cols_per_scale;
+      const Fp8Host h = RandomFp8(s.n, s.k, scale_cols, 60 + s.n);
+      const kernels::Fp8Scales host_scales{h.scales, s.cols_per_scale, s.phase};
+      const kernels::Fp8Scales dev_scales{Up(g, h.scales), s.cols_per_scale, s.phase};
+      const Tensor wd = Up(g, h.w);
+      Tensor cpu_scratch = Tensor::Empty({s.n * s.k});
+      Tensor scratch = Dev(g, {s.n * s.k}, dt);
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 33}) {
+        const std::string what = "fp8 m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
+                                 " k=" + std::to_string(s.k) + " block " +
+                                 std::to_string(s.cols_per_scale) + " phase " +
+                                 std::to_string(s.phase);
+        HostPair x = Random({m, s.k}, 70 + m, dt), b = Random({s.n}, 71, dt);
+        Tensor ref = Tensor::Empty({m, s.n});
+        Status st = kernels::cpu::LinearFp8(x.f32, h.w, host_scales, b.f32, ref, cpu_scratch);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        Tensor y = Dev(g, {m, s.n}, dt);
+        st = kernels::LinearFp8(Up(g, x.raw), wd, dev_scales, Up(g, b.raw), y, scratch);
+        ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+        ExpectClose(Down(g, y), Vec(ref), dt, what);
+        Tensor y32 = Dev(g, {m, s.n}, DType::kF32);
+        st = kernels::LinearFp8(Up(g, x.raw), wd, dev_scales, Tensor(), y32, scratch);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        Tensor ref_nb = Tensor::Empty({m, s.n});
+        ASSERT_TRUE(
+            kernels::cpu::LinearFp8(x.f32, h.w, host_scales, Tensor(), ref_nb, cpu_scratch).ok());
+        // Up to 8 tokens the weight is dequantized in fp32 registers; more round it to the
+        // dtype first (the scratch), so their fp32 output has the dtype's tolerance.
+        ExpectClose(Down(g, y32), Vec(ref_nb), m <= kernels::kFp8SkinnyMaxTokens ? DType::kF32 : dt,
+                    what + " -> f32");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

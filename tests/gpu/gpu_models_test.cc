@@ -269,3 +269,53 @@ TEST(DecodeGraphs, GraphAndEagerDecodeGiveIdenticalTokens) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// FP8 checkpoints on CUDA in bf16, kept in FP8 (Backend::keeps_fp8_weights: the weight-only FP8
+// GEMMs of kernels/linear_fp8.h): the last logits against transformers' fp32 run of the
+// dequantized weights within the bf16 bound of FixturesOnCudaMatchTransformers, greedy ids equal
+// to the reference up to the first near-tie, and the same for online FP8 (model.quantization =
+// "fp8") against tools/fp8_fixtures.py's reference of the quantized model.
+TEST(Models, Fp8FixturesKeptInFp8OnCuda) {
+  kernels::Backend& g = Gpu(DType::kBF16);
+  ASSERT_TRUE(g.keeps_fp8_weights()) << "TESSERA_CUDA_FP8=0 is set: nothing here would be FP8";
+  struct Case {
+    std::string fixture, reference;
+    QuantMethod online;
+  };
+  const Case cases[] = {
+      {"llama_fp8_block", "reference.json", QuantMethod::kNone},
+      {"qwen3_fp8_channel_ct", "reference.json", QuantMethod::kNone},
+      {"llama_mha_tied_bf16", "reference_online_fp8.json", QuantMethod::kOnlineFp8}};
+  for (const Case& c : cases) {
+    const std::string dir = g_fixtures + "/models/" + c.fixture;
+    const json ref = json::parse(ReadFile(dir + "/" + c.reference));
+    auto model = testing::LocalModel::Load(dir, 256, 16, &g, c.online);
+    ASSERT_TRUE(model.ok()) << c.fixture << ": " << model.status().ToString();
+    std::vector<std::vector<int32_t>> prompts;
+    double worst = 0;
+    for (const json& p : ref["prompts"]) {
+      prompts.push_back(p["ids"].get<std::vector<int32_t>>());
+      auto logits = (*model)->LastLogits(prompts.back());
+      ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+      worst = std::max(worst, RelMaxDiff(*logits, p["last_logits"]));
+    }
+    std::printf("  %-24s BF16 kept FP8: last logits vs the reference %.3g (bound 6e-2)\n",
+                c.fixture.c_str(), worst);
+    EXPECT_LE(worst, 6e-2) << c.fixture;
+    auto batched = (*model)->Greedy(prompts, 16);
+    ASSERT_TRUE(batched.ok()) << batched.status().ToString();
+    size_t agree = 0;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      agree += GreedyAgreement((*batched)[i], ref["prompts"][i], kNearTie, false,
+                               c.fixture + " kept FP8 prompt " + std::to_string(i));
+    std::printf("  %-24s BF16 kept FP8 greedy: %zu of %zu steps equal before a near-tie\n",
+                c.fixture.c_str(), agree, prompts.size() * 16);
+    EXPECT_GT(agree, 0u) << c.fixture;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

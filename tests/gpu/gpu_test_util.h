@@ -44,6 +44,7 @@
 #include "kernels/cuda_runtime.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
+#include "kernels/linear_fp8.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"

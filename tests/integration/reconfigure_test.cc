@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -301,8 +302,12 @@ TEST_F(Cluster, KilledWorkerIsReplacedBySpareAndStreamsContinueExactly) {
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
   bool failed = false;
-  for (const json& w : json(Get("/admin/cluster")["workers"]))
-    failed |= w["id"] == victim && w["state"] == "failed";
+  for (const json& w : json(Get("/admin/cluster")["workers"])) {
+    if (w["id"] != victim) continue;
+    failed = w["state"] == "failed";
+    // Not the "ready" it last reported: it reports nothing any more.
+    EXPECT_EQ(w["worker_state"], "lost") << w.dump();
+  }
   EXPECT_TRUE(failed);
   // Still serving.
   auto r = HttpCall(port_, "POST", "/v1/completions", Request(0, false).dump());
@@ -341,6 +346,68 @@ TEST_F(Cluster, KilledWorkerShrinksThePlanAndARestartedWorkerRestoresIt) {
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[2]);
 }
 
+// Worker ids are "<host>:<device>" (tessera-worker --device), whatever the
+// order the workers register in, and a worker restarted on the same device
+// gets its id back: /admin/cluster lists it once, alive, under that id.
+TEST_F(Cluster, AWorkerIsNamedByHostAndDeviceAndARestartKeepsItsId) {
+  Launch(1, 2, 2, 10.0);
+  ::tessera::testing::WorkerSpec spare;
+  spare.device = 7;  // registers third, on device 7
+  const pid_t spare_pid = cluster_->StartWorker(spare);
+  // Polls /admin/cluster until `done` holds for its workers, up to 30 s.
+  auto wait_workers = [&](const std::function<bool(const json&)>& done) {
+    const auto t0 = Clock::now();
+    json workers;
+    while (Since(t0) < 30) {
+      workers = Get("/admin/cluster")["workers"];
+      if (done(workers)) return workers;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "/admin/cluster: " << workers.dump() << "\n" << CoordinatorLog();
+    return workers;
+  };
+  json workers = wait_workers([&](const json& ws) {
+    for (const json& w : ws)
+      if (w["pid"] == spare_pid && w["worker_state"] != "registered") return true;
+    return false;
+  });
+  ASSERT_EQ(workers.size(), 3u) << workers.dump();
+  for (const json& w : workers) {
+    const std::string host = w["host"];
+    EXPECT_EQ(w["id"], host + ":" + std::to_string(w["devices"][0]["index"].get<int>()))
+        << w.dump();
+  }
+
+  const std::string victim = WorkerOfRank(1);
+  const pid_t pid = PidOfRank(1);
+  int index = -1;  // the victim's worker index (its device and its key)
+  for (int i = 0; i < cluster_->workers_started(); ++i)
+    if (cluster_->worker_pid(i) == pid) index = i;
+  ASSERT_GE(index, 0);
+  kill(pid, SIGKILL);
+  ASSERT_GE(SecondsUntilFailed(victim, Clock::now(), 30), 0) << CoordinatorLog();
+  WaitForPlan(2);
+
+  ::tessera::testing::WorkerSpec again;
+  again.device = index;
+  again.key = index;  // its CURVE key is free once it was declared lost
+  const pid_t restarted = cluster_->StartWorker(again);
+  workers = wait_workers([&](const json& ws) {
+    for (const json& w : ws)
+      if (w["pid"] == restarted && w["state"] == "alive") return true;
+    return false;
+  });
+  int listed = 0;
+  for (const json& w : workers) {
+    if (w["id"] != victim) continue;
+    ++listed;
+    EXPECT_EQ(w["pid"], restarted) << w.dump();
+    EXPECT_EQ(w["state"], "alive") << w.dump();
+  }
+  EXPECT_EQ(listed, 1) << workers.dump();
+  EXPECT_EQ(workers.size(), 3u) << workers.dump();
+}
+
 // SIGSTOP a worker: its heartbeats stop, it is declared failed within the
 // heartbeat timeout, and the plan moves to the spare.
 TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
@@ -368,6 +435,13 @@ TEST_F(Cluster, StoppedWorkerIsDetectedAsHungAndReplaced) {
   for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
   const json report = plan["history"].back();
   PrintReplan("SIGSTOP rank 1 (spare available)", report);
+  // Detected by its silence: the time to detect runs from its last message,
+  // so it is at least the heartbeat timeout (it read ~0 when measured from
+  // the declaration).
+  EXPECT_GE(report["detect_seconds"].get<double>(), 1.0) << report.dump();
+  // (Its last heartbeat came up to an interval before the stop; the re-plan
+  // starts a moment after the test saw the loss.)
+  EXPECT_LE(report["detect_seconds"].get<double>(), detected + 2.0) << report.dump();
   // The spare takes rank 1; the three others keep their ranks and weights.
   EXPECT_GE(report["reused_weight_bytes"].get<int64_t>(), report["weight_bytes"].get<int64_t>() / 2)
       << report.dump();
@@ -670,6 +744,50 @@ TEST_F(Cluster, AKilledWorkerIsDeclaredLostWhenItsPeersSeeItsConnectionBreak) {
   PrintReplan("kill -9 rank 3 (6 s heartbeat timeout)", report);
   EXPECT_LT(report.value("drain_seconds", 99.0), 0.1) << report.dump();
   ExpectStreamsMatch(want);
+}
+
+// kill -9 the last pipeline stage's worker while the cluster is idle, with a
+// long heartbeat timeout (6 s): no peer waits on a receive from the last
+// stage (its tokens go to the coordinator), so no survivor reports it at
+// once; the coordinator sees its control connection close and declares it
+// lost after the 0.2 s grace (the replica stops being ready), the spare
+// takes the stage, and the time to detect is measured from the close. (It
+// took the heartbeat timeout, or stage 0's next keepalive, before, and
+// detect_seconds read ~0 after a heartbeat loss.)
+TEST_F(Cluster, AKilledLastStageWorkerIsDeclaredLostWhenItsConnectionCloses) {
+  const double heartbeat_timeout = 6.0;
+  // The workers' default collective timeout (30 s): an idle stage 0 sends
+  // its keepalive down the pipeline every 10 s, and only a send that fails
+  // could have named the dead stage before.
+  Launch(1, 2, 3, 10.0, 0.5, heartbeat_timeout, 30.0);
+  const std::vector<std::string> want = Reference();
+  const std::string victim = WorkerOfRank(1);  // stage 1 of 2
+  const pid_t pid = PidOfRank(1);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(HttpCall(port_, "GET", "/readyz").status, 200);
+  const auto killed = Clock::now();
+  kill(pid, SIGKILL);
+  const double declared = SecondsUntilFailed(victim, killed, heartbeat_timeout + 5);
+  std::printf("killed last-stage worker declared lost after %.2f s (heartbeat timeout %.1f s)\n",
+              declared, heartbeat_timeout);
+  ASSERT_GE(declared, 0) << CoordinatorLog();
+  EXPECT_LT(declared, 1.0) << CoordinatorLog();
+  const json plan = WaitForPlan(2, 60);
+  const double serving = Since(killed);
+  std::printf("serving plan %d again %.2f s after kill -9\n", plan.value("plan_version", 0),
+              serving);
+  EXPECT_LT(serving, heartbeat_timeout) << CoordinatorLog();
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], victim);
+  const json report = plan["history"].back();
+  PrintReplan("kill -9 the last stage (6 s heartbeat timeout)", report);
+  // From the connection closing to the loss: at least the grace, and far
+  // from the heartbeat timeout a loss by silence would count.
+  EXPECT_GE(report["detect_seconds"].get<double>(), 0.15) << report.dump();
+  EXPECT_LT(report["detect_seconds"].get<double>(), heartbeat_timeout / 2) << report.dump();
+  EXPECT_NE(CoordinatorLog().find("worker " + victim + " lost (its control connection closed)"),
+            std::string::npos)
+      << CoordinatorLog();
+  EXPECT_EQ(Reference(), want);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
                  "device index on this host: the GPU this rank runs on (worker.backend auto or "
                  "cuda)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--id", o.worker_id, "worker id to request (default: assigned)");
+  app.add_option("--id", o.worker_id, "worker id to request (default: HOST:DEVICE)");
   app.add_option("--timeout", o.collective_timeout_seconds,
                  "seconds before a collective is declared failed")
       ->check(CLI::PositiveNumber);

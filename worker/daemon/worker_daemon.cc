@@ -161,7 +161,11 @@ Status WorkerDaemon::Run() {
       control::Register reg,
       BuildRegistration(*report, {options_.device, !on_gpu_, options_.host, data_address}));
   registration_ = reg;
-  TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id));
+  // Asked for by host and device (DefaultWorkerId), so a restarted worker
+  // keeps its id.
+  TESSERA_RETURN_IF_ERROR(client.Register(reg, options_.worker_id.empty()
+                                                   ? DefaultWorkerId(reg.host(), options_.device)
+                                                   : options_.worker_id));
   TESSERA_ASSIGN_OR_RETURN(std::string id,
                            client.WaitRegistered(std::chrono::milliseconds(
                                static_cast<int64_t>(options_.register_timeout_seconds * 1000))));

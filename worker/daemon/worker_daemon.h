@@ -73,7 +73,7 @@ inline constexpr double kPlanEndGraceSeconds = 0.5;
 struct WorkerDaemonOptions {
   std::string coordinator;  // "tcp://HOST:PORT"
   int device = 0;           // device index on this host
-  std::string worker_id;    // requested id ("" = assigned by the coordinator)
+  std::string worker_id;    // requested id ("" = DefaultWorkerId(host, device))
   std::string host;         // host name reported at registration ("" = gethostname)
   // Address this worker's Gloo device binds and advertises; "" = the local
   // address that routes to the coordinator (LocalAddressToward).

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/wire/control_codec.h"
+
 namespace tessera {
 
 StatusOr<control::Register> BuildRegistration(const TopologyReport& report,
@@ -52,6 +54,17 @@ StatusOr<control::Register> BuildRegistration(const TopologyReport& report,
   topo->set_source(report.source);
   reg.set_topology_json(TopologyReportToJson(report, -1));
   return reg;
+}
+
+std::string DefaultWorkerId(const std::string& host, int device) {
+  const std::string suffix = ":" + std::to_string(device);
+  std::string id = host.substr(0, kMaxWorkerIdBytes - suffix.size());
+  for (char& c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '@' || c == '-';
+    if (!ok) c = '-';
+  }
+  return id + suffix;
 }
 
 }  // namespace tessera

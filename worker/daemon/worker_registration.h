@@ -39,4 +39,13 @@ struct WorkerRegistrationOptions {
 StatusOr<control::Register> BuildRegistration(const TopologyReport& report,
                                               const WorkerRegistrationOptions& options);
 
+// The id a worker asks for when given no --id: "<host>:<device>" (e.g.
+// "gpu-node-3:5"), so one host's device keeps its id across restarts of its
+// worker (its drain mark and exclusions, keyed by id, stay with it) and ids
+// name what they run on. Characters a worker id may not hold
+// (common/wire/control_codec.h IsValidWorkerId: [A-Za-z0-9._:@-]) become
+// '-', and the host is cut so the id fits kMaxWorkerIdBytes.
+// `host`: Register.host (worker.host, or the report's host name).
+std::string DefaultWorkerId(const std::string& host, int device);
+
 }  // namespace tessera

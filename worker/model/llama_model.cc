@@ -11,6 +11,7 @@
 #include "kernels/geglu.h"
 #include "kernels/head_rms_norm.h"
 #include "kernels/linear.h"
+#include "kernels/linear_fp8.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -50,6 +51,16 @@ LlamaModel::LlamaModel(const ModelConfig& config, StageWeights weights, Communic
 
 StatusOr<Tensor> LlamaModel::Alloc(const std::vector<int64_t>& shape) const {
   return backend_->Allocate(shape, dtype_);
+}
+
+Status LlamaModel::Project(const Tensor& x, const Tensor& w, const kernels::Fp8Scales& scales,
+                           const Tensor& bias, Tensor& y) const {
+  if (w.dtype() != DType::kF8E4M3) return kernels::Linear(x, w, bias, y);
+  Tensor scratch;
+  if (backend_->device() == Device::kCPU || x.dim(0) > kernels::kFp8SkinnyMaxTokens) {
+    TESSERA_ASSIGN_OR_RETURN(scratch, Alloc({w.dim(0) * w.dim(1)}));
+  }
+  return kernels::LinearFp8(x, w, scales, bias, y, scratch);
 }
 
 StatusOr<Tensor> LlamaModel::NewHidden(int64_t tokens) const {
@@ -360,7 +371,7 @@ Status LlamaModel::ProjectQkv(const LayerWeights& w, const Tensor& x, Tensor& q,
   const int64_t q_cols = lay.heads_local * config_.head_dim;
   const int64_t kv_cols = lay.kv_heads_local * config_.head_dim;
   TESSERA_ASSIGN_OR_RETURN(Tensor qkv, Alloc({tokens, q_cols + 2 * kv_cols}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.qkv_proj, w.qkv_bias, qkv));
+  TESSERA_RETURN_IF_ERROR(Project(x, w.qkv_proj, w.qkv_scales, w.qkv_bias, qkv));
   if (tokens == 1) {
     const Tensor row = qkv.Reshape({q_cols + 2 * kv_cols});
     q = row.Slice0(0, q_cols).Reshape({1, q_cols});
@@ -418,7 +429,7 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
       q3, cache.layer(local), in.attention, scale, attn, config_.LayerSlidingWindow(layer),
       static_cast<float>(config_.attn_logit_softcapping)));
   TESSERA_ASSIGN_OR_RETURN(Tensor o, Alloc({tokens, hidden}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(attn, w.o_proj, Tensor(), o));
+  TESSERA_RETURN_IF_ERROR(Project(attn, w.o_proj, w.o_scales, Tensor(), o));
   TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));
   // Row-parallel biases are added once, after the all-reduce.
   if (w.o_bias.defined()) TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(o, Tensor(), w.o_bias));
@@ -447,7 +458,7 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   // One GEMM for gate and up (the fused weight), then the activation reads
   // both halves of each row of its output.
   TESSERA_ASSIGN_OR_RETURN(Tensor gate_up, Alloc({tokens, 2 * lay.inter_local}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.gate_up_proj, w.gate_up_bias, gate_up));
+  TESSERA_RETURN_IF_ERROR(Project(x, w.gate_up_proj, w.gate_up_scales, w.gate_up_bias, gate_up));
   TESSERA_ASSIGN_OR_RETURN(Tensor act, Alloc({tokens, lay.inter_local}));
   if (config_.hidden_activation == Activation::kGeluTanh) {
     TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMulFused(gate_up, act));
@@ -456,7 +467,7 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   }
   gate_up = Tensor();  // back to the allocator before the down projection's output
   TESSERA_ASSIGN_OR_RETURN(Tensor down, Alloc({tokens, hidden}));
-  TESSERA_RETURN_IF_ERROR(kernels::Linear(act, w.down_proj, Tensor(), down));
+  TESSERA_RETURN_IF_ERROR(Project(act, w.down_proj, w.down_scales, Tensor(), down));
   TESSERA_RETURN_IF_ERROR(AllReduce(down, "mlp", layer));
   if (w.down_bias.defined())
     TESSERA_RETURN_IF_ERROR(kernels::AddInPlace(down, Tensor(), w.down_bias));

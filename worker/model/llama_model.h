@@ -157,6 +157,11 @@ class LlamaModel {
   // * head_dim], k and v [tokens, kv_heads_local * head_dim] (views of the
   // GEMM's output row for one token, copies split from it otherwise).
   Status ProjectQkv(const LayerWeights& w, const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const;
+  // y = x w^T (+ bias): kernels::Linear, or kernels::LinearFp8 with `scales`
+  // when w is kept in FP8 (stage_weights.h), with a scratch buffer for the
+  // dequantized weight where the kernel needs one.
+  Status Project(const Tensor& x, const Tensor& w, const kernels::Fp8Scales& scales,
+                 const Tensor& bias, Tensor& y) const;
   // q and k of one layer rotated in place with the layer's table.
   Status Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3);
   // Uploads the fixed RoPE tables on the first step.

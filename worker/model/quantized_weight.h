@@ -84,4 +84,17 @@ StatusOr<QuantizedWeight> QuantizeShardOnline(const Checkpoint& checkpoint, cons
 // Precondition: dst holds rows() * cols() floats.
 void DequantizeToF32(const QuantizedWeight& w, float* dst);
 
+// The scales of `w` as a backend keeping FP8 holds them (kernels/linear_fp8.h
+// Fp8Scales): one row of ScaleColumnsPerRow(w) fp32 scales per weight row,
+// column j covering the slice's columns [j * block_cols - phase, (j + 1) *
+// block_cols - phase) with phase = ScaleColumnPhase(w) (col_origin mod
+// block_cols); one column for per-channel and per-tensor scales. A block
+// scale is repeated for each row of its block (4 bytes per row and block of
+// columns: 1/32 of the FP8 bytes at 128 x 128 blocks), so that fused q|k|v
+// and gate|up rows and tp slices that cut a block need no row alignment.
+// Precondition: dst holds rows() * ScaleColumnsPerRow(w) floats.
+int64_t ScaleColumnsPerRow(const QuantizedWeight& w);
+int64_t ScaleColumnPhase(const QuantizedWeight& w);
+void ScalesPerRow(const QuantizedWeight& w, float* dst);
+
 }  // namespace tessera

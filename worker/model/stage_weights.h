@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/base/tensor.h"
+#include "kernels/linear_fp8.h"
 
 namespace tessera {
 
@@ -68,6 +69,12 @@ struct LayerWeights {
   Tensor shared_gate_proj;    // [shared_inter_local, hidden] column-parallel, or undefined
   Tensor shared_up_proj;      // [shared_inter_local, hidden] column-parallel, or undefined
   Tensor shared_down_proj;    // [hidden, shared_inter_local] row-parallel, or undefined
+  // FP8 projections kept in FP8 (kernels::Backend::keeps_fp8_weights): the
+  // projection above is then F8E4M3 and these are its per-row scales
+  // (kernels/linear_fp8.h; worker/model/quantized_weight.h ScalesPerRow),
+  // the fused ones holding the parts' scale rows in the parts' row order.
+  // Undefined scales for a projection in the compute dtype.
+  kernels::Fp8Scales qkv_scales, o_scales, gate_up_scales, down_scales;
 
   bool sparse() const { return router.defined(); }
 };
@@ -113,7 +120,9 @@ struct StageWeights {
   // read from an FP8 checkpoint or quantized online (QuantizedWeight::nbytes,
   // worker/model/quantized_weight.h): what a backend that keeps FP8 weights
   // would hold for them. The dense slots above hold them dequantized (fp32 on
-  // the CPU), counted in weight_bytes. 0 for a dense model.
+  // the CPU), counted in weight_bytes; on a backend that keeps FP8 the slots
+  // hold the FP8 values and LayerWeights' scales, counted in weight_bytes
+  // too. 0 for a dense model.
   int64_t quantized_bytes = 0;
 };
 

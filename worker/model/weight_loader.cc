@@ -118,18 +118,37 @@ struct FusedGroup {
   int num_parts;
   Tensor LayerWeights::*fused;
   const char* name;
+  kernels::Fp8Scales LayerWeights::*scales;  // where FP8 scales go; null for biases
 };
 const FusedGroup kFusedGroups[] = {
     {{TensorRole::kQProj, TensorRole::kKProj, TensorRole::kVProj},
      3,
      &LayerWeights::qkv_proj,
-     "qkv_proj"},
+     "qkv_proj",
+     &LayerWeights::qkv_scales},
     {{TensorRole::kQBias, TensorRole::kKBias, TensorRole::kVBias},
      3,
      &LayerWeights::qkv_bias,
-     "qkv_bias"},
-    {{TensorRole::kGateProj, TensorRole::kUpProj}, 2, &LayerWeights::gate_up_proj, "gate_up_proj"},
-    {{TensorRole::kGateBias, TensorRole::kUpBias}, 2, &LayerWeights::gate_up_bias, "gate_up_bias"},
+     "qkv_bias",
+     nullptr},
+    {{TensorRole::kGateProj, TensorRole::kUpProj},
+     2,
+     &LayerWeights::gate_up_proj,
+     "gate_up_proj",
+     &LayerWeights::gate_up_scales},
+    {{TensorRole::kGateBias, TensorRole::kUpBias},
+     2,
+     &LayerWeights::gate_up_bias,
+     "gate_up_bias",
+     nullptr},
+};
+
+// How a projection kept in FP8 holds its scales (kernels/linear_fp8.h): 0
+// scale columns = it is not kept (dense, or dequantized at load).
+struct Fp8Layout {
+  int64_t scale_cols = 0;
+  int64_t cols_per_scale = 1;
+  int64_t col_phase = 0;
 };
 
 using ShardKey = std::tuple<std::string, int64_t, int64_t>;
@@ -153,6 +172,7 @@ const Tensor* HeldSlice(const HeldWeights* held, const TensorShard& t, DType dty
 struct PartDest {
   Tensor view;
   bool taken = false;
+  Tensor scales_view;  // its rows of the fused FP8 scales, when the group is kept in FP8
 };
 using PartDests = std::map<std::pair<TensorRole, int>, PartDest>;
 
@@ -165,7 +185,11 @@ using PartDests = std::map<std::pair<TensorRole, int>, PartDest>;
 // stack; allocation errors naming the tensor.
 Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, StageWeights& w,
                       kernels::Backend& backend, DType dtype, const HeldWeights* held,
-                      PartDests& dests) {
+                      const Fp8Layout& fp8, PartDests& dests) {
+  if (fp8.scale_cols > 0) {
+    dtype = DType::kF8E4M3;  // held weights are in the compute dtype: none is reused
+    held = nullptr;
+  }
   std::vector<const TensorShard*> shards;
   for (int i = 0; i < g.num_parts; ++i) {
     auto s = spec.Find(g.parts[i], layer);
@@ -210,13 +234,24 @@ Status PlanFusedGroup(const FusedGroup& g, int layer, const ShardSpec& spec, Sta
     if (!a.ok()) return a.status().WithContext("allocating the fused " + where);
     fused = std::move(*a);
   }
-  w.layers[static_cast<size_t>(layer - w.layout.first_layer)].*g.fused = fused;
+  LayerWeights& lw = w.layers[static_cast<size_t>(layer - w.layout.first_layer)];
+  lw.*g.fused = fused;
+  Tensor scales;
+  if (fp8.scale_cols > 0) {
+    auto a = backend.Allocate({shape[0], fp8.scale_cols}, DType::kF32);
+    if (!a.ok()) return a.status().WithContext("allocating the FP8 scales of " + where);
+    scales = std::move(*a);
+    lw.*g.scales = kernels::Fp8Scales{scales, fp8.cols_per_scale, fp8.col_phase};
+    w.weight_bytes += static_cast<int64_t>(scales.nbytes());
+  }
   int64_t row = 0;
   for (const TensorShard* s : shards) {
     TESSERA_ASSIGN_OR_RETURN(Tensor * slot, Slot(w, *s));
-    *slot = fused.Slice0(row, row + s->local_shape[0]);
-    dests[{s->role, layer}] = PartDest{*slot, taken};
-    row += s->local_shape[0];
+    const int64_t end = row + s->local_shape[0];
+    *slot = fused.Slice0(row, end);
+    dests[{s->role, layer}] =
+        PartDest{*slot, taken, scales.defined() ? scales.Slice0(row, end) : Tensor()};
+    row = end;
   }
   return Status::Ok();
 }
@@ -246,18 +281,93 @@ StatusOr<QuantMethod> ShardQuantization(const TensorShard& t, const TensorInfo& 
   return QuantMethod::kNone;
 }
 
+// How shard `t` is held on `backend` when it stays FP8 there
+// (Backend::keeps_fp8_weights): the scale layout the FP8 kernels take, or
+// scale_cols 0 when it is dense or its columns do not fit those kernels
+// (multiples of 16, kernels/linear_fp8.h): then it is dequantized at load.
+StatusOr<Fp8Layout> KeptFp8Layout(const Checkpoint& checkpoint, const ModelConfig& config,
+                                  const TensorShard& t, const kernels::Backend& backend) {
+  Fp8Layout out;
+  if (!backend.keeps_fp8_weights() || t.alt != AltForm::kNone || t.full_shape.size() != 2)
+    return out;
+  TESSERA_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Find(t.name));
+  TESSERA_ASSIGN_OR_RETURN(const QuantMethod m, ShardQuantization(t, info, config));
+  if (m == QuantMethod::kNone) return out;
+  const QuantizationConfig& q = config.quantization;
+  const int64_t c0 = t.split_dim == 1 ? t.begin : 0;
+  const int64_t cols = (t.split_dim == 1 ? t.end : t.full_shape[1]) - c0;
+  if (cols % 16 != 0) return out;
+  if (m == QuantMethod::kOnlineFp8 || q.weight_scale != WeightScaleKind::kBlock) {
+    out.scale_cols = 1;
+    out.cols_per_scale = cols;
+    return out;
+  }
+  out.col_phase = c0 % q.block_cols;
+  if (q.block_cols % 16 != 0 || out.col_phase % 16 != 0) return out;
+  out.cols_per_scale = q.block_cols;
+  out.scale_cols = (cols + out.col_phase + q.block_cols - 1) / q.block_cols;
+  return out;
+}
+
+// The FP8 scales of a projection that is not fused (o_proj, down_proj), or null.
+kernels::Fp8Scales* UnfusedScalesSlot(StageWeights& w, const TensorShard& t) {
+  if (t.role != TensorRole::kOProj && t.role != TensorRole::kDownProj) return nullptr;
+  const int local = t.layer - w.layout.first_layer;
+  if (local < 0 || local >= w.layout.num_layers()) return nullptr;
+  LayerWeights& l = w.layers[static_cast<size_t>(local)];
+  return t.role == TensorRole::kOProj ? &l.o_scales : &l.down_scales;
+}
+
+// Keeps the FP8 slice `q` of `t` on the backend: its values into `into` (or
+// a new F8E4M3 tensor) and its per-row scales (ScalesPerRow) into
+// `*scales_dst` (a view to fill, or undefined: a new tensor). Errors:
+// kInternal when the slice's scale layout is not the planned one; device
+// errors naming the tensor.
+StatusOr<Tensor> KeepFp8(const QuantizedWeight& q, const TensorShard& t, const Fp8Layout& layout,
+                         kernels::Backend& backend, const Tensor* into, Tensor* scales_dst) {
+  if (ScaleColumnsPerRow(q) != layout.scale_cols || ScaleColumnPhase(q) != layout.col_phase)
+    return Internal(
+        "weight loader: FP8 tensor '" + t.name + "' has " + std::to_string(ScaleColumnsPerRow(q)) +
+        " scale columns per row (phase " + std::to_string(ScaleColumnPhase(q)) + "), planned " +
+        std::to_string(layout.scale_cols) + " (phase " + std::to_string(layout.col_phase) + ")");
+  Tensor dst;
+  if (into != nullptr) {
+    dst = *into;
+  } else {
+    auto a = backend.Allocate(t.local_shape, DType::kF8E4M3);
+    if (!a.ok()) return a.status().WithContext("loading FP8 tensor '" + t.name + "'");
+    dst = std::move(*a);
+  }
+  Status s = backend.Copy(dst, q.values);
+  if (!s.ok()) return s.WithContext("loading FP8 tensor '" + t.name + "'");
+  Tensor host = Tensor::Empty({q.rows(), layout.scale_cols});
+  ScalesPerRow(q, host.data<float>());
+  if (scales_dst->defined()) {
+    s = backend.Copy(*scales_dst, host);
+    if (!s.ok()) return s.WithContext("loading the scales of FP8 tensor '" + t.name + "'");
+  } else {
+    auto up = backend.Upload(host);
+    if (!up.ok()) return up.status().WithContext("loading the scales of '" + t.name + "'");
+    *scales_dst = std::move(*up);
+  }
+  return dst;
+}
+
 // Reads `t`'s slice from the checkpoint in `dtype` onto the backend: into
 // `into` (a part's row view, local_shape) when given, else into a new
 // tensor. On the CPU a part is read (or converted) straight into its view.
 // A quantized slice is read (or quantized) as a QuantizedWeight, whose
 // bytes are added to `*quantized_bytes`, and dequantized to fp32: every
-// backend computes with dense weights today (quantized_weight.h).
+// backend computes with dense weights today (quantized_weight.h), unless
+// `keep` plans it in FP8 (KeptFp8Layout): then values and scales are kept
+// (KeepFp8, scales into `*scales_dst`).
 // With `queue` (a device backend) a dense shard in the compute dtype is read in chunks of
 // rows through it (worker/model/shard_upload.h): in place once the queue finishes.
 StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& config,
                            const TensorShard& t, DType dtype, kernels::Backend& backend,
                            const Tensor* into, int64_t* quantized_bytes,
-                           kernels::UploadQueue* queue) {
+                           kernels::UploadQueue* queue, const Fp8Layout& keep = Fp8Layout{},
+                           Tensor* scales_dst = nullptr) {
   // A transformers 5 checkpoint names (or stacks) some MoE tensors otherwise.
   const bool alt = t.alt != AltForm::kNone && !checkpoint.Has(t.name) && checkpoint.Has(t.alt_name);
   const std::string& source = alt ? t.alt_name : t.name;
@@ -271,6 +381,14 @@ StatusOr<Tensor> ReadShard(const Checkpoint& checkpoint, const ModelConfig& conf
                            "] but config.json implies [" + want + "]");
   }
   TESSERA_ASSIGN_OR_RETURN(const QuantMethod quant, ShardQuantization(t, info, config));
+  if (quant != QuantMethod::kNone && keep.scale_cols > 0 && scales_dst != nullptr) {
+    StatusOr<QuantizedWeight> q = quant == QuantMethod::kOnlineFp8
+                                      ? QuantizeShardOnline(checkpoint, t)
+                                      : ReadQuantizedShard(checkpoint, t, config.quantization);
+    if (!q.ok()) return q.status().WithContext("loading FP8 tensor '" + t.name + "'");
+    *quantized_bytes += q->nbytes();
+    return KeepFp8(*q, t, keep, backend, into, scales_dst);
+  }
   if (queue != nullptr && quant == QuantMethod::kNone && !alt &&
       ShardUploadApplies(t, info, dtype, queue->staging_bytes())) {
     Tensor dst;
@@ -386,10 +504,24 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
   }
 
   // The fused tensors first, so each part is read into its rows.
+  // A projection group stays FP8 when every part does (KeptFp8Layout).
   PartDests parts;
   for (int layer = lay.first_layer; layer < lay.end_layer; ++layer) {
-    for (const FusedGroup& g : kFusedGroups)
-      TESSERA_RETURN_IF_ERROR(PlanFusedGroup(g, layer, spec, w, backend, dtype, held, parts));
+    for (const FusedGroup& g : kFusedGroups) {
+      Fp8Layout fp8;
+      for (int i = 0; g.scales != nullptr && i < g.num_parts; ++i) {
+        auto s = spec.Find(g.parts[i], layer);
+        if (!s.ok()) break;
+        TESSERA_ASSIGN_OR_RETURN(const Fp8Layout part,
+                                 KeptFp8Layout(checkpoint, config, **s, backend));
+        if (part.scale_cols == 0 || (i > 0 && part.scale_cols != fp8.scale_cols)) {
+          fp8 = Fp8Layout{};
+          break;
+        }
+        fp8 = part;
+      }
+      TESSERA_RETURN_IF_ERROR(PlanFusedGroup(g, layer, spec, w, backend, dtype, held, fp8, parts));
+    }
   }
 
   int64_t total = 0;
@@ -419,15 +551,23 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
         count(dest.view, true);
         continue;
       }
-      if (const Tensor* h = HeldSlice(held, t, dtype, backend.device())) {
+      const Tensor* h =
+          dest.scales_view.defined() ? nullptr : HeldSlice(held, t, dtype, backend.device());
+      if (h != nullptr) {
         Tensor dst = dest.view;
         Status s = backend.Copy(dst, *h);
         if (!s.ok()) return s.WithContext("reusing tensor '" + t.name + "'");
         count(dst, true);
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend,
-                                                     &dest.view, &w.quantized_bytes, queue.get()));
+      Tensor scales_view = dest.scales_view;
+      Fp8Layout keep;
+      if (scales_view.defined()) {
+        TESSERA_ASSIGN_OR_RETURN(keep, KeptFp8Layout(checkpoint, config, t, backend));
+      }
+      TESSERA_ASSIGN_OR_RETURN(Tensor dst,
+                               ReadShard(checkpoint, config, t, dtype, backend, &dest.view,
+                                         &w.quantized_bytes, queue.get(), keep, &scales_view));
       count(dst, false);
       continue;
     }
@@ -436,14 +576,27 @@ StatusOr<StageWeights> LoadStageWeights(const Checkpoint& checkpoint, const Mode
       *slot = it->second;
       continue;
     }
-    if (const Tensor* h = HeldSlice(held, t, dtype, backend.device())) {
+    kernels::Fp8Scales* scales = UnfusedScalesSlot(w, t);
+    Fp8Layout keep;
+    if (scales != nullptr) {
+      TESSERA_ASSIGN_OR_RETURN(keep, KeptFp8Layout(checkpoint, config, t, backend));
+    }
+    // Held weights are in the compute dtype: an FP8 projection is read again.
+    const Tensor* h = keep.scale_cols > 0 ? nullptr : HeldSlice(held, t, dtype, backend.device());
+    if (h != nullptr) {
       *slot = *h;
       read.emplace(key, *h);
       count(*h, true);
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor dst, ReadShard(checkpoint, config, t, dtype, backend, nullptr,
-                                                   &w.quantized_bytes, queue.get()));
+    TESSERA_ASSIGN_OR_RETURN(
+        Tensor dst, ReadShard(checkpoint, config, t, dtype, backend, nullptr, &w.quantized_bytes,
+                              queue.get(), keep, keep.scale_cols > 0 ? &scales->scales : nullptr));
+    if (keep.scale_cols > 0) {
+      scales->cols_per_scale = keep.cols_per_scale;
+      scales->col_phase = keep.col_phase;
+      w.weight_bytes += static_cast<int64_t>(scales->scales.nbytes());
+    }
     *slot = dst;
     read.emplace(key, dst);
     count(dst, false);

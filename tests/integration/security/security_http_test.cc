@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -317,6 +318,7 @@ class SecurityHttpDaemon : public ::testing::Test {
     o.parallel_toml = "tp = 1\npp = 1\n";
     o.admin_toml = std::string("port = 0\ntoken = \"") + kToken + "\"\n";
     o.heartbeat_toml = o.kv_cache_toml = o.scheduler_toml = "";
+    o.server_toml += "max_body_bytes = " + std::to_string(kMaxBodyBytes) + "\n";
     o.workers = 0;
     o.spare_worker_keys = 1;  // the one worker the plan wants, never started
     o.wait_ready = false;
@@ -344,6 +346,7 @@ class SecurityHttpDaemon : public ::testing::Test {
   }
 
   static constexpr const char* kToken = "sec-http-token";
+  static constexpr int64_t kMaxBodyBytes = 1 << 20;  // server.max_body_bytes
   static inline ::tessera::testing::DaemonCluster* cluster_ = nullptr;
   static inline const std::string* dir_ = nullptr;  // the cluster's
   static inline std::string* start_error_ = nullptr;
@@ -404,6 +407,23 @@ TEST_F(SecurityHttpDaemon, SmuggledRequestsNeverRunAndTheCoordinatorGoesOn) {
   auto refused = Call(Request("GET /admin/cluster HTTP/1.1", "Host: t\r\n" + wrong));
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(waitpid(pid_, nullptr, WNOHANG), 0) << "the coordinator exited";
+}
+
+// A body over server.max_body_bytes, sent by clients that write the whole
+// body before they read (Python's urllib and http.client, with
+// Content-Length and chunked): each reads its 413, because the coordinator
+// reads and discards the refused body before it closes. (They saw a broken
+// pipe when it closed after reading 1 MiB of it.)
+TEST_F(SecurityHttpDaemon, ABodyOverTheLimitGetsItsStatusNotAResetWithPythonClients) {
+  const char* python = std::getenv("TESSERA_PYTHON");
+  ASSERT_NE(python, nullptr) << "TESSERA_PYTHON is not set: run the tests through scripts/test";
+  auto [rc, out] = ::tessera::testing::RunCommand(
+      std::string(python) + " " +
+      ::tessera::testing::FixturePath("../support/body_limit_client_check.py") + " " +
+      std::to_string(ports_->api) + " " + std::to_string(kMaxBodyBytes));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("body limit client checks passed"), std::string::npos) << out;
   EXPECT_EQ(waitpid(pid_, nullptr, WNOHANG), 0) << "the coordinator exited";
 }
 

@@ -46,6 +46,7 @@ struct ServerLog {
   std::vector<std::pair<ControlPeer, Envelope>> messages;
   std::vector<Clock::time_point> received;  // when each of messages arrived
   std::vector<std::pair<std::string, Clock::time_point>> lost;
+  std::vector<ControlWorkerLoss> losses;  // why each of lost was declared
   std::vector<std::pair<ControlPeer, Status>> drops;
 
   size_t Count(Envelope::BodyCase body) {
@@ -80,9 +81,10 @@ ControlServerOptions ServerOptions(ServerLog* log, milliseconds interval, int mi
     log->messages.emplace_back(p, e);
     log->received.push_back(Clock::now());
   };
-  o.on_worker_lost = [log](const std::string& id) {
+  o.on_worker_lost = [log](const std::string& id, const ControlWorkerLoss& loss) {
     std::lock_guard<std::mutex> lock(log->mu);
     log->lost.emplace_back(id, Clock::now());
+    log->losses.push_back(loss);
   };
   o.on_dropped = [log](const ControlPeer& p, const Status& s) {
     std::lock_guard<std::mutex> lock(log->mu);
@@ -296,36 +298,43 @@ TEST(ControlPlane, SilentWorkerIsReportedLostWithinTheTimeout) {
   ControlServer server(ServerOptions(&slog, milliseconds(100), 4));
   StatusOr<std::string> endpoint = server.Start("tcp://127.0.0.1:*");
   ASSERT_TRUE(endpoint.ok());
-  ClientLog clog_a, clog_b;
+  ClientLog clog_a;
   ControlClient stays(ClientOptions(&clog_a));
-  ControlClient leaves(ClientOptions(&clog_b));
   ASSERT_TRUE(stays.Connect(*endpoint).ok());
-  ASSERT_TRUE(leaves.Connect(*endpoint).ok());
   ASSERT_TRUE(stays.Register(ValidRegisterBody(), "stays").ok());
-  ASSERT_TRUE(leaves.Register(ValidRegisterBody(), "leaves").ok());
   ASSERT_TRUE(stays.WaitRegistered(milliseconds(3000)).ok());
-  ASSERT_TRUE(leaves.WaitRegistered(milliseconds(3000)).ok());
-  std::this_thread::sleep_for(milliseconds(300));
-  ASSERT_EQ(slog.Lost(), 0u);
+  // "leaves" registers, then falls silent with its connection open (a
+  // stopped process, a hung host): only the missing heartbeats tell.
+  RawDealer leaves(*endpoint, "leaves-peer");
+  Envelope reg = ValidRegister();
+  reg.set_worker_id("leaves");
+  leaves.Send(Serialize(reg));
+  std::optional<Envelope> ack = leaves.Recv(milliseconds(3000));
+  ASSERT_TRUE(ack.has_value() && ack->register_ack().accepted());
+  const Clock::time_point silent_from = Clock::now();
 
-  const Clock::time_point stopped = Clock::now();
-  leaves.Stop();
   ASSERT_TRUE(WaitUntil([&] { return slog.Lost() >= 1; }, milliseconds(3000)));
   std::pair<std::string, Clock::time_point> lost;
+  ControlWorkerLoss loss;
   Clock::time_point last_heard;
   {
     std::lock_guard<std::mutex> lock(slog.mu);
     lost = slog.lost[0];
+    loss = slog.losses[0];
     for (size_t i = 0; i < slog.messages.size(); ++i)
       if (slog.messages[i].first.worker_id == "leaves") last_heard = slog.received[i];
   }
   EXPECT_EQ(lost.first, "leaves");
-  EXPECT_GT(lost.second, stopped);
+  EXPECT_EQ(loss.cause, ControlWorkerLoss::Cause::kMissedHeartbeats);
+  // The loss dates from its last message, not from the declaration.
+  EXPECT_LE(loss.since, silent_from);
+  EXPECT_LE(loss.since, last_heard);
   // Declared lost once 4 intervals passed since its last message, found by a
   // check that runs every 25 ms (the bound leaves a second for scheduling).
   const double silent = std::chrono::duration<double>(lost.second - last_heard).count();
   EXPECT_GE(silent, 0.4);
   EXPECT_LE(silent, 1.4);
+  EXPECT_GE(std::chrono::duration<double>(lost.second - loss.since).count(), 0.4);
   // Only that one; the other keeps heartbeating.
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_EQ(slog.Lost(), 1u);
@@ -335,6 +344,7 @@ TEST(ControlPlane, SilentWorkerIsReportedLostWithinTheTimeout) {
   Status send = server.Send("leaves", drain);
   EXPECT_EQ(send.code(), StatusCode::kUnavailable) << send.ToString();
   EXPECT_EQ(server.stats().workers_lost, 1u);
+  EXPECT_EQ(server.stats().connections_closed, 0u);
   // A new worker may take over the lost one's id.
   ClientLog clog_c;
   ControlClient returns(ClientOptions(&clog_c));
@@ -344,6 +354,47 @@ TEST(ControlPlane, SilentWorkerIsReportedLostWithinTheTimeout) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(server.Send("leaves", drain).ok());
   EXPECT_TRUE(WaitUntil([&] { return clog_c.Count(Envelope::kDrain) == 1; }, milliseconds(2000)));
+}
+
+// A worker whose connection closes (its process exited or was killed: the
+// kernel closes its sockets) is lost after the short grace, long before its
+// heartbeats would run out (here 50 x 100 ms); the one that stays is not.
+TEST(ControlPlane, AClosedConnectionIsReportedLostAfterTheGraceNotTheTimeout) {
+  ServerLog slog;
+  ControlServer server(ServerOptions(&slog, milliseconds(100), 50));
+  StatusOr<std::string> endpoint = server.Start("tcp://127.0.0.1:*");
+  ASSERT_TRUE(endpoint.ok());
+  ClientLog clog_a, clog_b;
+  ControlClient stays(ClientOptions(&clog_a));
+  ControlClient leaves(ClientOptions(&clog_b));
+  ASSERT_TRUE(stays.Connect(*endpoint).ok());
+  ASSERT_TRUE(leaves.Connect(*endpoint).ok());
+  ASSERT_TRUE(stays.Register(ValidRegisterBody(), "stays").ok());
+  ASSERT_TRUE(leaves.Register(ValidRegisterBody(), "leaves").ok());
+  ASSERT_TRUE(stays.WaitRegistered(milliseconds(3000)).ok());
+  ASSERT_TRUE(leaves.WaitRegistered(milliseconds(3000)).ok());
+
+  const Clock::time_point closed = Clock::now();
+  leaves.Stop();  // closes its socket
+  ASSERT_TRUE(WaitUntil([&] { return slog.Lost() >= 1; }, milliseconds(4000)));
+  std::pair<std::string, Clock::time_point> lost;
+  ControlWorkerLoss loss;
+  {
+    std::lock_guard<std::mutex> lock(slog.mu);
+    lost = slog.lost[0];
+    loss = slog.losses[0];
+  }
+  EXPECT_EQ(lost.first, "leaves");
+  EXPECT_EQ(loss.cause, ControlWorkerLoss::Cause::kConnectionClosed);
+  EXPECT_STREQ(loss.reason(), "its control connection closed");
+  // The loss dates from the close; it is declared after the grace.
+  EXPECT_GE(loss.since, closed);
+  const double after_close = std::chrono::duration<double>(lost.second - closed).count();
+  const double declared_after = std::chrono::duration<double>(lost.second - loss.since).count();
+  EXPECT_GE(declared_after, kClosedConnectionGraceSeconds);
+  EXPECT_LT(after_close, 2.0) << "the heartbeat timeout is 5 s";
+  EXPECT_EQ(server.stats().connections_closed, 1u);
+  for (const ControlWorkerInfo& w : server.Workers()) EXPECT_EQ(w.alive, w.worker_id == "stays");
 }
 
 // A coordinator restart: the worker's client keeps its socket, the new

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/net/endpoint.h"
+#include "common/wire/control_codec.h"
 #include "coordinator/placement/cluster_model.h"
 #include "coordinator/placement/placement_planner.h"
 #include "worker/daemon/worker_registration.h"
@@ -94,6 +95,24 @@ TEST(WorkerRegistration, CpuAndGpuDevices) {
   auto missing = BuildRegistration(GpuHost("g", 2), {5, false, "", ""});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("GPU 5 is not on host g (its GPUs: 0, 1)"));
+}
+
+// A worker's default id is its host and device: the same after a restart,
+// whatever the order workers register in; always a valid worker id.
+TEST(WorkerRegistration, DefaultIdIsTheHostAndTheDevice) {
+  EXPECT_EQ(DefaultWorkerId("gpu-node-3", 5), "gpu-node-3:5");
+  EXPECT_EQ(DefaultWorkerId("gpu-node-3", 5), DefaultWorkerId("gpu-node-3", 5));
+  EXPECT_NE(DefaultWorkerId("gpu-node-3", 5), DefaultWorkerId("gpu-node-3", 4));
+  EXPECT_NE(DefaultWorkerId("a", 1), DefaultWorkerId("b", 1));
+  // Characters a worker id cannot hold become '-' (an IPv6 literal's ':'
+  // too, so the device stays the only part after a ':').
+  EXPECT_EQ(DefaultWorkerId("host name/x", 0), "host-name-x:0");
+  EXPECT_EQ(DefaultWorkerId("fd00::2", 1), "fd00--2:1");
+  EXPECT_TRUE(IsValidWorkerId(DefaultWorkerId("h\xc3\xa9 st", 12)));
+  const std::string long_id = DefaultWorkerId(std::string(500, 'h'), 123);
+  EXPECT_EQ(long_id.size(), kMaxWorkerIdBytes);
+  EXPECT_TRUE(IsValidWorkerId(long_id));
+  EXPECT_EQ(long_id.substr(long_id.size() - 4), ":123");
 }
 
 TEST(WorkerRegistration, EndpointsAndLocalAddress) {

@@ -55,6 +55,44 @@ TEST(Fp8E4M3, EveryCodeRoundTripsAndTheEdgesAreRight) {
   EXPECT_EQ(F32ToF8E4M3(std::ldexp(1.5f, -10)), 0x01);  // half of subnormals rounds to even
 }
 
+// fp32 -> e4m3 by its definition (frexp and round-half-even on the mantissa),
+// against which the bit-level F32ToF8E4M3 is checked.
+uint8_t ReferenceF32ToF8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80u : 0x00u;
+  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7fu);
+  const float a = std::min(std::fabs(f), kF8E4M3Max);
+  if (a < 0.015625f)
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f)));
+  int e = 0;
+  const float m = std::frexp(a, &e);
+  const int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
+  return static_cast<uint8_t>(sign | std::min(((e + 6) << 3) + mant, 0x7e));
+}
+
+// Every 61st fp32 bit pattern (all exponents, signs, NaNs and infinities, and
+// the rounding ties between e4m3 codes) converts as the definition does.
+TEST(Fp8E4M3, ConversionEqualsTheDefinitionAcrossFp32) {
+  size_t checked = 0;
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 61) {
+    const auto u = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    ASSERT_EQ(F32ToF8E4M3(f), ReferenceF32ToF8E4M3(f)) << std::hex << u << " = " << f;
+    ++checked;
+  }
+  // Exactly half way between neighbouring codes, at every exponent.
+  for (int b = 0; b < 0x7e; ++b) {
+    const float lo = F8E4M3ToF32(static_cast<uint8_t>(b));
+    const float hi = F8E4M3ToF32(static_cast<uint8_t>(b + 1));
+    for (float sgn : {1.0f, -1.0f}) {
+      const float mid = sgn * (lo + hi) / 2;
+      ASSERT_EQ(F32ToF8E4M3(mid), ReferenceF32ToF8E4M3(mid)) << mid;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 70000000u);
+}
+
 json FixtureQuant(const std::string& fixture) {
   return json::parse(
       ::tessera::testing::ReadFileOrDie(Fixture(fixture) + "/config.json"))["quantization_config"];

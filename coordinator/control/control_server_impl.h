@@ -1,0 +1,181 @@
+// The ControlServer's internals (coordinator/control/control_server.h),
+// shared by its files: control_server.cc (the socket, registration,
+// messages, sends) and control_server_liveness.cc (losses by missed
+// heartbeats or a closed connection, forgetting lost records). Not for use
+// outside them.
+//
+// Thread-safety: as ControlServer's: the owner thread (ZmqSocketLoop) runs
+// every Impl method but Enqueue and the registry readers; the registry is
+// guarded by registry_mu.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/base/log_window.h"
+#include "common/net/zmq_loop.h"
+#include "coordinator/control/control_server.h"
+
+namespace tessera {
+namespace control_server_internal {
+
+inline constexpr const char* kLog = "control-server";
+using Clock = std::chrono::steady_clock;
+
+// A routing id as logs and ControlPeer show it: itself when printable, else
+// "0x" and its bytes in hex.
+inline std::string PrintableIdentity(const std::string& id) {
+  const bool printable =
+      !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (printable) return id;
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : id) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+}  // namespace control_server_internal
+
+struct ControlServer::Impl {
+  using Clock = control_server_internal::Clock;
+
+  struct Record {
+    std::string worker_id;
+    std::string identity;  // raw routing id
+    // Shared with every Workers() snapshot: a Register carries the host's
+    // topology report (kilobytes), and a fleet has thousands of workers.
+    std::shared_ptr<const control::Register> registration;
+    std::string curve_key;  // Z85 key it authenticated with ("" without CURVE)
+    bool alive = true;
+    Clock::time_point last_seen;
+    Clock::time_point lost_at;  // when declared lost (alive == false)
+    uint64_t messages_received = 0;
+    // The connection (its file descriptor in libzmq, ZMQ_SRCFD) its last
+    // valid message came on; -1 unknown or closed.
+    int fd = -1;
+    // That connection closed at closed_at and nothing was heard since.
+    bool connection_closed = false;
+    Clock::time_point closed_at;
+    // A valid message from it arrived on connection `fd`.
+    void Heard(Clock::time_point now, int from_fd) {
+      last_seen = now;
+      fd = from_fd;
+      connection_closed = false;
+    }
+  };
+  struct Outgoing {
+    std::string identity;  // raw routing id
+    std::string bytes;
+    std::string worker_id;
+    const char* body;
+  };
+  struct Counters {
+    std::atomic<uint64_t> frames_received{0}, messages_delivered{0}, dropped_malformed{0},
+        dropped_version{0}, dropped_unregistered{0}, registrations_accepted{0},
+        registrations_refused{0}, workers_lost{0}, messages_sent{0}, send_failures{0},
+        handshakes_refused{0}, registrations_refused_key_in_use{0}, registrations_refused_full{0},
+        workers_forgotten{0}, connections_closed{0};
+  };
+
+  explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
+
+  ControlServerOptions options;
+  zmq::context_t context{1};
+  std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
+  std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
+  // The ROUTER's disconnect events (zmq_socket_monitor), loop thread.
+  std::unique_ptr<zmq::socket_t> monitor;
+  std::set<std::string> allowed_keys;  // 32-byte binary public keys (CURVE only)
+  // Owner thread: refused handshakes, and registrations refused for a
+  // CURVE key in use, are logged at most kRefusalLogBurst times a minute
+  // each (a flood of unknown keys, or of one stolen key, must not flood the
+  // log); the rest are counted and summed up in the next minute's first line.
+  static constexpr int kRefusalLogBurst = 10;
+  LogWindow handshake_refusals{kRefusalLogBurst};
+  LogWindow key_in_use_refusals{kRefusalLogBurst};
+  bool started = false;  // Start succeeded once
+  std::atomic<uint64_t> next_seq{1};
+  Counters counters;
+
+  // Registry: written only by the owner thread, read by Send / Workers.
+  mutable std::mutex registry_mu;
+  std::vector<Record> records;                           // registration order
+  std::map<std::string, size_t> by_identity;             // raw routing id -> latest record
+  std::map<std::string, size_t> by_worker_id;            // worker id -> latest record
+  std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
+  // The next liveness scan (owner thread): every heartbeat_interval / 4,
+  // not every turn, so a fleet's messages do not each cost a scan of it.
+  Clock::time_point next_liveness_check{};
+  uint64_t next_auto_id = 0;
+  // The "max_workers reached" refusal was logged; cleared when a record
+  // goes. Owner thread only.
+  bool full_logged = false;
+  // Printable routing ids whose dropped frames were logged (the first one
+  // each). Owner thread only; at most kMaxDropLoggedPeers.
+  std::set<std::string> drop_logged;
+  // The owner thread of router and zap, and the queue of sends to run
+  // there (common/net/zmq_loop.h). Declared after the sockets: it stops
+  // (and closes them) before they are destroyed.
+  ZmqSocketLoop loop{context, control_server_internal::kLog};
+
+  void ReadFrames();
+  // Reads the monitor's events: marks the worker whose connection closed.
+  void HandleMonitor();
+  void HandleFrame(std::vector<zmq::message_t>& parts);
+  void HandleZap();
+  bool HandleOneZap();  // false when no request was waiting
+  // `fd`: the connection the frame came on (ZMQ_SRCFD; -1 unknown).
+  void HandleRegister(const std::string& identity, const std::string& curve_key, int fd,
+                      control::Envelope envelope);
+  void HandleMessage(const std::string& identity, const std::string& curve_key, int fd,
+                     const control::Envelope& envelope);
+  // `log` false: counted and answered, not logged (a flood of refusals).
+  void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
+              bool log = true);
+  void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
+  bool SendNow(const Outgoing& out);
+  void CheckLiveness();
+  // Marks lost the live records `lost_now` picks, at `now`; their ids and
+  // losses. Caller holds registry_mu.
+  std::vector<std::pair<std::string, ControlWorkerLoss>> MarkLostLocked(
+      Clock::time_point now,
+      const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now);
+  // The snapshot of record `index`; the caller holds registry_mu.
+  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
+    const Record& r = records[index];
+    ControlWorkerInfo info;
+    info.worker_id = r.worker_id;
+    info.identity = control_server_internal::PrintableIdentity(r.identity);
+    info.registration = r.registration;
+    info.curve_public_key = r.curve_key;
+    info.alive = r.alive;
+    info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
+    info.messages_received = r.messages_received;
+    return info;
+  }
+  // Removes the records `gone` says to drop and rebuilds the indexes.
+  // Returns the worker ids removed. Caller holds registry_mu.
+  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
+  Status Enqueue(Outgoing out);
+  std::chrono::milliseconds LostAfter() const {
+    return options.heartbeat_interval * options.heartbeat_miss_limit;
+  }
+};
+
+}  // namespace tessera
