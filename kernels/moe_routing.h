@@ -28,8 +28,10 @@
 
 namespace tessera::kernels {
 
-// Errors: kInvalidArgument for shapes or dtypes other than the above, or
-// top_k outside [1, E]; kUnimplemented for a non-CPU tensor.
+// Errors: kInvalidArgument for shapes or dtypes other than the above, outputs
+// on another device than the logits, or top_k outside [1, E]; on CUDA also
+// more than 12288 experts (a token's probabilities live in shared memory);
+// kUnavailable for a CUDA tensor in a build without the CUDA backend.
 Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
                Tensor& weights);
 
