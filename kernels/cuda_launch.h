@@ -111,6 +111,38 @@ cudaError_t LaunchSplitColumns(const void* src, int64_t rows, const size_t bytes
 cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int64_t num_rows,
                              size_t row_bytes, void* out, cudaStream_t stream);
 
+// The MoE layer (kernels/moe_routing.h, kernels/moe_experts.h; one launch each).
+// Router top-k: logits F32 [tokens, experts] -> ids I32, weights F32 [tokens, top_k].
+cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
+                          bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
+// Sort of the (token, k) pairs of ids [pairs / top_k, top_k] by held expert
+// [expert_begin, expert_begin + experts): expert_rows [experts + 1], slot_token [pairs],
+// token_slot [pairs], active [experts + 1] (count, then the active experts); token_totals (I64
+// [experts] or null) += the pairs of each held expert.
+cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int64_t expert_begin,
+                          int64_t experts, int32_t* expert_rows, int32_t* slot_token,
+                          int32_t* token_slot, int32_t* active, int64_t* token_totals,
+                          cudaStream_t stream);
+// table: I64 [experts, 3] addresses of each held expert's gate [inter, hidden], up [inter,
+// hidden] and down [hidden, inter]. `vec`: rows of x/act and of every weight start on 16-byte
+// boundaries and hidden, inter are multiples of 16 bytes (16-byte loads). `active` as
+// LaunchMoeSort wrote it; `grid_experts` (>= active[0]) experts' blocks are launched.
+// act[s] = silu(x[slot_token[s]] gate_e^T) * (x[slot_token[s]] up_e^T), act [slots, inter].
+cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
+                            const int32_t* expert_rows, const int32_t* active,
+                            const int32_t* slot_token, void* act, int64_t grid_experts,
+                            int64_t hidden, int64_t inter, bool vec, cudaStream_t stream);
+// y[s] = act[s] down_e^T, y [slots, hidden].
+cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
+                          const int32_t* expert_rows, const int32_t* active, void* y,
+                          int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
+                          cudaStream_t stream);
+// out[t] = sum_k weights[t, k] y[token_slot[t, k]] (+ sigmoid(shared_gate[t]) shared[t]).
+cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_slot,
+                             const float* weights, int64_t top_k, const void* shared,
+                             const float* shared_gate, void* out, int64_t tokens, int64_t hidden,
+                             cudaStream_t stream);
+
 // The packed AttentionBatch layout (kernels/paged_attention.h).
 struct AttentionMetaDev {
   const int32_t* token_seq = nullptr;  // [T]

@@ -13,9 +13,10 @@
 // [n, H] (F32), into out [T, H] (F32), as transformers' index_add_ of the
 // weighted expert outputs.
 //
-// Shapes as above. Dtypes: F32 host tensors only; a tensor on another device
-// is kUnimplemented (the CUDA backend has no MoE layer yet, and the model
-// loader refuses MoE models on it).
+// Shapes as above; F32 logits and weights, I32 ids. MoeTopK runs on the CPU
+// and on CUDA (kernels/moe_routing_cuda.cu: one block per token, the same
+// fp32 softmax and tie rule); MoeScatterAdd is the CPU layer's combine (the
+// CUDA layer combines with MoeCombine, kernels/moe_experts.h).
 // Thread-safety: stateless.
 #pragma once
 
@@ -27,10 +28,24 @@
 
 namespace tessera::kernels {
 
-// Errors: kInvalidArgument for shapes or dtypes other than the above, or
-// top_k outside [1, E]; kUnimplemented for a non-CPU tensor.
+// Errors: kInvalidArgument for shapes or dtypes other than the above, outputs
+// on another device than the logits, or top_k outside [1, E]; on CUDA also
+// more than 12288 experts (a token's probabilities live in shared memory);
+// kUnavailable for a CUDA tensor in a build without the CUDA backend.
 Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
                Tensor& weights);
+
+namespace cpu {
+Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+               Tensor& weights);
+}
+namespace cuda {
+Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+               Tensor& weights);
+}
+// The shape, dtype and device checks of MoeTopK (every device).
+Status CheckMoeTopK(const Tensor& router_logits, int64_t top_k, const Tensor& expert_ids,
+                    const Tensor& weights);
 
 // Errors: kInvalidArgument for mismatched shapes, a row outside [0, T), or
 // rows/scales not src's row count; kUnimplemented for a non-CPU tensor.

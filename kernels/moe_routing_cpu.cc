@@ -14,17 +14,14 @@ namespace {
 Status OnHost(const Tensor& t, const char* what) {
   if (t.device() != Device::kCPU)
     return Unimplemented(std::string("moe: ") + what + " " + t.Describe() +
-                         ": the MoE layer runs on the CPU backend only");
+                         ": the CPU MoE layer's combine takes host tensors");
   return Status::Ok();
 }
 
 }  // namespace
 
-Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
-               Tensor& weights) {
-  for (const Tensor* t : {&router_logits, &static_cast<const Tensor&>(expert_ids),
-                          &static_cast<const Tensor&>(weights)})
-    TESSERA_RETURN_IF_ERROR(OnHost(*t, "routing tensor"));
+Status CheckMoeTopK(const Tensor& router_logits, int64_t top_k, const Tensor& expert_ids,
+                    const Tensor& weights) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(router_logits, 2, DType::kF32, "moe router logits"));
   const int64_t tokens = router_logits.dim(0), experts = router_logits.dim(1);
   if (top_k < 1 || top_k > experts)
@@ -37,6 +34,24 @@ Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Ten
     return InvalidArgument("moe: outputs " + expert_ids.Describe() + ", " + weights.Describe() +
                            " for " + std::to_string(tokens) + " tokens, top_k " +
                            std::to_string(top_k));
+  if (expert_ids.device() != router_logits.device() || weights.device() != router_logits.device())
+    return InvalidArgument("moe: outputs " + expert_ids.Describe() + ", " + weights.Describe() +
+                           " are not on the device of the logits " + router_logits.Describe());
+  return Status::Ok();
+}
+
+Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+               Tensor& weights) {
+  return TESSERA_DISPATCH(router_logits.device(), MoeTopK, router_logits, top_k, renormalize,
+                          expert_ids, weights);
+}
+
+namespace cpu {
+
+Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+               Tensor& weights) {
+  TESSERA_RETURN_IF_ERROR(CheckMoeTopK(router_logits, top_k, expert_ids, weights));
+  const int64_t tokens = router_logits.dim(0), experts = router_logits.dim(1);
   std::vector<float> p(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -67,6 +82,8 @@ Status MoeTopK(const Tensor& router_logits, int64_t top_k, bool renormalize, Ten
   }
   return Status::Ok();
 }
+
+}  // namespace cpu
 
 Status MoeScatterAdd(const Tensor& src, std::span<const int64_t> rows,
                      std::span<const float> scales, Tensor& out) {

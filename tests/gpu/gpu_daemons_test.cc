@@ -11,7 +11,9 @@ namespace {
 // ---------------------------------------------------------------------------
 // The daemons on GPUs: tessera-coordinator and tessera-worker processes (one
 // per GPU, NCCL for tp) answer a greedy completion with exactly the tokens
-// of the single-process engine on the same GPU in the same dtype.
+// of the single-process engine on the same GPU in the same dtype; a dense
+// model, and a mixture of experts (whole experts per rank with
+// parallel.expert_parallel, the grouped expert kernels on each GPU).
 
 std::string SelfDir() {
   char exe[4096];
@@ -24,13 +26,15 @@ std::string SelfDir() {
 // The options of both tests: `model` in `dtype` on tp * pp CUDA workers
 // (worker i on GPU i), run from beside this program (the GPU bundle).
 testing::DaemonClusterOptions GpuOptions(const std::string& prefix, const std::string& model,
-                                         const std::string& dtype, int tp, int pp) {
+                                         const std::string& dtype, int tp, int pp,
+                                         bool expert_parallel = false) {
   testing::DaemonClusterOptions o;
   o.temp_prefix = prefix;
   o.bin_dir = SelfDir();
   o.model_path = model;
   o.model_toml = "name = \"m\"\ndtype = \"" + dtype + "\"\nchat_template = \"chatml\"\n";
-  o.parallel_toml = "tp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n";
+  o.parallel_toml = "tp = " + std::to_string(tp) + "\npp = " + std::to_string(pp) + "\n" +
+                    (expert_parallel ? "expert_parallel = true\n" : "");
   o.admin_toml = "port = 0\n";
   o.heartbeat_toml = "";
   o.kv_cache_toml = "max_blocks = 512\nblock_size = 16\n";
@@ -48,10 +52,11 @@ testing::DaemonClusterOptions GpuOptions(const std::string& prefix, const std::s
 // completion of `n` tokens, and returns the completion texts. Logs of a
 // failed start are printed.
 std::vector<std::string> DaemonCompletions(const std::string& model, const std::string& dtype,
-                                           int tp, int pp,
+                                           int tp, int pp, bool expert_parallel,
                                            const std::vector<std::vector<int32_t>>& prompts,
                                            int n) {
-  testing::DaemonCluster cluster(GpuOptions("tessera-gpu-daemons", model, dtype, tp, pp));
+  testing::DaemonCluster cluster(
+      GpuOptions("tessera-gpu-daemons", model, dtype, tp, pp, expert_parallel));
   const Status started = cluster.Start();
   const bool ready = started.ok();
   const int port = cluster.api_port();
@@ -92,12 +97,17 @@ TEST(Daemons, GreedyCompletionOnGpusEqualsSingleProcessEngine) {
     std::string model, dtype;
     DType dt;
     int tp, pp;
+    bool ep = false;
   };
   const std::string fixture = g_fixtures + "/models/llama_gqa_f32";
-  std::vector<Case> cases = {{fixture, "float32", DType::kF32, 1, 1}};
+  const std::string moe = g_fixtures + "/models/mixtral_moe_top3";
+  std::vector<Case> cases = {{fixture, "float32", DType::kF32, 1, 1},
+                             {moe, "float32", DType::kF32, 1, 1}};
   if (g_devices >= 2) {
     cases.push_back({fixture, "float32", DType::kF32, 2, 1});
     cases.push_back({fixture, "float32", DType::kF32, 1, 2});
+    // 5 experts over 2 ranks: [0, 3) and [3, 5).
+    cases.push_back({moe, "float32", DType::kF32, 2, 1, true});
   }
   for (const Case& c : cases) {
     auto local = testing::LocalModel::Load(c.model, 512, 16, &Gpu(c.dt));
@@ -113,14 +123,15 @@ TEST(Daemons, GreedyCompletionOnGpusEqualsSingleProcessEngine) {
     }
     auto want = (*local)->Greedy(prompts, 16);  // one batch, EOS ignored
     ASSERT_TRUE(want.ok()) << want.status().ToString();
-    const auto got = DaemonCompletions(c.model, c.dtype, c.tp, c.pp, prompts, 16);
+    const auto got = DaemonCompletions(c.model, c.dtype, c.tp, c.pp, c.ep, prompts, 16);
     ASSERT_EQ(got.size(), prompts.size()) << c.model << " tp=" << c.tp << " pp=" << c.pp;
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(got[i], (*tok)->Decode((*want)[i], true))
           << fs::path(c.model).filename() << " " << c.dtype << " tp=" << c.tp << " pp=" << c.pp
           << " prompt " << i;
-    std::printf("  daemons %-24s %-8s tp=%d pp=%d: %zu greedy completions %s the engine's\n",
-                fs::path(c.model).filename().c_str(), c.dtype.c_str(), c.tp, c.pp, prompts.size(),
+    std::printf("  daemons %-24s %-8s tp=%d pp=%d%s: %zu greedy completions %s the engine's\n",
+                fs::path(c.model).filename().c_str(), c.dtype.c_str(), c.tp, c.pp,
+                c.ep ? " ep" : "", prompts.size(),
                 ::testing::Test::HasFailure() ? "vs" : "equal to");
   }
 }

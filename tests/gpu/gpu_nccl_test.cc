@@ -104,14 +104,23 @@ TEST(Nccl, CollectivesOnDeviceBuffers) {
 }
 
 // tp = 2 on the fixtures: logits and greedy tokens equal tp = 1 on the GPU.
+// The mixtures of experts run twice: experts split inside each expert, and
+// whole experts per rank (expert parallelism: each rank computes its own
+// experts only and the all-reduce sums them).
 TEST(Nccl, TensorParallelFixturesMatchTp1) {
   if (g_devices < 2) GTEST_SKIP() << "needs 2 GPUs";
+  std::vector<std::pair<std::string, bool>> runs;  // (fixture, expert_parallel)
   for (const std::string& name : FixtureNames()) {
+    runs.emplace_back(name, false);
+    auto config = LoadModelConfig(g_fixtures + "/models/" + name);
+    if (config.ok() && config->is_moe()) runs.emplace_back(name, true);
+  }
+  for (const auto& [name, ep] : runs) {
     const std::string dir = g_fixtures + "/models/" + name;
     const json ref = json::parse(ReadFile(dir + "/reference.json"));
     auto config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok());
-    auto par = ParallelConfig::Make(*config, 2, 1);
+    auto par = ParallelConfig::Make(*config, 2, 1, {}, ep);
     if (!par.ok()) {
       std::printf("  %s: tp=2 not possible (%s)\n", name.c_str(), par.status().message().c_str());
       continue;
@@ -124,7 +133,7 @@ TEST(Nccl, TensorParallelFixturesMatchTp1) {
     ASSERT_TRUE(want_tokens.ok());
     auto want_logits = (*tp1)->LastLogits(prompts[0]);
     ASSERT_TRUE(want_logits.ok());
-    auto store = TempStore(name);
+    auto store = TempStore(name + (ep ? "-ep" : ""));
     std::vector<std::string> failures(2);
     std::vector<std::vector<std::vector<int32_t>>> tokens(2);
     std::vector<std::vector<float>> logits(2);
@@ -133,7 +142,7 @@ TEST(Nccl, TensorParallelFixturesMatchTp1) {
       auto backend = kernels::CreateCudaBackend(r, DType::kF32);
       if (!backend.ok()) return fail(backend.status().ToString());
       NcclCommunicatorOptions o;
-      o.group = "tp." + name;
+      o.group = "tp." + name + (ep ? ".ep" : "");
       o.rank = r;
       o.size = 2;
       o.timeout_seconds = 20;
@@ -170,15 +179,16 @@ TEST(Nccl, TensorParallelFixturesMatchTp1) {
         for (const auto& res : *results) tokens[static_cast<size_t>(r)].push_back(res.tokens);
       }
     });
-    ASSERT_EQ(failures[0], "") << name;
-    ASSERT_EQ(failures[1], "") << name;
-    EXPECT_EQ(tokens[0], *want_tokens) << name << ": tp=2 greedy != tp=1";
+    ASSERT_EQ(failures[0], "") << name << (ep ? " (expert parallel)" : "");
+    ASSERT_EQ(failures[1], "") << name << (ep ? " (expert parallel)" : "");
+    EXPECT_EQ(tokens[0], *want_tokens) << name << (ep ? " ep" : "") << ": tp=2 greedy != tp=1";
     EXPECT_EQ(tokens[1], *want_tokens) << name << ": tp rank 1 disagrees";
     ASSERT_EQ(logits[0].size(), want_logits->size());
     const double d = RelMaxDiff(logits[0], json(*want_logits));
-    std::printf("  %-24s tp=2 vs tp=1 (F32, GPU): first-prompt logits rel diff %.3g, greedy %s\n",
-                name.c_str(), d, tokens[0] == *want_tokens ? "equal" : "DIFFERENT");
-    EXPECT_LE(d, 1e-4) << name;
+    std::printf("  %-24s tp=2%s vs tp=1 (F32, GPU): first-prompt logits rel diff %.3g, greedy %s\n",
+                name.c_str(), ep ? " ep" : "", d,
+                tokens[0] == *want_tokens ? "equal" : "DIFFERENT");
+    EXPECT_LE(d, 1e-4) << name << (ep ? " ep" : "");
   }
 }
 

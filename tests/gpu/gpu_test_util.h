@@ -165,18 +165,15 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
                      << " want " << want[worst];
 }
 
-// The fixture models under g_fixtures/models that have a reference.json, sorted.
-// The fixture models the CUDA backend runs: every one with a reference but
-// the mixtures of experts, whose MoE layer has no CUDA kernels yet
-// (LoadModel refuses them on a GPU; issue 32's grouped expert GEMM).
+// The fixture models under g_fixtures/models that have a reference.json,
+// sorted: the dense families and the mixtures of experts (whose MoE layer runs
+// the CUDA router and grouped expert kernels, kernels/moe_experts.h).
 inline std::vector<std::string> FixtureNames() {
   std::vector<std::string> names;
   const fs::path root = fs::path(g_fixtures) / "models";
   if (fs::exists(root))
     for (const auto& e : fs::directory_iterator(root)) {
       if (!fs::exists(e.path() / "reference.json")) continue;
-      auto config = LoadModelConfig(e.path().string());
-      if (config.ok() && config->is_moe()) continue;
       names.push_back(e.path().filename().string());
     }
   std::sort(names.begin(), names.end());

@@ -96,6 +96,31 @@ Status LlamaModel::AllReduce(Tensor& t, const char* what, int layer) {
   return Status::Ok();
 }
 
+Status LlamaModel::PrepareMoeDevice() {
+  const StageLayout& lay = weights_.layout;
+  const int64_t held = lay.expert_end - lay.expert_begin;
+  if (moe_device_.empty()) {
+    if (held > 0) {
+      TESSERA_ASSIGN_OR_RETURN(moe_token_totals_, backend_->Zeros({held}, DType::kI64));
+    }
+    moe_device_.resize(weights_.layers.size());
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const LayerWeights& w = weights_.layers[l];
+      if (!w.sparse()) continue;
+      TESSERA_ASSIGN_OR_RETURN(
+          moe_device_[l].table,
+          MakeMoeDeviceTable(*backend_, w, lay.first_layer + static_cast<int>(l)));
+      moe_device_[l].token_totals = held > 0 ? &moe_token_totals_ : nullptr;
+    }
+    return Status::Ok();
+  }
+  if (held == 0 || ++moe_steps_ < kMoePublishSteps) return Status::Ok();
+  moe_steps_ = 0;
+  TESSERA_ASSIGN_OR_RETURN(Tensor totals, backend_->ToHost(moe_token_totals_));
+  moe_tokens_->Publish(std::span<const int64_t>(totals.data<int64_t>(), static_cast<size_t>(held)));
+  return Status::Ok();
+}
+
 Status LlamaModel::UploadTables() {
   if (!default_inv_freq_dev_.defined()) {
     TESSERA_ASSIGN_OR_RETURN(default_inv_freq_dev_, UploadF32(default_inv_freq_));
@@ -174,6 +199,8 @@ Status LlamaModel::Forward(const StepBatch& batch, const Tensor& hidden_in, KvCa
     return InvalidArgument("forward: hidden_in " + hidden_in.Describe() + " vs hidden_out " +
                            hidden_out.Describe());
   }
+  if (moe_tokens_ != nullptr && backend_->device() != Device::kCPU)
+    TESSERA_RETURN_IF_ERROR(PrepareMoeDevice());
   if (UseDecodeGraph(batch)) return GraphForward(batch, hidden_in, cache, hidden_out);
   StepInputs in;
   TESSERA_RETURN_IF_ERROR(PrepareStep(batch, cache, in));
@@ -420,7 +447,10 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
     // The MoE block (worker/model/moe_layer.h): this rank's experts, summed
     // over the tp group by the same all-reduce as the dense MLP's.
     TESSERA_ASSIGN_OR_RETURN(Tensor moe, Alloc({tokens, hidden}));
-    TESSERA_RETURN_IF_ERROR(MoeForward(config_, w, layer, *backend_, x, moe, moe_tokens_.get()));
+    const MoeDeviceLayer* device =
+        moe_device_.empty() ? nullptr : &moe_device_[static_cast<size_t>(local)];
+    TESSERA_RETURN_IF_ERROR(
+        MoeForward(config_, w, layer, *backend_, x, moe, moe_tokens_.get(), device));
     TESSERA_RETURN_IF_ERROR(AllReduce(moe, "moe", layer));
     pending = moe;
     return Status::Ok();

@@ -110,7 +110,10 @@ class LlamaModel {
 
   // MoE models: the tokens each expert this rank holds ran since the model
   // was made, over the stage's sparse layers (readable from any thread);
-  // null for a stage without sparse layers.
+  // null for a stage without sparse layers. On CUDA the counts are kept on
+  // the device and published here every kMoePublishSteps forward steps (the
+  // copy waits for the device), so they may trail by that many steps.
+  static constexpr int64_t kMoePublishSteps = 32;
   std::shared_ptr<const MoeTokenCounts> moe_token_counts() const { return moe_tokens_; }
 
   // Decode graphs on (default: on for a CUDA backend unless the environment
@@ -164,10 +167,17 @@ class LlamaModel {
   // Uploads the fixed RoPE tables on the first step.
   Status UploadTables();
   Status AllReduce(Tensor& t, const char* what, int layer);
+  // CUDA MoE: the sparse layers' expert tables and the device token totals,
+  // made on the first step (before any graph is recorded); then, every
+  // kMoePublishSteps steps, the totals copied into moe_tokens_.
+  Status PrepareMoeDevice();
 
   ModelConfig config_;
   StageWeights weights_;
   std::shared_ptr<MoeTokenCounts> moe_tokens_;  // null without sparse layers
+  std::vector<MoeDeviceLayer> moe_device_;      // CUDA: per local layer (dense: empty)
+  Tensor moe_token_totals_;                     // CUDA: I64 [held experts] on the device
+  int64_t moe_steps_ = 0;                       // forward steps since the last publish
   Communicator* tp_comm_;
   kernels::Backend* backend_;
   DType dtype_;

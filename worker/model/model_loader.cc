@@ -14,12 +14,6 @@ StatusOr<LoadedModel> LoadModel(const std::string& model_dir, const ParallelConf
   TESSERA_ASSIGN_OR_RETURN(out.config, LoadModelConfig(model_dir));
   if (online == QuantMethod::kOnlineFp8 && !out.config.quantization.quantized())
     out.config.quantization = OnlineFp8Quantization();
-  if (out.config.is_moe() && backend->device() != Device::kCPU) {
-    // Refused before a byte is read: nothing is half-loaded.
-    return Unimplemented(model_dir + ": " + ArchitectureName(out.config.architecture) +
-                         " is a mixture-of-experts model and the " + backend->name() +
-                         " backend has no MoE layer yet (issue 32); run it on the CPU backend");
-  }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
   TESSERA_ASSIGN_OR_RETURN(ShardSpec spec, ShardSpec::Make(out.config, parallel, rank));
   TESSERA_ASSIGN_OR_RETURN(StageWeights weights, LoadStageWeights(*checkpoint, out.config, parallel,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/linear.h"
 #include "kernels/moe_routing.h"
@@ -23,6 +24,10 @@ void MoeTokenCounts::Add(int64_t expert, int64_t tokens) {
 
 int64_t MoeTokenCounts::Tokens(int64_t expert) const {
   return counts_[static_cast<size_t>(expert - begin_)].load(std::memory_order_relaxed);
+}
+
+void MoeTokenCounts::Publish(std::span<const int64_t> totals) {
+  for (size_t i = 0; i < totals.size(); ++i) counts_[i].store(totals[i], std::memory_order_relaxed);
 }
 
 namespace {
@@ -95,14 +100,75 @@ Status SharedExpert(const LayerWeights& w, kernels::Backend& backend, const Tens
   return kernels::MoeScatterAdd(y, rows, scales, out);
 }
 
+// The shared expert's output y [tokens, hidden] (x's dtype) and its gate
+// logit g F32 [tokens, 1], for MoeCombine on the device.
+Status SharedExpertParts(const LayerWeights& w, kernels::Backend& backend, const Tensor& x,
+                         Tensor& y, Tensor& g) {
+  const int64_t tokens = x.dim(0), hidden = x.dim(1);
+  TESSERA_ASSIGN_OR_RETURN(y, backend.Allocate({tokens, hidden}, x.dtype()));
+  TESSERA_RETURN_IF_ERROR(
+      GatedMlp(backend, w.shared_gate_proj, w.shared_up_proj, w.shared_down_proj, x, y));
+  TESSERA_ASSIGN_OR_RETURN(g, backend.Allocate({tokens, 1}, DType::kF32));
+  return kernels::Linear(x, w.shared_expert_gate, Tensor(), g);
+}
+
+// The CUDA block (moe_layer.h): every launch's grid follows from the token
+// count and the layer's sizes, none from the routing, and nothing is read
+// back to the host.
+Status DeviceMoe(const ModelConfig& config, const LayerWeights& w, kernels::Backend& backend,
+                 const MoeDeviceLayer& dev, const Tensor& x, Tensor& out) {
+  const int64_t tokens = x.dim(0), hidden = x.dim(1), k = config.num_experts_per_tok;
+  Tensor y, weights, shared, shared_gate;
+  kernels::MoeRouting routing;
+  if (!w.experts.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(Tensor logits,
+                             backend.Allocate({tokens, config.num_experts}, DType::kF32));
+    TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.router, Tensor(), logits));
+    TESSERA_ASSIGN_OR_RETURN(Tensor ids, backend.Allocate({tokens, k}, DType::kI32));
+    TESSERA_ASSIGN_OR_RETURN(weights, backend.Allocate({tokens, k}, DType::kF32));
+    TESSERA_RETURN_IF_ERROR(kernels::MoeTopK(logits, k, config.norm_topk_prob, ids, weights));
+    const int64_t first = w.experts.front().expert;
+    TESSERA_RETURN_IF_ERROR(kernels::MoeSortByExpert(backend, ids, first,
+                                                     first + static_cast<int64_t>(w.experts.size()),
+                                                     routing, dev.token_totals));
+    TESSERA_ASSIGN_OR_RETURN(Tensor act,
+                             backend.Allocate({tokens * k, dev.table.intermediate}, x.dtype()));
+    TESSERA_RETURN_IF_ERROR(kernels::MoeGroupedGateUp(x, dev.table, routing, act));
+    TESSERA_ASSIGN_OR_RETURN(y, backend.Allocate({tokens * k, hidden}, x.dtype()));
+    TESSERA_RETURN_IF_ERROR(kernels::MoeGroupedDown(act, dev.table, routing, y));
+  }
+  if (w.shared_expert_gate.defined())
+    TESSERA_RETURN_IF_ERROR(SharedExpertParts(w, backend, x, shared, shared_gate));
+  return kernels::MoeCombine(y, routing, weights, shared, shared_gate, out);
+}
+
 }  // namespace
 
+StatusOr<kernels::MoeExpertTable> MakeMoeDeviceTable(kernels::Backend& backend,
+                                                     const LayerWeights& w, int layer) {
+  std::vector<Tensor> gate, up, down;
+  for (const ExpertWeights& e : w.experts) {
+    gate.push_back(e.gate_proj);
+    up.push_back(e.up_proj);
+    down.push_back(e.down_proj);
+  }
+  if (gate.empty()) return kernels::MoeExpertTable{};  // a rank holding none of the experts
+  auto table = kernels::MakeMoeExpertTable(backend, gate, up, down);
+  if (!table.ok()) return table.status().WithContext("MoE block of layer " + std::to_string(layer));
+  return table;
+}
+
 Status MoeForward(const ModelConfig& config, const LayerWeights& w, int layer,
-                  kernels::Backend& backend, const Tensor& x, Tensor& out, MoeTokenCounts* counts) {
+                  kernels::Backend& backend, const Tensor& x, Tensor& out, MoeTokenCounts* counts,
+                  const MoeDeviceLayer* device) {
   const std::string where = "MoE block of layer " + std::to_string(layer);
-  if (backend.device() != Device::kCPU)
-    return Unimplemented(where + ": the " + backend.name() +
-                         " backend has no MoE layer (the CPU backend runs it)");
+  if (backend.device() != Device::kCPU) {
+    if (device == nullptr)
+      return FailedPrecondition(where + ": the " + backend.name() +
+                                " backend needs the layer's expert table (MoeDeviceLayer)");
+    Status s = DeviceMoe(config, w, backend, *device, x, out);
+    return s.ok() ? s : s.WithContext(where);
+  }
   if (out.rank() != 2 || out.shape() != x.shape() || out.dtype() != DType::kF32 ||
       x.dtype() != DType::kF32)
     return InvalidArgument(where + ": x " + x.Describe() + " and out " + out.Describe() +

@@ -16,18 +16,28 @@
 // the contributions of its own experts only. Either way the caller's
 // all-reduce of `out` over the tp group gives the layer's output.
 //
+// On CUDA (MoeDeviceLayer below) the same block runs as a few launches whose
+// grids do not depend on the routing, so decode steps record as CUDA graphs:
+// logits (Linear, F32) -> router top-k kernel -> sort of the (token, expert)
+// pairs by held expert on the device -> one grouped gate|up+SwiGLU launch and
+// one grouped down launch over every held expert -> the weighted combine back
+// to token order, with the shared expert's sigmoid-gated output
+// (kernels/moe_routing.h, kernels/moe_experts.h; docs/architecture.md).
+//
 // Thread-safety: a free function; `stats` belongs to the caller.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/base/status.h"
 #include "common/base/tensor.h"
 #include "common/format/model_config.h"
 #include "kernels/backend.h"
+#include "kernels/moe_experts.h"
 #include "worker/model/stage_weights.h"
 
 namespace tessera {
@@ -45,18 +55,37 @@ class MoeTokenCounts {
   // Precondition: expert_begin <= expert < expert_end.
   void Add(int64_t expert, int64_t tokens);
   int64_t Tokens(int64_t expert) const;
+  // Sets expert expert_begin + i to totals[i] (running totals kept on a
+  // device, MoeDeviceLayer::token_totals). Precondition: totals.size() is the
+  // held experts.
+  void Publish(std::span<const int64_t> totals);
 
  private:
   int64_t begin_, end_;
   std::unique_ptr<std::atomic<int64_t>[]> counts_;
 };
 
+// What a sparse layer needs on a CUDA backend, made once before the first
+// step (never while a graph is being recorded): the held experts' weights as
+// one table, and the device counters of the tokens each held expert ran
+// (shared by the stage's sparse layers; the model publishes them to
+// MoeTokenCounts now and then, as reading them waits for the device).
+struct MoeDeviceLayer {
+  kernels::MoeExpertTable table;
+  Tensor* token_totals = nullptr;  // I64 [held experts] on the device, or null
+};
+// Errors: those of MakeMoeExpertTable, naming the layer.
+StatusOr<kernels::MoeExpertTable> MakeMoeDeviceTable(kernels::Backend& backend,
+                                                     const LayerWeights& w, int layer);
+
 // x [tokens, hidden] (the post-attention RMSNorm of the layer's input) ->
-// out [tokens, hidden] (this rank's partial, to be all-reduced). `counts`
-// (optional) accumulates the tokens each held expert ran.
-// Errors: kUnimplemented when the backend is not the CPU; shape errors of
-// the kernels, naming the layer.
+// out [tokens, hidden] (this rank's partial, to be all-reduced). On the CPU
+// (device == null) x and out are F32 and `counts` (optional) accumulates the
+// tokens each held expert ran; on CUDA `device` is required and x and out
+// have the compute dtype. Errors: a CUDA backend without `device`
+// (kFailedPrecondition); shape errors of the kernels, naming the layer.
 Status MoeForward(const ModelConfig& config, const LayerWeights& w, int layer,
-                  kernels::Backend& backend, const Tensor& x, Tensor& out, MoeTokenCounts* counts);
+                  kernels::Backend& backend, const Tensor& x, Tensor& out, MoeTokenCounts* counts,
+                  const MoeDeviceLayer* device = nullptr);
 
 }  // namespace tessera

@@ -5,7 +5,8 @@
 // rank only; without it every rank holds a 1/tp slice of every expert. Both
 // checkpoint forms load: the published per-expert tensors and transformers
 // 5's stacked 3-D ones. MoE architectures Tessera does not serve are refused
-// at config load, and an MoE model on a non-CPU backend before any read.
+// at config load; a GPU backend loads MoE models (the CUDA MoE layer), and the
+// GPU block without its expert table names the layer.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -18,6 +19,7 @@
 #include "common/model/shard_spec.h"
 #include "support/test_util.h"
 #include "worker/model/model_loader.h"
+#include "worker/model/moe_layer.h"
 #include "worker/model/weight_loader.h"
 
 namespace tessera {
@@ -184,8 +186,7 @@ TEST(MoeLoading, ConfigKeysAreRead) {
   }
 }
 
-// A backend that says it is a GPU and fails every call: the loader must
-// refuse the MoE model before touching it.
+// A backend that says it is a GPU and fails every call, naming itself.
 class FakeGpuBackend : public kernels::Backend {
  public:
   Device device() const override { return Device::kCUDA; }
@@ -201,7 +202,10 @@ class FakeGpuBackend : public kernels::Backend {
   static Status Fail() { return Internal("fake-cuda: the loader touched the backend"); }
 };
 
-TEST(MoeLoading, ANonCpuBackendRefusesAnMoeModelBeforeReading) {
+// The CUDA backend runs MoE models (kernels/moe_experts.h): the loader no
+// longer refuses them on a GPU but loads their weights onto it (here the fake
+// backend's first call fails, which shows the loader got that far).
+TEST(MoeLoading, AGpuBackendLoadsAnMoeModel) {
   FakeGpuBackend gpu;
   const auto config = LoadModelConfig(Dir("mixtral_moe_top3"));
   ASSERT_TRUE(config.ok());
@@ -209,11 +213,23 @@ TEST(MoeLoading, ANonCpuBackendRefusesAnMoeModelBeforeReading) {
   ASSERT_TRUE(parallel.ok());
   auto loaded = LoadModel(Dir("mixtral_moe_top3"), *parallel, 0, nullptr, {}, &gpu);
   ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(loaded.status().message().find("MixtralForCausalLM is a mixture-of-experts model"),
-            std::string::npos)
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal) << loaded.status().ToString();
+  EXPECT_NE(loaded.status().message().find("the loader touched the backend"), std::string::npos)
       << loaded.status().ToString();
-  EXPECT_NE(loaded.status().message().find("fake-cuda"), std::string::npos);
+}
+
+// On a GPU the MoE block needs the layer's expert table (LlamaModel makes it
+// on its first step); without it the block says so, naming the layer.
+TEST(MoeLoading, TheGpuMoeBlockNamesAMissingExpertTable) {
+  FakeGpuBackend gpu;
+  const auto config = LoadModelConfig(Dir("mixtral_moe_top3"));
+  ASSERT_TRUE(config.ok());
+  LayerWeights w;
+  Tensor x = Tensor::Empty({1, config->hidden_size}), out = Tensor::Empty({1, config->hidden_size});
+  const Status s = MoeForward(*config, w, 1, gpu, x, out, nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("MoE block of layer 1"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("expert table"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// Tensor-level CUDA grouped expert operations (kernels/moe_experts.h):
+// checks, then kernels/moe_experts_cuda.cu and kernels/moe_routing_cuda.cu.
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda_context.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/moe_experts.h"
+
+namespace tessera::kernels::cuda {
+
+namespace {
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Block rows of a grouped launch: one per expert that can have pairs.
+int64_t GridExperts(const MoeExpertTable& table, int64_t slots) {
+  return std::min(table.experts, slots);
+}
+
+}  // namespace
+
+Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t expert_end,
+                       MoeRouting& routing, Tensor* token_totals) {
+  const int64_t experts = expert_end - expert_begin;
+  if (experts > 6 * 1024)
+    return InvalidArgument("moe sort: " + std::to_string(experts) +
+                           " held experts; the CUDA sort counts at most 6144 in shared memory");
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeSort(
+          expert_ids.data<int32_t>(), expert_ids.numel(), expert_ids.dim(1), expert_begin, experts,
+          routing.expert_rows.data<int32_t>(), routing.slot_token.data<int32_t>(),
+          routing.token_slot.data<int32_t>(), routing.active.data<int32_t>(),
+          token_totals != nullptr ? token_totals->data<int64_t>() : nullptr, ctx->stream()),
+      "MoeSortKernel");
+  return Status::Ok();
+}
+
+Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeRouting& routing,
+                        Tensor& act) {
+  TESSERA_RETURN_IF_ERROR(CheckMoeGateUp(x, table, routing, act));
+  if (act.dim(0) == 0) return Status::Ok();
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  const bool vec = table.aligned16 && Aligned16(x.raw()) && Aligned16(act.raw());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeGateUp(x.dtype(), x.raw(), table.pointers.data<int64_t>(),
+                      routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
+                      routing.slot_token.data<int32_t>(), act.raw(), GridExperts(table, act.dim(0)),
+                      table.hidden, table.intermediate, vec, ctx->stream()),
+      "MoeExpertGemmKernel (gate|up)");
+  return Status::Ok();
+}
+
+Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,
+                      Tensor& y) {
+  TESSERA_RETURN_IF_ERROR(CheckMoeDown(act, table, routing, y));
+  if (y.dim(0) == 0) return Status::Ok();
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  const bool vec = table.aligned16 && Aligned16(act.raw()) && Aligned16(y.raw());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeDown(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
+                    routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(), y.raw(),
+                    GridExperts(table, y.dim(0)), table.hidden, table.intermediate, vec,
+                    ctx->stream()),
+      "MoeExpertGemmKernel (down)");
+  return Status::Ok();
+}
+
+Status MoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor& weights,
+                  const Tensor& shared, const Tensor& shared_gate, Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(CheckMoeCombine(y, routing, weights, shared, shared_gate, out));
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  const int64_t top_k = y.defined() ? routing.token_slot.dim(1) : 0;
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeCombine(out.dtype(), y.defined() ? y.raw() : nullptr,
+                       y.defined() ? routing.token_slot.data<int32_t>() : nullptr,
+                       y.defined() ? weights.data<float>() : nullptr, top_k,
+                       shared.defined() ? shared.raw() : nullptr,
+                       shared.defined() ? shared_gate.data<float>() : nullptr, out.raw(),
+                       out.dim(0), out.dim(1), ctx->stream()),
+      "MoeCombineKernel");
+  return Status::Ok();
+}
+
+}  // namespace tessera::kernels::cuda

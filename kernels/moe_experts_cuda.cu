@@ -1,0 +1,237 @@
+// The grouped expert GEMMs and the combine of the MoE layer
+// (kernels/cuda_launch.h LaunchMoeGateUp, LaunchMoeDown, LaunchMoeCombine).
+//
+// One launch per projection covers every held expert: grid (column tiles,
+// min(held experts, slots)). Block row j takes the j-th expert with pairs from
+// the sort's `active` list (device memory) and returns at once past its count,
+// then reads that expert's slot range from expert_rows; so the grid depends on
+// the widths, the held experts and the token count only (a decode step stays
+// capturable as a CUDA graph), and at decode (a few active experts among
+// many) no block is launched for the idle ones.
+//
+// Decode shape (the reason for this design): a few pairs per active expert,
+// so the product is the read of the active experts' weights. As in the skinny
+// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams two weight rows with
+// 16-byte loads, kUnroll in flight per row, and dots them with up to kMaxRows
+// (4) slots at once (the slots' input rows are a few KiB, served by L1/L2), so
+// an expert with at most 4 pairs reads its weights exactly once. An expert
+// with more pairs (large decode batches, prefill) walks them 4 at a time,
+// reading the weights again (mostly from L2) on each pass: correct, not tuned
+// for that regime.
+//
+// Gate/up: a warp owns one intermediate column i and streams gate_e[i] and
+// up_e[i]; the two sums are rounded to the dtype (as transformers' gate_proj
+// and up_proj outputs are), then act = silu(g) * u is rounded once: SwiGLU
+// fused into the grouped GEMM. Down: a warp owns two hidden columns.
+// Combine: one block per token sums its pairs in k order in fp32.
+#include <utility>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
+
+namespace tessera::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxRows = 4;
+constexpr int kUnroll = 4;
+// At least two blocks per SM (at most 128 registers a thread): the kernel's
+// register count is that of its widest pass, which would otherwise leave one
+// block per SM for the 1-slot passes of decode too. (An 8-slot pass spilled
+// in bf16 under this bound: the widest pass is 4 slots.)
+constexpr int kMinBlocks = 2;
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T>
+__device__ __forceinline__ const T* Address(const int64_t* table, int64_t expert, int part) {
+  return reinterpret_cast<const T*>(static_cast<uintptr_t>(table[expert * 3 + part]));
+}
+
+// acc[m][r] += in_rows[m] . w_r over `chunks` packs of V elements; lane-strided.
+template <typename T, int V, int M>
+__device__ __forceinline__ void DotRows(const T* const (&in_rows)[kMaxRows], const T* w0,
+                                        const T* w1, int64_t chunks, int lane, float (&acc)[M][2]) {
+  using P = Pack<T, V>;
+  const P* a = reinterpret_cast<const P*>(w0);
+  const P* b = reinterpret_cast<const P*>(w1);
+  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+    P wa[kUnroll], wb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+      if (c < chunks) {
+        wa[u] = a[c];
+        wb[u] = b[c];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const P xv = reinterpret_cast<const P*>(in_rows[m])[c];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const float xf = ToF(xv.v[v]);
+          acc[m][0] = fmaf(xf, ToF(wa[u].v[v]), acc[m][0]);
+          acc[m][1] = fmaf(xf, ToF(wb[u].v[v]), acc[m][1]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    acc[m][0] = WarpSum(acc[m][0]);
+    acc[m][1] = WarpSum(acc[m][1]);
+  }
+}
+
+// Slots [s0, s0 + rows) of one expert, rows <= M: lane 0 stores the results.
+template <typename T, int V, bool kGated, int M>
+__device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* out, int64_t k,
+                                     int64_t n, int64_t col, const T* w0, const T* w1, int s0,
+                                     int rows, int lane) {
+  const T* in_rows[kMaxRows];
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    const int slot = s0 + (m < rows ? m : rows - 1);
+    const int64_t src = kGated ? slot_token[slot] : slot;
+    in_rows[m] = in + src * k;
+  }
+  float acc[M][2];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = 0.0f;
+  DotRows<T, V, M>(in_rows, w0, w1, k / V, lane, acc);
+  if (lane != 0) return;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m >= rows) break;
+    T* o = out + static_cast<int64_t>(s0 + m) * n;
+    if (kGated) {
+      const float g = ToF(FromF<T>(acc[m][0])), u = ToF(FromF<T>(acc[m][1]));
+      o[col] = FromF<T>(g / (1.0f + expf(-g)) * u);
+    } else {
+      o[col] = FromF<T>(acc[m][0]);
+      if (col + 1 < n) o[col + 1] = FromF<T>(acc[m][1]);
+    }
+  }
+}
+
+// Gated: in = x [tokens, k = hidden] gathered through slot_token, out = act
+// [slots, n = inter], a warp per column. Plain: in = act [slots, k = inter],
+// out = y [slots, n = hidden], a warp per two columns.
+template <typename T, int V, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    MoeExpertGemmKernel(const T* __restrict__ in, const int64_t* __restrict__ table,
+                        const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
+                        const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
+                        int64_t n) {
+  if (static_cast<int>(blockIdx.y) >= active[0]) return;
+  const int64_t e = active[1 + blockIdx.y];
+  const int begin = expert_rows[e], end = expert_rows[e + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t col = kGated ? tile : 2 * tile;
+  if (col >= n) return;
+  const T *w0, *w1;
+  if (kGated) {
+    w0 = Address<T>(table, e, 0) + col * k;
+    w1 = Address<T>(table, e, 1) + col * k;
+  } else {
+    const T* down = Address<T>(table, e, 2);
+    w0 = down + col * k;
+    w1 = down + (col + 1 < n ? col + 1 : col) * k;  // a last odd column repeats; not stored
+  }
+  for (int s0 = begin; s0 < end; s0 += kMaxRows) {
+    const int rows = end - s0 < kMaxRows ? end - s0 : kMaxRows;
+    if (rows == 1)
+      Pass<T, V, kGated, 1>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+    else if (rows == 2)
+      Pass<T, V, kGated, 2>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+    else
+      Pass<T, V, kGated, kMaxRows>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+  }
+}
+
+template <typename T, bool kGated>
+void LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* expert_rows,
+                      const int32_t* active, const int32_t* slot_token, void* out,
+                      int64_t grid_experts, int64_t k, int64_t n, bool vec, cudaStream_t stream) {
+  const int64_t cols_per_block = kGated ? kWarps : 2 * kWarps;
+  const dim3 grid(static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block),
+                  static_cast<unsigned>(grid_experts));
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const T* x = static_cast<const T*>(in);
+  T* y = static_cast<T*>(out);
+  if (vec)
+    MoeExpertGemmKernel<T, kVec, kGated>
+        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
+  else
+    MoeExpertGemmKernel<T, 1, kGated>
+        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
+}
+
+template <typename T>
+__global__ void MoeCombineKernel(const T* __restrict__ y, const int32_t* __restrict__ token_slot,
+                                 const float* __restrict__ weights, int64_t top_k,
+                                 const T* __restrict__ shared,
+                                 const float* __restrict__ shared_gate, T* __restrict__ out,
+                                 int64_t hidden) {
+  const int64_t t = blockIdx.x;
+  const float g = shared != nullptr ? 1.0f / (1.0f + expf(-shared_gate[t])) : 0.0f;
+  for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t slot = token_slot[t * top_k + j];
+      if (slot >= 0) acc = fmaf(weights[t * top_k + j], ToF(y[slot * hidden + h]), acc);
+    }
+    if (shared != nullptr) acc = fmaf(g, ToF(shared[t * hidden + h]), acc);
+    out[t * hidden + h] = FromF<T>(acc);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
+                            const int32_t* expert_rows, const int32_t* active,
+                            const int32_t* slot_token, void* act, int64_t grid_experts,
+                            int64_t hidden, int64_t inter, bool vec, cudaStream_t stream) {
+  if (grid_experts < 1 || grid_experts > 65535 || inter < 1) return cudaErrorInvalidValue;
+  TESSERA_FLOAT_SWITCH(dtype, T,
+                       LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token, act,
+                                                 grid_experts, hidden, inter, vec, stream));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
+                          const int32_t* expert_rows, const int32_t* active, void* y,
+                          int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
+                          cudaStream_t stream) {
+  if (grid_experts < 1 || grid_experts > 65535 || hidden < 1) return cudaErrorInvalidValue;
+  TESSERA_FLOAT_SWITCH(dtype, T,
+                       LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y,
+                                                  grid_experts, inter, hidden, vec, stream));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_slot,
+                             const float* weights, int64_t top_k, const void* shared,
+                             const float* shared_gate, void* out, int64_t tokens, int64_t hidden,
+                             cudaStream_t stream) {
+  if (tokens == 0 || hidden == 0) return cudaSuccess;
+  const int threads = hidden >= 256 ? 256 : 128;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      MoeCombineKernel<T><<<static_cast<unsigned>(tokens), threads, 0, stream>>>(
+          static_cast<const T*>(y), token_slot, weights, top_k, static_cast<const T*>(shared),
+          shared_gate, static_cast<T*>(out), hidden));
+  return cudaGetLastError();
+}
+
+}  // namespace tessera::kernels::cuda
