@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,13 +50,26 @@ struct RawRequest {
         "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
         "Content-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
-    if (send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
-      close(fd);
-      return;
+    for (size_t sent = 0; sent < req.size();) {
+      const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(fd);
+        return;
+      }
+      sent += static_cast<size_t>(n);
     }
+    // The test SIGSTOPs a worker, a child of this process: the kernel sends
+    // this process a SIGCHLD (CLD_STOPPED), and the thread it lands on may be
+    // this one. A recv on a socket with SO_RCVTIMEO is never restarted after
+    // a signal (signal(7)), even an ignored one: it fails with EINTR, which
+    // is not the end of the response (reading on keeps the connection open,
+    // as the client the server expects would).
     char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    while (true) {
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the server closed the connection (or 30 s passed)
       response.append(buf, static_cast<size_t>(n));
       bytes.store(response.size());
     }
