@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -87,7 +88,10 @@ struct Stream {
     size_t pos = std::string::npos;  // start of the body once the headers are in
     char chunk[4096];
     while (true) {
+      // A read interrupted by the SIGCHLD of a SIGSTOPped or killed worker
+      // (EINTR, not restarted on a socket with a receive timeout) reads again.
       const ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       buf.append(chunk, static_cast<size_t>(n));
       if (pos == std::string::npos) {

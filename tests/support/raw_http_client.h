@@ -62,10 +62,15 @@ class RawHttpClient {
     return true;
   }
 
-  // One recv into buf_; false on EOF, error or timeout.
+  // One recv into buf_; false on EOF, error or timeout. A recv interrupted
+  // by a signal (EINTR: a test that SIGSTOPs a child gets SIGCHLD, and a
+  // socket with SO_RCVTIMEO is not restarted, signal(7)) reads again.
   bool ReadMore() {
     char tmp[65536];
-    const ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
+    ssize_t n;
+    do {
+      n = recv(fd_, tmp, sizeof(tmp), 0);
+    } while (n < 0 && errno == EINTR);
     if (n <= 0) return false;
     buf_.append(tmp, static_cast<size_t>(n));
     return true;
@@ -162,7 +167,10 @@ class RawHttpClient {
   // further bytes.
   bool SeesClose() {
     char c;
-    const ssize_t n = recv(fd_, &c, 1, 0);
+    ssize_t n;
+    do {
+      n = recv(fd_, &c, 1, 0);
+    } while (n < 0 && errno == EINTR);
     return n == 0 || (n < 0 && errno == ECONNRESET);
   }
 
