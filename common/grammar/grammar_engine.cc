@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 
 namespace tessera {
 
@@ -19,6 +21,17 @@ size_t TokenizeWithTessera(const void* user_data, const uint8_t* bytes, size_t b
       tokenizer->Encode(std::string_view(reinterpret_cast<const char*>(bytes), bytes_len), false);
   for (size_t i = 0; i < ids.size() && i < out_len; ++i) out[i] = static_cast<uint32_t>(ids[i]);
   return ids.size();
+}
+
+// Whether Encode spells a text fragment with exactly its bytes (byte-level
+// BPE does; a tokenizer that adds a word-start space to every text does not).
+bool EncodesFragmentsExactly(const Tokenizer& tokenizer) {
+  for (const std::string_view fragment : {"{", "\"a\": [1, 2]}", "x"}) {
+    std::string spelled;
+    for (int32_t id : tokenizer.Encode(fragment, false)) spelled += tokenizer.TokenBytes(id);
+    if (spelled != fragment) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -68,9 +81,18 @@ StatusOr<std::shared_ptr<const GrammarEngine>> GrammarEngine::Create(
   init.tok_eos = static_cast<uint32_t>(eos_id);
   init.token_lens = lens.data();
   init.token_bytes = reinterpret_cast<const uint8_t*>(bytes.data());
-  init.tokenize_assumes_string = true;  // Encode reads its input as UTF-8 text
-  init.tokenize_fn = &TokenizeWithTessera;
-  init.tokenize_user_data = tokenizer.get();
+  if (EncodesFragmentsExactly(*tokenizer)) {
+    init.tokenize_assumes_string = true;  // Encode reads its input as UTF-8 text
+    init.tokenize_fn = &TokenizeWithTessera;
+    init.tokenize_user_data = tokenizer.get();
+  } else {
+    // A SentencePiece-style tokenizer puts its word-start space before every
+    // text it encodes ("{" -> "▁", "{"), so its Encode cannot tokenize the
+    // bytes a grammar forces mid-output: LLGuidance would allow the space
+    // token and then refuse it. Its greedy tokenizer over the token bytes
+    // gives token sequences that spell exactly those bytes.
+    init.use_approximate_greedy_tokenize_fn = true;
+  }
   char error[1024] = {0};
   LlgTokenizer* t = lib->new_tokenizer(&init, error, sizeof(error));
   if (t == nullptr)

@@ -1,7 +1,9 @@
 // The LLGuidance glue (common/grammar/) against the real library of the
 // llguidance wheel, where scripts/setup unpacks it (the default of
-// structured_output.llguidance_library), over the fixture model's byte-level
-// tokenizer: the bytes LLGuidance sees, masks that only allow JSON the
+// structured_output.llguidance_library), over a byte-level BPE tokenizer
+// (llama_gqa_f32) and a SentencePiece-style one that puts a word-start space
+// before every text it encodes (mistral_sliding_window): the bytes LLGuidance
+// sees, masks that only allow JSON the
 // schema accepts, a walk through the masks that always ends in a valid
 // document, the engine's reason for a bad schema, and a missing library
 // named in the error.
@@ -21,19 +23,19 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int32_t kVocab = 512;  // the fixture's config.json vocab_size
-
 bool Allowed(const std::vector<uint32_t>& mask, int32_t t) {
   return (mask[t / 32] >> (t % 32)) & 1u;
 }
 
-class GrammarEngineTest : public ::testing::Test {
+class GrammarEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    const std::string dir = testing::FixturePath("models/" + GetParam());
+    kVocab = json::parse(testing::ReadFileOrDie(dir + "/config.json"))["vocab_size"].get<int32_t>();
     const GrammarLibraryPaths paths = DefaultGrammarLibraryPaths();
     auto lib = LlguidanceLibrary::Load(paths.llguidance_library, paths.python_library);
     ASSERT_TRUE(lib.ok()) << lib.status().ToString() << " (scripts/setup fetches it)";
-    auto tok = Tokenizer::Load(testing::FixturePath("models/llama_gqa_f32"));
+    auto tok = Tokenizer::Load(dir);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tokenizer_ = std::shared_ptr<const Tokenizer>(std::move(*tok));
     ASSERT_TRUE(tokenizer_->eos_id().has_value());
@@ -69,23 +71,38 @@ class GrammarEngineTest : public ::testing::Test {
     return tokenizer_->Decode(ids, false);
   }
 
+  int32_t kVocab = 0;  // the fixture's config.json vocab_size
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const GrammarEngine> engine_;
 };
 
-TEST_F(GrammarEngineTest, TokenBytesUndoTheByteLevelMap) {
-  const auto space_a = tokenizer_->Encode(" a", false);
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GrammarEngineTest,
+                         ::testing::Values("llama_gqa_f32", "mistral_sliding_window"));
+
+// The bytes LLGuidance is given for each token: byte-level BPE's map undone,
+// SentencePiece's word-start space as a space. That tokenizer also spells
+// any text with a leading space, which is why the engine does not hand
+// LLGuidance its Encode for the bytes a grammar forces (grammar_engine.cc).
+TEST(GrammarTokenBytes, ByteLevelAndSentencePieceTokensSpellTheirBytes) {
+  auto bpe = Tokenizer::Load(testing::FixturePath("models/llama_gqa_f32"));
+  ASSERT_TRUE(bpe.ok()) << bpe.status().ToString();
+  const auto space_a = (*bpe)->Encode(" a", false);
   ASSERT_EQ(space_a.size(), 1u);
-  EXPECT_EQ(tokenizer_->TokenBytes(space_a[0]), " a");
-  EXPECT_EQ(tokenizer_->TokenBytes(tokenizer_->Encode("{", false)[0]), "{");
+  EXPECT_EQ((*bpe)->TokenBytes(space_a[0]), " a");
+  EXPECT_EQ((*bpe)->TokenBytes((*bpe)->Encode("{", false)[0]), "{");
+  auto sp = Tokenizer::Load(testing::FixturePath("models/mistral_sliding_window"));
+  ASSERT_TRUE(sp.ok()) << sp.status().ToString();
+  std::string spelled;
+  for (int32_t id : (*sp)->Encode("{", false)) spelled += (*sp)->TokenBytes(id);
+  EXPECT_EQ(spelled, " {");
 }
 
-TEST_F(GrammarEngineTest, FirstMaskAllowsOnlyTokensThatOpenAnObject) {
+TEST_P(GrammarEngineTest, FirstMaskAllowsOnlyTokensThatOpenAnObject) {
   auto m = engine_->NewMatcher({GrammarKind::kJsonObject, ""});
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::vector<uint32_t> mask;
   ASSERT_TRUE((*m)->ComputeMask(mask).ok());
-  ASSERT_EQ(mask.size(), static_cast<size_t>(kVocab / 32));
+  ASSERT_EQ(mask.size(), static_cast<size_t>((kVocab + 31) / 32));
   int allowed = 0;
   for (int32_t t = 0; t < kVocab; ++t) {
     if (!Allowed(mask, t)) continue;
@@ -98,7 +115,7 @@ TEST_F(GrammarEngineTest, FirstMaskAllowsOnlyTokensThatOpenAnObject) {
   EXPECT_FALSE((*m)->Accept(letter).ok()) << "a token outside the mask is refused";
 }
 
-TEST_F(GrammarEngineTest, WalksThroughTheMasksEndInValidDocuments) {
+TEST_P(GrammarEngineTest, WalksThroughTheMasksEndInValidDocuments) {
   const json schema = {{"type", "object"},
                        {"properties",
                         {{"ok", {{"type", "boolean"}}},
@@ -121,7 +138,7 @@ TEST_F(GrammarEngineTest, WalksThroughTheMasksEndInValidDocuments) {
   }
 }
 
-TEST_F(GrammarEngineTest, ABadSchemaGetsTheEnginesReason) {
+TEST_P(GrammarEngineTest, ABadSchemaGetsTheEnginesReason) {
   const Status st = engine_->Check({GrammarKind::kJsonSchema, R"({"type": "bogus"})"});
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("bogus"), std::string::npos) << st.message();
