@@ -69,12 +69,20 @@ struct ControlServer::Impl {
     // The connection (its file descriptor in libzmq, ZMQ_SRCFD) its last
     // valid message came on; -1 unknown or closed.
     int fd = -1;
-    // That connection closed at closed_at and nothing was heard since.
+    // That connection (closed_fd) closed at closed_at and nothing was heard
+    // since on another one.
     bool connection_closed = false;
+    int closed_fd = -1;
     Clock::time_point closed_at;
-    // A valid message from it arrived on connection `fd`.
+    // A valid message from it arrived on connection `from_fd`. One that
+    // arrives on the closed connection was sent before it closed (libzmq
+    // hands over what its pipe had read after the monitor's disconnect
+    // event): it does not cancel the loss. (A new connection that gets the
+    // closed one's descriptor number looks the same: that worker is
+    // declared lost and registers again.)
     void Heard(Clock::time_point now, int from_fd) {
       last_seen = now;
+      if (connection_closed && from_fd == closed_fd) return;
       fd = from_fd;
       connection_closed = false;
     }

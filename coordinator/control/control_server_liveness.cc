@@ -36,6 +36,7 @@ void ControlServer::Impl::HandleMonitor() {
     std::lock_guard<std::mutex> lock(registry_mu);
     for (Record& rec : records) {
       if (!rec.alive || rec.fd < 0 || rec.fd != static_cast<int>(value)) continue;
+      rec.closed_fd = rec.fd;
       rec.fd = -1;
       rec.connection_closed = true;
       rec.closed_at = now;
