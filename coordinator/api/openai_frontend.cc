@@ -494,8 +494,12 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       std::lock_guard<std::mutex> lock(x->mu);
       if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
       x->results[static_cast<size_t>(index)] = r;
-      x->usage.prompt_tokens += r.prompt_tokens;
-      x->usage.cached_tokens += r.cached_tokens;
+      // The prompt counts once per prompt, not once per choice (n, best_of),
+      // as OpenAI and vLLM report usage.
+      if (index % x->best_of == 0) {
+        x->usage.prompt_tokens += r.prompt_tokens;
+        x->usage.cached_tokens += r.cached_tokens;
+      }
       x->usage.completion_tokens += static_cast<int64_t>(r.tokens.size());
       if (r.finish_reason == FinishReason::kError) {
         if (!x->failed) {

@@ -94,6 +94,7 @@ def check_choices(client, model):
     assert texts == [c.text for c in b.choices], (texts, b)
     assert len(set(texts)) > 1, ("the choices sample with seed + index", texts)
     assert a.usage.completion_tokens == 24, a.usage
+    assert a.usage.prompt_tokens == 3, ("the prompt counts once, not per choice", a.usage)
     streamed = ["", "", ""]
     for chunk in client.completions.create(stream=True, **kw):
         for ch in chunk.choices:
@@ -107,6 +108,7 @@ def check_choices(client, model):
     common = dict(model=model, prompt=[9, 8, 7], max_tokens=6, temperature=1.0, seed=3, logprobs=0)
     four = client.completions.create(n=4, **common)
     best = client.completions.create(n=2, best_of=4, **common)
+    assert best.usage.prompt_tokens == four.usage.prompt_tokens, (best.usage, four.usage)
     sums = sorted((sum(c.logprobs.token_logprobs) for c in four.choices), reverse=True)
     got = [sum(c.logprobs.token_logprobs) for c in best.choices]
     assert len(got) == 2 and all(abs(x - y) < 1e-4 for x, y in zip(got, sums[:2])), (got, sums)
