@@ -152,11 +152,16 @@ struct Exchange {
   }
 };
 
-// Gives the exchange's stream slot back once (the destructor gives it back
-// when the exchange ends any other way). Under x.mu.
-void ReleaseStreamSlot(Exchange& x) {
+// Ends the exchange's stream, however it ended (completed or failed). Its
+// server.max_streams slot is given back first, before the end reaches the
+// client: a client that reads the end and sends its next stream on the same
+// connection must find the slot free (with max_streams = 1 it got a 429).
+// The destructor gives the slot back when the exchange ends any other way.
+// Under x.mu.
+void FinishStream(Exchange& x) {
   if (x.stream_slot) x.stream_slot->fetch_sub(1);
   x.stream_slot = nullptr;
+  x.res->Finish();
 }
 
 // Sum of the log-probabilities of a choice's tokens (best_of ranks by it).
@@ -213,11 +218,7 @@ void SendFinal(Exchange& x) {
     if (x.include_usage && !x.chat)
       x.res->SendEvent(CompletionChunkJson(x.id, x.created, x.model, {}, x.usage, true));
     x.res->SendEvent(kSseDone);
-    // The slot is given back before the stream's end reaches the client: a
-    // client that reads [DONE] and sends its next stream on the same
-    // connection must find the slot free (max_streams = 1 gave it a 429).
-    ReleaseStreamSlot(x);
-    x.res->Finish();
+    FinishStream(x);
     return;
   }
   const std::vector<size_t> chosen = ChosenResults(x);
@@ -517,7 +518,7 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           if (x->stream) {
             x->res->SendEvent(err);
             x->res->SendEvent(kSseDone);  // the stream still ends as streams do
-            x->res->Finish();
+            FinishStream(*x);
           } else {
             x->res->Send(http, "application/json", err);
           }
