@@ -31,7 +31,8 @@ void AddFp8LayerBytes(const ModelConfig& m, ModelSizes* s) {
 
 }  // namespace
 
-ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_dtype) {
+ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_dtype,
+                            bool keeps_fp8) {
   ModelSizes s;
   s.layers = m.num_hidden_layers;
   s.hidden = m.hidden_size;
@@ -49,7 +50,7 @@ ModelSizes ModelSizes::From(const ModelConfig& m, DType weight_dtype, DType kv_d
   // row-parallel biases (o_proj for Llama with attention_bias, down_proj with
   // mlp_bias), as the family's tensor table has them.
   s.layer_replicated_bytes = static_cast<double>(LayerReplicatedParameterCount(m)) * s.dtype_bytes;
-  if (m.quantization.quantized()) AddFp8LayerBytes(m, &s);
+  if (m.quantization.quantized() && keeps_fp8) AddFp8LayerBytes(m, &s);
   s.embed_bytes =
       static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) * s.dtype_bytes;
   s.experts = m.num_experts;

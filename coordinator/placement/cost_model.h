@@ -101,8 +101,11 @@ struct ModelSizes {
   double ExpertBytesReadPerRank(int tp, double tokens) const;
 
   // weight dtype: the checkpoint's torch_dtype unless given; kv dtype
-  // likewise.
-  static ModelSizes From(const ModelConfig& model, DType weight_dtype, DType kv_dtype);
+  // likewise. keeps_fp8: an FP8 model's projections stay FP8 on the workers
+  // (fp8 above); false: they are dequantized at load to weight_dtype and
+  // counted at its size, as a CPU worker holds them.
+  static ModelSizes From(const ModelConfig& model, DType weight_dtype, DType kv_dtype,
+                         bool keeps_fp8 = true);
   // KV heads one rank of a tp group holds: KV / t, or 1 when t > KV.
   int64_t KvHeadsLocal(int tp) const { return kv_heads >= tp ? kv_heads / tp : 1; }
   // Bytes of the whole model at the weight dtype (layers + embedding + lm_head

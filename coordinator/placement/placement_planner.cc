@@ -141,7 +141,7 @@ StatusOr<PlanResult> PlacementPlanner::Plan(const ModelConfig& model, const Clus
     return InvalidArgument("cluster has no GPU");
   const DType wdt = o.weight_dtype.value_or(model.torch_dtype);
   const DType kdt = o.kv_dtype.value_or(wdt);
-  c.sizes = ModelSizes::From(model, wdt, kdt);
+  c.sizes = ModelSizes::From(model, wdt, kdt, o.keeps_fp8 && wdt != DType::kF32);
   c.work.prefill_chunk_tokens = o.prefill_chunk_tokens;
   c.work.max_batch = o.max_batch;
   c.max_context = o.max_context > 0 ? o.max_context : ModelContextLimit(model).default_tokens;

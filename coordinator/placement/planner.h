@@ -47,6 +47,11 @@ struct PlanOptions {
   // are served in fp32).
   std::optional<DType> weight_dtype;
   std::optional<DType> kv_dtype;
+  // Whether the workers keep an FP8 model's projections in FP8 (the CUDA
+  // backend at bf16/fp16, kernels::Backend::keeps_fp8_weights) or
+  // dequantize them at load (the CPU backend; any backend at an fp32
+  // weight_dtype): the weight bytes per GPU the placement counts follow.
+  bool keeps_fp8 = true;
   // Throughput workload: requests of prompt_tokens in, output_tokens out
   // (clamped so their sum fits max_context); up to max_batch sequences per
   // replica.

@@ -42,6 +42,9 @@ PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas,
   } else if (config_.model.dtype) {
     o.weight_dtype = o.kv_dtype = *config_.model.dtype;
   }
+  // FP8 projections stay FP8 only on CUDA (at a 16-bit dtype, which the
+  // planner checks); the CPU backend dequantizes them at load.
+  o.keeps_fp8 = !cpu;
   o.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
   o.max_batch = config_.scheduler.max_sequences;
   // Each replica has its own scheduler and serving loop (replica_set.h).

@@ -195,16 +195,24 @@ class Cluster : public ::testing::Test {
     return "";
   }
   // Waits until GET /admin/plan shows at least `version` with the cluster
-  // ready; returns the plan.
+  // ready; returns the plan. The plan is read between two /admin/cluster
+  // reads that both show no re-plan running and the same count of them, so
+  // it is not a snapshot taken mid re-plan: a re-plan bumps plan_version
+  // when it starts loading and writes its report (history) when it ends.
   json WaitForPlan(uint64_t version, double seconds = 40) const {
     const auto t0 = Clock::now();
     json plan;
     while (Since(t0) < seconds) {
-      plan = Get("/admin/plan");
-      if (plan["plan_version"].get<uint64_t>() >= version &&
-          HttpCall(port_, "GET", "/readyz").status == 200 &&
-          !Get("/admin/cluster")["reconfiguring"].get<bool>())
-        return plan;
+      const json before = Get("/admin/cluster");
+      if (!before["reconfiguring"].get<bool>() &&
+          HttpCall(port_, "GET", "/readyz").status == 200) {
+        plan = Get("/admin/plan");
+        const json after = Get("/admin/cluster");
+        if (plan["plan_version"].get<uint64_t>() >= version &&
+            !after["reconfiguring"].get<bool>() &&
+            after["reconfigurations_total"] == before["reconfigurations_total"])
+          return plan;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ADD_FAILURE() << "plan " << version << " not serving after " << seconds

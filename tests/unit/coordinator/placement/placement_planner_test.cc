@@ -644,5 +644,31 @@ TEST(Planner, Fp8ModelsArePlacedByTheirFp8Bytes) {
               HasSubstr("weights: online-fp8 (e4m3, per-channel weight scales"));
 }
 
+// Workers that dequantize FP8 at load (the CPU backend, keeps_fp8 false, or
+// any backend at fp32) hold the projections at the serving dtype: the
+// planner counts them so, and the FP8 405B no longer fits a DGX at bf16.
+TEST(Planner, Fp8ModelsDequantizedAtLoadArePlacedByTheirDenseBytes) {
+  PlanOptions o;
+  o.min_kv_tokens = 4096;
+  ModelConfig m = Model("llama-3.1-405b");
+  m.quantization.method = QuantMethod::kFp8;
+  PlacementPlanner planner;
+  o.keeps_fp8 = false;
+  EXPECT_FALSE(planner.Plan(m, Cluster("dgx_h100_x1.toml"), o).ok());
+  // The same at an fp32 weight dtype, whatever keeps_fp8 says: a 8B model
+  // at tp 1 holds 4 bytes per projection parameter.
+  ModelConfig small = Model("llama-3-8b");
+  small.quantization.method = QuantMethod::kFp8;
+  o.keeps_fp8 = true;
+  o.weight_dtype = o.kv_dtype = DType::kF32;
+  o.fixed_tp = 1;
+  o.fixed_pp = 1;
+  const PlanResult dense = MustPlan(small, Cluster("dgx_h100_x1.toml"), o);
+  ModelConfig plain = Model("llama-3-8b");
+  const PlanResult f32 = MustPlan(plain, Cluster("dgx_h100_x1.toml"), o);
+  EXPECT_EQ(dense.plan.replicas[0].stages[0].weight_bytes,
+            f32.plan.replicas[0].stages[0].weight_bytes);
+}
+
 }  // namespace
 }  // namespace tessera
