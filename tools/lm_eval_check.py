@@ -207,7 +207,7 @@ def run_compare(args):
 def format_report(args, samples_file, table, max_diff, greedy_mismatch, token_diff, token_count,
                   n_seen, refused, unmatched, bodies, ok):
     out = ["## Per-example log-likelihoods: lm-eval (Tessera) vs transformers", "",
-           f"Samples: `{os.path.relpath(samples_file)}`; {len(table)} requests "
+           f"Samples: lm-eval's `{os.path.basename(samples_file)}`; {len(table)} requests "
            f"(doc, choice); tolerance {args.tolerance:g}.", "",
            "| doc | choice | continuation | ctx tok | cont tok | lm-eval via Tessera | "
            "transformers fp32 | abs diff | greedy (lm-eval / ref) |",

@@ -155,6 +155,9 @@ ${lm_eval_cmd[*]}"
   echo "${shown//"$HOME"/\~}"
   echo '```'
   echo
+  echo "lm-eval's base_url is the recording proxy (tools/lm_eval_check.py proxy) in front of the API"
+  echo "port; the proxy forwards each body unchanged."
+  echo
   echo "lm-eval's summary:"
   echo
   echo '```'
