@@ -92,11 +92,16 @@ const WorkerExclusion& ClusterState::Exclude(const std::string& worker_id, const
   return e;
 }
 
-int ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
+int ClusterState::MarkFailed(const std::string& worker_id, const Status& why,
+                             std::optional<std::chrono::steady_clock::time_point> since) {
   int replica = -1;
   {
     MutexLock lock(&mu);
     if (!IsFailed(worker_id)) failed_workers.push_back(worker_id);
+    if (since)
+      lost_since[worker_id] = *since;
+    else
+      lost_since.erase(worker_id);
     replica = ReplicaOf(worker_id);
     if (replica >= 0 && !replicas[static_cast<size_t>(replica)].serving) replica = -1;
     cv.notify_all();
@@ -105,6 +110,17 @@ int ClusterState::MarkFailed(const std::string& worker_id, const Status& why) {
   for (const auto& e : executors)
     if (e) e->OnWorkerFailed(worker_id, why);  // only its own replica's waits on it
   return replica;
+}
+
+std::optional<std::chrono::steady_clock::time_point> ClusterState::EarliestLoss(
+    const std::vector<Assignment>& assignments) const {
+  std::optional<std::chrono::steady_clock::time_point> earliest;
+  for (const Assignment& a : assignments) {
+    auto it = lost_since.find(a.worker_id);
+    if (it == lost_since.end() || !IsFailed(a.worker_id)) continue;
+    if (!earliest || it->second < *earliest) earliest = it->second;
+  }
+  return earliest;
 }
 
 std::vector<std::string> ClusterState::UsableWorkers(

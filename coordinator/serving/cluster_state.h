@@ -113,6 +113,10 @@ struct ClusterState {
   std::unordered_map<std::string, int> replica_of_worker GUARDED_BY(mu);
   uint64_t last_plan_version GUARDED_BY(mu) = 0;           // the newest version handed out
   std::vector<std::string> failed_workers GUARDED_BY(mu);  // lost, not re-registered
+  // Of failed workers declared lost by the control server: the loss's first
+  // sign (ControlWorkerLoss::since), so a step that fails on the loss times
+  // its detection from there too (the step's failure may be seen first).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> lost_since GUARDED_BY(mu);
   // Lost workers that registered again while a re-plan was pending or
   // running (a stopped worker resumed): still in failed_workers, so that
   // re-plan does not place them; usable once the re-plans end.
@@ -156,8 +160,15 @@ struct ClusterState {
   // A worker declared lost (`why`): marks it failed (once) and fails the
   // steps of its replica's executor that wait on it. Returns the replica
   // whose serving plan it held a rank of, or -1. The caller wakes that
-  // replica's serving loop.
-  int MarkFailed(const std::string& worker_id, const Status& why) EXCLUDES(mu, exec_mu);
+  // replica's serving loop. `since`: the loss's first sign, when known
+  // (kept in lost_since).
+  int MarkFailed(const std::string& worker_id, const Status& why,
+                 std::optional<std::chrono::steady_clock::time_point> since = std::nullopt)
+      EXCLUDES(mu, exec_mu);
+  // The earliest lost_since of the failed workers among `assignments`
+  // (nullopt: none of them was declared lost with a known first sign).
+  std::optional<std::chrono::steady_clock::time_point> EarliestLoss(
+      const std::vector<Assignment>& assignments) const REQUIRES(mu);
   bool IsFailed(const std::string& worker_id) const REQUIRES(mu);
   bool IsDrained(const std::string& worker_id) const REQUIRES(mu);
   // Whether `worker_id`'s exclusion back-off runs now.

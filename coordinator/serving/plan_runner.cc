@@ -146,7 +146,17 @@ void PlanRunner::OnStepFailed(const Status& failed) {
   SetReady(false);
   std::shared_ptr<RemoteExecutor> ex = state_.Executor(replica_);
   if (!ex || !ex->step_timed_out()) {
-    RequestReplan("step failed: " + failed.message(), true);
+    // A step failed on a worker declared lost: its detection is timed from
+    // the loss's first sign, even when this request runs ahead of the loss's
+    // own (OnWorkerLost marks the worker failed, which fails this step,
+    // before it requests its re-plan; CI saw 0.16 s for a SIGSTOPped worker).
+    std::optional<std::chrono::steady_clock::time_point> lost;
+    {
+      MutexLock lock(&state_.mu);
+      lost = state_.EarliestLoss(rep().assignments);
+    }
+    RequestReplan("step failed: " + failed.message(), true, /*culprit_known=*/lost.has_value(), {},
+                  lost);
     return;
   }
   const double deadline = ex->step_timeout_seconds();

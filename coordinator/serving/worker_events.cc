@@ -190,6 +190,7 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
         state_.failed_workers.end());
     state_.states.erase(worker_id);
     state_.excluded_workers.erase(worker_id);
+    state_.lost_since.erase(worker_id);
     state_.step_compute_seconds.erase(worker_id);
   }
   drops_->Forget(worker_id);
@@ -197,7 +198,7 @@ void WorkerEvents::OnWorkerForgotten(const std::string& worker_id) {
 
 void WorkerEvents::OnWorkerLost(const std::string& worker_id, const ControlWorkerLoss& loss) {
   TESSERA_LOG_ERROR("coordinator", "worker {} lost ({}): marked failed", worker_id, loss.reason());
-  const int replica = state_.MarkFailed(worker_id, Unavailable(loss.reason()));
+  const int replica = state_.MarkFailed(worker_id, Unavailable(loss.reason()), loss.since);
   if (replica < 0 || replica >= replicas_->size()) return;
   replicas_->loop(replica)->Wake();  // a draining loop re-checks the executor's health
   // Only its replica re-plans; the router sends that one nothing meanwhile.
