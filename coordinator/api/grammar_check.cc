@@ -28,6 +28,16 @@ std::shared_ptr<const GrammarEngine> GrammarCheck::Engine(Status* error) {
   return engine_;
 }
 
+std::optional<std::string> GrammarCheck::Reason(const GrammarSpec& spec, bool* loaded) {
+  Status error;
+  std::shared_ptr<const GrammarEngine> engine = Engine(&error);
+  *loaded = engine != nullptr;
+  if (!engine) return error.message();
+  Status st = engine->Check(spec);
+  if (st.ok()) return std::nullopt;
+  return st.message();
+}
+
 std::optional<ApiError> GrammarCheck::Check(const GrammarSpec& spec) {
   if (!spec.active()) return std::nullopt;
   Status error;

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "common/base/mutex.h"
 #include "common/base/sampling_params.h"
@@ -33,6 +34,10 @@ class GrammarCheck {
   // "invalid_json_schema"), or param response_format naming the library
   // that did not load (code "structured_output_unavailable").
   std::optional<ApiError> Check(const GrammarSpec& spec);
+  // Whether LLGuidance compiles `spec` (active): nullopt, or its reason.
+  // `loaded` false (and the reason the load error) when the engine is
+  // unavailable.
+  std::optional<std::string> Reason(const GrammarSpec& spec, bool* loaded);
 
  private:
   // The engine, loaded on first use; nullptr with `load_error_` set when it
