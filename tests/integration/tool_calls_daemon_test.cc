@@ -7,6 +7,8 @@
 //  - the round trip: the call, then a tool message with its result, then a
 //    final answer; the prompt is the template's rendering of that history;
 //  - streamed tool-call deltas join into the whole response's call;
+//  - tool_choice auto: text without calls is content, whole and streamed;
+//    the legacy functions/function_call answer with message.function_call;
 //  - bad input is a 400 naming the field, and the deployment keeps serving;
 //  - the official `openai` client does the same (tests/support/
 //    openai_tools_check.py), at tp 1 and at tp 2 x pp 2;
@@ -236,6 +238,47 @@ void CheckStream(int port, const json& whole) {
   ExpectValidCall(call, {"get_weather", "noop"});
 }
 
+// tool_choice auto with the random fixture model: free text that holds no
+// call comes back as content, whole and streamed alike (nothing held back is
+// lost); the legacy functions/function_call answer with function_call.
+void CheckAutoAndLegacy(int port) {
+  const json whole = Post(port, Chat({{"max_tokens", 12}}));
+  const json& c = whole["choices"][0];
+  ASSERT_TRUE(c["message"]["content"].is_string()) << whole;
+  EXPECT_FALSE(c["message"].contains("tool_calls")) << whole;
+  EXPECT_EQ(c["finish_reason"], "length") << whole;
+  const HttpReply r = HttpCall(port, "POST", "/v1/chat/completions",
+                               Chat({{"max_tokens", 12}, {"stream", true}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text, finish;
+  for (const std::string& e : r.events) {
+    if (e == "[DONE]") break;
+    const json chunk = json::parse(e);
+    const json& d = chunk["choices"][0]["delta"];
+    EXPECT_FALSE(d.contains("tool_calls")) << e;
+    if (d.contains("content")) text += d["content"].get<std::string>();
+    if (chunk["choices"][0]["finish_reason"].is_string())
+      finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, c["message"]["content"]);
+  EXPECT_EQ(finish, "length");
+
+  const json legacy = Post(port, {{"model", kModel},
+                                  {"messages", Question()},
+                                  {"functions", {Weather()["function"]}},
+                                  {"function_call", {{"name", "get_weather"}}},
+                                  {"max_tokens", 120},
+                                  {"temperature", 0}});
+  const json& m = legacy["choices"][0];
+  EXPECT_EQ(m["finish_reason"], "function_call") << legacy;
+  EXPECT_FALSE(m["message"].contains("tool_calls")) << legacy;
+  ASSERT_TRUE(m["message"].contains("function_call")) << legacy;
+  EXPECT_EQ(m["message"]["function_call"]["name"], "get_weather");
+  ExpectValidCall(
+      {{"type", "function"}, {"id", "call_legacy"}, {"function", m["message"]["function_call"]}},
+      {"get_weather"});
+}
+
 void ExpectBadField(int port, const json& body, const std::string& param) {
   const json e = Post(port, body, 400);
   EXPECT_EQ(e["error"]["param"], param) << e;
@@ -274,6 +317,7 @@ TEST_F(ToolCallDaemons, EnforcedCallsParseRoundTripStreamAndBadInputIs400) {
   ASSERT_FALSE(HasFailure());
   CheckRoundTrip(port_, whole, dir_ + "/" + kModel);
   CheckStream(port_, whole);
+  CheckAutoAndLegacy(port_);
   CheckBadInput(port_);
   RunClientCheck(port_);
 }
