@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "common/grammar/grammar_library_paths.h"
 #include "coordinator/api/openai_api.h"
 #include "coordinator/api/tool_call_grammar.h"
+#include "coordinator/api/tool_call_stream.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -192,8 +194,9 @@ TEST(ToolCallRequests, TemplatesRenderToolsAndTheHistory) {
 
 class ToolCallGrammarTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const std::string dir = testing::FixturePath("models/qwen2_bias_f16");
+  void SetUp() override { Load(testing::FixturePath("models/qwen2_bias_f16")); }
+
+  void Load(const std::string& dir) {
     auto tok = Tokenizer::Load(dir);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tokenizer_ = std::shared_ptr<const Tokenizer>(std::move(*tok));
@@ -259,6 +262,42 @@ TEST_F(ToolCallGrammarTest, EachFamilysGrammarAcceptsOnlyCallsOfTheAllowedFuncti
   g = ToolCallGrammar(ToolCallFormat::kMistral, required, *tokenizer_);
   EXPECT_TRUE(Accepts(g, "[TOOL_CALLS] [" + call + ", " + noop + "]"));
   EXPECT_FALSE(Accepts(g, "[TOOL_CALLS] []"));
+}
+
+// Mistral's [TOOL_CALLS] is a special token on real checkpoints: the grammar
+// forces that token (by id), and the parser reads the decoded text, which
+// drops it.
+TEST_F(ToolCallGrammarTest, MistralsSpecialMarkerIsForcedAsItsToken) {
+  const std::string dir = testing::MakeTempDir("tessera-tool-marker");
+  const std::string src = testing::FixturePath("models/mistral_sliding_window");
+  json tj = json::parse(testing::ReadFileOrDie(src + "/tokenizer.json"));
+  const int32_t marker = static_cast<int32_t>(tj["model"]["vocab"].size());
+  tj["added_tokens"].push_back({{"id", marker},
+                                {"content", "[TOOL_CALLS]"},
+                                {"single_word", false},
+                                {"lstrip", false},
+                                {"rstrip", false},
+                                {"normalized", false},
+                                {"special", true}});
+  std::ofstream(dir + "/tokenizer.json") << tj.dump();
+  std::ofstream(dir + "/tokenizer_config.json")
+      << testing::ReadFileOrDie(src + "/tokenizer_config.json");
+  Load(dir);
+  ASSERT_TRUE(tokenizer_->IsSpecial(marker));
+  const ToolsRequest required = *Parse(Body({{"tool_choice", "required"}})).tools;
+  const GrammarSpec g = ToolCallGrammar(ToolCallFormat::kMistral, required, *tokenizer_);
+  EXPECT_NE(g.schema.find("<[" + std::to_string(marker) + "]>"), std::string::npos) << g.schema;
+  const std::string output = "[TOOL_CALLS] [{\"name\":\"noop\",\"arguments\":{}}]";
+  const std::vector<int32_t> ids = tokenizer_->Encode(output, false);
+  ASSERT_EQ(ids[0], marker);
+  EXPECT_TRUE(Accepts(g, output));
+  EXPECT_FALSE(Accepts(g, "[TOOL_CALL] [{\"name\":\"noop\",\"arguments\":{}}]"));
+  // The text the API sees drops the special token; the call still parses.
+  const ToolCallOutput parsed =
+      ParseToolCallOutput(ToolCallFormat::kMistral, tokenizer_->Decode(ids, true));
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "noop");
+  EXPECT_EQ(parsed.calls[0].arguments, "{}");
 }
 
 TEST_F(ToolCallGrammarTest, PlanRefusesTemplatesWithoutToolsAndSchemasTheEngineCannotCompile) {
