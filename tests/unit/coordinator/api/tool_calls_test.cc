@@ -1,7 +1,7 @@
 // Tool-calling requests (coordinator/api/tool_calls.h, tool_call_grammar.h):
 // the fields parsed and each malformed one a 400 naming it; the history's
-// tool messages rendered by the fixture templates of Qwen2.5, Llama 3.1 and
-// Mistral v0.3 as transformers renders them; a template without tools
+// tool messages rendered by the fixture templates of Qwen2.5, Qwen3, Llama
+// 3.1, Llama 3.2 and Mistral v0.3; a template without tools
 // refused naming tools and the model; and each family's enforced grammar,
 // compiled by the real LLGuidance, accepting a call of the named function
 // with valid arguments and refusing anything else.
@@ -186,6 +186,14 @@ TEST(ToolCallRequests, TemplatesRenderToolsAndTheHistory) {
                  "{\"name\": \"get_weather\", \"parameters\": "
                  "{\"city\": \"Paris\", \"days\": 1}}",
                  "<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\""});
+  ExpectRenders(Template("qwen3", "", "<|im_end|>"),
+                {"<tools>\n{\"function\": {\"description\": \"Weather of a city\"",
+                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                 "\"Paris\", \"days\": 1}}\n</tool_call>",
+                 "<tool_response>\nsunny\n</tool_response>"});
+  ExpectRenders(
+      Template("llama3_2", "<|begin_of_text|>", "<|eot_id|>"),
+      {"Environment: ipython", "<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\""});
   ExpectRenders(Template("mistral_v0_3", "<s>", "</s>"),
                 {"[AVAILABLE_TOOLS]", "[TOOL_CALLS] [{\"name\": \"get_weather\"",
                  "\"id\": \"abcDEF123\"", "[TOOL_RESULTS] {\"content\": sunny"});
