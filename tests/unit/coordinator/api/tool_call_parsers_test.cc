@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,67 @@ TEST(ToolCallParsers, TheTemplateChoosesTheFormat) {
   EXPECT_EQ(format("mistral_v0_3"), ToolCallFormat::kMistral);
   EXPECT_EQ(format("smollm2"), std::nullopt);
   EXPECT_EQ(format("gemma2"), std::nullopt);
+}
+
+// Mutated and cut outputs of every family (seeded): the parsers never fail
+// on any text, and a stream joins into the whole parse whenever the whole
+// output holds calls or the stream never started one.
+TEST(ToolCallParsers, MutatedOutputsStreamAsTheyParseWhole) {
+  const std::vector<std::pair<ToolCallFormat, std::string>> samples = {
+      {ToolCallFormat::kHermes,
+       "ok\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, \"}\"]}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>"},
+      {ToolCallFormat::kLlama3Json,
+       "{\"name\": \"a\", \"parameters\": {\"x\": \"\\\"\"}}; {\"name\": \"b\", \"parameters\": "
+       "{}}"},
+      {ToolCallFormat::kMistral,
+       "hi [TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": null}}, {\"name\": \"b\", "
+       "\"arguments\": {}}]"}};
+  const std::string noise = "{}[]\",:<>/\\ \nab_TOOL";
+  std::mt19937 rng(37);
+  for (const auto& [format, sample] : samples) {
+    for (int round = 0; round < 300; ++round) {
+      std::string text = sample;
+      const int edits = static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !text.empty(); ++e) {
+        const size_t at = rng() % text.size();
+        if (rng() % 2) {
+          text[at] = noise[rng() % noise.size()];
+        } else {
+          text.erase(at, 1);
+        }
+      }
+      if (rng() % 3 == 0) text.resize(rng() % (text.size() + 1));  // cut off
+      SCOPED_TRACE(text);
+      ToolCallStream stream(format);
+      std::string content;
+      std::vector<std::string> names, args;
+      auto take = [&](const ToolCallStream::Update& u) {
+        content += u.content;
+        for (const ToolCallDelta& d : u.calls) {
+          if (d.name) {
+            names.push_back(*d.name);
+            args.push_back(d.arguments);
+          } else {
+            ASSERT_LT(static_cast<size_t>(d.index), args.size());
+            args[static_cast<size_t>(d.index)] += d.arguments;
+          }
+        }
+      };
+      const size_t step = 1 + rng() % 5;
+      for (size_t i = 0; i < text.size(); i += step) take(stream.Push(text.substr(i, step)));
+      take(stream.Finish());
+      const ToolCallOutput whole = ParseToolCallOutput(format, text);
+      if (!whole.calls.empty() || !stream.called()) {
+        EXPECT_EQ(content, whole.content);
+        ASSERT_EQ(names.size(), whole.calls.size());
+        for (size_t k = 0; k < names.size(); ++k) {
+          EXPECT_EQ(names[k], whole.calls[k].name);
+          EXPECT_EQ(args[k], whole.calls[k].arguments);
+        }
+      }
+    }
+  }
 }
 
 TEST(ToolCallScan, ValuesAndMarkers) {
