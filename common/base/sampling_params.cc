@@ -54,11 +54,12 @@ Status SamplingParams::Validate() const {
   }
   TESSERA_RETURN_IF_ERROR(CheckIds(min_tokens_blocked, "min_tokens"));
   TESSERA_RETURN_IF_ERROR(CheckIds(stop_token_ids, "stop_token_ids"));
-  if (static_cast<uint8_t>(grammar.kind) > static_cast<uint8_t>(GrammarKind::kJsonSchema))
+  if (static_cast<uint8_t>(grammar.kind) > static_cast<uint8_t>(GrammarKind::kLark))
     return InvalidArgument("grammar: unknown kind " +
                            std::to_string(static_cast<int>(grammar.kind)));
-  if (grammar.kind != GrammarKind::kJsonSchema && !grammar.schema.empty())
-    return InvalidArgument("grammar: a schema is set without kind json_schema");
+  if (grammar.kind != GrammarKind::kJsonSchema && grammar.kind != GrammarKind::kLark &&
+      !grammar.schema.empty())
+    return InvalidArgument("grammar: a schema is set without kind json_schema or lark");
   if (grammar.schema.size() > kMaxGrammarSchemaBytes)
     return InvalidArgument("grammar: the schema's " + std::to_string(grammar.schema.size()) +
                            " bytes exceed " + std::to_string(kMaxGrammarSchemaBytes));

@@ -27,13 +27,17 @@ enum class GrammarKind : uint8_t {
   kNone = 0,        // free text
   kJsonObject = 1,  // OpenAI's json_object: any JSON object
   kJsonSchema = 2,  // OpenAI's json_schema: JSON valid against `schema`
+  // A Lark grammar in LLGuidance's syntax (`schema` holds its text), with
+  // %json sub-schemas: tool calls in a model family's format
+  // (coordinator/api/tool_call_grammar.h).
+  kLark = 3,
 };
 // Largest schema accepted (bytes of JSON text); it travels with every step.
 inline constexpr size_t kMaxGrammarSchemaBytes = 64 * 1024;
 
 struct GrammarSpec {
   GrammarKind kind = GrammarKind::kNone;
-  std::string schema;  // kJsonSchema: the JSON Schema as JSON text; else ""
+  std::string schema;  // kJsonSchema: the JSON Schema as JSON text; kLark: the grammar; else ""
   bool active() const { return kind != GrammarKind::kNone; }
   bool operator==(const GrammarSpec&) const = default;
 };

@@ -108,6 +108,10 @@ StatusOr<std::shared_ptr<const GrammarEngine>> GrammarEngine::Create(
 
 GrammarEngine::~GrammarEngine() { lib_->free_tokenizer(llg_tokenizer_); }
 
+const char* GrammarEngine::ConstraintType(const GrammarSpec& spec) {
+  return spec.kind == GrammarKind::kLark ? "lark" : "json_schema";
+}
+
 LlgConstraintInit GrammarEngine::Init() const {
   LlgConstraintInit init;
   std::memset(&init, 0, sizeof(init));
@@ -117,6 +121,7 @@ LlgConstraintInit GrammarEngine::Init() const {
 }
 
 StatusOr<std::string> GrammarEngine::GrammarData(const GrammarSpec& spec) {
+  if (spec.kind == GrammarKind::kLark) return spec.schema;
   nlohmann::json schema;
   if (spec.kind == GrammarKind::kJsonObject) {
     schema = {{"type", "object"}};
@@ -136,7 +141,8 @@ Status GrammarEngine::Check(const GrammarSpec& spec) const {
   TESSERA_ASSIGN_OR_RETURN(std::string data, GrammarData(spec));
   const LlgConstraintInit init = Init();
   char message[2048] = {0};
-  if (lib_->validate_grammar(&init, "json_schema", data.c_str(), message, sizeof(message)) < 0)
+  if (lib_->validate_grammar(&init, ConstraintType(spec), data.c_str(), message, sizeof(message)) <
+      0)
     return InvalidArgument(message);
   return Status::Ok();
 }
@@ -144,7 +150,7 @@ Status GrammarEngine::Check(const GrammarSpec& spec) const {
 StatusOr<std::unique_ptr<GrammarMatcher>> GrammarEngine::NewMatcher(const GrammarSpec& spec) const {
   TESSERA_ASSIGN_OR_RETURN(std::string data, GrammarData(spec));
   const LlgConstraintInit init = Init();
-  LlgMatcher* m = lib_->new_matcher(&init, "json_schema", data.c_str());
+  LlgMatcher* m = lib_->new_matcher(&init, ConstraintType(spec), data.c_str());
   if (const char* e = lib_->matcher_get_error(m)) {
     Status error = InvalidArgument(e);
     lib_->free_matcher(m);

@@ -91,6 +91,8 @@ class GrammarEngine {
   GrammarEngine() = default;
   // The LLGuidance constraint type and data of `spec`.
   static StatusOr<std::string> GrammarData(const GrammarSpec& spec);
+  // LLGuidance's constraint type of `spec`: "lark" or "json_schema".
+  static const char* ConstraintType(const GrammarSpec& spec);
   LlgConstraintInit Init() const;
 
   std::shared_ptr<const LlguidanceLibrary> lib_;

@@ -24,6 +24,7 @@ StatusOr<ChatTemplate> ChatTemplate::FromJinja(const std::string& jinja, std::st
   TESSERA_ASSIGN_OR_RETURN(jinja::Template tpl, jinja::Parse(jinja));
   ChatTemplate t;
   t.jinja_ = std::make_shared<const jinja::Template>(std::move(tpl));
+  t.source_ = std::make_shared<const std::string>(jinja);
   t.bos_token_ = std::move(bos_token);
   t.eos_token_ = std::move(eos_token);
   return t;
@@ -43,21 +44,35 @@ StatusOr<ChatTemplate> ChatTemplate::FromName(const std::string& name) {
   return t;
 }
 
+bool ChatTemplate::references_tools() const {
+  return source_ && source_->find("tools") != std::string::npos;
+}
+
+const std::string& ChatTemplate::source() const {
+  static const std::string kNone;
+  return source_ ? *source_ : kNone;
+}
+
 StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                           bool add_generation_prompt) const {
+                                           bool add_generation_prompt,
+                                           const nlohmann::ordered_json* tools) const {
   if (jinja_) {
-    // What transformers' render_jinja_template passes (tools and documents
-    // are None: the API refuses tools).
+    // What transformers' render_jinja_template passes (documents are None).
     jinja::List msgs;
     for (const ChatMessage& m : messages) {
       jinja::Dict d;
-      d.items = {{"role", jinja::Value::String(m.role)},
-                 {"content", jinja::Value::String(m.content)}};
+      d.items = {
+          {"role", jinja::Value::String(m.role)},
+          {"content", m.content_null ? jinja::Value::None() : jinja::Value::String(m.content)}};
+      if (m.extra.is_object())
+        for (const auto& [key, value] : m.extra.items())
+          d.items.emplace_back(key, jinja::Value::FromJson(value));
       msgs.push_back(jinja::Value::MakeDict(std::move(d)));
     }
     jinja::Dict ctx;
     ctx.items = {{"messages", jinja::Value::MakeList(std::move(msgs))},
-                 {"tools", jinja::Value::None()},
+                 {"tools", tools && !tools->is_null() ? jinja::Value::FromJson(*tools)
+                                                      : jinja::Value::None()},
                  {"documents", jinja::Value::None()},
                  {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
                  {"bos_token", jinja::Value::String(bos_token_)},

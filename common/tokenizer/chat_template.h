@@ -3,7 +3,7 @@
 // model loads and Render runs it with the small Jinja interpreter of
 // jinja_{lexer,parser,render,builtins,value}.h, as transformers'
 // apply_chat_template does (context: messages, add_generation_prompt,
-// bos_token, eos_token, tools=None, documents=None, and the globals
+// bos_token, eos_token, tools (the request's, else None), documents=None, and the globals
 // raise_exception, strftime_now, namespace, dict, range). A template using a
 // construct the interpreter lacks is refused at load, naming it and its line.
 //
@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,15 @@ enum class ChatFormat { kChatML, kLlama3, kLlama2 };
 const char* ChatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2"
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // Passed as None to a Jinja template (an assistant message that only
+  // calls tools).
+  bool content_null = false;
+  // Further keys of the message's dict for a Jinja template, in order
+  // (tool_calls, tool_call_id, name); null or an object. Keys absent here are
+  // absent in the dict (templates test `'tool_calls' in message`).
+  nlohmann::ordered_json extra = nullptr;
 };
 
 class ChatTemplate {
@@ -62,12 +70,22 @@ class ChatTemplate {
   // Errors: kInvalidArgument naming the problem: an unknown role (built-ins),
   // or a template runtime error "chat_template line N: ..." (raise_exception's
   // message, a type error, a render limit).
+  // `tools`: the request's tool list (OpenAI's shape, in the request's key
+  // order) passed as the template's `tools`; nullptr or null: None. Built-in
+  // formats render no tools (callers check references_tools()).
   StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
-                               bool add_generation_prompt = true) const;
+                               bool add_generation_prompt = true,
+                               const nlohmann::ordered_json* tools = nullptr) const;
+  // Whether a Jinja template's source names `tools` (it can render them);
+  // false for the built-in formats.
+  bool references_tools() const;
+  // The Jinja source ("" for a built-in format).
+  const std::string& source() const;
 
  private:
   ChatFormat format_ = ChatFormat::kChatML;
   std::shared_ptr<const jinja::Template> jinja_;  // immutable, shared by copies
+  std::shared_ptr<const std::string> source_;     // the Jinja source; null for built-ins
   std::string bos_token_;
   std::string eos_token_;
 };

@@ -239,7 +239,7 @@ SamplingParams SamplingFromProto(const control::SamplingParams& s) {
     p.logit_bias.emplace_back(b.token_id(), b.bias());
   p.min_tokens_blocked.assign(s.min_tokens_blocked().begin(), s.min_tokens_blocked().end());
   p.prompt_logprobs = s.prompt_logprobs() ? static_cast<int32_t>(s.num_prompt_top_logprobs()) : -1;
-  // Validate() refuses a kind past kJsonSchema (the u32 is clamped so that it names one).
+  // Validate() refuses a kind past kLark (the u32 is clamped so that it names one).
   p.grammar.kind = static_cast<GrammarKind>(std::min<uint32_t>(s.grammar_kind(), 255));
   p.grammar.schema = s.grammar_schema();
   return p;

@@ -28,24 +28,44 @@ std::shared_ptr<const GrammarEngine> GrammarCheck::Engine(Status* error) {
   return engine_;
 }
 
-std::optional<ApiError> GrammarCheck::Check(const GrammarSpec& spec) {
-  if (!spec.active()) return std::nullopt;
+std::optional<std::string> GrammarCheck::Reason(const GrammarSpec& spec, bool* loaded) {
   Status error;
   std::shared_ptr<const GrammarEngine> engine = Engine(&error);
+  *loaded = engine != nullptr;
+  if (!engine) return error.message();
+  std::pair<GrammarKind, std::string> key(spec.kind, spec.schema);
+  {
+    MutexLock lock(&mu_);
+    auto it = verdicts_.find(key);
+    if (it != verdicts_.end()) return it->second;
+  }
+  // Compiled outside the lock: other requests' checks go on meanwhile.
+  Status st = engine->Check(spec);
+  std::optional<std::string> verdict;
+  if (!st.ok()) verdict = st.message();
+  MutexLock lock(&mu_);
+  if (verdicts_.size() >= kCachedVerdicts) verdicts_.clear();
+  verdicts_.emplace(std::move(key), verdict);
+  return verdict;
+}
+
+std::optional<ApiError> GrammarCheck::Check(const GrammarSpec& spec) {
+  if (!spec.active()) return std::nullopt;
+  bool loaded = true;
+  const std::optional<std::string> reason = Reason(spec, &loaded);
+  if (!reason) return std::nullopt;
   ApiError e;
   e.http_status = 400;
-  if (!engine) {
-    e.message = "response_format other than text is unavailable on this server: " + error.message();
+  if (!loaded) {
+    e.message = "response_format other than text is unavailable on this server: " + *reason;
     e.param = "response_format";
     e.code = "structured_output_unavailable";
     return e;
   }
-  Status st = engine->Check(spec);
-  if (st.ok()) return std::nullopt;
   e.message =
       "response_format.json_schema.schema: the grammar engine (LLGuidance) cannot compile "
       "it: " +
-      st.message();
+      *reason;
   e.param = "response_format.json_schema.schema";
   e.code = "invalid_json_schema";
   return e;

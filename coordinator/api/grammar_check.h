@@ -10,8 +10,11 @@
 // Thread-safety: Check from any thread (the request threads).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "common/base/mutex.h"
 #include "common/base/sampling_params.h"
@@ -33,6 +36,16 @@ class GrammarCheck {
   // "invalid_json_schema"), or param response_format naming the library
   // that did not load (code "structured_output_unavailable").
   std::optional<ApiError> Check(const GrammarSpec& spec);
+  // Whether LLGuidance compiles `spec` (active): nullopt, or its reason.
+  // `loaded` false (and the reason the load error) when the engine is
+  // unavailable. The verdicts of the last kCachedVerdicts distinct specs
+  // are kept: clients send the same tools and schemas request after request.
+  // Measured (tool_calls_test's planner, two small functions, a busy 2-core
+  // host): tool_choice required 4.4 ms a request uncached, 37 us cached;
+  // auto 513 us and 1.4 us.
+  std::optional<std::string> Reason(const GrammarSpec& spec, bool* loaded);
+
+  static constexpr size_t kCachedVerdicts = 64;
 
  private:
   // The engine, loaded on first use; nullptr with `load_error_` set when it
@@ -45,6 +58,9 @@ class GrammarCheck {
   bool loaded_ GUARDED_BY(mu_) = false;
   std::shared_ptr<const GrammarEngine> engine_ GUARDED_BY(mu_);
   Status load_error_ GUARDED_BY(mu_);
+  // Verdicts by kind and text; cleared when it reaches kCachedVerdicts.
+  std::map<std::pair<GrammarKind, std::string>, std::optional<std::string>> verdicts_
+      GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

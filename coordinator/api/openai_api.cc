@@ -11,6 +11,7 @@
 #include "common/base/json_parse.h"
 #include "common/net/http_server.h"
 #include "coordinator/api/response_format.h"
+#include "coordinator/api/tool_calls.h"
 
 namespace tessera {
 namespace {
@@ -403,15 +404,21 @@ MaybeError GetMessages(const json& obj, std::vector<ChatMessage>* out) {
     if (!role->is_string()) return WrongType(name + ".role", "a string", *role);
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return BadRequest(fmt::format("{}.role '{}' is not supported; use system, user or assistant",
-                                    name, role->get<std::string>()),
-                        name + ".role");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool" && msg.role != "function") {
+      return BadRequest(
+          fmt::format("{}.role '{}' is not supported; use system, user, assistant or tool", name,
+                      role->get<std::string>()),
+          name + ".role");
     }
+    TESSERA_API_TRY(GetMessageToolFields(m, name, &msg));
     const json* content = Find(m, "content");
     const std::string cname = name + ".content";
-    if (!content) return BadRequest(cname + " is required", cname);
-    if (content->is_string()) {
+    if (!content && msg.role == "assistant" && msg.extra.contains("tool_calls")) {
+      msg.content_null = true;  // a message that only calls tools
+    } else if (!content) {
+      return BadRequest(cname + " is required", cname);
+    } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (size_t k = 0; k < content->size(); ++k) {
@@ -697,14 +704,15 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
   }
   TESSERA_API_TRY(GetGeneration(obj, &req.gen));
   TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
-  for (const char* key : {"tools", "functions"}) {
-    if (const json* j = Find(obj, key)) {
-      if (!j->is_array()) return WrongType(key, "an array", *j);
-      if (!j->empty()) return BadRequest(fmt::format("{} are not supported", key), key);
-    }
-  }
+  req.tools = std::make_shared<ToolsRequest>();
+  TESSERA_API_TRY(GetTools(obj, body, req.tools.get()));
   TESSERA_API_TRY(GetResponseFormat(obj, &req.gen.grammar));
   TESSERA_API_TRY(CheckGrammarFields(req.gen));
+  if (req.gen.grammar.active() && req.tools->enforced())
+    return BadRequest(
+        "tool_choice required or a named function cannot be combined with a response_format "
+        "other than text: both constrain the whole output",
+        "tool_choice");
   return req;
 }
 

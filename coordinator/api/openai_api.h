@@ -4,8 +4,7 @@
 // Requests (POST /v1/completions, POST /v1/chat/completions):
 //   - fields absent or JSON null take their OpenAI default;
 //   - unknown fields are ignored; known OpenAI fields Tessera does not
-//     implement (a non-empty suffix, tools, functions, response_format other
-//     than text) are refused rather than silently ignored
+//     implement (a non-empty suffix) are refused rather than silently ignored
 //     (docs/operations.md lists every field);
 //   - every failure is an ApiError: HTTP 400, OpenAI's message and `param`
 //     naming the field ("temperature must be between 0 and 2, got 5",
@@ -22,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -177,9 +177,15 @@ struct CompletionRequest {
   GenerationFields gen;
 };
 
+struct ToolsRequest;  // coordinator/api/tool_calls.h
+
 struct ChatCompletionRequest {
   std::string model;
-  std::vector<ChatMessage> messages;  // >= 1; role system/user/assistant ("developer" -> system)
+  // >= 1; role system/user/assistant/tool ("developer" -> system, "function" -> tool); an
+  // assistant's tool_calls and a tool message's tool_call_id in ChatMessage::extra.
+  std::vector<ChatMessage> messages;
+  // tools, tool_choice, parallel_tool_calls, functions, function_call; never null.
+  std::shared_ptr<ToolsRequest> tools;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; absent = to context
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..20; requires logprobs
@@ -252,11 +258,39 @@ struct CompletionChoice {
       prompt_logprobs;
 };
 
+// A tool call in a chat response (coordinator/api/tool_call_stream.h parses
+// them from the output).
+struct ToolCall {
+  std::string id;         // "call_" + 24 hex digits (Mistral: 9 letters and digits)
+  std::string name;       // the function's
+  std::string arguments;  // JSON text of the arguments, as the model wrote them
+};
+// A streamed piece of tool call `index` of a choice: the first carries id and
+// name (with the arguments so far), the later ones more argument text.
+struct ToolCallDelta {
+  int index = 0;
+  std::optional<std::string> id;
+  std::optional<std::string> name;
+  std::string arguments;
+};
+// The tool side of one chat chunk.
+struct ChatToolDeltas {
+  std::vector<ToolCallDelta> calls;
+  bool finish_as_calls = false;  // a stop finish_reason is written "tool_calls"
+  bool legacy = false;           // the request used functions: delta.function_call
+};
+
 struct ChatChoice {
   int index = 0;
   std::string content;
   std::optional<FinishReason> finish_reason;
   std::optional<std::vector<TokenLogprob>> logprobs;
+  // Calls parsed from the output: message.tool_calls, content null when
+  // empty, a stop finish_reason written "tool_calls". With legacy (the
+  // request used functions) the first is message.function_call and the
+  // finish_reason "function_call".
+  std::vector<ToolCall> tool_calls;
+  bool legacy = false;
 };
 
 // A fresh id, "<prefix>-" and 24 random hex digits ("cmpl", "chatcmpl").
@@ -282,13 +316,14 @@ std::string ChatCompletionResponseJson(const std::string& id, int64_t created,
 // One streamed chat chunk (object "chat.completion.chunk") for choice
 // `index`: delta {"role":"assistant"} when `role` (the first chunk), plus
 // {"content": ...} when `content` is given; finish_reason null until the
-// last. `logprobs` covers the tokens of this delta.
+// last. `logprobs` covers the tokens of this delta. `tools`: the delta's
+// tool_calls ([{index, id, type, function: {name, arguments}}]).
 std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
                                     const std::string& model, int index, bool role,
                                     const std::optional<std::string>& content,
                                     std::optional<FinishReason> finish_reason,
                                     const std::optional<std::vector<TokenLogprob>>& logprobs,
-                                    bool include_usage);
+                                    bool include_usage, const ChatToolDeltas* tools = nullptr);
 // The final chunk of a chat stream with include_usage: "choices": [] and usage.
 std::string ChatCompletionUsageChunkJson(const std::string& id, int64_t created,
                                          const std::string& model, const Usage& usage);

@@ -14,6 +14,8 @@
 
 #include "coordinator/api/openai_api.h"
 #include "coordinator/api/token_texts.h"
+#include "coordinator/api/tool_call_grammar.h"
+#include "coordinator/api/tool_call_stream.h"
 
 namespace tessera {
 
@@ -31,6 +33,8 @@ struct ChoiceStream {
   int64_t offset = 0;
   // Completions: each token's text as emitted (coordinator/api/token_texts.h).
   std::shared_ptr<TokenTextStream> texts;
+  // Chat with tools parsed: the output turned into content and tool-call deltas.
+  std::shared_ptr<ToolCallStream> tools;
 };
 
 // The API's view of one sampled token: the texts of it and of its
@@ -133,8 +137,10 @@ struct Exchange {
   bool prompt_logprobs = false;               // completions: vLLM's prompt_logprobs field
   std::vector<std::vector<int32_t>> prompts;  // completions with echo: each choice's prompt
   int n = 1;                                  // choices returned per prompt
-  int best_of = 1;                       // choices generated per prompt (results[p * best_of + j])
-  const Tokenizer* tokenizer = nullptr;  // for token texts
+  int best_of = 1;  // choices generated per prompt (results[p * best_of + j])
+  std::optional<ToolCallFormat> tool_format;  // chat: parse the output into tool calls
+  bool tools_legacy = false;                  // ... answered as function_call
+  const Tokenizer* tokenizer = nullptr;       // for token texts
   std::mutex mu;
   std::vector<GenerationResult> results;  // protected by mu
   std::vector<ChoiceStream> streams;      // protected by mu; one per choice when streaming
@@ -210,6 +216,28 @@ void SendEcho(Exchange& x, int index, const std::vector<SampledToken>* prompt) {
   for (const TokenLogprob& t : entries) st.offset += static_cast<int64_t>(t.token.size());
 }
 
+// The end of a streamed chat choice whose output is parsed for tool calls:
+// what the whole-output parse adds to what was sent (text held back as a
+// possible call that was none), then the finish chunk ("tool_calls" once a
+// call went out). Under x.mu.
+void SendToolCallsEnd(Exchange& x, int index, FinishReason finish,
+                      std::optional<std::vector<TokenLogprob>> logprobs) {
+  ChoiceStream& st = x.streams[static_cast<size_t>(index)];
+  if (!st.tools) st.tools = std::make_shared<ToolCallStream>(*x.tool_format);
+  ToolCallStream::Update rest = st.tools->Finish();
+  if (!rest.empty()) {
+    ChatToolDeltas deltas{std::move(rest.calls), false, x.tools_legacy};
+    x.res->SendEvent(ChatCompletionChunkJson(
+        x.id, x.created, x.model, index, st.first,
+        rest.content.empty() ? std::nullopt : std::optional<std::string>(rest.content),
+        std::nullopt, std::nullopt, x.include_usage, &deltas));
+    st.first = false;
+  }
+  ChatToolDeltas end{{}, st.tools->called(), x.tools_legacy};
+  x.res->SendEvent(ChatCompletionChunkJson(x.id, x.created, x.model, index, st.first, std::nullopt,
+                                           finish, logprobs, x.include_usage, &end));
+}
+
 void SendFinal(Exchange& x) {
   if (x.failed) return;
   if (x.stream) {
@@ -229,6 +257,12 @@ void SendFinal(Exchange& x) {
       ChatChoice c;
       c.index = static_cast<int>(k);
       c.content = r.text;
+      if (x.tool_format) {
+        ToolCallOutput out = ParseToolCallOutput(*x.tool_format, r.text);
+        c.content = std::move(out.content);
+        c.tool_calls = std::move(out.calls);
+        c.legacy = x.tools_legacy;
+      }
       c.finish_reason = r.finish_reason;
       c.logprobs = ResultLogprobs(r, x.logprobs, *x.tokenizer);
       choices.push_back(c);
@@ -300,7 +334,27 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       res->Send(e.http_status, "application/json", e.ToJson());
       return;
     }
-    auto text = chat_template_->Render(r.messages);
+    const ToolsRequest& tools = *r.tools;
+    ToolCallPlan plan;
+    if (auto e = PlanToolCalls(tools, *chat_template_, *tokenizer_, grammar_check_, model_name_,
+                               &plan)) {
+      res->Send(e->http_status, "application/json", e->ToJson());
+      return;
+    }
+    GenerationFields gen = r.gen;
+    gen.grammar = plan.grammar.active() ? plan.grammar : gen.grammar;
+    if (plan.grammar.active() && (gen.ignore_eos || gen.min_tokens > 0)) {
+      // The enforced call's grammar decides where the output ends.
+      const char* field = gen.ignore_eos ? "ignore_eos" : "min_tokens";
+      res->SendError(400,
+                     fmt::format("{} cannot be combined with tool_choice required or a named "
+                                 "function: the call's grammar decides where the output ends",
+                                 field),
+                     std::string(field), std::nullopt);
+      return;
+    }
+    auto text = chat_template_->Render(r.messages, true,
+                                       tools.functions.empty() ? nullptr : &tools.tools_json);
     if (!text.ok()) {
       res->SendError(400, text.status().message(), std::string("messages"), "chat_template_error");
       return;
@@ -317,7 +371,7 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     int64_t room = std::max<int64_t>(max_context_ - static_cast<int64_t>(g.prompt_ids.size()), 0);
     if (max_completion > 0) room = std::min(room, max_completion);
     g.max_tokens = r.max_tokens ? *r.max_tokens : static_cast<int32_t>(room);
-    g.sampling = r.gen.ToSamplingParams(static_cast<uint64_t>(x->created));
+    g.sampling = gen.ToSamplingParams(static_cast<uint64_t>(x->created));
     g.sampling.logprobs = r.logprobs ? r.top_logprobs : -1;
     g.stop = r.gen.stop;
     g.ignore_eos = r.gen.ignore_eos;
@@ -326,6 +380,8 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     x->stream = r.gen.stream;
     x->include_usage = r.gen.include_usage;
     x->logprobs = r.logprobs;
+    x->tool_format = plan.format;
+    x->tools_legacy = tools.legacy;
     x->id = NewResponseId("chatcmpl");
   } else {
     auto parsed = ParseCompletionRequest(req.body);
@@ -380,7 +436,9 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
     res->Send(e.http_status, "application/json", e.ToJson());
     return;
   }
-  if (!gens.empty()) {  // every choice and prompt carries the request's one grammar
+  // Every choice and prompt carries the request's one grammar (a tool-call
+  // grammar was compiled by PlanToolCalls).
+  if (!gens.empty() && gens[0].sampling.grammar.kind != GrammarKind::kLark) {
     if (auto e = grammar_check_.Check(gens[0].sampling.grammar)) {
       res->Send(e->http_status, "application/json", e->ToJson());
       return;
@@ -464,10 +522,22 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
           st.pending.back().token += st.texts->Flush();  // held back to the end
         }
         if (text.empty()) return;
+        std::optional<ToolCallStream::Update> tools;
+        if (x->tool_format) {
+          if (!st.tools) st.tools = std::make_shared<ToolCallStream>(*x->tool_format);
+          tools = st.tools->Push(text);
+          if (tools->empty()) return;  // held back: the tokens' logprobs wait too
+        }
         std::optional<std::vector<TokenLogprob>> logprobs;
         if (x->logprobs) logprobs = std::move(st.pending);
         st.pending.clear();
-        if (x->chat) {
+        if (tools) {
+          ChatToolDeltas deltas{std::move(tools->calls), false, x->tools_legacy};
+          x->res->SendEvent(ChatCompletionChunkJson(
+              x->id, x->created, x->model, index, st.first,
+              tools->content.empty() ? std::nullopt : std::optional<std::string>(tools->content),
+              std::nullopt, logprobs, x->include_usage, &deltas));
+        } else if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, st.first,
                                                     text, std::nullopt, logprobs,
                                                     x->include_usage));
@@ -531,7 +601,9 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
         std::optional<std::vector<TokenLogprob>> logprobs;
         if (x->logprobs && !st.pending.empty()) logprobs = std::move(st.pending);
         st.pending.clear();
-        if (x->chat) {
+        if (x->chat && x->tool_format) {
+          SendToolCallsEnd(*x, index, r.finish_reason, std::move(logprobs));
+        } else if (x->chat) {
           x->res->SendEvent(ChatCompletionChunkJson(x->id, x->created, x->model, index, false,
                                                     std::nullopt, r.finish_reason, logprobs,
                                                     x->include_usage));

@@ -71,6 +71,29 @@ json Bytes(const std::string& s) {
   return out;
 }
 
+json ToolCallsJson(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+// delta.tool_calls: the first piece of a call carries id, type and name.
+json ToolCallDeltasJson(const std::vector<ToolCallDelta>& calls) {
+  json out = json::array();
+  for (const ToolCallDelta& d : calls) {
+    json one = {{"index", d.index}};
+    if (d.id) one["id"] = *d.id;
+    if (d.id) one["type"] = "function";
+    one["function"] = {{"arguments", d.arguments}};
+    if (d.name) one["function"]["name"] = *d.name;
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
 // Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
 json ChatLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) {
   if (!lp) return nullptr;
@@ -179,10 +202,22 @@ std::string ChatCompletionResponseJson(const std::string& id, int64_t created,
                                        const std::vector<ChatChoice>& choices, const Usage& usage) {
   json out_choices = json::array();
   for (const ChatChoice& c : choices) {
+    json message = {{"role", "assistant"}, {"content", c.content}};
+    json finish = FinishJson(c.finish_reason);
+    if (!c.tool_calls.empty()) {
+      if (c.content.empty()) message["content"] = nullptr;
+      if (c.legacy) {
+        message["function_call"] = {{"name", c.tool_calls[0].name},
+                                    {"arguments", c.tool_calls[0].arguments}};
+      } else {
+        message["tool_calls"] = ToolCallsJson(c.tool_calls);
+      }
+      if (finish == "stop") finish = c.legacy ? "function_call" : "tool_calls";
+    }
     out_choices.push_back({{"index", c.index},
-                           {"message", {{"role", "assistant"}, {"content", c.content}}},
+                           {"message", message},
                            {"logprobs", ChatLogprobsJson(c.logprobs)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
+                           {"finish_reason", finish}});
   }
   return Dump({{"id", id},
                {"object", "chat.completion"},
@@ -197,10 +232,22 @@ std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
                                     const std::optional<std::string>& content,
                                     std::optional<FinishReason> finish_reason,
                                     const std::optional<std::vector<TokenLogprob>>& logprobs,
-                                    bool include_usage) {
+                                    bool include_usage, const ChatToolDeltas* tools) {
   json delta = json::object();
   if (role) delta["role"] = "assistant";
   if (content) delta["content"] = *content;
+  json finish = FinishJson(finish_reason);
+  if (tools) {
+    if (tools->legacy && !tools->calls.empty()) {
+      const ToolCallDelta& d = tools->calls[0];
+      delta["function_call"] = {{"arguments", d.arguments}};
+      if (d.name) delta["function_call"]["name"] = *d.name;
+    } else if (!tools->calls.empty()) {
+      delta["tool_calls"] = ToolCallDeltasJson(tools->calls);
+    }
+    if (tools->finish_as_calls && finish == "stop")
+      finish = tools->legacy ? "function_call" : "tool_calls";
+  }
   json out = {{"id", id},
               {"object", "chat.completion.chunk"},
               {"created", created},
@@ -208,7 +255,7 @@ std::string ChatCompletionChunkJson(const std::string& id, int64_t created,
               {"choices", json::array({{{"index", index},
                                         {"delta", delta},
                                         {"logprobs", ChatLogprobsJson(logprobs)},
-                                        {"finish_reason", FinishJson(finish_reason)}}})}};
+                                        {"finish_reason", finish}}})}};
   if (include_usage) out["usage"] = nullptr;
   return Dump(out);
 }

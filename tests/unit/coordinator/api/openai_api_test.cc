@@ -287,7 +287,9 @@ TEST(OpenAIApiParse, Logprobs) {
 
 TEST(OpenAIApiParse, UnsupportedFeaturesAreRefused) {
   ExpectCompletionError(Completion(R"("suffix":"tail")"), "suffix", "not supported");
-  ExpectChatError(Chat(R"("tools":[{"type":"function"}])"), "tools", "not supported");
+  // tools are served (tool_calls_test.cc); a malformed one names its field.
+  ExpectChatError(Chat(R"("tools":[{"type":"function"}])"), "tools[0].function",
+                  "tools[0].function is required");
   EXPECT_TRUE(
       ParseChatCompletionRequest(Chat(R"("response_format":{"type":"text"},"tools":[])")).ok());
 }
@@ -346,7 +348,10 @@ TEST(OpenAIApiParse, ChatMessages) {
                   "messages[0].role is required");
   ExpectChatError(
       R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"tool","content":"x"}]})",
-      "messages[1].role", "'tool' is not supported");
+      "messages[1].tool_call_id", "tool_call_id is required");
+  ExpectChatError(
+      R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"robot","content":"x"}]})",
+      "messages[1].role", "'robot' is not supported");
   ExpectChatError(R"({"model":"m","messages":[{"role":4,"content":"x"}]})", "messages[0].role",
                   "must be a string");
   ExpectChatError(R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content",
