@@ -267,9 +267,12 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
         mismatch.erase(0, reporter.size() + 1);
         return ExcludeLoadCulprits(version, reporter, &mismatch);
       }
-      if (std::chrono::steady_clock::now() > deadline)
+      if (std::chrono::steady_clock::now() >= deadline)
         return ExcludeLoadCulprits(version, "", nullptr);
-      state_.cv.wait_for(state_.mu, std::chrono::milliseconds(50));
+      // Each condition above changes under `mu` and notifies `cv` (a Loaded
+      // or an Error: WorkerEvents; a lost worker: MarkFailed; Stop), so
+      // sleep until one does or the load deadline passes.
+      state_.cv.wait_until(state_.mu, deadline);
     }
     for (const Assignment& a : rep().assignments) {
       reused += a.reused_weight_bytes;
