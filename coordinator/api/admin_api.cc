@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "coordinator/placement/plan_change.h"
+#include "coordinator/serving/plan_report.h"
 
 namespace tessera {
 
@@ -33,6 +34,24 @@ StatusOr<ClusterPage> ParseClusterPage(const HttpRequest& req) {
     *field = v;
   }
   return page;
+}
+
+// An applied change's answer: 200 with its report, or 503 naming why it
+// failed (the replica then re-plans its previous layout) or that the
+// coordinator stopped first.
+void SendPlanApplyResult(Responder& res, const PlanApplyResult& result) {
+  switch (result.outcome) {
+    case PlanApplyResult::Outcome::kApplied:
+      res.SendJson(200, PlanChangeReportJson(result.report).dump());
+      return;
+    case PlanApplyResult::Outcome::kFailed:
+      res.SendError(
+          503, "applying the plan failed: " + result.error + "; re-planning the previous layout");
+      return;
+    case PlanApplyResult::Outcome::kStopping:
+      res.SendError(503, "the coordinator is stopping");
+      return;
+  }
 }
 
 void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res) {
@@ -71,8 +90,10 @@ void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<
     res->SendJson(200, plans.DryRunJson(*proposal));
     return;
   }
-  // Answered by the plan runner once the change serves or fails.
-  Status queued = plans.Apply(std::move(proposal).value(), res);
+  // Answered once the change serves or fails (on the replica's plan thread).
+  Status queued = plans.Apply(std::move(proposal).value(), [res](const PlanApplyResult& result) {
+    SendPlanApplyResult(*res, result);
+  });
   if (!queued.ok()) res->SendError(409, queued.message(), std::nullopt, "conflict");
 }
 

@@ -1,7 +1,7 @@
 // The admin API: GET /admin/cluster, GET /admin/plan, POST /admin/plan
 // (?dry_run) and POST /admin/workers/<id>/drain|undrain (docs/operations.md).
 // The handlers see only PlanControl and ClusterStatus
-// (coordinator/api/plan_control.h).
+// (coordinator/serving/plan_control.h).
 //
 // Responses: 200 with JSON; 400 for a bad plan request or query ("code":
 // "invalid_plan", "not_supported"), 404 for an unknown worker
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "common/net/http_server.h"
-#include "coordinator/api/plan_control.h"
+#include "coordinator/serving/plan_control.h"
 
 namespace tessera {
 

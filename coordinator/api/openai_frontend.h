@@ -28,9 +28,9 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/grammar_check.h"
 #include "coordinator/api/openai_api.h"
-#include "coordinator/api/plan_control.h"
 #include "coordinator/api/request_metrics.h"
-#include "coordinator/api/request_sink.h"
+#include "coordinator/serving/plan_control.h"
+#include "coordinator/serving/request_sink.h"
 
 namespace tessera {
 

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -41,6 +40,7 @@
 #include "coordinator/control/control_server.h"
 #include "coordinator/control/remote_executor.h"
 #include "coordinator/placement/planner.h"
+#include "coordinator/serving/plan_report.h"
 
 namespace tessera {
 
@@ -78,7 +78,7 @@ struct ReplicaPlan {
   // The plan is loaded and the loop serves it (false while re-planning
   // after a fault, degraded or not placed yet).
   bool ready = false;
-  nlohmann::json history = nlohmann::json::array();  // plan changes, last 32
+  std::vector<PlanChangeReport> history;  // plan changes, oldest first, last 32
   int64_t reconfigurations = 0;
   int64_t faults = 0;
   int64_t requeued_total = 0;

@@ -284,7 +284,9 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
   out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = config_.kv_cache.block_size;
   out["wanted"] = LayoutJson(p.wanted);
-  out["history"] = p.history;
+  json history = json::array();
+  for (const PlanChangeReport& r : p.history) history.push_back(PlanChangeReportJson(r));
+  out["history"] = std::move(history);
   if (!p.plan_result) return out;  // an explicit tp per stage: no planner run
   const PlanResult& r = *p.plan_result;
   const PlannedReplica& rep = r.plan.replicas[std::min<size_t>(

@@ -14,9 +14,9 @@
 #include <string>
 
 #include "common/config/daemon_config.h"
-#include "coordinator/api/plan_control.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/plan_control.h"
 #include "coordinator/serving/replica_set.h"
 
 namespace tessera {

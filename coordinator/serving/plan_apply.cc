@@ -5,26 +5,28 @@
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "common/base/logging.h"
 #include "common/metrics/metric_catalog.h"
 #include "common/model/shard_spec.h"
 #include "common/net/endpoint.h"
 #include "common/net/store_auth.h"
-#include "coordinator/api/openai_api.h"
 #include "coordinator/placement/cost_model.h"
 #include "coordinator/serving/load_culprits.h"
 #include "coordinator/serving/plan_runner.h"
 
 namespace tessera {
 
-using nlohmann::json;
-
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string FormatSeconds(double s) { return fmt::format("{:g} s", s); }
@@ -115,7 +117,7 @@ Status PlanRunner::ExcludeLoadCulprits(uint64_t version, const std::string& repo
 
 Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
                              const std::vector<RankPlacement>& ranks, const std::string& reason,
-                             json& report, std::shared_ptr<const PlanResult> planned,
+                             PlanChangeReport& report, std::shared_ptr<const PlanResult> planned,
                              const std::vector<Assignment>* predicted) {
   const auto t0 = std::chrono::steady_clock::now();
   // The layout with parallel.expert_parallel (MoE models): the shard bytes,
@@ -265,9 +267,12 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
         mismatch.erase(0, reporter.size() + 1);
         return ExcludeLoadCulprits(version, reporter, &mismatch);
       }
-      if (std::chrono::steady_clock::now() > deadline)
+      if (std::chrono::steady_clock::now() >= deadline)
         return ExcludeLoadCulprits(version, "", nullptr);
-      state_.cv.wait_for(state_.mu, std::chrono::milliseconds(50));
+      // Each condition above changes under `mu` and notifies `cv` (a Loaded
+      // or an Error: WorkerEvents; a lost worker: MarkFailed; Stop), so
+      // sleep until one does or the load deadline passes.
+      state_.cv.wait_until(state_.mu, deadline);
     }
     for (const Assignment& a : rep().assignments) {
       reused += a.reused_weight_bytes;
@@ -293,15 +298,16 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
     loop_->SwapExecutor(
         executor, [executor] { return executor->health(); }, version);
   const double seconds = SecondsSince(t0);
-  report = {{"plan_version", version},
-            {"reason", reason},
-            {"replica", replica_},
-            {"layout", LayoutJson(parallel)},
-            {"workers", all},
-            {"load_seconds", seconds},
-            {"weight_bytes", weights},
-            {"reused_weight_bytes", reused},
-            {"unix_time", UnixSeconds()}};
+  report = PlanChangeReport{};
+  report.plan_version = version;
+  report.reason = reason;
+  report.replica = replica_;
+  report.layout = parallel;
+  report.workers = all;
+  report.load_seconds = seconds;
+  report.weight_bytes = weights;
+  report.reused_weight_bytes = reused;
+  report.unix_time = UnixSeconds();
   {
     MutexLock lock(&state_.mu);
     rep().history.push_back(report);

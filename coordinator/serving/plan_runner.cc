@@ -4,14 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "common/base/logging.h"
 #include "common/metrics/metric_catalog.h"
 
 namespace tessera {
-
-using nlohmann::json;
 
 namespace {
 
@@ -87,7 +84,7 @@ void PlanRunner::Serve(ReplicaStart first) {
                                        : std::string(" (explicit tp per stage)"));
     }
   }
-  json report;
+  PlanChangeReport report;
   Status applied = ApplyPlan(first.parallel, first.ranks, first.reason, report,
                              std::move(first.planned), &first.predicted);
   if (!applied.ok()) return fail(applied);
@@ -123,7 +120,7 @@ void PlanRunner::RequestReplan(
   if (state_.stopping) return;
   // One pending re-fit covers every fault reported before it runs.
   for (PlanJob& j : jobs_)
-    if (!j.target && !j.res) {
+    if (!j.target && !j.done) {
       j.reason += "; " + reason;
       if (fault) j.raised = j.fault ? std::min(j.raised, first_sign) : first_sign;
       j.fault |= fault;
@@ -207,7 +204,7 @@ ParallelConfig PlanRunner::Wanted() const {
   return rep().wanted;
 }
 
-Status PlanRunner::Apply(PlanProposal proposal, std::shared_ptr<Responder> res) {
+Status PlanRunner::Apply(PlanProposal proposal, PlanApplyDone done) {
   MutexLock lock(&state_.mu);
   if (!rep().serving || job_running_ || !jobs_.empty())
     return FailedPrecondition(rep().serving
@@ -221,7 +218,7 @@ Status PlanRunner::Apply(PlanProposal proposal, std::shared_ptr<Responder> res) 
     job.ranks = std::move(proposal.ranks);
     job.planned = std::move(proposal.planned);
   }
-  job.res = std::move(res);
+  job.done = std::move(done);
   jobs_.push_back(std::move(job));
   state_.cv.notify_all();
   return Status::Ok();
@@ -262,7 +259,7 @@ void PlanRunner::PlanLoop() {
                      [&]() REQUIRES(state_.mu) { return state_.stopping || !jobs_.empty(); });
       if (state_.stopping) {
         for (PlanJob& j : jobs_)
-          if (j.res) j.res->SendError(503, "the coordinator is stopping");
+          if (j.done) j.done({PlanApplyResult::Outcome::kStopping, "", {}});
         jobs_.clear();
         return;
       }
@@ -415,7 +412,7 @@ void PlanRunner::RunJob(PlanJob job) {
       .WithLabels({})
       .Inc(static_cast<double>(requeued));
   Status result = Status::Ok();
-  json report;
+  PlanChangeReport report;
   for (int attempt = 1;; ++attempt) {
     ParallelConfig target;
     std::vector<RankPlacement> ranks;
@@ -455,12 +452,12 @@ void PlanRunner::RunJob(PlanJob job) {
       MutexLock lock(&state_.mu);
       rep().degraded.clear();
       if (admin) rep().wanted = *job.target;
-      report["drain_seconds"] = drain_seconds;
-      if (job.fault) report["detect_seconds"] = detect_seconds;
-      report["requeued_requests"] = requeued;
-      report["handed_off_requests"] = handed_off;
-      report["replica"] = replica_;
-      report["total_seconds"] = SecondsSince(t0);
+      ReplanFigures& figures = report.replan.emplace();
+      figures.drain_seconds = drain_seconds;
+      if (job.fault) figures.detect_seconds = detect_seconds;
+      figures.requeued_requests = requeued;
+      figures.handed_off_requests = handed_off;
+      figures.total_seconds = SecondsSince(t0);
       if (!rep().history.empty()) rep().history.back() = report;
     }
     loop_->Resume();
@@ -471,16 +468,14 @@ void PlanRunner::RunJob(PlanJob job) {
         job.fault ? fmt::format("detected {:.2f} s after its first sign, ", detect_seconds)
                   : std::string(),
         drain_seconds, requeued, job.reason);
-    if (job.res) job.res->SendJson(200, report.dump());
+    if (job.done) job.done({PlanApplyResult::Outcome::kApplied, "", std::move(report)});
     return;
   }
   TESSERA_LOG_ERROR("coordinator", "re-plan failed: {}", result.ToString());
   if (admin) {
     // The new layout could not be loaded: fall back to the wanted layout on
     // the usable workers, so the cluster serves again.
-    if (job.res)
-      job.res->SendError(503, "applying the plan failed: " + result.message() +
-                                  "; re-planning the previous layout");
+    if (job.done) job.done({PlanApplyResult::Outcome::kFailed, result.message(), {}});
     RequestReplan("recovering after a failed reconfiguration", true);
     return;
   }

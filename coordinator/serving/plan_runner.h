@@ -32,7 +32,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -43,11 +42,12 @@
 #include "common/format/model_config.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/net/tcp_store.h"
-#include "coordinator/api/plan_control.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/placement/plan_change.h"
 #include "coordinator/placement/planner.h"
 #include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/plan_control.h"
+#include "coordinator/serving/plan_report.h"
 #include "coordinator/serving/replica_placement.h"
 #include "coordinator/serving/serving_loop.h"
 
@@ -109,7 +109,7 @@ class PlanRunner : public PlanControl {
   // PlanControl.
   StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
   std::string DryRunJson(const PlanProposal& proposal) const override;
-  Status Apply(PlanProposal proposal, std::shared_ptr<Responder> res) override;
+  Status Apply(PlanProposal proposal, PlanApplyDone done) override;
   DrainOutcome SetDrained(const std::string& id, bool drain) override;
 
  private:
@@ -118,7 +118,7 @@ class PlanRunner : public PlanControl {
   struct PlanJob {
     std::optional<ParallelConfig> target;
     std::string reason;
-    std::shared_ptr<Responder> res;  // answered when done (admin requests)
+    PlanApplyDone done;  // called with the result (admin requests)
     // With `target` from the planner (auto): its worker per rank (used while
     // they are all usable, else PlaceRanks) and its explanation.
     std::vector<RankPlacement> ranks;
@@ -156,14 +156,13 @@ class PlanRunner : public PlanControl {
   void ReleaseReturningWorkers() EXCLUDES(state_.mu);
 
   // plan_apply.cc. Loads `ranks` of `parallel` under a new plan version
-  // (the loop paused or not started), swaps the executor and fills
-  // `report`. `planned`: the planner's result when it chose this plan
-  // (GET /admin/plan shows it); `predicted`: its per-rank predictions.
-  // Errors: a worker lost or failing while loading, the load deadline,
-  // stopping.
-  // Errors also: a rank's worker taken by another replica meanwhile.
+  // (the loop paused or not started), swaps the executor, fills `report`
+  // and appends it to the replica's history. `planned`: the planner's result when it chose this
+  // plan (GET /admin/plan shows it); `predicted`: its per-rank predictions. Errors: a worker lost
+  // or failing while loading, the load deadline, stopping. Errors also: a rank's worker taken by
+  // another replica meanwhile.
   Status ApplyPlan(const ParallelConfig& parallel, const std::vector<RankPlacement>& ranks,
-                   const std::string& reason, nlohmann::json& report,
+                   const std::string& reason, PlanChangeReport& report,
                    std::shared_ptr<const PlanResult> planned = nullptr,
                    const std::vector<Assignment>* predicted = nullptr);
   // A load of plan `version` failed: at the load deadline (`error` null) or

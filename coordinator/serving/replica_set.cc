@@ -408,11 +408,11 @@ std::string ReplicaSet::DryRunJson(const PlanProposal& proposal) const {
   return runner(proposal.replica)->DryRunJson(proposal);
 }
 
-Status ReplicaSet::Apply(PlanProposal proposal, std::shared_ptr<Responder> res) {
+Status ReplicaSet::Apply(PlanProposal proposal, PlanApplyDone done) {
   TESSERA_RETURN_IF_ERROR(CheckReplica(proposal.replica));
   const int r = proposal.replica;
   router_.Forget(r);  // its prefix cache starts empty under the new plan
-  return runner(r)->Apply(std::move(proposal), std::move(res));
+  return runner(r)->Apply(std::move(proposal), std::move(done));
 }
 
 PlanControl::DrainOutcome ReplicaSet::SetDrained(const std::string& id, bool drain) {

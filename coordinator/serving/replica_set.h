@@ -48,13 +48,13 @@
 #include "common/engine/scheduler.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/net/tcp_store.h"
-#include "coordinator/api/plan_control.h"
-#include "coordinator/api/request_sink.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/plan_control.h"
 #include "coordinator/serving/plan_runner.h"
 #include "coordinator/serving/replica_placement.h"
 #include "coordinator/serving/replica_router.h"
+#include "coordinator/serving/request_sink.h"
 #include "coordinator/serving/serving_loop.h"
 
 namespace tessera {
@@ -121,7 +121,7 @@ class ReplicaSet : public RequestSink, public PlanControl {
   // is one; with several, kInvalidArgument asks for it).
   StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
   std::string DryRunJson(const PlanProposal& proposal) const override;
-  Status Apply(PlanProposal proposal, std::shared_ptr<Responder> res) override;
+  Status Apply(PlanProposal proposal, PlanApplyDone done) override;
   DrainOutcome SetDrained(const std::string& id, bool drain) override;
   StatusOr<bool> SetReplicaDrained(int replica, bool drain) override EXCLUDES(routes_mu_);
 

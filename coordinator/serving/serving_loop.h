@@ -57,7 +57,7 @@
 #include "common/format/model_config.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/api/request_sink.h"
+#include "coordinator/serving/request_sink.h"
 
 namespace tessera {
 

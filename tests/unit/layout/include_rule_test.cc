@@ -6,7 +6,11 @@
 //                      before it in kCommonLayers
 //   kernels/           common/base and kernels/
 //   worker/            common/, kernels/ and worker/, never coordinator/
-//   coordinator/       common/ and coordinator/ only
+//   coordinator/       common/ and coordinator/ only; within coordinator/:
+//     placement/, control/  common/ and their own layer (side by side)
+//     serving/              and placement/, control/
+//     api/                  and serving/ (HTTP and JSON live here only)
+//     coordinator/*.{h,cc}  (the daemon, the composition root) every layer
 //   cli/, tests/, bench/: anything
 //
 // A failure names the file, the line and the forbidden include.
@@ -15,7 +19,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +33,16 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kCommonLayers = {"base",    "format",   "model", "tokenizer",
                                                 "grammar", "topology", "net",   "config",
                                                 "metrics", "wire",     "engine"};
+
+// The layers of coordinator/ and the other layers each may include, as
+// their CMake libraries link (tessera_coordinator_<layer>). Files directly in
+// coordinator/ (the composition root) may include every layer.
+const std::map<std::string, std::set<std::string>> kCoordinatorLayers = {
+    {"placement", {}},
+    {"control", {}},
+    {"serving", {"placement", "control"}},
+    {"api", {"placement", "control", "serving"}},
+};
 
 std::string SourceDir() { return TESSERA_SOURCE_DIR; }
 
@@ -71,6 +87,39 @@ int LayerIndex(const std::string& layer) {
   return it == kCommonLayers.end() ? -1 : static_cast<int>(it - kCommonLayers.begin());
 }
 
+std::string AllowedList(const std::set<std::string>& layers) {
+  std::string out;
+  for (const std::string& l : layers) out += (out.empty() ? "coordinator/" : ", coordinator/") + l;
+  return out;
+}
+
+// The layer of coordinator/<layer>/..., "" for a file directly in
+// coordinator/ (the composition root).
+std::string CoordinatorLayer(const std::string& path) {
+  const size_t slash = path.find('/', 12);
+  return slash == std::string::npos ? "" : path.substr(12, slash - 12);
+}
+
+// "" when coordinator/ file `from` may include coordinator/ file `to`.
+std::string CoordinatorViolation(const std::string& from, const std::string& to) {
+  const std::string layer = CoordinatorLayer(from);
+  const std::string to_layer = CoordinatorLayer(to);
+  if (!to_layer.empty() && !kCoordinatorLayers.count(to_layer))
+    return "includes \"" + to + "\", outside the layers of coordinator/";
+  if (layer.empty()) return "";  // the composition root wires every layer
+  auto it = kCoordinatorLayers.find(layer);
+  if (it == kCoordinatorLayers.end())
+    return "is in coordinator/" + layer + "/, which is not a layer of the rule";
+  if (to_layer.empty())
+    return "is in coordinator/" + layer + " and includes the composition root \"" + to + "\"";
+  if (to_layer == layer || it->second.count(to_layer)) return "";
+  return "is in coordinator/" + layer + " and includes \"" + to + "\" (coordinator/" + layer +
+         " may include " +
+         (it->second.empty() ? std::string("no other coordinator layer")
+                             : AllowedList(it->second)) +
+         ")";
+}
+
 // "" when `inc` is allowed, else why not.
 std::string Violation(const Include& inc) {
   const std::string& from = inc.file;
@@ -104,8 +153,11 @@ std::string Violation(const Include& inc) {
     return "is in worker/ and includes \"" + to + "\"";
   }
   if (StartsWith(from, "coordinator/")) {
-    if (StartsWith(to, "common/") || StartsWith(to, "coordinator/")) return "";
-    return "is in coordinator/ and includes \"" + to + "\" (coordinator/ may include common/ only)";
+    if (StartsWith(to, "common/")) return "";
+    if (!StartsWith(to, "coordinator/"))
+      return "is in coordinator/ and includes \"" + to +
+             "\" (coordinator/ may include common/ only)";
+    return CoordinatorViolation(from, to);
   }
   return "";
 }
@@ -141,6 +193,27 @@ TEST(IncludeRule, TheRuleRefusesEachForbiddenEdge) {
   EXPECT_EQ(Violation({"worker/exec/rank_runner.h", 1, "common/engine/engine.h"}), "");
   EXPECT_EQ(Violation({"coordinator/api/openai_api.h", 1, "common/engine/scheduler.h"}), "");
   EXPECT_EQ(Violation({"kernels/linear.h", 1, "common/base/tensor.h"}), "");
+  // The coordinator's layers: JSON and HTTP (api/) sit above serving.
+  EXPECT_NE(Violation({"coordinator/serving/plan_apply.cc", 1, "coordinator/api/openai_api.h"}),
+            "");
+  EXPECT_NE(Violation({"coordinator/placement/planner.h", 1, "coordinator/serving/replica_set.h"}),
+            "");
+  EXPECT_NE(
+      Violation({"coordinator/placement/planner.h", 1, "coordinator/control/worker_cluster.h"}),
+      "");
+  EXPECT_NE(
+      Violation({"coordinator/control/control_server.h", 1, "coordinator/placement/planner.h"}),
+      "");
+  EXPECT_NE(Violation({"coordinator/api/admin_api.cc", 1, "coordinator/coordinator_daemon.h"}), "");
+  EXPECT_NE(Violation({"coordinator/router/x.cc", 1, "coordinator/placement/planner.h"}), "");
+  EXPECT_NE(Violation({"coordinator/api/admin_api.cc", 1, "coordinator/router/x.h"}), "");
+  EXPECT_EQ(Violation({"coordinator/api/admin_api.cc", 1, "coordinator/serving/plan_control.h"}),
+            "");
+  EXPECT_EQ(
+      Violation({"coordinator/serving/plan_runner.h", 1, "coordinator/control/remote_executor.h"}),
+      "");
+  EXPECT_EQ(Violation({"coordinator/coordinator_daemon.h", 1, "coordinator/api/openai_frontend.h"}),
+            "");
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // PlanControl and ClusterStatus: what the admin API (coordinator/api/
-// admin_api.h) and the health endpoints see of the coordinator. The plan
-// runner (coordinator/serving/plan_runner.h) implements PlanControl, the
-// cluster view (coordinator/serving/cluster_view.h) ClusterStatus.
+// admin_api.h) and the health endpoints see of the serving layer. The plan
+// runner (coordinator/serving/plan_runner.h) and the replica set implement
+// PlanControl, the cluster view (coordinator/serving/cluster_view.h)
+// ClusterStatus. Results are typed (PlanApplyResult); only coordinator/api/
+// maps them to HTTP status codes.
 //
 // Thread-safety: every method is safe from any thread (the HTTP threads).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,9 +16,9 @@
 
 #include "common/base/status.h"
 #include "common/model/parallel_config.h"
-#include "common/net/http_server.h"
 #include "coordinator/placement/plan_change.h"
 #include "coordinator/placement/planner.h"
+#include "coordinator/serving/plan_report.h"
 
 namespace tessera {
 
@@ -28,6 +31,21 @@ struct PlanProposal {
   int replica = 0;  // the replica it changes
 };
 
+// How an applied plan change ended.
+struct PlanApplyResult {
+  enum class Outcome {
+    kApplied,   // the new plan serves: `report` says what it did
+    kFailed,    // it could not be loaded: `error` says why; the replica
+                // re-plans its previous (wanted) layout on the usable workers
+    kStopping,  // the coordinator stopped before the change ran
+  };
+  Outcome outcome = Outcome::kApplied;
+  std::string error;        // kFailed: the failure's message
+  PlanChangeReport report;  // kApplied
+};
+// Called once with the change's result, on the replica's plan thread.
+using PlanApplyDone = std::function<void(const PlanApplyResult&)>;
+
 class PlanControl {
  public:
   virtual ~PlanControl() = default;
@@ -38,11 +56,12 @@ class PlanControl {
   // The dry-run answer: what applying `proposal` would change
   // (PlanChangeJson, "dry_run": true, the drain timeout, the planner's text).
   virtual std::string DryRunJson(const PlanProposal& proposal) const = 0;
-  // Queues `proposal` for the plan runner; `res` gets the change's report
-  // (200) or its failure (503) once applied. Errors: kFailedPrecondition
-  // with the message of a 409 (a change is in progress, or the first
-  // placement is), and then `res` is not kept.
-  virtual Status Apply(PlanProposal proposal, std::shared_ptr<Responder> res) = 0;
+  // Queues `proposal` for the plan runner; `done` gets the change's result
+  // once it serves or fails (or the coordinator stops first). Errors:
+  // kFailedPrecondition (a change is in progress, or the first placement
+  // is) or kInvalidArgument (no such replica), and then `done` is dropped
+  // uncalled.
+  virtual Status Apply(PlanProposal proposal, PlanApplyDone done) = 0;
 
   struct DrainOutcome {
     bool known = false;    // the worker has registered
