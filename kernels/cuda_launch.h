@@ -49,6 +49,12 @@ cudaError_t LaunchFp8SkinnyGemm(DType in, DType out, const Fp8GemmArgs& args, cu
 // out[n, k] (dtype `out_dtype`, 16-byte aligned) = w * scales; args.x, bias, y and m unused.
 cudaError_t LaunchFp8Dequantize(DType out_dtype, const Fp8GemmArgs& args, void* out,
                                 cudaStream_t stream);
+// Dynamic per-token activation quantization for the FP8 tensor-core GEMM: for each row of
+// x [m, k] (BF16 or F16, 16-byte aligned, k % 8 == 0), x_scales[row] = max|x[row, :]| / 448
+// (1 for a zero row) and xq[row, :] = e4m3fn(x[row, :] / x_scales[row]) (round to nearest,
+// saturating). xq [m, k] bytes, 8-byte aligned; x_scales [m] fp32.
+cudaError_t LaunchFp8QuantizeRows(DType in, const void* x, int64_t m, int64_t k, void* xq,
+                                  float* x_scales, cudaStream_t stream);
 
 // y = rmsnorm(x) * (w_offset + w), or with `add`: residual += add (rounded
 // to the dtype), y = rmsnorm(residual) * (w_offset + w). x is ignored when

@@ -12,8 +12,10 @@
 //
 // The skinny kernel streams each weight row once with 16-byte L1-bypassing loads (16 weights),
 // kRowsPerWarp rows per warp, as the bf16 skinny GEMM does (kernels/skinny_gemm_cuda.cu), and
-// splits k over 2 or 4 warps for products of few rows. Larger m dequantizes w into a bf16/fp16
-// buffer once per call (LaunchFp8Dequantize) and runs cuBLASLt on it (kernels/linear_fp8_cuda.cc).
+// splits k over 2 or 4 warps for products of few rows. Larger m either quantizes x per token
+// (LaunchFp8QuantizeRows) for cuBLASLt's FP8 tensor-core GEMM, or dequantizes w into a bf16/fp16
+// buffer once per call (LaunchFp8Dequantize) and runs cuBLASLt on it (kernels/linear_fp8_cuda.cc
+// chooses).
 #include <cuda_fp8.h>
 
 #include <utility>
@@ -233,6 +235,47 @@ __global__ void Fp8DequantizeKernel(const uint8_t* __restrict__ w, const float* 
   dst[1] = *reinterpret_cast<const uint4*>(&vals[8]);
 }
 
+// One block per row of x [m, k]: scale = max|x[row, :]| / 448 (e4m3's largest finite value; 1
+// for an all-zero row), xq[row, c] = e4m3(x[row, c] / scale) rounded to nearest, saturating.
+// 8 elements (16 bytes) per load; k % 8 == 0.
+template <typename T>
+__global__ void Fp8QuantizeRowsKernel(const T* __restrict__ x, int64_t k, uint8_t* __restrict__ xq,
+                                      float* __restrict__ x_scales) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const uint4* src = reinterpret_cast<const uint4*>(x + row * k);
+  const int64_t words = k / 8;
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    const uint4 v = src[i];
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(ToF(e[j])));
+  }
+  amax = BlockMax(amax, red);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float inv = 1.0f / scale;
+  if (threadIdx.x == 0) x_scales[row] = scale;
+  uint2* dst = reinterpret_cast<uint2*>(xq + row * k);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    const uint4 v = src[i];
+    const T* e = reinterpret_cast<const T*>(&v);
+    uint32_t packed[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const __nv_fp8_storage_t q =
+            __nv_cvt_float_to_fp8(ToF(e[4 * j + b]) * inv, __NV_SATFINITE, __NV_E4M3);
+        word |= static_cast<uint32_t>(q) << (8 * b);
+      }
+      packed[j] = word;
+    }
+    dst[i] = make_uint2(packed[0], packed[1]);
+  }
+}
+
 bool ScalesFit(const Fp8GemmArgs& a) {
   if (a.scale_cols < 1 || a.cols_per_scale < 1 || a.col_phase < 0) return false;
   if (a.scale_cols == 1) return true;
@@ -275,6 +318,22 @@ cudaError_t LaunchFp8Dequantize(DType out_dtype, const Fp8GemmArgs& a, void* out
   else
     Fp8DequantizeKernel<__half>
         <<<blocks, 256, 0, stream>>>(w, a.scales, sc, cps, ph, static_cast<__half*>(out), a.n, a.k);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFp8QuantizeRows(DType in, const void* x, int64_t m, int64_t k, void* xq,
+                                  float* x_scales, cudaStream_t stream) {
+  if ((in != DType::kBF16 && in != DType::kF16) || m < 1 || k < 8 || k % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(xq) % 8 != 0)
+    return cudaErrorInvalidValue;
+  const int threads = k >= 2048 ? 256 : 128;
+  auto* q = static_cast<uint8_t*>(xq);
+  if (in == DType::kBF16)
+    Fp8QuantizeRowsKernel<<<static_cast<unsigned>(m), threads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), k, q, x_scales);
+  else
+    Fp8QuantizeRowsKernel<<<static_cast<unsigned>(m), threads, 0, stream>>>(
+        static_cast<const __half*>(x), k, q, x_scales);
   return cudaGetLastError();
 }
 

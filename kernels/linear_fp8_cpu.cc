@@ -1,3 +1,5 @@
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/dispatch.h"
@@ -11,8 +13,27 @@ Status LinearFp8(const Tensor& x, const Tensor& w, const Fp8Scales& scales, cons
   return TESSERA_DISPATCH(x.device(), LinearFp8, x, w, scales, bias, y, scratch);
 }
 
+bool Fp8QuantizesActivations(int64_t m, int64_t n, int64_t k, const Fp8Scales& scales) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TESSERA_CUDA_FP8_GEMM");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled && m > kFp8SkinnyMaxTokens && scales.scales.defined() &&
+         scales.scales.dim(1) == 1 && n % 16 == 0 && k % 16 == 0;
+}
+
+int64_t Fp8ScratchElements(Device device, DType dtype, int64_t m, int64_t n, int64_t k,
+                           const Fp8Scales& scales) {
+  if (device == Device::kCPU) return n * k;
+  if (m <= kFp8SkinnyMaxTokens) return 0;
+  if (!Fp8QuantizesActivations(m, n, k, scales)) return n * k;
+  const int64_t bytes = (m * k + 15) / 16 * 16 + m * static_cast<int64_t>(sizeof(float));
+  const auto elem = static_cast<int64_t>(DTypeSize(dtype));
+  return (bytes + elem - 1) / elem;
+}
+
 Status CheckFp8Operands(const Tensor& w, const Fp8Scales& s, const Tensor& scratch,
-                        DType scratch_dtype) {
+                        DType scratch_dtype, int64_t scratch_elements) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(w, 2, DType::kF8E4M3, "fp8 linear weight"));
   TESSERA_RETURN_IF_ERROR(ExpectTensor(s.scales, 2, DType::kF32, "fp8 linear scales"));
   const int64_t n = w.dim(0), k = w.dim(1);
@@ -26,9 +47,11 @@ Status CheckFp8Operands(const Tensor& w, const Fp8Scales& s, const Tensor& scrat
     return InvalidArgument("fp8 linear: scales " + s.scales.Describe() +
                            " must be on the weight's device");
   if (!scratch.defined()) return Status::Ok();
-  if (scratch.device() != w.device() || scratch.dtype() != scratch_dtype || scratch.numel() < n * k)
+  if (scratch.device() != w.device() || scratch.dtype() != scratch_dtype ||
+      scratch.numel() < scratch_elements)
     return InvalidArgument("fp8 linear: scratch " + scratch.Describe() + " must hold " +
-                           std::to_string(n * k) + " " + DTypeName(scratch_dtype) + " elements");
+                           std::to_string(scratch_elements) + " " + DTypeName(scratch_dtype) +
+                           " elements");
   return Status::Ok();
 }
 
@@ -36,7 +59,7 @@ namespace cpu {
 
 Status LinearFp8(const Tensor& x, const Tensor& w, const Fp8Scales& scales, const Tensor& bias,
                  Tensor& y, Tensor& scratch) {
-  TESSERA_RETURN_IF_ERROR(CheckFp8Operands(w, scales, scratch, DType::kF32));
+  TESSERA_RETURN_IF_ERROR(CheckFp8Operands(w, scales, scratch, DType::kF32, w.numel()));
   if (!scratch.defined()) return InvalidArgument("fp8 linear: the CPU needs a scratch buffer");
   const int64_t n = w.dim(0), k = w.dim(1), sc = scales.scales.dim(1);
   const auto* wv = static_cast<const uint8_t*>(w.raw());

@@ -540,5 +540,78 @@ TEST(Fp8Linear, SkinnyAndDequantizedPathsMatchCpu) {
   }
 }
 
+// x with each token row quantized as the W8A8 path does (kernels/linear_fp8.h
+// Fp8QuantizesActivations): scale = max|row| / 448, e4m3(x * (1 / scale)) * scale, in fp32.
+Tensor QuantizedTokens(const Tensor& x) {
+  const int64_t m = x.dim(0), k = x.dim(1);
+  Tensor out = Tensor::Empty({m, k});
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = x.data<float>() + r * k;
+    float amax = 0.0f;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(row[c]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / scale;
+    for (int64_t c = 0; c < k; ++c)
+      out.data<float>()[r * k + c] = F8E4M3ToF32(F32ToF8E4M3(row[c] * inv)) * scale;
+  }
+  return out;
+}
+
+// More than 8 tokens with one scale per weight row run W8A8 on FP8 tensor cores (cuBLASLt,
+// outer-vector scales): each result against the CPU product of the same per-token quantized
+// activations (the dtype's tolerance), and, as a bound on what quantizing the activations
+// costs, against the unquantized (W8A16) product: within 4% of the output's largest magnitude.
+TEST(Fp8Linear, TensorCorePathMatchesPerTokenQuantizedActivations) {
+  struct Shape {
+    int64_t n, k;
+  };
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    kernels::Backend& g = Gpu(dt);
+    for (const Shape& s : {Shape{512, 1024}, Shape{4096, 4096}, Shape{96, 11008}}) {
+      const Fp8Host h = RandomFp8(s.n, s.k, 1, 90 + s.n);
+      const kernels::Fp8Scales host_scales{h.scales, s.k, 0};
+      const kernels::Fp8Scales dev_scales{Up(g, h.scales), s.k, 0};
+      const Tensor wd = Up(g, h.w);
+      Tensor cpu_scratch = Tensor::Empty({s.n * s.k});
+      for (int64_t m : {9, 16, 33, 128, 300}) {
+        ASSERT_TRUE(kernels::Fp8QuantizesActivations(m, s.n, s.k, dev_scales));
+        const std::string what = "w8a8 m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
+                                 " k=" + std::to_string(s.k);
+        HostPair x = Random({m, s.k}, 80 + m, dt), b = Random({s.n}, 81, dt);
+        Tensor scratch =
+            Dev(g, {kernels::Fp8ScratchElements(Device::kCUDA, dt, m, s.n, s.k, dev_scales)}, dt);
+        Tensor ref = Tensor::Empty({m, s.n}), plain = Tensor::Empty({m, s.n});
+        ASSERT_TRUE(kernels::cpu::LinearFp8(QuantizedTokens(x.f32), h.w, host_scales, b.f32, ref,
+                                            cpu_scratch)
+                        .ok());
+        ASSERT_TRUE(
+            kernels::cpu::LinearFp8(x.f32, h.w, host_scales, b.f32, plain, cpu_scratch).ok());
+        Tensor y = Dev(g, {m, s.n}, dt);
+        Status st = kernels::LinearFp8(Up(g, x.raw), wd, dev_scales, Up(g, b.raw), y, scratch);
+        ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+        const std::vector<float> got = Down(g, y);
+        ExpectClose(got, Vec(ref), dt, what);
+        double peak = 0, worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          peak = std::max(peak, static_cast<double>(std::abs(plain.data<float>()[i])));
+          worst = std::max(worst, static_cast<double>(std::abs(got[i] - plain.data<float>()[i])));
+        }
+        std::printf("  %-48s vs unquantized activations: max |err| %.3g = %.2f%% of %.3g\n",
+                    what.c_str(), worst, 100 * worst / peak, peak);
+        EXPECT_LE(worst, 0.04 * peak) << what;
+        Tensor y32 = Dev(g, {m, s.n}, DType::kF32);
+        st = kernels::LinearFp8(Up(g, x.raw), wd, dev_scales, Tensor(), y32, scratch);
+        ASSERT_TRUE(st.ok()) << what << " -> f32: " << st.ToString();
+        Tensor ref_nb = Tensor::Empty({m, s.n});
+        ASSERT_TRUE(kernels::cpu::LinearFp8(QuantizedTokens(x.f32), h.w, host_scales, Tensor(),
+                                            ref_nb, cpu_scratch)
+                        .ok());
+        // Hopper's FP8 MMA accumulates with fewer bits than fp32 between cuBLASLt's
+        // promotions, so the fp32 output is held to fp16's tolerance (the error is printed).
+        ExpectClose(Down(g, y32), Vec(ref_nb), DType::kF16, what + " -> f32");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -57,8 +57,10 @@ Status LlamaModel::Project(const Tensor& x, const Tensor& w, const kernels::Fp8S
                            const Tensor& bias, Tensor& y) const {
   if (w.dtype() != DType::kF8E4M3) return kernels::Linear(x, w, bias, y);
   Tensor scratch;
-  if (backend_->device() == Device::kCPU || x.dim(0) > kernels::kFp8SkinnyMaxTokens) {
-    TESSERA_ASSIGN_OR_RETURN(scratch, Alloc({w.dim(0) * w.dim(1)}));
+  const int64_t elements =
+      kernels::Fp8ScratchElements(backend_->device(), dtype_, x.dim(0), w.dim(0), w.dim(1), scales);
+  if (elements > 0) {
+    TESSERA_ASSIGN_OR_RETURN(scratch, Alloc({elements}));
   }
   return kernels::LinearFp8(x, w, scales, bias, y, scratch);
 }
