@@ -1,4 +1,5 @@
-// structured_bench: the cost of structured outputs on CPU decode. The same
+// structured_bench: the cost of structured outputs on decode (CPU, or one
+// GPU with --device cuda, where the logits and the mask live on the device). The same
 // batch of requests (batch 64 by default, greedy, EOS ignored) decodes
 // through the real Engine / LocalExecutor / SequenceSamplers path twice per
 // round, unconstrained and with a response_format json_schema (LLGuidance's
@@ -15,12 +16,14 @@
 //    "cost_percent":...}
 //
 // Usage: structured_bench [--model DIR] [--batch 64] [--prompt-len 16]
-//        [--new-tokens 32] [--rounds 3]
+//        [--new-tokens 32] [--rounds 3] [--device cpu|cuda] [--dtype bf16|f16|f32]
+//        (--dtype: CUDA's compute dtype, bf16 by default; the CPU computes in f32)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +44,8 @@ struct Args {
   int prompt_len = 16;
   int new_tokens = 32;
   int rounds = 3;
+  std::string device = "cpu";
+  std::string dtype = "bf16";
 };
 
 constexpr const char* kSchema =
@@ -91,16 +96,27 @@ Status MaskCost(const std::string& model, int64_t vocab, int steps) {
 }
 
 Status Run(const Args& a) {
-  kernels::Backend& cpu = kernels::CpuBackend();
+  std::unique_ptr<kernels::Backend> gpu;
+  kernels::Backend* backend = &kernels::CpuBackend();
+  if (a.device == "cuda") {
+    const DType dtype = a.dtype == "f32"   ? DType::kF32
+                        : a.dtype == "f16" ? DType::kF16
+                                           : DType::kBF16;
+    TESSERA_ASSIGN_OR_RETURN(gpu, kernels::CreateCudaBackend(0, dtype));
+    backend = gpu.get();
+  } else if (a.device != "cpu") {
+    return InvalidArgument("--device must be cpu or cuda, not '" + a.device + "'");
+  }
+  kernels::Backend& dev = *backend;
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(a.model));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
-  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(a.model, par, 0, nullptr, {}, &cpu));
+  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(a.model, par, 0, nullptr, {}, &dev));
   const StageLayout lay = loaded.model->layout();
   const int64_t block = 16;
   const int64_t blocks = a.batch * ((a.prompt_len + a.new_tokens + 2) / block + 2);
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<KvCache> cache,
-      KvCache::Create(cpu, lay.num_layers(), blocks, block, lay.kv_heads_local, config.head_dim));
+      KvCache::Create(dev, lay.num_layers(), blocks, block, lay.kv_heads_local, config.head_dim));
   LocalExecutor exec(std::move(loaded.model), std::move(cache),
                      ModelGrammarSource(a.model, config.vocab_size, DefaultGrammarLibraryPaths()));
   BlockAllocator alloc(blocks);
@@ -128,20 +144,20 @@ Status Run(const Args& a) {
       tokens[mode] += static_cast<double>(s.decode_tokens);
       seconds[mode] += s.decode_seconds;
       std::printf(
-          "{\"what\":\"decode\",\"mode\":\"%s\",\"round\":%d,\"batch\":%d,\"tokens_per_s\":%.1f,"
-          "\"ms_per_step\":%.2f}\n",
-          mode ? "json_schema" : "unconstrained", r, a.batch,
+          "{\"what\":\"decode\",\"device\":\"%s\",\"mode\":\"%s\",\"round\":%d,\"batch\":%d,"
+          "\"tokens_per_s\":%.1f,\"ms_per_step\":%.2f}\n",
+          a.device.c_str(), mode ? "json_schema" : "unconstrained", r, a.batch,
           static_cast<double>(s.decode_tokens) / s.decode_seconds,
           1e3 * s.decode_seconds / (static_cast<double>(s.decode_tokens) / a.batch));
       std::fflush(stdout);
     }
   const double free_tps = tokens[0] / seconds[0], json_tps = tokens[1] / seconds[1];
   std::printf(
-      "{\"what\":\"summary\",\"batch\":%d,\"new_tokens\":%d,\"rounds\":%d,"
+      "{\"what\":\"summary\",\"device\":\"%s\",\"batch\":%d,\"new_tokens\":%d,\"rounds\":%d,"
       "\"unconstrained_tokens_per_s\":%.1f,\"json_schema_tokens_per_s\":%.1f,"
       "\"cost_percent\":%.1f,\"documents_completed\":%d,\"documents\":%d}\n",
-      a.batch, a.new_tokens, a.rounds, free_tps, json_tps, 100.0 * (1.0 - json_tps / free_tps),
-      completed, a.batch * a.rounds);
+      a.device.c_str(), a.batch, a.new_tokens, a.rounds, free_tps, json_tps,
+      100.0 * (1.0 - json_tps / free_tps), completed, a.batch * a.rounds);
   return Status::Ok();
 }
 
@@ -162,6 +178,10 @@ int main(int argc, char** argv) {
       a.new_tokens = std::atoi(v.c_str());
     else if (k == "--rounds")
       a.rounds = std::atoi(v.c_str());
+    else if (k == "--device")
+      a.device = v;
+    else if (k == "--dtype")
+      a.dtype = v;
     else {
       std::fprintf(stderr, "structured_bench: unknown option %s\n", k.c_str());
       return 2;
