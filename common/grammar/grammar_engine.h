@@ -78,8 +78,12 @@ class GrammarEngine {
   GrammarEngine(const GrammarEngine&) = delete;
   GrammarEngine& operator=(const GrammarEngine&) = delete;
 
-  // Whether LLGuidance compiles `spec` (kind != kNone). Errors:
-  // kInvalidArgument with the engine's reason.
+  // Whether `spec` (kind != kNone) is usable: LLGuidance compiles it and
+  // computes the first mask (a schema that recurses without producing
+  // output compiles and fails there), which allows some token. Costs one
+  // compile and one mask over the vocabulary. A kJsonSchema keeps its
+  // properties' order (the order LLGuidance generates them in). Errors:
+  // kInvalidArgument with the engine's reason (its parser-state dump cut).
   Status Check(const GrammarSpec& spec) const;
   // A matcher at the start of `spec`'s output. Errors: as Check.
   StatusOr<std::unique_ptr<GrammarMatcher>> NewMatcher(const GrammarSpec& spec) const;
