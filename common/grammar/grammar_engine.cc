@@ -1,6 +1,9 @@
 #include "common/grammar/grammar_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -149,15 +152,40 @@ StatusOr<std::string> GrammarEngine::GrammarData(const GrammarSpec& spec) {
 Status GrammarEngine::Check(const GrammarSpec& spec) const {
   // A compiled grammar is not yet a usable one: a schema whose every path
   // recurses without producing output ({"$ref": "#"}, two $defs naming each
-  // other) compiles, and LLGuidance fails it on the first mask. So the check
-  // builds the matcher and computes that mask, as the sampling worker will.
+  // other) compiles, and LLGuidance fails it on the first mask; one that
+  // requires itself ({"properties": {"a": {"$ref": "#"}}, "required": ["a"]})
+  // fails a mask or two later. So the check follows the grammar for a few
+  // tokens, as the sampling worker will: the lowest allowed token id each
+  // time, until only EOS is allowed or kCheckTokens were taken.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<GrammarMatcher> matcher, NewMatcher(spec));
   std::vector<uint32_t> mask;
-  if (Status st = matcher->ComputeMask(mask); !st.ok())
-    return InvalidArgument("LLGuidance compiles it but cannot start an output under it: " +
-                           matcher->Error());
-  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; }))
-    return InvalidArgument("no token can start an output under it");
+  // `token`: the 1-based token of the output at which LLGuidance failed.
+  const auto failed = [&](int token) {
+    return InvalidArgument(fmt::format(
+        "LLGuidance compiles it but fails at token {} of the output: {}", token, matcher->Error()));
+  };
+  for (int taken = 0; taken < kCheckTokens; ++taken) {
+    if (!matcher->ComputeMask(mask).ok()) {
+      if (taken == 0)
+        return InvalidArgument("LLGuidance compiles it but cannot start an output under it: " +
+                               matcher->Error());
+      return failed(taken + 1);
+    }
+    int32_t next = -1;
+    for (size_t w = 0; w < mask.size() && next < 0; ++w) {
+      uint32_t bits = mask[w];
+      if (w == static_cast<size_t>(eos_id_) / 32) bits &= ~(1u << (eos_id_ % 32));
+      if (bits != 0) next = static_cast<int32_t>(w * 32 + std::countr_zero(bits));
+    }
+    if (next < 0) {
+      if (taken == 0 && !((mask[eos_id_ / 32] >> (eos_id_ % 32)) & 1u))
+        return InvalidArgument("no token can start an output under it");
+      return Status::Ok();  // complete: EOS alone
+    }
+    // LLGuidance may fail on consuming a token its mask allowed (computing
+    // what the token forces next).
+    if (!matcher->Accept(next).ok()) return failed(taken + 1);
+  }
   return Status::Ok();
 }
 

@@ -1,6 +1,6 @@
 // GrammarCheck: the coordinator's check of a request's response_format
 // grammar before admission: LLGuidance (common/grammar/) must compile it
-// against the served model's vocabulary and compute its first mask
+// against the served model's vocabulary and follow it for a few tokens
 // (GrammarEngine::Check), so that a schema the engine cannot compile, or
 // compiles but cannot start an output under, is a 400 naming
 // response_format.json_schema.schema with the engine's reason instead of a

@@ -304,6 +304,15 @@ void CheckBadInput(int port) {
                      {{"$defs", {{"a", {{"$ref", "#/$defs/b"}}}, {"b", {{"$ref", "#/$defs/a"}}}}},
                       {"$ref", "#/$defs/a"}})),
                  "response_format.json_schema.schema", "cannot start an output");
+  // Requires itself: LLGuidance fails it once the object opens (it was a
+  // 503 worker_failed from the sampling worker before the check followed
+  // the grammar past its first mask).
+  ExpectBadField(
+      port,
+      Chat(schema_format(
+               {{"type", "object"}, {"properties", {{"a", {{"$ref", "#"}}}}}, {"required", {"a"}}}),
+           {{"stream", true}}),
+      "response_format.json_schema.schema", "fails at token");
   {
     const json body = {{"model", "llama_gqa_f32"},
                        {"prompt", kPrompt},

@@ -167,8 +167,9 @@ TEST_P(GrammarEngineTest, PropertiesComeInTheSchemasOrder) {
 }
 
 // Schemas that LLGuidance compiles but cannot start an output under (every
-// path recurses without producing a byte) fail the check, as they would fail
-// the sampling worker's first mask; the reason carries no parser-state dump.
+// path recurses without producing a byte), or fails a few tokens in, fail
+// the check, as they would fail the sampling worker's masks; the reason
+// carries no parser-state dump.
 TEST_P(GrammarEngineTest, ASchemaWithNoFirstTokenFailsTheCheck) {
   for (const std::string schema :
        {R"({"$ref":"#"})",
@@ -178,6 +179,23 @@ TEST_P(GrammarEngineTest, ASchemaWithNoFirstTokenFailsTheCheck) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("cannot start an output"), std::string::npos) << st.message();
     EXPECT_EQ(st.message().find("<state>"), std::string::npos) << st.message();
+  }
+  // One that requires itself: over the byte-level tokenizer LLGuidance
+  // starts it ("{") and fails the next mask (its forced tokens never end),
+  // so the check refuses it. Over the SentencePiece one (LLGuidance's greedy
+  // tokenizer) it forces {"a":{"a":... token by token without failing, which
+  // the worker would serve until max_tokens: the check lets it pass.
+  const GrammarSpec endless = {
+      GrammarKind::kJsonSchema,
+      R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})"};
+  const Status st = engine_->Check(endless);
+  if (GetParam() == "llama_gqa_f32") {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("fails at token 1 of the output"), std::string::npos)
+        << st.message();
+  } else {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(Walk(endless, false, 12).rfind(R"({"a":{"a":)", 0), 0u);
   }
   const Status missing =
       engine_->Check({GrammarKind::kJsonSchema, R"({"properties":{"a":{"$ref":"#/nope"}}})"});
