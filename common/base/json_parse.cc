@@ -202,4 +202,13 @@ StatusOr<json> ParseJsonBounded(std::string_view text, int max_depth, const std:
   return j;
 }
 
+nlohmann::ordered_json OrderedMember(std::string_view text, const char* key) {
+  // Bounded already (the caller's ParseJsonBounded), so the recursive
+  // copies below stay shallow.
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (!doc.is_object()) return nullptr;
+  auto it = doc.find(key);
+  return it == doc.end() ? nlohmann::ordered_json() : std::move(*it);
+}
+
 }  // namespace tessera

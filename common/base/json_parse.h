@@ -54,6 +54,14 @@ bool ParseJsonBounded(std::string_view text, int max_depth, nlohmann::json* out,
 StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, int max_depth,
                                           const std::string& what);
 
+// The top-level member `key` of `text`, a JSON object that ParseJsonBounded
+// accepted, with every object's keys in the order the text gives them
+// (nlohmann::json sorts them by name): for what must reach its consumer as
+// the client wrote it, a JSON Schema (LLGuidance generates properties in its
+// order) or the tools a chat template renders. JSON null when `text` has no
+// such member or is no JSON object. Never throws.
+nlohmann::ordered_json OrderedMember(std::string_view text, const char* key);
+
 // "line L, column C: <reason>" for a parse error nlohmann reported while
 // reading `text` (the line and column of the byte it stopped at, 1-based; the
 // reason without the library's prefix, invalid UTF-8 replaced, cut to about

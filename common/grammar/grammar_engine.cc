@@ -1,6 +1,9 @@
 #include "common/grammar/grammar_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,13 +37,19 @@ bool EncodesFragmentsExactly(const Tokenizer& tokenizer) {
   return true;
 }
 
+// LLGuidance's error text up to the dump of its parser state ("\n<state>"
+// and many lines of internals), which a client or a log line does not need.
+std::string WithoutParserState(std::string_view error) {
+  return std::string(error.substr(0, error.find("\n<state>")));
+}
+
 }  // namespace
 
 GrammarMatcher::~GrammarMatcher() { lib_->free_matcher(matcher_); }
 
 std::string GrammarMatcher::Error() {
   const char* e = lib_->matcher_get_error(matcher_);
-  return e != nullptr ? e : "unknown LLGuidance error";
+  return e != nullptr ? WithoutParserState(e) : "unknown LLGuidance error";
 }
 
 Status GrammarMatcher::ComputeMask(std::vector<uint32_t>& mask) {
@@ -122,11 +131,14 @@ LlgConstraintInit GrammarEngine::Init() const {
 
 StatusOr<std::string> GrammarEngine::GrammarData(const GrammarSpec& spec) {
   if (spec.kind == GrammarKind::kLark) return spec.schema;
-  nlohmann::json schema;
+  // ordered_json: LLGuidance generates an object's properties in the order
+  // the schema lists them, which must stay the client's (nlohmann::json
+  // would sort them by name).
+  nlohmann::ordered_json schema;
   if (spec.kind == GrammarKind::kJsonObject) {
     schema = {{"type", "object"}};
   } else if (spec.kind == GrammarKind::kJsonSchema) {
-    schema = nlohmann::json::parse(spec.schema, nullptr, false);
+    schema = nlohmann::ordered_json::parse(spec.schema, nullptr, false);
     if (schema.is_discarded()) return InvalidArgument("the schema is not valid JSON");
     if (!schema.is_object() && !schema.is_boolean())
       return InvalidArgument("the schema must be a JSON object");
@@ -138,12 +150,42 @@ StatusOr<std::string> GrammarEngine::GrammarData(const GrammarSpec& spec) {
 }
 
 Status GrammarEngine::Check(const GrammarSpec& spec) const {
-  TESSERA_ASSIGN_OR_RETURN(std::string data, GrammarData(spec));
-  const LlgConstraintInit init = Init();
-  char message[2048] = {0};
-  if (lib_->validate_grammar(&init, ConstraintType(spec), data.c_str(), message, sizeof(message)) <
-      0)
-    return InvalidArgument(message);
+  // A compiled grammar is not yet a usable one: a schema whose every path
+  // recurses without producing output ({"$ref": "#"}, two $defs naming each
+  // other) compiles, and LLGuidance fails it on the first mask; one that
+  // requires itself ({"properties": {"a": {"$ref": "#"}}, "required": ["a"]})
+  // fails a mask or two later. So the check follows the grammar for a few
+  // tokens, as the sampling worker will: the lowest allowed token id each
+  // time, until only EOS is allowed or kCheckTokens were taken.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<GrammarMatcher> matcher, NewMatcher(spec));
+  std::vector<uint32_t> mask;
+  // `token`: the 1-based token of the output at which LLGuidance failed.
+  const auto failed = [&](int token) {
+    return InvalidArgument(fmt::format(
+        "LLGuidance compiles it but fails at token {} of the output: {}", token, matcher->Error()));
+  };
+  for (int taken = 0; taken < kCheckTokens; ++taken) {
+    if (!matcher->ComputeMask(mask).ok()) {
+      if (taken == 0)
+        return InvalidArgument("LLGuidance compiles it but cannot start an output under it: " +
+                               matcher->Error());
+      return failed(taken + 1);
+    }
+    int32_t next = -1;
+    for (size_t w = 0; w < mask.size() && next < 0; ++w) {
+      uint32_t bits = mask[w];
+      if (w == static_cast<size_t>(eos_id_) / 32) bits &= ~(1u << (eos_id_ % 32));
+      if (bits != 0) next = static_cast<int32_t>(w * 32 + std::countr_zero(bits));
+    }
+    if (next < 0) {
+      if (taken == 0 && !((mask[eos_id_ / 32] >> (eos_id_ % 32)) & 1u))
+        return InvalidArgument("no token can start an output under it");
+      return Status::Ok();  // complete: EOS alone
+    }
+    // LLGuidance may fail on consuming a token its mask allowed (computing
+    // what the token forces next).
+    if (!matcher->Accept(next).ok()) return failed(taken + 1);
+  }
   return Status::Ok();
 }
 
@@ -152,7 +194,7 @@ StatusOr<std::unique_ptr<GrammarMatcher>> GrammarEngine::NewMatcher(const Gramma
   const LlgConstraintInit init = Init();
   LlgMatcher* m = lib_->new_matcher(&init, ConstraintType(spec), data.c_str());
   if (const char* e = lib_->matcher_get_error(m)) {
-    Status error = InvalidArgument(e);
+    Status error = InvalidArgument(WithoutParserState(e));
     lib_->free_matcher(m);
     return error;
   }

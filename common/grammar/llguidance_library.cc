@@ -46,7 +46,6 @@ StatusOr<std::shared_ptr<const LlguidanceLibrary>> LlguidanceLibrary::Load(
   TESSERA_RETURN_IF_ERROR(
       Resolve(h, p, "llg_constraint_init_set_defaults", &lib->constraint_init_set_defaults));
   TESSERA_RETURN_IF_ERROR(Resolve(h, p, "llg_new_matcher", &lib->new_matcher));
-  TESSERA_RETURN_IF_ERROR(Resolve(h, p, "llg_validate_grammar", &lib->validate_grammar));
   TESSERA_RETURN_IF_ERROR(Resolve(h, p, "llg_matcher_get_error", &lib->matcher_get_error));
   TESSERA_RETURN_IF_ERROR(
       Resolve(h, p, "llg_matcher_get_mask_byte_size", &lib->matcher_get_mask_byte_size));

@@ -91,8 +91,6 @@ class LlguidanceLibrary {
   // constraint_type: "json_schema", "json_object", "regex", "lark", "llguidance".
   LlgMatcher* (*new_matcher)(const LlgConstraintInit*, const char* constraint_type,
                              const char* data) = nullptr;
-  int32_t (*validate_grammar)(const LlgConstraintInit*, const char* constraint_type,
-                              const char* data, char* message, size_t message_len) = nullptr;
   const char* (*matcher_get_error)(LlgMatcher*) = nullptr;
   size_t (*matcher_get_mask_byte_size)(const LlgMatcher*) = nullptr;
   int32_t (*matcher_compute_mask_into)(LlgMatcher*, uint32_t* mask, size_t mask_bytes) = nullptr;

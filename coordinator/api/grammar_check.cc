@@ -63,8 +63,7 @@ std::optional<ApiError> GrammarCheck::Check(const GrammarSpec& spec) {
     return e;
   }
   e.message =
-      "response_format.json_schema.schema: the grammar engine (LLGuidance) cannot compile "
-      "it: " +
+      "response_format.json_schema.schema: the grammar engine (LLGuidance) cannot use it: " +
       *reason;
   e.param = "response_format.json_schema.schema";
   e.code = "invalid_json_schema";

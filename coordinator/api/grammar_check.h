@@ -1,8 +1,10 @@
 // GrammarCheck: the coordinator's check of a request's response_format
 // grammar before admission: LLGuidance (common/grammar/) must compile it
-// against the served model's vocabulary, so that a schema the engine cannot
-// compile is a 400 naming response_format.json_schema.schema with the
-// engine's reason instead of a failure on the sampling worker. The engine is
+// against the served model's vocabulary and follow it for a few tokens
+// (GrammarEngine::Check), so that a schema the engine cannot compile, or
+// compiles but cannot start an output under, is a 400 naming
+// response_format.json_schema.schema with the engine's reason instead of a
+// failure on the sampling worker. The engine is
 // loaded on the first request with a grammar; when the library is missing,
 // such requests (only they) are refused naming the library and the config
 // key.
@@ -36,7 +38,8 @@ class GrammarCheck {
   // "invalid_json_schema"), or param response_format naming the library
   // that did not load (code "structured_output_unavailable").
   std::optional<ApiError> Check(const GrammarSpec& spec);
-  // Whether LLGuidance compiles `spec` (active): nullopt, or its reason.
+  // Whether LLGuidance can use `spec` (active; GrammarEngine::Check):
+  // nullopt, or its reason.
   // `loaded` false (and the reason the load error) when the engine is
   // unavailable. The verdicts of the last kCachedVerdicts distinct specs
   // are kept: clients send the same tools and schemas request after request.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -453,6 +454,14 @@ MaybeError GetMessages(const json& obj, std::vector<ChatMessage>* out) {
 
 std::string ApiError::ToJson() const { return ErrorJson(message, type, param, code); }
 
+bool IsValidApiName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxApiNameBytes) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  });
+}
+
 ApiError ApiErrorFromStatus(const Status& status) {
   ApiError e;
   e.message = status.message();
@@ -652,7 +661,7 @@ ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   TESSERA_API_TRY(GetGeneration(obj, &req.gen));
   TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
   TESSERA_API_TRY(GetBool(obj, "echo", &req.echo));
-  TESSERA_API_TRY(GetResponseFormat(obj, &req.gen.grammar));
+  TESSERA_API_TRY(GetResponseFormat(obj, body, &req.gen.grammar));
   TESSERA_API_TRY(CheckGrammarFields(req.gen));
   if (req.max_tokens == 0 && !req.echo)
     return BadRequest("max_tokens must be at least 1 (0 only with echo: true), got 0",
@@ -706,7 +715,7 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
   TESSERA_API_TRY(CheckMinTokens(req.gen, req.max_tokens));
   req.tools = std::make_shared<ToolsRequest>();
   TESSERA_API_TRY(GetTools(obj, body, req.tools.get()));
-  TESSERA_API_TRY(GetResponseFormat(obj, &req.gen.grammar));
+  TESSERA_API_TRY(GetResponseFormat(obj, body, &req.gen.grammar));
   TESSERA_API_TRY(CheckGrammarFields(req.gen));
   if (req.gen.grammar.active() && req.tools->enforced())
     return BadRequest(

@@ -49,6 +49,11 @@ struct ApiError {
   std::string ToJson() const;
 };
 
+// OpenAI's rule for a function's name and response_format.json_schema.name:
+// 1 to kMaxApiNameBytes characters, each a-z, A-Z, 0-9, _ or -.
+inline constexpr size_t kMaxApiNameBytes = 64;
+bool IsValidApiName(std::string_view name);
+
 // A value or the ApiError that explains why there is none.
 template <typename T>
 class [[nodiscard]] ApiResult {

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <string_view>
+
+#include "common/base/json_parse.h"
 
 namespace tessera {
 
@@ -23,19 +26,33 @@ const json* FindKey(const json& obj, const char* key) {
   return it == obj.end() || it->is_null() ? nullptr : &*it;
 }
 
-std::optional<ApiError> GetJsonSchema(const json& format, GrammarSpec* out) {
+// OpenAI requires the name: 1 to 64 of a-z, A-Z, 0-9, _ and -.
+std::optional<ApiError> CheckName(const json& js) {
+  const json* name = FindKey(js, "name");
+  if (!name)
+    return FieldError(
+        "response_format.json_schema.name is required (1 to 64 letters, digits, _ or -)",
+        "response_format.json_schema.name");
+  if (!name->is_string() || !IsValidApiName(name->get_ref<const std::string&>()))
+    return FieldError(fmt::format("response_format.json_schema.name must be a string of 1 to {} "
+                                  "letters, digits, _ or -, got {}",
+                                  kMaxApiNameBytes, ShowJsonValue(*name)),
+                      "response_format.json_schema.name");
+  return std::nullopt;
+}
+
+// `body`: the request's text, whose schema is handed on in the order sent.
+std::optional<ApiError> GetJsonSchema(const json& format, std::string_view body, GrammarSpec* out) {
   const json* js = FindKey(format, "json_schema");
   if (!js || !js->is_object())
     return FieldError(
         "response_format.json_schema must be an object {\"name\", \"schema\", \"strict\"} when "
         "response_format.type is json_schema",
         "response_format.json_schema");
-  for (const char* key : {"name", "description"}) {
-    const json* v = FindKey(*js, key);
-    if (v && !v->is_string())
-      return FieldError(fmt::format("response_format.json_schema.{} must be a string", key),
-                        fmt::format("response_format.json_schema.{}", key));
-  }
+  if (auto e = CheckName(*js)) return e;
+  if (const json* v = FindKey(*js, "description"); v && !v->is_string())
+    return FieldError("response_format.json_schema.description must be a string",
+                      "response_format.json_schema.description");
   if (const json* strict = FindKey(*js, "strict"); strict && !strict->is_boolean())
     return FieldError("response_format.json_schema.strict must be a boolean",
                       "response_format.json_schema.strict");
@@ -43,7 +60,9 @@ std::optional<ApiError> GetJsonSchema(const json& format, GrammarSpec* out) {
   if (!schema || !(schema->is_object() || schema->is_boolean()))
     return FieldError("response_format.json_schema.schema must be a JSON Schema (an object)",
                       "response_format.json_schema.schema");
-  std::string text = schema->dump();
+  // The shape is checked on `format` (keys sorted); the text handed to the
+  // grammar engine keeps the request's key order, the order of the output.
+  std::string text = OrderedMember(body, "response_format")["json_schema"]["schema"].dump();
   if (text.size() > kMaxGrammarSchemaBytes)
     return FieldError(fmt::format("response_format.json_schema.schema is {} bytes of JSON; at most "
                                   "{} are accepted",
@@ -71,7 +90,8 @@ std::optional<ApiError> CheckGrammarFields(const GenerationFields& gen) {
   return std::nullopt;
 }
 
-std::optional<ApiError> GetResponseFormat(const json& request, GrammarSpec* out) {
+std::optional<ApiError> GetResponseFormat(const json& request, std::string_view body,
+                                          GrammarSpec* out) {
   *out = GrammarSpec{};
   const json* format = FindKey(request, "response_format");
   if (!format) return std::nullopt;
@@ -88,7 +108,7 @@ std::optional<ApiError> GetResponseFormat(const json& request, GrammarSpec* out)
     out->kind = GrammarKind::kJsonObject;
     return std::nullopt;
   }
-  if (t == "json_schema") return GetJsonSchema(*format, out);
+  if (t == "json_schema") return GetJsonSchema(*format, body, out);
   return FieldError(fmt::format("response_format.type '{}' is not one of text, json_object, "
                                 "json_schema",
                                 t),

@@ -20,6 +20,16 @@ ApiError ToolError(std::string message, std::string param, std::string code) {
 
 using ordered_json = nlohmann::ordered_json;
 
+// Function i's parameters schema as the request wrote it (key order kept);
+// an object without properties when it has none.
+ordered_json ParamsSchema(const ToolsRequest& tools, size_t i) {
+  const ordered_json& fn = tools.tools_json[i]["function"];
+  auto it = fn.find("parameters");
+  return it != fn.end() && !it->is_null()
+             ? *it
+             : ordered_json{{"type", "object"}, {"properties", ordered_json::object()}};
+}
+
 // The JSON Schema of one call of the allowed functions. Key order matters:
 // LLGuidance generates properties in the schema's order, so "name" comes
 // first (a stream can name the call early) and each function's parameters
@@ -29,14 +39,9 @@ ordered_json CallSchema(const ToolsRequest& tools, const char* args_key) {
   for (size_t i = 0; i < tools.functions.size(); ++i) {
     const ToolFunction& f = tools.functions[i];
     if (tools.choice == ToolChoice::kNamed && f.name != tools.named) continue;
-    const ordered_json& fn = tools.tools_json[i]["function"];
-    const ordered_json params =
-        fn.contains("parameters") && !fn["parameters"].is_null()
-            ? fn["parameters"]
-            : ordered_json{{"type", "object"}, {"properties", ordered_json::object()}};
     ordered_json properties = ordered_json::object();
     properties["name"] = {{"const", f.name}};
-    properties[args_key] = params;
+    properties[args_key] = ParamsSchema(tools, i);
     any.push_back({{"type", "object"},
                    {"properties", std::move(properties)},
                    {"required", {"name", args_key}},
@@ -113,8 +118,8 @@ std::optional<ApiError> PlanToolCalls(const ToolsRequest& tools, const ChatTempl
   // the shape checks of GetTools stand.
   for (size_t i = 0; i < tools.functions.size(); ++i) {
     bool loaded = true;
-    const std::optional<std::string> reason = grammar_check.Reason(
-        {GrammarKind::kJsonSchema, tools.functions[i].parameters.dump()}, &loaded);
+    const std::optional<std::string> reason =
+        grammar_check.Reason({GrammarKind::kJsonSchema, ParamsSchema(tools, i).dump()}, &loaded);
     if (!loaded && !tools.enforced()) break;
     if (!loaded)
       return ToolError(
@@ -123,7 +128,7 @@ std::optional<ApiError> PlanToolCalls(const ToolsRequest& tools, const ChatTempl
                       tools.choice == ToolChoice::kNamed ? tools.named : "required", *reason),
           "tool_choice", "structured_output_unavailable");
     if (reason)
-      return ToolError(fmt::format("{}: the grammar engine (LLGuidance) cannot compile it: {}",
+      return ToolError(fmt::format("{}: the grammar engine (LLGuidance) cannot use it: {}",
                                    ParamsField(tools, i), *reason),
                        ParamsField(tools, i), "invalid_json_schema");
   }

@@ -48,7 +48,7 @@ struct ToolCallPlan {
 // (400): param "tools", code "tools_unsupported", when the template never
 // references tools or writes calls in no format Tessera parses;
 // tools[i].function.parameters (functions[i].parameters), code
-// "invalid_json_schema", with LLGuidance's reason when it cannot compile a
+// "invalid_json_schema", with LLGuidance's reason when it cannot use a
 // schema; tool_choice, code "structured_output_unavailable", when an
 // enforced choice needs LLGuidance and it did not load; "tools" when the
 // enforced grammar is over kMaxGrammarSchemaBytes.

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <set>
 
 #include "common/base/json_parse.h"
@@ -28,13 +27,6 @@ const json* Find(const json& obj, const char* key) {
 }
 
 std::string Show(const json& j) { return ShowJsonValue(j, 40); }
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > kMaxToolNameBytes) return false;
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-  return true;
-}
 
 // The checks a JSON Schema object must pass here (LLGuidance compiles it in
 // the frontend): "type" a JSON type or an array of them, "properties" an
@@ -81,7 +73,7 @@ MaybeError GetFunction(const json& f, const std::string& at, ToolFunction* out) 
   if (!f.is_object()) return Bad(fmt::format("{} must be an object, got {}", at, Show(f)), at);
   const json* name = Find(f, "name");
   if (!name) return Bad(at + ".name is required", at + ".name");
-  if (!name->is_string() || !ValidName(name->get<std::string>()))
+  if (!name->is_string() || !IsValidApiName(name->get_ref<const std::string&>()))
     return Bad(fmt::format("{}.name must be a string of 1 to 64 letters, digits, _ or -, got {}",
                            at, Show(*name)),
                at + ".name");
@@ -107,7 +99,7 @@ MaybeError GetToolList(const json& obj, std::string_view body, ToolsRequest* out
   if (list.size() > kMaxTools)
     return Bad(fmt::format("{} may hold at most {} functions, got {}", key, kMaxTools, list.size()),
                key);
-  const ordered_json ordered = ordered_json::parse(body, nullptr, false)[key];
+  const ordered_json ordered = OrderedMember(body, key);
   out->legacy = functions != nullptr;
   out->tools_json = ordered_json::array();
   std::set<std::string> names;

@@ -22,9 +22,8 @@
 
 namespace tessera {
 
-// Most tools per request, and the longest function name (OpenAI's limits).
+// Most tools per request (OpenAI's limit; a name's is kMaxApiNameBytes).
 inline constexpr size_t kMaxTools = 128;
-inline constexpr size_t kMaxToolNameBytes = 64;
 
 struct ToolFunction {
   std::string name;           // [a-zA-Z0-9_-]{1,64}, unique in the request

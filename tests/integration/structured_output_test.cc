@@ -10,9 +10,12 @@
 //    enum and range); json_object outputs parse as objects.
 //  - max_tokens cuts a document with finish_reason "length".
 //  - Streamed deltas join into the whole response's document.
-//  - Bad input: each malformed response_format, and a schema LLGuidance
-//    cannot compile (its reason in the message), is a 400 naming the field;
-//    the deployment keeps serving. A coordinator without the library refuses
+//  - Properties come in the schema's order as the request wrote it, not
+//    sorted by name.
+//  - Bad input: each malformed response_format (a missing or invalid
+//    json_schema.name too), and a schema LLGuidance cannot compile or cannot
+//    start an output under (its reason in the message), is a 400 naming the
+//    field; the deployment keeps serving. A coordinator without the library refuses
 //    these requests alone, naming it.
 #include <gtest/gtest.h>
 
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/grammar/grammar_engine.h"
@@ -216,6 +220,47 @@ void CheckStructuredOutputs(int port) {
   }
 }
 
+// A schema whose properties are not in alphabetical order ("zeta", "alpha",
+// "mid", all required), sent as text in that order: the greedy document lists
+// its keys in that order, on both endpoints, and equals the masked reference
+// over the same schema text.
+void CheckPropertyOrder(int port) {
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"enum":["x","y"]},)"
+      R"("mid":{"type":"integer","minimum":0,"maximum":9}},"required":["zeta","alpha","mid"],)"
+      R"("additionalProperties":false})";
+  const Reference ref = MaskedGreedy({GrammarKind::kJsonSchema, schema}, 60);
+  ASSERT_EQ(ref.finish_reason, "stop") << ref.text;
+  const std::string format =
+      R"({"type":"json_schema","json_schema":{"name":"ordered","schema":)" + schema + "}}";
+  const std::string prompt = json(kPrompt).dump();
+  const std::vector<std::pair<std::string, std::string>> requests = {
+      {"/v1/completions", R"({"model":"llama_gqa_f32","prompt":)" + prompt +
+                              R"(,"max_tokens":60,"temperature":0,"response_format":)" + format +
+                              "}"},
+      {"/v1/chat/completions",
+       R"({"model":"llama_gqa_f32","messages":[{"role":"user","content":"give me an answer"}],)"
+       R"("max_tokens":60,"temperature":0,"response_format":)" +
+           format + "}"}};
+  for (const auto& [path, body] : requests) {
+    SCOPED_TRACE(path);
+    const HttpReply r = HttpCall(port, "POST", path, body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json c = json::parse(r.body)["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "stop") << c.dump();
+    const std::string text = c.contains("text") ? c["text"].get<std::string>()
+                                                : c["message"]["content"].get<std::string>();
+    if (path == "/v1/completions") {
+      EXPECT_EQ(text, ref.text);
+    }
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << text;
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : doc.items()) keys.push_back(key);
+    EXPECT_EQ(keys, (std::vector<std::string>{"zeta", "alpha", "mid"})) << text;
+  }
+}
+
 void CheckBadInput(int port) {
   ExpectBadField(port, Chat("json"), "response_format");
   ExpectBadField(port, Chat({{"type", "xml"}}), "response_format.type", "xml");
@@ -226,14 +271,58 @@ void CheckBadInput(int port) {
                  Chat({{"type", "json_schema"},
                        {"json_schema", {{"name", 3}, {"schema", {{"type", "object"}}}}}}),
                  "response_format.json_schema.name");
+  ExpectBadField(
+      port,
+      Chat({{"type", "json_schema"},
+            {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}, {"strict", "yes"}}}}),
+      "response_format.json_schema.strict");
+  // The name is required and follows OpenAI's rule.
+  ExpectBadField(
+      port, Chat({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}}}}}}),
+      "response_format.json_schema.name", "is required");
   ExpectBadField(port,
                  Chat({{"type", "json_schema"},
-                       {"json_schema", {{"schema", {{"type", "object"}}}, {"strict", "yes"}}}}),
-                 "response_format.json_schema.strict");
-  // A schema LLGuidance cannot compile: its reason is in the message.
+                       {"json_schema", {{"name", "my answer"}, {"schema", {{"type", "object"}}}}}}),
+                 "response_format.json_schema.name", "letters, digits, _ or -");
+  // Schemas LLGuidance cannot use: its reason is in the message. One it does
+  // not compile (a bad type, a $ref to nothing), and ones it compiles but
+  // cannot start an output under (they only recurse), which the worker's
+  // first mask would fail on.
+  const auto schema_format = [](const json& schema) {
+    return json{{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}};
+  };
+  ExpectBadField(port, Chat(schema_format({{"type", "bogus"}})),
+                 "response_format.json_schema.schema", "bogus");
   ExpectBadField(
-      port, Chat({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "bogus"}}}}}}),
-      "response_format.json_schema.schema", "bogus");
+      port,
+      Chat(schema_format({{"type", "object"}, {"properties", {{"a", {{"$ref", "#/nope"}}}}}})),
+      "response_format.json_schema.schema", "/nope");
+  ExpectBadField(port, Chat(schema_format({{"$ref", "#"}})), "response_format.json_schema.schema",
+                 "cannot start an output");
+  ExpectBadField(port,
+                 Chat(schema_format(
+                     {{"$defs", {{"a", {{"$ref", "#/$defs/b"}}}, {"b", {{"$ref", "#/$defs/a"}}}}},
+                      {"$ref", "#/$defs/a"}})),
+                 "response_format.json_schema.schema", "cannot start an output");
+  // Requires itself: LLGuidance fails it once the object opens (it was a
+  // 503 worker_failed from the sampling worker before the check followed
+  // the grammar past its first mask).
+  ExpectBadField(
+      port,
+      Chat(schema_format(
+               {{"type", "object"}, {"properties", {{"a", {{"$ref", "#"}}}}}, {"required", {"a"}}}),
+           {{"stream", true}}),
+      "response_format.json_schema.schema", "fails at token");
+  {
+    const json body = {{"model", "llama_gqa_f32"},
+                       {"prompt", kPrompt},
+                       {"response_format", schema_format({{"$ref", "#"}})}};
+    const HttpReply r = HttpCall(port, "POST", "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 400) << r.body;
+    const json e = json::parse(r.body)["error"];
+    EXPECT_EQ(e["param"], "response_format.json_schema.schema") << r.body;
+    EXPECT_EQ(e["code"], "invalid_json_schema") << r.body;
+  }
   ExpectBadField(port, Chat({{"type", "json_object"}}, {{"ignore_eos", true}}), "ignore_eos");
   ExpectBadField(port, Chat({{"type", "json_object"}}, {{"min_tokens", 2}}), "min_tokens");
   // The same field on completions.
@@ -290,6 +379,7 @@ class StructuredTp1 : public Daemons {
 
 TEST_F(StructuredTp1, OutputsFollowTheSchemaAndBadFormatsAre400) {
   CheckStructuredOutputs(port_);
+  CheckPropertyOrder(port_);
   CheckBadInput(port_);
 }
 

@@ -290,6 +290,10 @@ void CheckBadInput(int port) {
   ExpectBadField(port, Chat({{"tools", {bad}}}), "tools[0].function.parameters");
   bad["function"]["parameters"] = {{"$ref", "#/$defs/nowhere"}};  // LLGuidance refuses it
   ExpectBadField(port, Chat({{"tools", {Noop(), bad}}}), "tools[1].function.parameters");
+  // Compiles, but no output can start under it (it only recurses).
+  bad["function"]["parameters"] = {{"$ref", "#"}};
+  ExpectBadField(port, Chat({{"tools", {Noop(), bad}}, {"tool_choice", "required"}}),
+                 "tools[1].function.parameters");
   ExpectBadField(port,
                  Chat({{"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}),
                  "tool_choice.function.name");

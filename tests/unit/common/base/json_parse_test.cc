@@ -1,5 +1,5 @@
 // common/json_parse: the nesting bound, numbers beyond the double range, the
-// JSON path in errors, and ShowJsonValue's bounded quoting.
+// JSON path in errors, ShowJsonValue's bounded quoting, and OrderedMember.
 #include "common/base/json_parse.h"
 
 #include <gtest/gtest.h>
@@ -98,6 +98,18 @@ TEST(JsonParse, ShowJsonValueQuotesAPrefixOfAnyValue) {
   EXPECT_EQ(bad,
             "\"a\xEF\xBF\xBD"
             "b\"");
+}
+
+// A member as the text gives it, its objects' keys in the order written
+// (nlohmann::json would sort them); null when absent or not an object.
+TEST(JsonParse, OrderedMemberKeepsTheKeyOrderOfTheText) {
+  const std::string text = R"({"b":1,"schema":{"zeta":{"y":1,"x":2},"alpha":[{"d":0,"c":0}]}})";
+  const nlohmann::ordered_json m = OrderedMember(text, "schema");
+  EXPECT_EQ(m.dump(), R"({"zeta":{"y":1,"x":2},"alpha":[{"d":0,"c":0}]})");
+  EXPECT_EQ(json::parse(text)["schema"].dump(),
+            R"({"alpha":[{"c":0,"d":0}],"zeta":{"x":2,"y":1}})");
+  EXPECT_TRUE(OrderedMember(text, "missing").is_null());
+  EXPECT_TRUE(OrderedMember("[1]", "schema").is_null());
 }
 
 }  // namespace

@@ -147,6 +147,67 @@ TEST_P(GrammarEngineTest, ABadSchemaGetsTheEnginesReason) {
   EXPECT_FALSE(engine_->NewMatcher({GrammarKind::kJsonSchema, R"({"type": "bogus"})"}).ok());
 }
 
+// LLGuidance generates properties in the order the schema text lists them;
+// the engine hands it that text without reordering (nlohmann::json would
+// sort "zeta", "alpha", "mid" by name).
+TEST_P(GrammarEngineTest, PropertiesComeInTheSchemasOrder) {
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"type":"null"},)"
+      R"("mid":{"enum":[1,2]}},"required":["zeta","alpha","mid"],"additionalProperties":false})";
+  for (bool high : {false, true}) {
+    SCOPED_TRACE(high);
+    const std::string text = Walk({GrammarKind::kJsonSchema, schema}, high);
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << text;
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : doc.items()) keys.push_back(key);
+    EXPECT_EQ(keys, (std::vector<std::string>{"zeta", "alpha", "mid"})) << text;
+    EXPECT_LT(text.find("\"zeta\""), text.find("\"alpha\"")) << text;
+  }
+}
+
+// Schemas that LLGuidance compiles but cannot start an output under (every
+// path recurses without producing a byte), or fails a few tokens in, fail
+// the check, as they would fail the sampling worker's masks; the reason
+// carries no parser-state dump.
+TEST_P(GrammarEngineTest, ASchemaWithNoFirstTokenFailsTheCheck) {
+  for (const std::string schema :
+       {R"({"$ref":"#"})",
+        R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"}) {
+    SCOPED_TRACE(schema);
+    const Status st = engine_->Check({GrammarKind::kJsonSchema, schema});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("cannot start an output"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find("<state>"), std::string::npos) << st.message();
+  }
+  // One that requires itself: over the byte-level tokenizer LLGuidance
+  // starts it ("{") and fails the next mask (its forced tokens never end),
+  // so the check refuses it. Over the SentencePiece one (LLGuidance's greedy
+  // tokenizer) it forces {"a":{"a":... token by token without failing, which
+  // the worker would serve until max_tokens: the check lets it pass.
+  const GrammarSpec endless = {
+      GrammarKind::kJsonSchema,
+      R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})"};
+  const Status st = engine_->Check(endless);
+  if (GetParam() == "llama_gqa_f32") {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("fails at token 1 of the output"), std::string::npos)
+        << st.message();
+  } else {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(Walk(endless, false, 12).rfind(R"({"a":{"a":)", 0), 0u);
+  }
+  const Status missing =
+      engine_->Check({GrammarKind::kJsonSchema, R"({"properties":{"a":{"$ref":"#/nope"}}})"});
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("/nope"), std::string::npos) << missing.message();
+  // Recursion with a way out is fine.
+  EXPECT_TRUE(engine_
+                  ->Check({GrammarKind::kJsonSchema,
+                           R"({"type":"object","properties":{"next":{"$ref":"#"}}})"})
+                  .ok());
+}
+
 TEST(LlguidanceLibrary, AMissingLibraryIsNamed) {
   auto lib =
       LlguidanceLibrary::Load("/nonexistent/llguidance/_lib.abi3.so", "libpython3.11.so.1.0");

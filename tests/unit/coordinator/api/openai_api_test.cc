@@ -319,11 +319,57 @@ TEST(OpenAIApiParse, ResponseFormat) {
   ExpectChatError(Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"a"}})"),
                   "response_format.json_schema.schema", "must be a JSON Schema");
   ExpectCompletionError(
-      Completion(
-          R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"strict":1}})"),
+      Completion(R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{},)"
+                 R"("strict":1}})"),
       "response_format.json_schema.strict", "must be a boolean");
   ExpectChatError(Chat(R"("response_format":{"type":"json_object"},"ignore_eos":true)"),
                   "ignore_eos", "cannot be combined");
+}
+
+// The schema reaches the grammar engine with its keys in the request's order
+// (LLGuidance generates properties in that order), on both endpoints.
+TEST(OpenAIApiParse, ResponseFormatSchemaKeepsTheRequestsKeyOrder) {
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"boolean"},)"
+      R"("mid":{"type":"string","maxLength":3}},"required":["zeta","alpha","mid"],)"
+      R"("additionalProperties":false})";
+  const std::string format = R"("response_format":{"type":"json_schema","json_schema":{"schema":)" +
+                             schema + R"(,"name":"ordered"}})";
+  auto chat = ParseChatCompletionRequest(Chat(format));
+  ASSERT_TRUE(chat.ok()) << chat.error().message;
+  EXPECT_EQ(chat->gen.grammar.kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(chat->gen.grammar.schema, schema);
+  auto completion = ParseCompletionRequest(Completion(format));
+  ASSERT_TRUE(completion.ok()) << completion.error().message;
+  EXPECT_EQ(completion->gen.grammar.schema, schema);
+  EXPECT_EQ(completion->gen.ToSamplingParams(1).grammar.schema, schema);
+}
+
+// response_format.json_schema.name: required, OpenAI's 1 to 64 of a-z, A-Z,
+// 0-9, _ and -.
+TEST(OpenAIApiParse, ResponseFormatNameFollowsOpenAIsRule) {
+  const auto format = [](const std::string& name_member) {
+    return R"("response_format":{"type":"json_schema","json_schema":{)" + name_member +
+           R"("schema":{"type":"object"}}})";
+  };
+  for (const std::string& ok :
+       std::vector<std::string>{"a", "Answer_v2-final", std::string(64, 'x')}) {
+    SCOPED_TRACE(ok);
+    auto r = ParseChatCompletionRequest(Chat(format("\"name\":\"" + ok + "\",")));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+  }
+  ExpectChatError(Chat(format("")), "response_format.json_schema.name", "is required");
+  ExpectChatError(Chat(format(R"("name":null,)")), "response_format.json_schema.name",
+                  "is required");
+  for (const std::string& bad :
+       std::vector<std::string>{R"("")", R"("my schema")", R"("a.b")", R"("caf\u00e9")",
+                                "\"" + std::string(65, 'x') + "\"", "3", "[]"}) {
+    SCOPED_TRACE(bad);
+    ExpectChatError(Chat(format("\"name\":" + bad + ",")), "response_format.json_schema.name",
+                    "1 to 64 letters, digits, _ or -");
+    ExpectCompletionError(Completion(format("\"name\":" + bad + ",")),
+                          "response_format.json_schema.name", "1 to 64 letters, digits, _ or -");
+  }
 }
 
 TEST(OpenAIApiParse, ChatMessages) {

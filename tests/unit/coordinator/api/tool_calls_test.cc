@@ -335,6 +335,30 @@ TEST_F(ToolCallGrammarTest, PlanRefusesTemplatesWithoutToolsAndSchemasTheEngineC
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->param, "tools[1].function.parameters") << e->message;
   EXPECT_NE(e->message.find("missing"), std::string::npos) << e->message;  // LLGuidance's reason
+  // One that compiles but under which no output can start (it only recurses).
+  bad["function"]["parameters"] = {{"$ref", "#"}};
+  tools = *Parse(Body({{"tools", {Weather(), bad}}})).tools;
+  e = PlanToolCalls(tools, qwen, *tokenizer_, check, "m", &plan);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "tools[1].function.parameters") << e->message;
+  EXPECT_EQ(e->code, "invalid_json_schema") << e->message;
+  EXPECT_NE(e->message.find("cannot start an output"), std::string::npos) << e->message;
+}
+
+// The enforced grammar holds each function's parameters in the request's
+// key order, the order LLGuidance generates the arguments in.
+TEST_F(ToolCallGrammarTest, TheGrammarKeepsTheParametersKeyOrder) {
+  const std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required",)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+      R"("properties":{"zeta":{"type":"integer"},"alpha":{"type":"boolean"}},)"
+      R"("required":["zeta","alpha"]}}}]})";
+  auto r = ParseChatCompletionRequest(body);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const GrammarSpec g = ToolCallGrammar(ToolCallFormat::kHermes, *r->tools, *tokenizer_);
+  EXPECT_NE(g.schema.find(R"("properties":{"zeta":{"type":"integer"},"alpha":{"type":"boolean"}})"),
+            std::string::npos)
+      << g.schema;
 }
 
 }  // namespace
