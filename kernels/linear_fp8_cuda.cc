@@ -27,7 +27,8 @@ cudaDataType_t OutType(DType d) {
 // context's plans under the input dtype kF8E4M3. As Linear (kernels/
 // linear_cuda.cc): the "TN" GEMM with A = w, B = xq; the bias epilogue when
 // cuBLASLt has an algorithm with it, else the bias is added after.
-StatusOr<GemmPlan*> Fp8Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType out, DType bias) {
+StatusOr<GemmPlan*> Fp8Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType out, DType bias,
+                            const void* w_scales, const void* token_scales) {
   const Context::GemmKey key{m,
                              n,
                              k,
@@ -64,6 +65,13 @@ StatusOr<GemmPlan*> Fp8Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType
         plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec));
     TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec));
+    // Vector scales need their pointers before the heuristic runs (without
+    // them cuBLASLt 13.0 on an H100 answered CUBLAS_STATUS_INVALID_VALUE);
+    // each call sets its own again.
+    TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+    TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &token_scales, sizeof token_scales));
     if (epilogue) {
       const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bt = OutType(bias);
@@ -89,7 +97,10 @@ StatusOr<GemmPlan*> Fp8Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType
       ctx.gemm_plans().emplace(key, std::move(plan));
       return raw;
     }
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    // The bias epilogue may be refused either way; the second attempt goes without it.
+    const bool retry =
+        epilogue && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !retry)
       return CublasError(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__)
           .WithContext(what);
   }
@@ -114,10 +125,11 @@ Status TensorCoreGemm(Context& ctx, const Tensor& x, const Tensor& w, const Fp8S
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchFp8QuantizeRows(x.dtype(), x.raw(), m, k, xq, x_scales, ctx.stream()),
       "Fp8QuantizeRowsKernel");
-  TESSERA_ASSIGN_OR_RETURN(GemmPlan * plan, Fp8Plan(ctx, m, n, k, y.dtype(),
-                                                    bias.defined() ? bias.dtype() : DType::kU8));
   const void* w_scale = scales.scales.raw();
   const void* t_scale = x_scales;
+  TESSERA_ASSIGN_OR_RETURN(
+      GemmPlan * plan, Fp8Plan(ctx, m, n, k, y.dtype(), bias.defined() ? bias.dtype() : DType::kU8,
+                               w_scale, t_scale));
   TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
   TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
