@@ -399,7 +399,9 @@ std::string WriteHost(const std::string& dir, const std::string& name, int gpus,
 // A spare whose Loaded contradicts its registration (it reports a host of
 // 4 KiB, then holds more than that in weights and KV cache) is excluded when
 // it loads the lost rank; the replica serves on without it (the 3 survivors
-// run tp=2 x pp=1).
+// run tp=2 x pp=1). Smaller than wanted, the replica tries the worker again
+// when its back-off ends; it fails the same way, is excluded for twice as
+// long, and the replica serves tp=2 x pp=1 again.
 TEST_F(WorkerFaults, ALoadedThatContradictsTheRegistrationExcludesTheWorker) {
   Launch(Options(4));
   const std::string want = Text(2);
@@ -432,8 +434,29 @@ TEST_F(WorkerFaults, ALoadedThatContradictsTheRegistrationExcludesTheWorker) {
   EXPECT_NE(reason.find("worker " + tiny_id + " (rank 3): Loaded reports"), std::string::npos)
       << reason;
   EXPECT_NE(reason.find("devices[0].total_memory_bytes"), std::string::npos) << reason;
-  for (const json& r : json(Get("/admin/plan")["ranks"])) EXPECT_NE(r["worker"], tiny_id);
-  EXPECT_EQ(Text(2), want) << log;
+
+  // The back-off's end re-plans (the replica runs 2 of the 4 ranks it
+  // wants); the worker is excluded again, for 2 x heartbeat.load_timeout_seconds.
+  const auto t1 = Clock::now();
+  while (Since(t1) < 60) {
+    record = WorkerOfPid(tiny_pid);
+    if (record.is_object() && record["exclusion"].is_object() &&
+        record["exclusion"]["count"] == 2 && HttpCall(port_, "GET", "/readyz").status == 200)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log2 = cluster_->CoordinatorLog();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object()) << log2;
+  EXPECT_EQ(record["exclusion"]["count"], 2) << record.dump() << log2;
+  EXPECT_EQ(record["exclusion"]["kind"], "loaded_mismatch") << record.dump();
+  EXPECT_GT(record["exclusion"]["seconds_left"].get<double>(), kLoadTimeout) << record.dump();
+  EXPECT_NE(log2.find("re-plan: worker " + tiny_id + "'s exclusion (loaded_mismatch) ended"),
+            std::string::npos)
+      << log2;
+  const json plan = Get("/admin/plan");
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], tiny_id) << plan.dump();
+  EXPECT_EQ(plan["ranks"].size(), 2u) << plan.dump();
+  EXPECT_EQ(Text(2), want) << log2;
 }
 
 TEST_F(WorkerFaults, ImpossibleRegistrationsAreRefusedNamingTheField) {
