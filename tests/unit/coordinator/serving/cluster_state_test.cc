@@ -87,7 +87,8 @@ TEST_F(ClusterStateExclusions, AnEndedExclusionIsClaimedOnceUntilTheNextExclusio
   EXPECT_EQ(state_.NextExclusionEnd(0, t0_), t0_ + seconds(2));
   EXPECT_EQ(Ids(state_.ClaimEndedExclusions(0, t0_, t0_ + seconds(3))),
             std::vector<std::string>{"spare"});
-  EXPECT_TRUE(state_.ClaimEndedExclusions(1, t0_, t0_ + seconds(3)).size() == 1);  // r1 only
+  EXPECT_EQ(Ids(state_.ClaimEndedExclusions(1, t0_, t0_ + seconds(3))),
+            std::vector<std::string>{"r1"});
   EXPECT_FALSE(state_.NextExclusionEnd(0, t0_).has_value());
   // Excluded again: a new back-off, twice as long, whose end counts again.
   const WorkerExclusion& again = state_.Exclude("r0", "load_timeout", "did not load", 10.0);
