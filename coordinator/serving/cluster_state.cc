@@ -83,6 +83,7 @@ const WorkerExclusion& ClusterState::Exclude(const std::string& worker_id, const
   ++e.count;
   e.kind = kind;
   e.reason = reason;
+  e.end_claimed = false;
   const double seconds =
       std::min(kMaxExclusionSeconds, base_seconds * std::ldexp(1.0, std::min(e.count - 1, 30)));
   e.until = std::chrono::steady_clock::now() +
@@ -90,6 +91,42 @@ const WorkerExclusion& ClusterState::Exclude(const std::string& worker_id, const
                 std::chrono::duration<double>(seconds));
   cv.notify_all();
   return e;
+}
+
+namespace {
+
+// Whether replica `replica` may re-plan for the end of `worker_id`'s
+// exclusion `e` (see ClusterState::NextExclusionEnd).
+bool EndMatters(const ClusterState& state, int replica, const std::string& worker_id,
+                const WorkerExclusion& e, std::chrono::steady_clock::time_point since)
+    REQUIRES(state.mu) {
+  if (e.end_claimed || e.until <= since) return false;
+  const int owner = state.ReplicaOf(worker_id);
+  return (owner < 0 || owner == replica) && !state.IsFailed(worker_id) &&
+         !state.IsDrained(worker_id);
+}
+
+}  // namespace
+
+std::optional<std::chrono::steady_clock::time_point> ClusterState::NextExclusionEnd(
+    int replica, std::chrono::steady_clock::time_point since) const {
+  std::optional<std::chrono::steady_clock::time_point> earliest;
+  for (const auto& [id, e] : excluded_workers)
+    if (EndMatters(*this, replica, id, e, since) && (!earliest || e.until < *earliest))
+      earliest = e.until;
+  return earliest;
+}
+
+std::vector<std::pair<std::string, WorkerExclusion>> ClusterState::ClaimEndedExclusions(
+    int replica, std::chrono::steady_clock::time_point since,
+    std::chrono::steady_clock::time_point now) {
+  std::vector<std::pair<std::string, WorkerExclusion>> ended;
+  for (auto& [id, e] : excluded_workers) {
+    if (e.until > now || !EndMatters(*this, replica, id, e, since)) continue;
+    e.end_claimed = true;
+    ended.emplace_back(id, e);
+  }
+  return ended;
 }
 
 int ClusterState::MarkFailed(const std::string& worker_id, const Status& why,

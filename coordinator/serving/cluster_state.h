@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/base/mutex.h"
@@ -88,6 +89,12 @@ struct ReplicaPlan {
   int plan_result_replica = 0;  // which of plan_result's replicas this one is
 
   bool InPlan(const std::string& worker_id) const;
+  // It serves but lacks workers: degraded (no plan runs), or running a
+  // smaller layout than wanted. A worker that becomes usable (registers,
+  // returns, or its exclusion ends) re-plans such a replica.
+  bool NeedsWorkers() const {
+    return serving && (!degraded.empty() || parallel.world_size() < wanted.world_size());
+  }
 };
 
 // A worker left out of placement for a while (see ClusterState::Exclude):
@@ -99,6 +106,9 @@ struct WorkerExclusion {
   std::string kind;    // the metric's label: load_timeout, load_error, loaded_mismatch, step_hung
   int count = 0;       // exclusions of this worker so far (the back-off doubles with each)
   std::chrono::steady_clock::time_point until;  // usable again from then
+  // A replica claimed its end (ClaimEndedExclusions): it re-plans for it,
+  // or found the worker unusable. Cleared by the next exclusion.
+  bool end_claimed = false;
 };
 
 struct ClusterState {
@@ -178,6 +188,19 @@ struct ClusterState {
   const WorkerExclusion& Exclude(const std::string& worker_id, const std::string& kind,
                                  const std::string& reason, double base_seconds) REQUIRES(mu);
   static constexpr double kMaxExclusionSeconds = 3600.0;
+  // The exclusions replica `replica` may re-plan for when they end: of
+  // workers that are its own or spares (ReplicaOf), not lost and not
+  // drained, whose end no replica claimed yet and comes after `since` (the
+  // start of the replica's last re-plan, which saw any earlier end).
+  // NextExclusionEnd: the earliest such end (nullopt: none), past or not,
+  // for the plan thread's timed wait. ClaimEndedExclusions: those that ended
+  // by `now`, marked claimed (so no other replica, and no later call,
+  // re-plans for them), as (worker id, exclusion), in worker id order.
+  std::optional<std::chrono::steady_clock::time_point> NextExclusionEnd(
+      int replica, std::chrono::steady_clock::time_point since) const REQUIRES(mu);
+  std::vector<std::pair<std::string, WorkerExclusion>> ClaimEndedExclusions(
+      int replica, std::chrono::steady_clock::time_point since,
+      std::chrono::steady_clock::time_point now) REQUIRES(mu);
   // The workers a plan may use: of `workers`, alive, not lost, not
   // drained, not excluded, in registration order.
   std::vector<std::string> UsableWorkers(const std::vector<ControlWorkerInfo>& workers) const

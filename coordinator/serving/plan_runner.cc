@@ -174,8 +174,9 @@ void PlanRunner::OnStepFailed(const Status& failed) {
     if (!culprit.empty()) {
       why = fmt::format(
           "worker {} (rank {}) was still computing one step {:.1f} s into it, past "
-          "heartbeat.step_timeout_seconds = {:g} s (its peers were waiting on it)",
-          culprit, rank, longest, deadline);
+          "heartbeat.step_timeout_seconds = {:g} s{}",
+          culprit, rank, longest, deadline,
+          rep().assignments.size() > 1 ? " (its peers were waiting on it)" : "");
       again = state_.IsExcluded(culprit);
       if (!again) state_.Exclude(culprit, "step_hung", why, config_.heartbeat.load_timeout_seconds);
     }
@@ -253,19 +254,26 @@ PlanControl::DrainOutcome PlanRunner::SetDrained(const std::string& id, bool dra
 void PlanRunner::PlanLoop() {
   while (true) {
     PlanJob job;
+    bool exclusion_ended = false;
     {
       MutexLock lock(&state_.mu);
-      state_.cv.wait(state_.mu,
-                     [&]() REQUIRES(state_.mu) { return state_.stopping || !jobs_.empty(); });
+      exclusion_ended = AwaitJobOrExclusionEnd();
       if (state_.stopping) {
         for (PlanJob& j : jobs_)
           if (j.done) j.done({PlanApplyResult::Outcome::kStopping, "", {}});
         jobs_.clear();
         return;
       }
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      job_running_ = true;
+      if (!exclusion_ended) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+        job_running_ = true;
+        last_job_start_ = std::chrono::steady_clock::now();
+      }
+    }
+    if (exclusion_ended) {
+      ReplanForEndedExclusions();
+      continue;
     }
     RunJob(std::move(job));
     {
@@ -274,6 +282,49 @@ void PlanRunner::PlanLoop() {
     }
     ReleaseReturningWorkers();
   }
+}
+
+bool PlanRunner::AwaitJobOrExclusionEnd() {
+  // No polling: the wait's deadline is the end of an exclusion, and
+  // anything else this waits for notifies `cv` (a job queued, stopping, a
+  // new exclusion).
+  while (!state_.stopping && jobs_.empty()) {
+    const std::optional<std::chrono::steady_clock::time_point> due =
+        rep().NeedsWorkers() ? state_.NextExclusionEnd(replica_, last_job_start_) : std::nullopt;
+    if (!due) {
+      state_.cv.wait(state_.mu);
+    } else if (std::chrono::steady_clock::now() < *due) {
+      state_.cv.wait_until(state_.mu, *due);
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+void PlanRunner::ReplanForEndedExclusions() {
+  // Ended by `now`: then UsableWorkers (whose exclusion check is later) no
+  // longer leaves them out for their exclusion.
+  const auto now = std::chrono::steady_clock::now();
+  const std::vector<std::string> usable = UsableWorkers();
+  std::vector<std::pair<std::string, WorkerExclusion>> ended;
+  bool replan = false;
+  {
+    MutexLock lock(&state_.mu);
+    ended = state_.ClaimEndedExclusions(replica_, last_job_start_, now);
+    replan = rep().NeedsWorkers();
+  }
+  std::string reason;
+  for (const auto& [id, e] : ended) {
+    const bool is_usable = std::find(usable.begin(), usable.end(), id) != usable.end();
+    TESSERA_LOG_INFO("coordinator", "replica {}: worker {}'s exclusion {} ({}) ended{}", replica_,
+                     id, e.count, e.kind,
+                     is_usable ? "" : "; it is not usable (not registered or lost)");
+    if (is_usable)
+      reason +=
+          fmt::format("{}worker {}'s exclusion ({}) ended", reason.empty() ? "" : "; ", id, e.kind);
+  }
+  if (replan && !reason.empty()) RequestReplan(reason, false);
 }
 
 void PlanRunner::ReleaseReturningWorkers() {
@@ -287,8 +338,7 @@ void PlanRunner::ReleaseReturningWorkers() {
       state_.failed_workers.erase(
           std::remove(state_.failed_workers.begin(), state_.failed_workers.end(), id),
           state_.failed_workers.end());
-    replan = rep().serving &&
-             (!rep().degraded.empty() || rep().parallel.world_size() < rep().wanted.world_size());
+    replan = rep().NeedsWorkers();
   }
   for (const std::string& id : returned)
     TESSERA_LOG_INFO("coordinator", "worker {} (declared lost, registered again) is usable", id);

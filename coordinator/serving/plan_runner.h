@@ -9,10 +9,14 @@
 //     a new plan version, wait for every Loaded), starts the replica's
 //     serving loop and marks the replica ready.
 //  3. Runs the queued changes (POST /admin/plan, drain / undrain, a lost or
-//     failing worker, a registration while degraded or shrunk): pause
-//     command on the serving loop (drain and re-queue), ApplyPlan, swap
-//     command, resume command. A failed re-fit after kMaxFitAttempts leaves
-//     the replica degraded until a worker registers. After a fault's pause
+//     failing worker, a registration or the end of a worker's exclusion
+//     while degraded or shrunk): pause command on the serving loop (drain
+//     and re-queue), ApplyPlan, swap command, resume command. A failed
+//     re-fit after kMaxFitAttempts leaves the replica degraded until a
+//     worker registers or an exclusion ends: while the replica lacks
+//     workers (ReplicaPlan::NeedsWorkers), the plan thread's wait has a
+//     deadline, the earliest end of an exclusion it could use
+//     (ClusterState::NextExclusionEnd), and it re-plans then. After a fault's pause
 //     the replica hands its queued requests (re-queued ones included) to
 //     the other replicas (`hand_off`), which serve them while it re-plans.
 //
@@ -154,6 +158,14 @@ class PlanRunner : public PlanControl {
   bool SettleAccusations(const PlanJob& job) EXCLUDES(state_.mu);
   // After the last queued re-plan: the returning workers become usable.
   void ReleaseReturningWorkers() EXCLUDES(state_.mu);
+  // Waits (with `state_.mu`) until a job is queued, stopping, or, while the
+  // replica lacks workers, an exclusion it could use ended; returns whether
+  // it was the latter.
+  bool AwaitJobOrExclusionEnd() REQUIRES(state_.mu);
+  // Claims the exclusions that ended (ClusterState::ClaimEndedExclusions)
+  // and re-plans if the replica still lacks workers and one of their
+  // workers is usable ("worker X's exclusion (kind) ended").
+  void ReplanForEndedExclusions() EXCLUDES(state_.mu);
 
   // plan_apply.cc. Loads `ranks` of `parallel` under a new plan version
   // (the loop paused or not started), swaps the executor, fills `report`
@@ -204,6 +216,9 @@ class PlanRunner : public PlanControl {
 
   std::deque<PlanJob> jobs_ GUARDED_BY(state_.mu);
   bool job_running_ GUARDED_BY(state_.mu) = false;  // a re-plan is in progress
+  // When the last job started (the plan thread's own): that job saw every
+  // exclusion that had ended by then, so only later ends re-plan.
+  std::chrono::steady_clock::time_point last_job_start_ = std::chrono::steady_clock::now();
   std::thread thread_;
 };
 

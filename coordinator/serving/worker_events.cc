@@ -101,9 +101,7 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
       // A worker joining while a replica is degraded, or runs a smaller
       // layout than wanted, is used at once (by the first such replica).
       for (size_t r = 0; r < state_.replicas.size() && replan < 0; ++r) {
-        const ReplicaPlan& p = state_.replicas[r];
-        if (p.serving && (!p.degraded.empty() || p.parallel.world_size() < p.wanted.world_size()))
-          replan = static_cast<int>(r);
+        if (state_.replicas[r].NeedsWorkers()) replan = static_cast<int>(r);
       }
     }
     state_.cv.notify_all();

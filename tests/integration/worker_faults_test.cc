@@ -11,6 +11,9 @@
 //    (/admin/cluster, tessera_worker_exclusions_total), and the next
 //    attempt puts the rank on the spare: serving again within the load
 //    deadline + the heartbeat timeout + 2 s, with the reference output.
+//  - A lone worker (tp=1 x pp=1) whose step hangs is excluded and its
+//    replica degraded; when the back-off ends the replica re-plans onto it
+//    by itself and serves again.
 //  - Registrations no real host can make (a GPU of 1 TiB; a CUDA device in
 //    a deployment of worker.backend = "cpu") are refused, naming the field,
 //    and the cluster keeps serving.
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -259,6 +263,129 @@ TEST_F(WorkerFaults, HungStepIsDetectedAndItsWorkerReplaced) {
       << metrics.body;
 }
 
+// One worker and no spare (tp=1 x pp=1): its step hangs (the failpoint
+// sleeps past heartbeat.step_timeout_seconds; its heartbeats go on), so the
+// step deadline names and excludes it (step_hung) and the re-plan, with no
+// usable worker, leaves the replica degraded (/readyz 503). When the
+// back-off (heartbeat.load_timeout_seconds) ends, the replica re-plans onto
+// the same worker process by itself (no restart, no registration): the
+// request caught in the hung step and a new one complete with the reference
+// output, /readyz is 200 and /admin/cluster shows the exclusion over.
+TEST_F(WorkerFaults, ALoneWorkerServesAgainWhenItsStepHungExclusionEnds) {
+  constexpr double kStepTimeout = 2.0;
+  constexpr double kBackoff = 4.0;  // the first exclusion's: load_timeout_seconds
+  constexpr double kSlack = 5.0;    // from the back-off's end to serving, on a loaded machine
+  DaemonClusterOptions o = Options(1);
+  o.parallel_toml = "tp = 1\npp = 1\n";
+  o.heartbeat_toml = fmt::format(
+      "interval_seconds = 0.2\ntimeout_seconds = {}\nload_timeout_seconds = {}\n"
+      "step_timeout_seconds = {}\n",
+      kHeartbeatTimeout, kBackoff, kStepTimeout);
+  o.worker_timeout_seconds = 60.0;
+  o.dir = ::tessera::testing::MakeTempDir("tessera-faults");
+  const std::string trigger = o.dir + "/hang";
+  WorkerSpec w;
+  w.program = "tessera-worker-failpoints";
+  // Asleep past the step deadline, awake again before the back-off ends.
+  w.env = {fmt::format("TESSERA_FAILPOINT_STEP_SLEEP=0:{}:{}", kStepTimeout + 1.0, trigger)};
+  o.worker_specs.push_back(w);
+  Launch(std::move(o));
+  const std::string want = Text(0);
+  ASSERT_FALSE(want.empty());
+  const pid_t pid = cluster_->worker_pid(0);
+  const std::string id = WorkerOfRank(0);
+  ASSERT_FALSE(id.empty());
+
+  std::ofstream(trigger) << "hang\n";
+  // Caught in the hung step: re-queued, it waits for the replica to serve.
+  std::future<std::string> caught = std::async(std::launch::async, [&] { return Text(0); });
+  // Excluded, and the replica degraded: /readyz says so (asked first, so its
+  // answer falls within the exclusion /admin/cluster then shows running).
+  json record, cluster;
+  HttpReply readyz;
+  Clock::time_point asked;  // when the /admin/cluster call that saw it began
+  auto record_of = [&](const json& c) {
+    for (const json& w : c["workers"])
+      if (w["pid"].get<pid_t>() == pid) return w;
+    return json(nullptr);
+  };
+  const auto t0 = Clock::now();
+  while (Since(t0) < 60) {
+    readyz = cluster_->Readyz();
+    asked = Clock::now();
+    cluster = Get("/admin/cluster");
+    record = record_of(cluster);
+    if (readyz.status == 503 && readyz.body.find("degraded") != std::string::npos &&
+        record.is_object() && record["exclusion"].is_object() &&
+        record["exclusion"]["excluded"] == true)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto seen = Clock::now();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object() &&
+              record["exclusion"]["excluded"] == true)
+      << cluster.dump() << "\n"
+      << cluster_->CoordinatorLog();
+  EXPECT_EQ(readyz.status, 503) << readyz.body;
+  EXPECT_NE(readyz.body.find("degraded"), std::string::npos) << readyz.body;
+  EXPECT_FALSE(cluster["degraded"].is_null()) << cluster.dump();
+  EXPECT_EQ(record["exclusion"]["kind"], "step_hung") << record.dump();
+  EXPECT_EQ(record["exclusion"]["count"], 1) << record.dump();
+  EXPECT_EQ(record["state"], "excluded") << record.dump();
+  // The back-off ends between these two (seconds_left was computed while
+  // the call ran).
+  const auto left = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(record["exclusion"]["seconds_left"].get<double>()));
+  const Clock::time_point ends_earliest = asked + left, ends_latest = seen + left;
+
+  // Serving again once the back-off ends, without anything else happening.
+  std::optional<Clock::time_point> served;  // when /readyz first answered 200
+  while (Since(ends_latest) < kSlack + 60) {
+    if (cluster_->Readyz().status == 200) {
+      served = Clock::now();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(served.has_value()) << "still not serving\n" << log;
+  const double after_end = std::chrono::duration<double>(*served - ends_earliest).count();
+  std::printf("serving again at most %.2f s after the %.1f s back-off ended (slack %.1f s)\n",
+              after_end, kBackoff, kSlack);
+  EXPECT_GE(*served, ends_earliest) << "served before the back-off ended\n" << log;
+  EXPECT_LE(std::chrono::duration<double>(*served - ends_latest).count(), kSlack) << log;
+  EXPECT_EQ(caught.get(), want) << log;
+  EXPECT_EQ(Text(0), want);
+
+  // The same process, never restarted nor declared lost, serves rank 0.
+  EXPECT_EQ(kill(pid, 0), 0);
+  EXPECT_EQ(cluster_->workers_started(), 1);
+  EXPECT_EQ(WorkerOfRank(0), id);
+  cluster = Get("/admin/cluster");
+  EXPECT_TRUE(cluster["degraded"].is_null()) << cluster.dump();
+  EXPECT_EQ(cluster["ready"], true) << cluster.dump();
+  record = WorkerOfPid(pid);
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object()) << cluster.dump();
+  EXPECT_EQ(record["state"], "alive") << record.dump();
+  EXPECT_EQ(record["exclusion"]["excluded"], false) << record.dump();
+  EXPECT_EQ(record["exclusion"]["seconds_left"], 0.0) << record.dump();
+  EXPECT_EQ(record["exclusion"]["count"], 1) << record.dump();
+  log = cluster_->CoordinatorLog();
+  EXPECT_NE(log.find("re-plan: worker " + id + "'s exclusion (step_hung) ended"), std::string::npos)
+      << log;
+  const json history = Get("/admin/plan")["history"];
+  ASSERT_TRUE(history.is_array() && !history.empty()) << history.dump();
+  EXPECT_EQ(history.back()["reason"], "worker " + id + "'s exclusion (step_hung) ended")
+      << history.dump();
+  EXPECT_EQ(log.find("worker " + id + " lost"), std::string::npos) << log;
+  EXPECT_EQ(log.find("registered again"), std::string::npos) << log;
+  const auto metrics = HttpCall(port_, "GET", "/metrics", "", kToken);
+  EXPECT_NE(metrics.body.find("tessera_worker_exclusions_total{reason=\"step_hung\"} 1\n"),
+            std::string::npos)
+      << metrics.body;
+  std::remove(trigger.c_str());
+}
+
 // A topology file of one host with `gpus` GPUs of `gib` GiB each.
 std::string WriteHost(const std::string& dir, const std::string& name, int gpus, double gib) {
   const std::string path = dir + "/" + name + ".toml";
@@ -272,7 +399,9 @@ std::string WriteHost(const std::string& dir, const std::string& name, int gpus,
 // A spare whose Loaded contradicts its registration (it reports a host of
 // 4 KiB, then holds more than that in weights and KV cache) is excluded when
 // it loads the lost rank; the replica serves on without it (the 3 survivors
-// run tp=2 x pp=1).
+// run tp=2 x pp=1). Smaller than wanted, the replica tries the worker again
+// when its back-off ends; it fails the same way, is excluded for twice as
+// long, and the replica serves tp=2 x pp=1 again.
 TEST_F(WorkerFaults, ALoadedThatContradictsTheRegistrationExcludesTheWorker) {
   Launch(Options(4));
   const std::string want = Text(2);
@@ -305,8 +434,29 @@ TEST_F(WorkerFaults, ALoadedThatContradictsTheRegistrationExcludesTheWorker) {
   EXPECT_NE(reason.find("worker " + tiny_id + " (rank 3): Loaded reports"), std::string::npos)
       << reason;
   EXPECT_NE(reason.find("devices[0].total_memory_bytes"), std::string::npos) << reason;
-  for (const json& r : json(Get("/admin/plan")["ranks"])) EXPECT_NE(r["worker"], tiny_id);
-  EXPECT_EQ(Text(2), want) << log;
+
+  // The back-off's end re-plans (the replica runs 2 of the 4 ranks it
+  // wants); the worker is excluded again, for 2 x heartbeat.load_timeout_seconds.
+  const auto t1 = Clock::now();
+  while (Since(t1) < 60) {
+    record = WorkerOfPid(tiny_pid);
+    if (record.is_object() && record["exclusion"].is_object() &&
+        record["exclusion"]["count"] == 2 && HttpCall(port_, "GET", "/readyz").status == 200)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log2 = cluster_->CoordinatorLog();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object()) << log2;
+  EXPECT_EQ(record["exclusion"]["count"], 2) << record.dump() << log2;
+  EXPECT_EQ(record["exclusion"]["kind"], "loaded_mismatch") << record.dump();
+  EXPECT_GT(record["exclusion"]["seconds_left"].get<double>(), kLoadTimeout) << record.dump();
+  EXPECT_NE(log2.find("re-plan: worker " + tiny_id + "'s exclusion (loaded_mismatch) ended"),
+            std::string::npos)
+      << log2;
+  const json plan = Get("/admin/plan");
+  for (const json& r : plan["ranks"]) EXPECT_NE(r["worker"], tiny_id) << plan.dump();
+  EXPECT_EQ(plan["ranks"].size(), 2u) << plan.dump();
+  EXPECT_EQ(Text(2), want) << log2;
 }
 
 TEST_F(WorkerFaults, ImpossibleRegistrationsAreRefusedNamingTheField) {
