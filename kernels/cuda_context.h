@@ -109,6 +109,9 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool bias_epilogue = false;  // false: the bias is added by a separate kernel
+  // cuBLASLt had no algorithm for the shape (kept so the heuristic is asked
+  // once; the FP8 tensor-core path then falls back, kernels/linear_fp8.h).
+  Status unsupported;
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;

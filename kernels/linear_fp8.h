@@ -53,8 +53,16 @@ struct Fp8Scales {
 // accumulation, applying the weight-row and token scale vectors in its
 // epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS >= 12.9 on
 // sm_90). Otherwise x keeps its dtype (W8A16). Thread-safe (reads the
-// environment once).
+// environment once). Should cuBLASLt have no algorithm for a shape, that
+// shape falls back to W8A16 (dequantized weight, a warning logged once, and
+// Fp8TensorCoreFallbacks counts it), so serving never fails on it.
 bool Fp8QuantizesActivations(int64_t m, int64_t n, int64_t k, const Fp8Scales& scales);
+
+// Products that Fp8QuantizesActivations chose for tensor cores but that ran
+// W8A16 because cuBLASLt had no algorithm, since the process started.
+// Thread-safe.
+int64_t Fp8TensorCoreFallbacks();
+void CountFp8TensorCoreFallback();  // for the CUDA implementation
 
 // Elements of `dtype` (x's on CUDA, F32 on the CPU) that LinearFp8 needs in
 // `scratch` for x [m, k] @ w [n, k]^T on `device`: 0 up to 8 CUDA tokens;

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -21,6 +22,13 @@ bool Fp8QuantizesActivations(int64_t m, int64_t n, int64_t k, const Fp8Scales& s
   return enabled && m > kFp8SkinnyMaxTokens && scales.scales.defined() &&
          scales.scales.dim(1) == 1 && n % 16 == 0 && k % 16 == 0;
 }
+
+namespace {
+std::atomic<int64_t> g_tensor_core_fallbacks{0};
+}  // namespace
+
+int64_t Fp8TensorCoreFallbacks() { return g_tensor_core_fallbacks.load(); }
+void CountFp8TensorCoreFallback() { g_tensor_core_fallbacks.fetch_add(1); }
 
 int64_t Fp8ScratchElements(Device device, DType dtype, int64_t m, int64_t n, int64_t k,
                            const Fp8Scales& scales) {

@@ -5,8 +5,10 @@
 // scales), else dequantize the weight into the scratch buffer and run the
 // dense cuBLASLt GEMM on it.
 #include <algorithm>
+#include <mutex>
 #include <string>
 
+#include "common/base/logging.h"
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
@@ -104,16 +106,20 @@ StatusOr<GemmPlan*> Fp8Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType
       return CublasError(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__)
           .WithContext(what);
   }
-  return Unimplemented("cuBLASLt has no FP8 algorithm with per-row and per-token scales for " +
-                       what +
-                       " (needs cuBLAS >= 12.9 on sm_90 or newer; TESSERA_CUDA_FP8_GEMM=0 "
-                       "dequantizes the weight instead)");
+  plan->unsupported =
+      Unimplemented("cuBLASLt has no FP8 algorithm with per-row and per-token scales for " + what +
+                    " (needs cuBLAS >= 12.9 on sm_90)");
+  GemmPlan* raw = plan.get();
+  ctx.gemm_plans().emplace(key, std::move(plan));
+  return raw;
 }
 
 // W8A8: x quantized per token into the scratch (e4m3 rows, then the fp32
-// token scales), then the FP8 tensor-core GEMM.
-Status TensorCoreGemm(Context& ctx, const Tensor& x, const Tensor& w, const Fp8Scales& scales,
-                      const Tensor& bias, Tensor& y, Tensor& scratch) {
+// token scales), then the FP8 tensor-core GEMM. False: cuBLASLt has no
+// algorithm for the shape (nothing ran).
+StatusOr<bool> TensorCoreGemm(Context& ctx, const Tensor& x, const Tensor& w,
+                              const Fp8Scales& scales, const Tensor& bias, Tensor& y,
+                              Tensor& scratch) {
   const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
   auto* xq = static_cast<uint8_t*>(scratch.raw());
   auto* x_scales = reinterpret_cast<float*>(xq + (m * k + 15) / 16 * 16);
@@ -122,14 +128,22 @@ Status TensorCoreGemm(Context& ctx, const Tensor& x, const Tensor& w, const Fp8S
       reinterpret_cast<uintptr_t>(y.raw()) % 16 != 0)
     return InvalidArgument("fp8 linear: the FP8 tensor-core GEMM needs 16-byte aligned x " +
                            x.Describe() + ", w, y and scratch");
-  TESSERA_CUDA_LAUNCH_CHECK(
-      LaunchFp8QuantizeRows(x.dtype(), x.raw(), m, k, xq, x_scales, ctx.stream()),
-      "Fp8QuantizeRowsKernel");
   const void* w_scale = scales.scales.raw();
   const void* t_scale = x_scales;
   TESSERA_ASSIGN_OR_RETURN(
       GemmPlan * plan, Fp8Plan(ctx, m, n, k, y.dtype(), bias.defined() ? bias.dtype() : DType::kU8,
                                w_scale, t_scale));
+  if (!plan->unsupported.ok()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      TESSERA_LOG_WARN("kernels", "{}: such FP8 products dequantize the weight instead (W8A16)",
+                       plan->unsupported.message());
+    });
+    return false;
+  }
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchFp8QuantizeRows(x.dtype(), x.raw(), m, k, xq, x_scales, ctx.stream()),
+      "Fp8QuantizeRowsKernel");
   TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
   TESSERA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
@@ -149,7 +163,7 @@ Status TensorCoreGemm(Context& ctx, const Tensor& x, const Tensor& w, const Fp8S
                            DTypeName(y.dtype()) + " output without the cuBLASLt bias epilogue");
     TESSERA_RETURN_IF_ERROR(AddInPlace(y, Tensor(), bias));
   }
-  return Status::Ok();
+  return true;
 }
 
 }  // namespace
@@ -203,9 +217,14 @@ Status LinearFp8(const Tensor& x, const Tensor& w, const Fp8Scales& scales, cons
   if (!scratch.defined())
     return InvalidArgument("fp8 linear: " + std::to_string(m) +
                            " tokens need a scratch buffer (Fp8ScratchElements)");
-  if (Fp8QuantizesActivations(m, n, k, scales))
-    return TensorCoreGemm(*ctx, x, w, scales, bias, y, scratch);
-  Tensor dense = scratch.Reshape({scratch.numel()}).Slice0(0, n * k).Reshape({n, k});
+  Tensor dense = scratch;
+  if (Fp8QuantizesActivations(m, n, k, scales)) {
+    TESSERA_ASSIGN_OR_RETURN(const bool ran, TensorCoreGemm(*ctx, x, w, scales, bias, y, scratch));
+    if (ran) return Status::Ok();
+    CountFp8TensorCoreFallback();
+    TESSERA_ASSIGN_OR_RETURN(dense, ctx->Allocate({n * k}, x.dtype()));  // scratch holds m x k
+  }
+  dense = dense.Reshape({dense.numel()}).Slice0(0, n * k).Reshape({n, k});
   TESSERA_CUDA_LAUNCH_CHECK(LaunchFp8Dequantize(x.dtype(), a, dense.raw(), ctx->stream()),
                             "Fp8DequantizeKernel");
   return Linear(x, dense, bias, y);

@@ -611,6 +611,8 @@ TEST(Fp8Linear, TensorCorePathMatchesPerTokenQuantizedActivations) {
       }
     }
   }
+  // Every product above ran on tensor cores (none fell back to W8A16).
+  EXPECT_EQ(kernels::Fp8TensorCoreFallbacks(), 0);
 }
 
 }  // namespace
