@@ -233,7 +233,7 @@ StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfi
       last = f;
     }
   }
-  return FailedPrecondition("degraded: no layout of the model fits " + std::to_string(available) +
+  return FailedPrecondition("no layout of the model fits " + std::to_string(available) +
                             " usable worker(s) (last reason: " + last.message() + ")");
 }
 

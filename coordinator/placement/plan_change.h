@@ -111,8 +111,9 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
 //     result has one tp for every stage), layers split evenly;
 // and in both, every rank's weights must fit `max_rank_weight_bytes` (the
 // smallest worker's memory; 0 = unknown, not checked).
-// Errors: kFailedPrecondition ("degraded") when no layout fits, naming the
-// worker count and the last reason.
+// Errors: kFailedPrecondition when no layout fits ("no layout of the model
+// fits N usable worker(s) (last reason: ...)"; the caller says the replica
+// is degraded), naming the worker count and the last reason.
 StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfig& wanted,
                                    int available, int64_t max_rank_weight_bytes = 0);
 

@@ -89,11 +89,12 @@ struct ReplicaPlan {
   int plan_result_replica = 0;  // which of plan_result's replicas this one is
 
   bool InPlan(const std::string& worker_id) const;
-  // It serves but lacks workers: degraded (no plan runs), or running a
-  // smaller layout than wanted. A worker that becomes usable (registers,
-  // returns, or its exclusion ends) re-plans such a replica.
+  // It lacks workers: degraded (no plan runs: a failed re-fit, or a first
+  // placement that failed), or serving a smaller layout than wanted. A
+  // worker that becomes usable (registers, returns, or its exclusion ends)
+  // re-plans such a replica.
   bool NeedsWorkers() const {
-    return serving && (!degraded.empty() || parallel.world_size() < wanted.world_size());
+    return !degraded.empty() || (serving && parallel.world_size() < wanted.world_size());
   }
 };
 

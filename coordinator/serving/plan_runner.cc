@@ -57,13 +57,6 @@ void PlanRunner::SetReady(bool ready) {
 }
 
 void PlanRunner::Serve(ReplicaStart first) {
-  auto fail = [&](const Status& s) {
-    TESSERA_LOG_ERROR("coordinator", "replica {}: placement failed: {}", replica_, s.ToString());
-    MutexLock lock(&state_.mu);
-    state_.placement_status = s;
-    rep().degraded = s.message();
-    state_.cv.notify_all();
-  };
   {
     MutexLock lock(&state_.mu);
     rep().parallel = rep().wanted = first.parallel;
@@ -87,11 +80,33 @@ void PlanRunner::Serve(ReplicaStart first) {
   PlanChangeReport report;
   Status applied = ApplyPlan(first.parallel, first.ranks, first.reason, report,
                              std::move(first.planned), &first.predicted);
-  if (!applied.ok()) return fail(applied);
-  {
-    MutexLock lock(&state_.mu);
-    rep().plan_result_replica = first.planned_index;
+  if (applied.ok()) {
+    {
+      MutexLock lock(&state_.mu);
+      rep().plan_result_replica = first.planned_index;
+    }
+    StartServing();
+    SetReady(true);
+  } else {
+    // Like a later fault: the replica is degraded, its re-plan is queued
+    // at once (the workers at fault were excluded), and while no layout
+    // fits it waits in the plan loop for a worker to register or an
+    // exclusion to end.
+    TESSERA_LOG_ERROR("coordinator", "replica {}: first placement failed: {}; re-planning",
+                      replica_, applied.ToString());
+    {
+      MutexLock lock(&state_.mu);
+      rep().degraded = "first placement failed: " + applied.message();
+      state_.cv.notify_all();
+    }
+    RequestReplan("first placement failed: " + applied.message(), /*fault=*/true,
+                  /*culprit_known=*/true);
   }
+  // 4. Re-plan on demand.
+  PlanLoop();
+}
+
+void PlanRunner::StartServing() {
   // 3. Serve.
   int64_t kv_blocks = 0;
   {
@@ -101,13 +116,8 @@ void PlanRunner::Serve(ReplicaStart first) {
   std::shared_ptr<RemoteExecutor> executor = state_.Executor(replica_);
   loop_->Start(
       executor, [executor] { return executor->health(); }, kv_blocks, executor->plan_version());
-  {
-    MutexLock lock(&state_.mu);
-    rep().serving = true;
-  }
-  SetReady(true);
-  // 4. Re-plan on demand.
-  PlanLoop();
+  MutexLock lock(&state_.mu);
+  rep().serving = true;
 }
 
 void PlanRunner::RequestReplan(
@@ -208,9 +218,11 @@ ParallelConfig PlanRunner::Wanted() const {
 Status PlanRunner::Apply(PlanProposal proposal, PlanApplyDone done) {
   MutexLock lock(&state_.mu);
   if (!rep().serving || job_running_ || !jobs_.empty())
-    return FailedPrecondition(rep().serving
-                                  ? "a reconfiguration is in progress; retry when it is done"
-                                  : "the initial placement is in progress; retry when serving");
+    return FailedPrecondition(
+        rep().serving            ? "a reconfiguration is in progress; retry when it is done"
+        : rep().degraded.empty() ? "the initial placement is in progress; retry when serving"
+                                 : "the replica has not served yet (degraded: " + rep().degraded +
+                                       "); retry when serving");
   PlanJob job;
   job.target = proposal.parallel;
   job.reason = std::string("POST /admin/plan ") + (proposal.planned ? "auto " : "") +
@@ -510,7 +522,17 @@ void PlanRunner::RunJob(PlanJob job) {
       figures.total_seconds = SecondsSince(t0);
       if (!rep().history.empty()) rep().history.back() = report;
     }
-    loop_->Resume();
+    bool serving = false;
+    {
+      MutexLock lock(&state_.mu);
+      serving = rep().serving;
+    }
+    // The replica's first plan that loaded (its first placement failed)
+    // starts the serving loop.
+    if (serving)
+      loop_->Resume();
+    else
+      StartServing();
     SetReady(true);
     TESSERA_LOG_INFO(
         "coordinator", "re-plan done in {:.2f} s ({}drain {:.2f} s, {} requests re-queued): {}",
@@ -534,7 +556,8 @@ void PlanRunner::RunJob(PlanJob job) {
     rep().degraded = result.message();
   }
   SetReady(false);
-  TESSERA_LOG_ERROR("coordinator", "degraded: {}; waiting for workers", result.message());
+  TESSERA_LOG_ERROR("coordinator", "replica {}: degraded: {}; waiting for workers", replica_,
+                    result.message());
 }
 
 }  // namespace tessera

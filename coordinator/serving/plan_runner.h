@@ -7,7 +7,11 @@
 //     same layout and ranks, a new version, weights reused).
 //  2. Applies it (ApplyPlan: Drain the old plan's workers, AssignShard under
 //     a new plan version, wait for every Loaded), starts the replica's
-//     serving loop and marks the replica ready.
+//     serving loop and marks the replica ready. A first plan that fails to
+//     load (a worker lost, failing or past heartbeat.load_timeout_seconds:
+//     excluded) leaves the replica degraded ("first placement failed: ...")
+//     and queues a re-fit as for a fault (step 3); the first re-plan that
+//     loads starts the serving loop.
 //  3. Runs the queued changes (POST /admin/plan, drain / undrain, a lost or
 //     failing worker, a registration or the end of a worker's exclusion
 //     while degraded or shrunk): pause command on the serving loop (drain
@@ -148,6 +152,9 @@ class PlanRunner : public PlanControl {
     return state_.replicas[static_cast<size_t>(replica_)];
   }
 
+  // Starts the serving loop on the replica's executor (its first plan that
+  // loaded) and marks the replica serving.
+  void StartServing() EXCLUDES(state_.mu);
   void PlanLoop();
   void RunJob(PlanJob job);
   ParallelConfig Wanted() const EXCLUDES(state_.mu);

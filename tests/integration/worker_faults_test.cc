@@ -14,6 +14,9 @@
 //  - A lone worker (tp=1 x pp=1) whose step hangs is excluded and its
 //    replica degraded; when the back-off ends the replica re-plans onto it
 //    by itself and serves again.
+//  - A first placement that fails (its worker never loads) re-plans like a
+//    later fault: onto a spare that registered meanwhile, or, with no
+//    spare, onto the same worker when its exclusion's back-off ends.
 //  - Registrations no real host can make (a GPU of 1 TiB; a CUDA device in
 //    a deployment of worker.backend = "cpu") are refused, naming the field,
 //    and the cluster keeps serving.
@@ -384,6 +387,129 @@ TEST_F(WorkerFaults, ALoneWorkerServesAgainWhenItsStepHungExclusionEnds) {
             std::string::npos)
       << metrics.body;
   std::remove(trigger.c_str());
+}
+
+// The replica's first plan (tp=1 x pp=1) goes to the first worker to
+// register, which never loads it (a stale key's process); the real spare
+// registers while that load waits. At heartbeat.load_timeout_seconds the
+// stale worker is excluded and the replica, degraded meanwhile, re-plans
+// like after any later fault: it serves on the spare within the load
+// deadline + the heartbeat timeout + 2 s of the stale worker's registration.
+TEST_F(WorkerFaults, AFirstPlacementThatNeverLoadsMovesToTheSpare) {
+  DaemonClusterOptions o = Options(1);
+  o.parallel_toml = "tp = 1\npp = 1\n";
+  o.wait_ready = false;
+  WorkerSpec stale;
+  stale.program = "tessera-worker-failpoints";
+  stale.env = {"TESSERA_FAILPOINT_IGNORE_ASSIGN=1"};
+  o.worker_specs.push_back(stale);
+  Launch(std::move(o));
+  const pid_t stale_pid = cluster_->worker_pid(0);
+  const std::string stale_id = AwaitRegistered(stale_pid);
+  const auto registered = Clock::now();
+  const std::string spare_id = AwaitRegistered(cluster_->StartWorker());
+  ASSERT_FALSE(stale_id.empty());
+  ASSERT_FALSE(spare_id.empty());
+  std::printf("spare registered %.2f s after the stale worker\n", Since(registered));
+
+  const double bound = kLoadTimeout + kHeartbeatTimeout + 2.0;
+  std::optional<double> serving_after;
+  while (Since(registered) < bound + 30) {
+    if (cluster_->Readyz().status == 200) {
+      serving_after = Since(registered);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(serving_after.has_value()) << "never served\n" << log;
+  std::printf("serving %.2f s after the stale worker registered (bound %.1f s)\n", *serving_after,
+              bound);
+  EXPECT_LE(*serving_after, bound) << log;
+  EXPECT_EQ(WorkerOfRank(0), spare_id) << log;
+  EXPECT_FALSE(Text(0).empty());
+  const json record = WorkerOfPid(stale_pid);
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object()) << record.dump() << log;
+  EXPECT_EQ(record["exclusion"]["kind"], "load_timeout") << record.dump();
+  EXPECT_EQ(record["exclusion"]["count"], 1) << record.dump();
+  EXPECT_NE(log.find("first placement failed"), std::string::npos) << log;
+  EXPECT_TRUE(Get("/admin/cluster")["degraded"].is_null());
+}
+
+// One worker, whose first load hangs (it ignores its first AssignShard,
+// then takes the later ones), and no spare: at heartbeat.load_timeout_seconds
+// it is excluded and the replica, which never served, is degraded, saying
+// why in /readyz and /admin/cluster. When the back-off ends the replica
+// re-plans onto the same worker by itself and serves.
+TEST_F(WorkerFaults, AFirstPlacementThatFailsOnceServesWhenTheBackOffEnds) {
+  constexpr double kSlack = 5.0;  // from the back-off's end to serving, on a loaded machine
+  DaemonClusterOptions o = Options(1);
+  o.parallel_toml = "tp = 1\npp = 1\n";
+  o.wait_ready = false;
+  WorkerSpec once;
+  once.program = "tessera-worker-failpoints";
+  once.env = {"TESSERA_FAILPOINT_IGNORE_ASSIGN=first"};
+  o.worker_specs.push_back(once);
+  Launch(std::move(o));
+  const pid_t pid = cluster_->worker_pid(0);
+  const std::string id = AwaitRegistered(pid);
+  ASSERT_FALSE(id.empty());
+
+  // Excluded, and the replica degraded with the reason.
+  json record, cluster;
+  HttpReply readyz;
+  const auto t0 = Clock::now();
+  while (Since(t0) < 60) {
+    readyz = cluster_->Readyz();
+    cluster = Get("/admin/cluster");
+    record = WorkerOfPid(pid);
+    if (readyz.status == 503 &&
+        readyz.body.find("no layout of the model fits") != std::string::npos &&
+        record.is_object() && record["exclusion"].is_object() &&
+        record["exclusion"]["excluded"] == true)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto seen = Clock::now();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object() &&
+              record["exclusion"]["excluded"] == true)
+      << cluster.dump() << "\n"
+      << cluster_->CoordinatorLog();
+  EXPECT_EQ(readyz.status, 503) << readyz.body;
+  const json reply = json::parse(readyz.body, nullptr, false);
+  ASSERT_TRUE(reply.is_object()) << readyz.body;
+  EXPECT_EQ(reply["status"], "degraded") << readyz.body;
+  const std::string reason = reply["reason"];
+  EXPECT_EQ(reason.rfind("degraded: no layout of the model fits 0 usable worker(s)", 0), 0)
+      << reason;
+  EXPECT_FALSE(cluster["degraded"].is_null()) << cluster.dump();
+  EXPECT_EQ(record["exclusion"]["kind"], "load_timeout") << record.dump();
+  EXPECT_EQ(record["exclusion"]["count"], 1) << record.dump();
+  const auto left = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(record["exclusion"]["seconds_left"].get<double>()));
+
+  std::optional<Clock::time_point> served;
+  while (Since(seen + left) < kSlack + 60) {
+    if (cluster_->Readyz().status == 200) {
+      served = Clock::now();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(served.has_value()) << "never served\n" << log;
+  const double after_end = std::chrono::duration<double>(*served - (seen + left)).count();
+  std::printf("serving %.2f s after the back-off ended (slack %.1f s)\n", after_end, kSlack);
+  EXPECT_LE(after_end, kSlack) << log;
+  EXPECT_EQ(WorkerOfRank(0), id);
+  EXPECT_FALSE(Text(0).empty());
+  EXPECT_TRUE(Get("/admin/cluster")["degraded"].is_null());
+  EXPECT_NE(log.find("re-plan: worker " + id + "'s exclusion (load_timeout) ended"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("degraded: degraded:"), std::string::npos) << log;
+  EXPECT_EQ(kill(pid, 0), 0);
+  EXPECT_EQ(cluster_->workers_started(), 1);
 }
 
 // A topology file of one host with `gpus` GPUs of `gib` GiB each.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "common/base/load_progress.h"
 #include "common/base/logging.h"
@@ -200,7 +201,8 @@ Status WorkerDaemon::Run() {
       return Status::Ok();
     }
     if (!e.has_assign_shard()) continue;  // a Drain while idle, or a stale Step
-    if (options_.failpoints.ignore_assignments) {
+    if (options_.failpoints.ignore_assignments ||
+        std::exchange(options_.failpoints.ignore_first_assignment, false)) {
       TESSERA_LOG_WARN("worker", "failpoint: ignoring AssignShard of plan {}",
                        e.assign_shard().plan_version());
       continue;

@@ -9,9 +9,11 @@ StatusOr<WorkerFailpoints> ParseWorkerFailpoints(const char* ignore_assign,
   WorkerFailpoints f;
   if (ignore_assign) {
     const std::string v = ignore_assign;
-    if (v != "0" && v != "1")
-      return InvalidArgument("TESSERA_FAILPOINT_IGNORE_ASSIGN: expected 0 or 1, got '" + v + "'");
+    if (v != "0" && v != "1" && v != "first")
+      return InvalidArgument("TESSERA_FAILPOINT_IGNORE_ASSIGN: expected 0, 1 or first, got '" + v +
+                             "'");
     f.ignore_assignments = v == "1";
+    f.ignore_first_assignment = v == "first";
   }
   if (step_sleep) {
     const std::string v = step_sleep;

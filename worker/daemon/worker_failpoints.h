@@ -8,6 +8,9 @@
 //   TESSERA_FAILPOINT_IGNORE_ASSIGN=1   register and heartbeat, never take an
 //                                       AssignShard (a stale key's process,
 //                                       a host whose disk hangs)
+//   TESSERA_FAILPOINT_IGNORE_ASSIGN=first  ignore only the first AssignShard
+//                                       (a load that hangs once), take the
+//                                       later ones
 //   TESSERA_FAILPOINT_STEP_SLEEP=R:S:F  a stage-0 rank of world rank R
 //                                       sleeps S seconds inside the compute
 //                                       of its first step that starts while
@@ -24,8 +27,9 @@
 namespace tessera {
 
 struct WorkerFailpoints {
-  bool ignore_assignments = false;
-  int step_sleep_rank = -1;  // world rank; -1 = none
+  bool ignore_assignments = false;       // every AssignShard
+  bool ignore_first_assignment = false;  // the first one only
+  int step_sleep_rank = -1;              // world rank; -1 = none
   double step_sleep_seconds = 0;
   std::string step_sleep_trigger;  // the file whose existence arms it
 };

@@ -101,14 +101,20 @@ TEST_F(ClusterStateExclusions, AnEndedExclusionIsClaimedOnceUntilTheNextExclusio
   EXPECT_TRUE(state_.IsExcluded("r0"));
 }
 
-TEST(ReplicaPlanNeedsWorkers, DegradedOrSmallerThanWantedWhileServing) {
+TEST(ReplicaPlanNeedsWorkers, DegradedOrServingSmallerThanWanted) {
   ReplicaPlan p;
   p.wanted.tp = 2;
   p.wanted.pp = 2;
   p.parallel = p.wanted;
-  p.degraded = "0 usable workers";
-  EXPECT_FALSE(p.NeedsWorkers());  // not serving yet: the first placement's failure
+  EXPECT_FALSE(p.NeedsWorkers());  // its first placement runs
+  p.degraded = "first placement failed: worker w0 did not join its groups";
+  EXPECT_TRUE(p.NeedsWorkers());  // not serving yet: its first placement failed
+  p.parallel.pp = 1;
+  p.degraded.clear();
+  EXPECT_FALSE(p.NeedsWorkers());  // not serving, not degraded: nothing to re-plan
+  p.parallel.pp = 2;
   p.serving = true;
+  p.degraded = "no layout of the model fits 0 usable worker(s)";
   EXPECT_TRUE(p.NeedsWorkers());
   p.degraded.clear();
   EXPECT_FALSE(p.NeedsWorkers());
