@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "common/base/logging.h"
 #include "common/metrics/metric_catalog.h"
@@ -167,6 +168,14 @@ void PlanRunner::OnStepFailed(const Status& failed) {
     return;
   }
   const double deadline = ex->step_timeout_seconds();
+  // A frozen worker (SIGSTOP, a stalled host) sends no heartbeats, so its
+  // last report shows no long computation: it is the one silent through most
+  // of the step, longer than two heartbeat intervals.
+  const double silent_bound = std::max(deadline / 2, 2 * config_.heartbeat.interval_seconds);
+  std::map<std::string, double> silent;
+  for (const ControlWorkerInfo& w : control_->Workers())
+    if (w.alive && w.seconds_since_last_message >= silent_bound)
+      silent[w.worker_id] = w.seconds_since_last_message;
   std::string culprit, why;
   bool again = false;  // a later step of the same hang: named, not excluded twice
   {
@@ -187,6 +196,22 @@ void PlanRunner::OnStepFailed(const Status& failed) {
           "heartbeat.step_timeout_seconds = {:g} s{}",
           culprit, rank, longest, deadline,
           rep().assignments.size() > 1 ? " (its peers were waiting on it)" : "");
+    } else {
+      double quiet = 0;
+      for (const Assignment& a : rep().assignments) {
+        auto it = silent.find(a.worker_id);
+        if (it == silent.end() || it->second <= quiet) continue;
+        quiet = it->second;
+        culprit = a.worker_id;
+        rank = a.world_rank;
+      }
+      if (!culprit.empty())
+        why = fmt::format(
+            "worker {} (rank {}) sent nothing for {:.1f} s while one step ran past "
+            "heartbeat.step_timeout_seconds = {:g} s (frozen: no heartbeats either)",
+            culprit, rank, quiet, deadline);
+    }
+    if (!culprit.empty()) {
       again = state_.IsExcluded(culprit);
       if (!again) state_.Exclude(culprit, "step_hung", why, config_.heartbeat.load_timeout_seconds);
     }

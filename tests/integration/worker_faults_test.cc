@@ -389,6 +389,68 @@ TEST_F(WorkerFaults, ALoneWorkerServesAgainWhenItsStepHungExclusionEnds) {
   std::remove(trigger.c_str());
 }
 
+// A lone worker frozen by SIGSTOP sends no heartbeats either, so its last
+// report shows no long computation: the step deadline names it as the worker
+// silent through the step and excludes it as step_hung (not "a hang in
+// communication" that names nobody), well before the 30 s heartbeat timeout.
+// Resumed, it serves again when the back-off ends, never declared lost.
+TEST_F(WorkerFaults, AFrozenLoneWorkerIsNamedAtTheStepDeadlineAndServesAgain) {
+  constexpr double kStepTimeout = 1.5;
+  DaemonClusterOptions o = Options(1);
+  o.parallel_toml = "tp = 1\npp = 1\n";
+  o.heartbeat_toml = fmt::format(
+      "interval_seconds = 0.2\ntimeout_seconds = 30\nload_timeout_seconds = 3\n"
+      "step_timeout_seconds = {}\n",
+      kStepTimeout);
+  o.worker_timeout_seconds = 60.0;
+  Launch(std::move(o));
+  const std::string want = Text(0);
+  ASSERT_FALSE(want.empty());
+  const pid_t pid = cluster_->worker_pid(0);
+  const std::string id = WorkerOfRank(0);
+  ASSERT_FALSE(id.empty());
+
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const auto stopped = Clock::now();
+  std::future<std::string> caught = std::async(std::launch::async, [&] { return Text(0); });
+  json record;
+  while (Since(stopped) < 60) {
+    record = WorkerOfPid(pid);
+    if (record.is_object() && record["exclusion"].is_object() &&
+        record["exclusion"]["excluded"] == true)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double named_after = Since(stopped);
+  kill(pid, SIGCONT);
+  std::string log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(record.is_object() && record["exclusion"].is_object() &&
+              record["exclusion"]["excluded"] == true)
+      << record.dump() << "\n"
+      << log;
+  std::printf("frozen worker excluded %.2f s after SIGSTOP (step timeout %.1f s)\n", named_after,
+              kStepTimeout);
+  EXPECT_EQ(record["exclusion"]["kind"], "step_hung") << record.dump();
+  EXPECT_NE(log.find("worker " + id + " (rank 0) sent nothing for"), std::string::npos) << log;
+  EXPECT_LT(named_after, 30.0) << "named by the heartbeat timeout, not the step deadline";
+
+  std::optional<double> served;
+  while (Since(stopped) < 90) {
+    if (cluster_->Readyz().status == 200) {
+      served = Since(stopped);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  log = cluster_->CoordinatorLog();
+  ASSERT_TRUE(served.has_value()) << "still not serving\n" << log;
+  std::printf("serving again %.2f s after SIGSTOP\n", *served);
+  EXPECT_EQ(caught.get(), want) << log;
+  EXPECT_EQ(Text(0), want);
+  EXPECT_EQ(cluster_->workers_started(), 1);
+  EXPECT_EQ(log.find("worker " + id + " lost"), std::string::npos) << log;
+}
+
 // The replica's first plan (tp=1 x pp=1) goes to the first worker to
 // register, which never loads it (a stale key's process); the real spare
 // registers while that load waits. At heartbeat.load_timeout_seconds the
