@@ -46,7 +46,8 @@ struct Fp8Scales {
 // Whether LinearFp8 on CUDA runs x [m, k] @ w [n, k]^T as W8A8 on FP8
 // tensor cores: m > kFp8SkinnyMaxTokens, one scale column (per-channel or
 // per-tensor weight scales), n % 16 == 0, k % 16 == 0, and the environment
-// variable TESSERA_CUDA_FP8_GEMM is not "0" (the A/B switch). Then each token
+// variable TESSERA_CUDA_FP8_GEMM is "1": opt-in until a GPU run has checked
+// it (bench/results/NOTES.md, "W8A8 FP8 tensor-core GEMM"). Then each token
 // row of x is quantized to e4m3 with a dynamic scale max|x_row| / 448 (the
 // per-token dynamic activation scheme of vLLM's and compressed-tensors' FP8
 // "dynamic" activations), and cuBLASLt multiplies e4m3 x e4m3 with fp32
