@@ -5,8 +5,9 @@
                 [--prefill-len 1024] [--prefill-batch 4] [--device cuda|cpu]
                 [--dtype bfloat16|float32] [--no-compile] [--check-against-hf N [--check-only]]
 
-The model is written here from the config.json and *.safetensors of DIR (Llama only; the
-checkpoint tests/gpu/hf_reference.py make writes): q|k|v in one Linear, gate|up in one
+The model is written here from the config.json and *.safetensors of DIR (Llama, and the MoE
+families Mixtral and Qwen3-MoE with torch_peer_moe.py's expert layer and Qwen3's q/k norms; the
+checkpoints tests/gpu/hf_reference.py make writes): q|k|v in one Linear, gate|up in one
 Linear, a static KV cache per layer ([batch, kv_heads, max_seq, head_dim], module buffers),
 scaled_dot_product_attention (GQA through enable_gqa), RoPE and RMSNorm as HF Llama (rotate_half,
 fp32 variance; rope types default, linear and llama3). Greedy (argmax), EOS ignored.
@@ -52,11 +53,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peer_moe import MoeFFN, moe_config, moe_state  # noqa: E402
+
 
 class Config:
     def __init__(self, d):
-        if d.get("model_type", "llama") != "llama":
-            raise SystemExit(f"torch_peer.py: model_type {d.get('model_type')} is not llama")
+        self.sparse, self.qk_norm = set(), False
         if d.get("attention_bias") or d.get("mlp_bias"):
             raise SystemExit("torch_peer.py: attention_bias / mlp_bias are not supported")
         self.dim = d["hidden_size"]
@@ -72,6 +75,8 @@ class Config:
         # transformers 5 writes rope_parameters (with rope_theta inside), 4 rope_scaling.
         self.rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
         self.theta = d.get("rope_theta", self.rope.get("rope_theta", 10000.0))
+        if d.get("model_type", "llama") != "llama":
+            moe_config(self, d)
 
 
 def inv_freq(c, device):
@@ -118,6 +123,8 @@ class Attention(nn.Module):
         self.c = c
         self.wqkv = nn.Linear(c.dim, (c.heads + 2 * c.kv_heads) * c.head_dim, bias=False)
         self.wo = nn.Linear(c.heads * c.head_dim, c.dim, bias=False)
+        if c.qk_norm:  # Qwen3: RMSNorm over each head's q and k before RoPE
+            self.q_norm, self.k_norm = RMSNorm(c.head_dim, c.eps), RMSNorm(c.head_dim, c.eps)
         self.register_buffer("k_cache", None, persistent=False)  # setup_caches
         self.register_buffer("v_cache", None, persistent=False)
 
@@ -125,8 +132,10 @@ class Attention(nn.Module):
         c, (b, t, _) = self.c, x.shape
         q, k, v = self.wqkv(x).split([c.heads * c.head_dim, c.kv_heads * c.head_dim,
                                       c.kv_heads * c.head_dim], dim=-1)
-        q = q.view(b, t, c.heads, c.head_dim).transpose(1, 2)
-        k = k.view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
+        q, k = q.view(b, t, c.heads, c.head_dim), k.view(b, t, c.kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -143,17 +152,21 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, sparse=False):
         super().__init__()
         self.inter = c.inter
         self.attn_norm = RMSNorm(c.dim, c.eps)
         self.attn = Attention(c)
         self.mlp_norm = RMSNorm(c.dim, c.eps)
-        self.w13 = nn.Linear(c.dim, 2 * c.inter, bias=False)
-        self.w2 = nn.Linear(c.inter, c.dim, bias=False)
+        self.moe = MoeFFN(c) if sparse else None
+        if not sparse:
+            self.w13 = nn.Linear(c.dim, 2 * c.inter, bias=False)
+            self.w2 = nn.Linear(c.inter, c.dim, bias=False)
 
     def forward(self, x, cos, sin, pos):
         x = x + self.attn(self.attn_norm(x), cos, sin, pos)
+        if self.moe is not None:
+            return x + self.moe(self.mlp_norm(x))
         gate, up = self.w13(self.mlp_norm(x)).split([self.inter, self.inter], dim=-1)
         return x + self.w2(F.silu(gate) * up)
 
@@ -163,7 +176,7 @@ class Llama(nn.Module):
         super().__init__()
         self.c = c
         self.embed = nn.Embedding(c.vocab, c.dim)
-        self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.blocks = nn.ModuleList(Block(c, i in c.sparse) for i in range(c.layers))
         self.norm = RMSNorm(c.dim, c.eps)
         self.lm_head = nn.Linear(c.dim, c.vocab, bias=False)
         self.register_buffer("cos", None, persistent=False)  # setup_caches
@@ -224,8 +237,14 @@ def load(model_dir, device, dtype):
         sd[f"blocks.{i}.attn.wqkv.weight"] = torch.cat(
             [g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
         sd[f"blocks.{i}.attn.wo.weight"] = g("self_attn.o_proj.weight")
-        sd[f"blocks.{i}.w13.weight"] = torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")])
-        sd[f"blocks.{i}.w2.weight"] = g("mlp.down_proj.weight")
+        if i in c.sparse:
+            sd.update(moe_state(hf, p, i))
+        else:
+            sd[f"blocks.{i}.w13.weight"] = torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")])
+            sd[f"blocks.{i}.w2.weight"] = g("mlp.down_proj.weight")
+        if c.qk_norm:
+            sd[f"blocks.{i}.attn.q_norm.weight"] = g("self_attn.q_norm.weight")
+            sd[f"blocks.{i}.attn.k_norm.weight"] = g("self_attn.k_norm.weight")
         sd[f"blocks.{i}.attn_norm.weight"] = g("input_layernorm.weight")
         sd[f"blocks.{i}.mlp_norm.weight"] = g("post_attention_layernorm.weight")
     hf = {k: v for k, v in hf.items() if not k.endswith("rotary_emb.inv_freq")}

@@ -46,7 +46,21 @@ bool IsUnservedMoe(const std::string& architecture, const ConfigReader& r) {
 Status ParseMoeKeys(const ConfigReader& r, const std::string& path, ModelConfig& c) {
   (void)path;
   const bool mixtral = c.architecture == Architecture::kMixtral;
-  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  // Qwen2MoeConfig / Qwen3MoeConfig name it num_experts, but transformers 5
+  // maps that to num_local_experts and save_pretrained writes the latter
+  // (5.24: a Qwen3-MoE made by from_config has no num_experts key). Read the
+  // one present; both must agree.
+  const char* experts_key = mixtral || (!r.Has("num_experts") && r.Has("num_local_experts"))
+                                ? "num_local_experts"
+                                : "num_experts";
+  if (!mixtral && r.Has("num_experts") && r.Has("num_local_experts")) {
+    int64_t a = 0, b = 0;
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("num_experts", true, &a));
+    TESSERA_RETURN_IF_ERROR(r.PositiveInt("num_local_experts", true, &b));
+    if (a != b)
+      return r.Error("num_local_experts",
+                     std::to_string(b) + " disagrees with num_experts (" + std::to_string(a) + ")");
+  }
   // MixtralConfig: num_local_experts 8, num_experts_per_tok 2; Qwen2MoeConfig:
   // num_experts 60, top-k 4, moe_intermediate_size 1408, shared 5632;
   // Qwen3MoeConfig: 128, top-k 8, moe_intermediate_size 768.

@@ -3,15 +3,18 @@
 
   hf_reference.py make --out DIR [--hidden 4096 --layers 8 --heads 32 --kv-heads 32
                                   --intermediate 11008 --vocab 32000 --seed 0
-                                  --family llama|qwen3|phi3|mistral|gemma2|gemma3_text
-                                  --sliding-window N]
+                                  --family llama|qwen3|phi3|mistral|gemma2|gemma3_text|mixtral|qwen3_moe
+                                  --sliding-window N --experts E --top-k K --moe-intermediate I]
       Builds the family's ForCausalLM (default Llama; qwen3: head_dim 128 and q/k
       norms; phi3: fused qkv/gate_up and longrope with original_max_position_embeddings
       256, so the 511-token prompt takes the long factors; mistral: --sliding-window,
       default 64, which every prompt but the shortest passes; gemma2: Gemma 2's
       soft-capping (50 on the scores, 30 on the logits) and --sliding-window on the
       even layers; gemma3_text: q/k norms, every sixth layer global, the sliding ones
-      on rope_local_base_freq 10000, the global ones on linear rope x8) from a config
+      on rope_local_base_freq 10000, the global ones on linear rope x8; mixtral: --experts
+      experts of --intermediate columns, top --top-k, every layer sparse; qwen3_moe: Qwen3
+      attention, --experts experts of --moe-intermediate columns, top --top-k renormalised,
+      every layer sparse) from a config
       with random weights directly on the GPU
       (normal, std = initializer_range 0.02; every RMSNorm weight 1 + 0.2 * randn, or
       0.2 * randn for Gemma's (1 + weight) norms, so a loader that leaves norms at 1
@@ -57,6 +60,14 @@ def make(args):
                                     "long_factor": [1.0 + 0.5 * i for i in range(half)]})
     elif args.family == "mistral":
         common.update(sliding_window=args.sliding_window)
+    elif args.family == "mixtral":
+        common.update(num_local_experts=args.experts, num_experts_per_tok=args.top_k, sliding_window=None,
+                      router_jitter_noise=0.0, output_router_logits=False)
+    elif args.family == "qwen3_moe":
+        common.update(head_dim=128, attention_bias=False, use_sliding_window=False, num_experts=args.experts,
+                      num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_intermediate,
+                      norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                      output_router_logits=False)
     elif args.family in ("gemma2", "gemma3_text"):
         head_dim = args.hidden // args.heads
         common.update(head_dim=head_dim, query_pre_attn_scalar=head_dim, sliding_window=args.sliding_window,
@@ -146,9 +157,13 @@ def main(argv=None):
     m.add_argument("--intermediate", type=int, default=11008)
     m.add_argument("--vocab", type=int, default=32000)
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--family", choices=["llama", "qwen3", "phi3", "mistral", "gemma2", "gemma3_text"],
+    m.add_argument("--family", choices=["llama", "qwen3", "phi3", "mistral", "gemma2", "gemma3_text", "mixtral",
+                                        "qwen3_moe"],
                    default="llama")
     m.add_argument("--sliding-window", type=int, default=64)
+    m.add_argument("--experts", type=int, default=8)
+    m.add_argument("--top-k", type=int, default=2)
+    m.add_argument("--moe-intermediate", type=int, default=768)
     r = sub.add_parser("reference")
     r.add_argument("--model", required=True)
     r.add_argument("--out", required=True)

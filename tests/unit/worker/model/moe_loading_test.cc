@@ -186,6 +186,29 @@ TEST(MoeLoading, ConfigKeysAreRead) {
   }
 }
 
+// transformers 5 saves a Qwen MoE config with num_local_experts (its
+// attribute map of num_experts), not num_experts; both names are read, and a
+// config that gives both must give one count.
+TEST(MoeLoading, QwenExpertCountIsReadUnderEitherName) {
+  const std::string base = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "moe_intermediate_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "head_dim": 16, "vocab_size": 128, "num_experts_per_tok": 2)";
+  const auto local = ParseModelConfig(base + R"(, "num_local_experts": 16})", "/m/config.json");
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(local->num_experts, 16);
+  const auto both =
+      ParseModelConfig(base + R"(, "num_experts": 16, "num_local_experts": 16})", "/m/config.json");
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(both->num_experts, 16);
+  const auto bad =
+      ParseModelConfig(base + R"(, "num_experts": 16, "num_local_experts": 8})", "/m/config.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("num_local_experts"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("disagrees with num_experts (16)"), std::string::npos)
+      << bad.status().ToString();
+}
+
 // A backend that says it is a GPU and fails every call, naming itself.
 class FakeGpuBackend : public kernels::Backend {
  public:
