@@ -46,8 +46,9 @@ struct Fp8Scales {
 // Whether LinearFp8 on CUDA runs x [m, k] @ w [n, k]^T as W8A8 on FP8
 // tensor cores: m > kFp8SkinnyMaxTokens, one scale column (per-channel or
 // per-tensor weight scales), n % 16 == 0, k % 16 == 0, and the environment
-// variable TESSERA_CUDA_FP8_GEMM is "1": opt-in until a GPU run has checked
-// it (bench/results/NOTES.md, "W8A8 FP8 tensor-core GEMM"). Then each token
+// variable TESSERA_CUDA_FP8_GEMM is not "0" (on by default since an H100
+// run checked it: bench/results/NOTES.md, "W8A8 FP8 runs"; "0" keeps W8A16,
+// whose results are closer to the unquantized model's). Then each token
 // row of x is quantized to e4m3 with a dynamic scale max|x_row| / 448 (the
 // per-token dynamic activation scheme of vLLM's and compressed-tensors' FP8
 // "dynamic" activations), and cuBLASLt multiplies e4m3 x e4m3 with fp32

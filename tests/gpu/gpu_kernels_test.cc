@@ -574,7 +574,7 @@ TEST(Fp8Linear, TensorCorePathMatchesPerTokenQuantizedActivations) {
       Tensor cpu_scratch = Tensor::Empty({s.n * s.k});
       for (int64_t m : {9, 16, 33, 128, 300}) {
         ASSERT_TRUE(kernels::Fp8QuantizesActivations(m, s.n, s.k, dev_scales))
-            << "run with TESSERA_CUDA_FP8_GEMM=1 (gpu-run sets it)";
+            << "TESSERA_CUDA_FP8_GEMM=0 is set: the W8A8 path is off";
         const std::string what = "w8a8 m=" + std::to_string(m) + " n=" + std::to_string(s.n) +
                                  " k=" + std::to_string(s.k);
         HostPair x = Random({m, s.k}, 80 + m, dt), b = Random({s.n}, 81, dt);

@@ -2,6 +2,7 @@
 // against the transformers references, a Hugging Face model in bf16 (given --hf-dir/--hf-ref), and
 // decode with CUDA graphs against eager decode.
 #include "gpu/gpu_test_util.h"
+#include "kernels/linear_fp8.h"
 
 namespace tessera {
 namespace {
@@ -273,14 +274,25 @@ TEST(DecodeGraphs, GraphAndEagerDecodeGiveIdenticalTokens) {
 namespace tessera {
 namespace {
 
-// FP8 checkpoints on CUDA in bf16, kept in FP8 (Backend::keeps_fp8_weights: the weight-only FP8
-// GEMMs of kernels/linear_fp8.h): the last logits against transformers' fp32 run of the
-// dequantized weights within the bf16 bound of FixturesOnCudaMatchTransformers, greedy ids equal
-// to the reference up to the first near-tie, and the same for online FP8 (model.quantization =
-// "fp8") against tools/fp8_fixtures.py's reference of the quantized model.
+// FP8 checkpoints on CUDA in bf16, kept in FP8 (Backend::keeps_fp8_weights: the FP8 GEMMs of
+// kernels/linear_fp8.h): the last logits against transformers' fp32 run of the dequantized
+// weights, greedy ids equal to the reference up to the first near-tie, and the same for online
+// FP8 (model.quantization = "fp8") against tools/fp8_fixtures.py's reference of the quantized
+// model. The logits bound depends on the path above 8 tokens (the prompts' prefill):
+//   W8A16 (TESSERA_CUDA_FP8_GEMM=0; and block-scaled weights always): 6e-2, the bf16 bound of
+//     FixturesOnCudaMatchTransformers, since only the bf16 compute differs from the reference;
+//   W8A8 (the default): 2e-1. The reference quantizes no activation, and per-token e4m3 rounds
+//     each activation by up to 2^-4 of its row's largest in every projection of every layer
+//     (measured on an H100, 2026-12-06: 0.098 for qwen3_fp8_channel_ct, 0.156 for online FP8 of
+//     llama_mha_tied_bf16; Fp8Linear.TensorCorePathMatchesPerTokenQuantizedActivations checks
+//     the kernel itself against identically quantized activations).
+// gpu-run runs this test in both modes.
 TEST(Models, Fp8FixturesKeptInFp8OnCuda) {
   kernels::Backend& g = Gpu(DType::kBF16);
   ASSERT_TRUE(g.keeps_fp8_weights()) << "TESSERA_CUDA_FP8=0 is set: nothing here would be FP8";
+  const bool w8a8 = kernels::Fp8QuantizesActivations(
+      16, 64, 64, kernels::Fp8Scales{Tensor::Empty({64, 1}), 64, 0});
+  const char* const mode = w8a8 ? "W8A8" : "W8A16";
   struct Case {
     std::string fixture, reference;
     QuantMethod online;
@@ -302,9 +314,12 @@ TEST(Models, Fp8FixturesKeptInFp8OnCuda) {
       ASSERT_TRUE(logits.ok()) << logits.status().ToString();
       worst = std::max(worst, RelMaxDiff(*logits, p["last_logits"]));
     }
-    std::printf("  %-24s BF16 kept FP8: last logits vs the reference %.3g (bound 6e-2)\n",
-                c.fixture.c_str(), worst);
-    EXPECT_LE(worst, 6e-2) << c.fixture;
+    // Block-scaled weights never run W8A8.
+    const bool quantized_x = w8a8 && c.fixture != "llama_fp8_block";
+    const double bound = quantized_x ? 2e-1 : 6e-2;
+    std::printf("  %-24s BF16 kept FP8 (%s): last logits vs the reference %.3g (bound %.0e)\n",
+                c.fixture.c_str(), quantized_x ? mode : "W8A16", worst, bound);
+    EXPECT_LE(worst, bound) << c.fixture << " " << (quantized_x ? mode : "W8A16");
     auto batched = (*model)->Greedy(prompts, 16);
     ASSERT_TRUE(batched.ok()) << batched.status().ToString();
     size_t agree = 0;

@@ -15,6 +15,7 @@
 // tests/gpu (Fp8Linear*, Models.Fp8FixturesKeptInFp8OnCuda).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,37 @@ TEST(Fp8Kept, TheKernelNamesWhatIsWrong) {
   st = kernels::LinearFp8(x, dense_w, s, Tensor(), y, scratch);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("fp8 linear weight"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Which products run W8A8 on CUDA (kernels::Fp8QuantizesActivations), with
+// TESSERA_CUDA_FP8_GEMM unset as ctest runs it: the default since an H100 run
+// checked the path. Up to 8 tokens stay weight-only; block scales (more than
+// one scale column) and widths cuBLASLt's FP8 GEMM does not take stay W8A16.
+// The CUDA scratch holds the quantized rows and their scales for W8A8, a
+// dequantized weight for W8A16.
+TEST(Fp8Kept, TensorCoresTakeRowScaledWeightsAboveEightTokensByDefault) {
+  if (const char* v = std::getenv("TESSERA_CUDA_FP8_GEMM"); v != nullptr)
+    GTEST_FAIL() << "run without TESSERA_CUDA_FP8_GEMM (it is '" << v << "')";
+  const kernels::Fp8Scales per_row{Tensor::Empty({64, 1}), 64, 0};
+  const kernels::Fp8Scales block{Tensor::Empty({64, 2}), 128, 0};
+  EXPECT_TRUE(kernels::Fp8QuantizesActivations(9, 64, 64, per_row));
+  EXPECT_TRUE(kernels::Fp8QuantizesActivations(4096, 64, 64, per_row));
+  EXPECT_FALSE(kernels::Fp8QuantizesActivations(8, 64, 64, per_row));
+  EXPECT_FALSE(kernels::Fp8QuantizesActivations(16, 64, 64, block));
+  EXPECT_FALSE(kernels::Fp8QuantizesActivations(16, 72, 64, per_row));
+  EXPECT_FALSE(kernels::Fp8QuantizesActivations(16, 64, 72, per_row));
+  EXPECT_FALSE(kernels::Fp8QuantizesActivations(16, 64, 64, kernels::Fp8Scales{}));
+  // W8A8: 16 x 64 e4m3 bytes + 16 fp32 scales = 1088 bytes = 544 bf16 elements.
+  EXPECT_EQ(kernels::Fp8ScratchElements(Device::kCUDA, DType::kBF16, 16, 64, 64, per_row), 544);
+  EXPECT_EQ(kernels::Fp8ScratchElements(Device::kCUDA, DType::kBF16, 16, 64, 64, block), 64 * 64);
+  EXPECT_EQ(kernels::Fp8ScratchElements(Device::kCUDA, DType::kBF16, 8, 64, 64, per_row), 0);
+  EXPECT_EQ(kernels::Fp8ScratchElements(Device::kCPU, DType::kF32, 16, 64, 64, per_row), 64 * 64);
 }
 
 }  // namespace
