@@ -143,6 +143,18 @@ cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
                           const int32_t* expert_rows, const int32_t* active, void* y,
                           int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
                           cudaStream_t stream);
+// The same two products on tensor cores (kernels/moe_experts_tc_cuda.cu), for many pairs per
+// expert: bf16 or fp16, hidden and inter multiples of 32 (MoeTcShapeOk), rows 16-byte aligned
+// (the `vec` condition above). `wide_m`: 64 slots per block pass instead of 16.
+bool MoeTcShapeOk(DType dtype, int64_t hidden, int64_t inter);
+cudaError_t LaunchMoeGateUpTc(DType dtype, const void* x, const int64_t* table,
+                              const int32_t* expert_rows, const int32_t* active,
+                              const int32_t* slot_token, void* act, int64_t grid_experts,
+                              int64_t hidden, int64_t inter, bool wide_m, cudaStream_t stream);
+cudaError_t LaunchMoeDownTc(DType dtype, const void* act, const int64_t* table,
+                            const int32_t* expert_rows, const int32_t* active, void* y,
+                            int64_t grid_experts, int64_t hidden, int64_t inter, bool wide_m,
+                            cudaStream_t stream);
 // out[t] = sum_k weights[t, k] y[token_slot[t, k]] (+ sigmoid(shared_gate[t]) shared[t]).
 cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_slot,
                              const float* weights, int64_t top_k, const void* shared,

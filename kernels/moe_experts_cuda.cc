@@ -1,6 +1,7 @@
 // Tensor-level CUDA grouped expert operations (kernels/moe_experts.h):
 // checks, then kernels/moe_experts_cuda.cu and kernels/moe_routing_cuda.cu.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda_context.h"
@@ -16,6 +17,32 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Block rows of a grouped launch: one per expert that can have pairs.
 int64_t GridExperts(const MoeExpertTable& table, int64_t slots) {
   return std::min(table.experts, slots);
+}
+
+// Which kernel runs a grouped product (moe_experts.h): the tensor-core one
+// (moe_experts_tc_cuda.cu) once the held experts average at least
+// kTcMinPairs slots each, where the CUDA-core kernel re-reads an expert's
+// weights every 4 slots; the CUDA-core one below that (decode over many
+// experts: a weight read per slot-group is the whole cost). Decided from
+// the slot and expert counts alone, never from the routing, so a step stays
+// a CUDA graph. TESSERA_CUDA_MOE_TC=0 in the environment keeps the CUDA-core
+// kernel (for A/B runs).
+constexpr int64_t kTcMinPairs = 4;
+constexpr int64_t kTcWidePairs = 48;  // 64 slots per block pass from here
+
+enum class GroupedKernel { kCudaCore, kTensorCoreNarrow, kTensorCoreWide };
+
+GroupedKernel ChooseKernel(const MoeExpertTable& table, DType dtype, int64_t slots, bool vec) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TESSERA_CUDA_MOE_TC");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !vec || !MoeTcShapeOk(dtype, table.hidden, table.intermediate))
+    return GroupedKernel::kCudaCore;
+  const int64_t per_expert = slots / std::max<int64_t>(table.experts, 1);
+  if (per_expert < kTcMinPairs) return GroupedKernel::kCudaCore;
+  return per_expert >= kTcWidePairs ? GroupedKernel::kTensorCoreWide
+                                    : GroupedKernel::kTensorCoreNarrow;
 }
 
 }  // namespace
@@ -43,6 +70,17 @@ Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeR
   if (act.dim(0) == 0) return Status::Ok();
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   const bool vec = table.aligned16 && Aligned16(x.raw()) && Aligned16(act.raw());
+  const GroupedKernel kernel = ChooseKernel(table, x.dtype(), act.dim(0), vec);
+  if (kernel != GroupedKernel::kCudaCore) {
+    TESSERA_CUDA_LAUNCH_CHECK(
+        LaunchMoeGateUpTc(x.dtype(), x.raw(), table.pointers.data<int64_t>(),
+                          routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
+                          routing.slot_token.data<int32_t>(), act.raw(),
+                          GridExperts(table, act.dim(0)), table.hidden, table.intermediate,
+                          kernel == GroupedKernel::kTensorCoreWide, ctx->stream()),
+        "MoeExpertTcKernel (gate|up)");
+    return Status::Ok();
+  }
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchMoeGateUp(x.dtype(), x.raw(), table.pointers.data<int64_t>(),
                       routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
@@ -58,6 +96,16 @@ Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeR
   if (y.dim(0) == 0) return Status::Ok();
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   const bool vec = table.aligned16 && Aligned16(act.raw()) && Aligned16(y.raw());
+  const GroupedKernel kernel = ChooseKernel(table, act.dtype(), y.dim(0), vec);
+  if (kernel != GroupedKernel::kCudaCore) {
+    TESSERA_CUDA_LAUNCH_CHECK(
+        LaunchMoeDownTc(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
+                        routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
+                        y.raw(), GridExperts(table, y.dim(0)), table.hidden, table.intermediate,
+                        kernel == GroupedKernel::kTensorCoreWide, ctx->stream()),
+        "MoeExpertTcKernel (down)");
+    return Status::Ok();
+  }
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchMoeDown(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
                     routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(), y.raw(),

@@ -17,7 +17,8 @@
 // an expert with at most 4 pairs reads its weights exactly once. An expert
 // with more pairs (large decode batches, prefill) walks them 4 at a time,
 // reading the weights again (mostly from L2) on each pass: correct, not tuned
-// for that regime.
+// for that regime, which from 4 pairs per held expert on average goes to the
+// tensor-core kernels of moe_experts_tc_cuda.cu instead (moe_experts_cuda.cc).
 //
 // Gate/up: a warp owns one intermediate column i and streams gate_e[i] and
 // up_e[i]; the two sums are rounded to the dtype (as transformers' gate_proj

@@ -119,6 +119,11 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
       {37, 128, 64, 6, 3, 0, 6, true},   // prefill: > 4 pairs per expert, shared expert
       {3, 40, 18, 5, 1, 1, 4, true},     // top-1; I = 18: rows off 16 bytes, the scalar loads
       {9, 96, 36, 16, 8, 0, 16, false},  // top-8
+      // Many pairs per expert: the tensor-core kernels (moe_experts_tc_cuda.cu), with
+      // column tiles cut by n (96 of 64-column tiles) and slot tiles cut by each expert's count.
+      {300, 256, 96, 8, 2, 0, 8, true},      // ~75 pairs per expert: 64-slot passes
+      {40, 128, 64, 8, 2, 2, 6, false},      // ~10 per expert, ep: 16-slot passes
+      {512, 128, 160, 16, 4, 0, 16, false},  // ~128 per expert, top-4
   };
   uint64_t seed = 1000;
   for (const GroupedCase& c : cases) {
