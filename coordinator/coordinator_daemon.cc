@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/base/logging.h"
+#include "common/metrics/metric_catalog.h"
 #include "common/net/curve_keys.h"
 #include "common/net/endpoint.h"
 #include "common/net/store_auth.h"
@@ -247,6 +248,15 @@ Status CoordinatorDaemon::StartHttp() {
   ho.tls_cert_file = config_.server.tls_cert;  // the admin listener (ao = ho) too
   ho.tls_key_file = config_.server.tls_key;
   api_ = std::make_unique<HttpServer>(ho);
+  // The API listener's stream writes, sampled at each scrape (the server
+  // counts them; common/net knows no metrics).
+  metrics_.AddCollectHook([this] {
+    const HttpServer::StreamStats s = api_->stream_stats();
+    Counter& events = metrics_.Counter(metric::kHttpStreamEventsTotal).WithLabels({});
+    events.Inc(static_cast<double>(s.events) - events.value());
+    Counter& writes = metrics_.Counter(metric::kHttpStreamWritesTotal).WithLabels({});
+    writes.Inc(static_cast<double>(s.writes) - writes.value());
+  });
   if (config_.admin.port != 0 || config_.admin.pick_port) {
     HttpServerOptions ao = ho;
     ao.bind_address = config_.admin.host;

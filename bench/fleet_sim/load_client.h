@@ -2,12 +2,14 @@
 // threads each hold one keep-alive HTTP/1.1 connection (Boost.Beast) and
 // send POST /v1/completions one after another until Stop: the prompt behind
 // a number of its own (no two requests share a first KV block, so prefix
-// affinity does not steer them), max_tokens new tokens, no streaming. A connection that breaks is
-// opened again.
+// affinity does not steer them), max_tokens new tokens, streamed (SSE, with
+// stream_options.include_usage) or not. A connection that breaks is opened
+// again.
 //
 // Each answer is checked: status 200 and usage.completion_tokens ==
-// max_tokens (the simulated workers never emit EOS), so a request lost or
-// cut short shows up as a failure, never as a slower success.
+// max_tokens (the simulated workers never emit EOS; a stream must also end
+// with data: [DONE]), so a request lost or cut short shows up as a failure,
+// never as a slower success.
 //
 // Threading: Start and Stop from one thread; stats from any thread.
 #pragma once
@@ -27,7 +29,8 @@ struct LoadOptions {
   int clients = 64;
   int max_tokens = 4;
   std::string prompt = "The fleet simulator asks";
-  std::string model;  // "model" of each request ("" = left out)
+  std::string model;    // "model" of each request ("" = left out)
+  bool stream = false;  // "stream": true; the whole event stream is read, then checked
 };
 
 struct LoadStats {
@@ -36,6 +39,7 @@ struct LoadStats {
   int64_t short_ = 0;                // 200 with fewer tokens than asked
   int64_t failed = 0;                // any other status, or a broken connection mid-request
   int64_t tokens = 0;                // completion tokens of the ok answers
+  int64_t events = 0;                // SSE events of the ok streamed answers ([DONE] included)
   std::map<int, int64_t> by_status;  // non-200 statuses (0: connection failed)
   std::string first_error;
   std::vector<double> latencies_s;  // of the ok answers

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -55,6 +57,7 @@ struct Args {
   double heartbeat = 1.0, heartbeat_timeout = 10.0;
   double disk_gbps = 5, time_scale = 1;
   int clients = 64, max_tokens = 4;
+  bool stream = false;
   double idle_seconds = 10, load_seconds = 10;
   int kill_node = -1;
   double kill_after = 3;
@@ -218,7 +221,7 @@ Status Run(const Args& a, json& out) {
        << "\nreplicas = " << a.replicas << "\nworkers = " << workers << "\n"
        << "\n[server]\nhost = \"127.0.0.1\"\nport = 0\n"
        << "control_endpoint = \"tcp://127.0.0.1:0\"\nmax_workers = " << workers + 64
-       << "\nmax_connections = " << a.clients + 64 << "\n"
+       << "\nmax_connections = " << a.clients + 64 << "\nmax_streams = " << a.clients + 64 << "\n"
        << "\n[admin]\nport = 0\n"
        << "\n[heartbeat]\ninterval_seconds = " << a.heartbeat
        << "\ntimeout_seconds = " << a.heartbeat_timeout << "\n"
@@ -326,6 +329,7 @@ Status Run(const Args& a, json& out) {
   lo.clients = a.clients;
   lo.max_tokens = a.max_tokens;
   lo.model = "fleet-sim";
+  lo.stream = a.stream;
   LoadClient load(lo);
   const FleetStats s0 = fleet->stats();
   const double load_cpu0 = coordinator.CpuSeconds();
@@ -378,6 +382,8 @@ Status Run(const Args& a, json& out) {
   out["load"] = {
       {"clients", a.clients},
       {"max_tokens", a.max_tokens},
+      {"stream", a.stream},
+      {"events", ls.events},
       {"seconds", load_s},
       {"sent", ls.sent},
       {"ok", ls.ok},
@@ -393,8 +399,20 @@ Status Run(const Args& a, json& out) {
       {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
       {"coordinator_cores", load_cpu / load_s},
       {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
+      {"coordinator_us_per_token",
+       ls.tokens > 0 ? 1e6 * load_cpu / static_cast<double>(ls.tokens) : 0},
       {"coordinator_us_per_step",
        s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
+  // The API listener's stream writes (a coordinator that exports them):
+  // events per write shows how often events that were ready together
+  // shared one.
+  const HttpReply metrics = HttpCall(coordinator.ports().api, "GET", "/metrics");
+  for (const char* name :
+       {"tessera_http_stream_events_total", "tessera_http_stream_writes_total"}) {
+    const size_t at = metrics.body.find(std::string("\n") + name + " ");
+    if (at != std::string::npos)
+      out["load"][name] = std::strtod(metrics.body.c_str() + at + std::strlen(name) + 2, nullptr);
+  }
   TESSERA_ASSIGN_OR_RETURN(ClusterSnapshot after, Snapshot(admin, a.admin_page_size));
   if (!after.routed.empty()) {
     // How evenly the router spread the requests over the replicas.
@@ -461,6 +479,9 @@ int main(int argc, char** argv) {
   app.add_option("--clients", a.clients, "concurrent API clients")->check(CLI::Range(1, 4096));
   app.add_option("--max-tokens", a.max_tokens, "new tokens per request")
       ->check(CLI::Range(1, 4096));
+  app.add_flag("--stream", a.stream,
+               "streamed requests (SSE, stream_options.include_usage): the coordinator writes "
+               "an event per token");
   app.add_option("--idle-seconds", a.idle_seconds, "heartbeats-only window")
       ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--load-seconds", a.load_seconds, "request load window")

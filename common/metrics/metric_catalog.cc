@@ -147,6 +147,21 @@ std::vector<MetricSpec> Build() {
        {"status"},
        {},
        c},
+      {metric::kHttpStreamEventsTotal,
+       T::kCounter,
+       "Server-Sent Events the API listener wrote to streaming clients (chunks, error events "
+       "and the [DONE] terminator).",
+       {},
+       {},
+       c},
+      {metric::kHttpStreamWritesTotal,
+       T::kCounter,
+       "Socket writes of the API listener that carried stream events: the events of a stream "
+       "that are ready together (queued while a write is in flight) share one write, so "
+       "events / writes is the events per write.",
+       {},
+       {},
+       c},
       {metric::kNonfiniteLogitsTotal,
        T::kCounter,
        "Sequences failed because the sampling rank found NaN or inf in their logits (the "

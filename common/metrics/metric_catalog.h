@@ -68,6 +68,8 @@ inline constexpr const char* kMoeExpertTokensTotal = "tessera_moe_expert_tokens_
 inline constexpr const char* kWorkerInfo = "tessera_worker_info";
 // Coordinator: requests and scheduler.
 inline constexpr const char* kRequestsTotal = "tessera_requests_total";
+inline constexpr const char* kHttpStreamEventsTotal = "tessera_http_stream_events_total";
+inline constexpr const char* kHttpStreamWritesTotal = "tessera_http_stream_writes_total";
 inline constexpr const char* kNonfiniteLogitsTotal = "tessera_nonfinite_logits_total";
 inline constexpr const char* kRequestTtftSeconds = "tessera_request_ttft_seconds";
 inline constexpr const char* kRequestInterTokenSeconds =

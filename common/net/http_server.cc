@@ -248,9 +248,24 @@ bool Responder::SendEvent(std::string_view data) {
     }
   }
   if (client_gone()) return false;
-  std::string event = http_internal::SseEvent(data);
-  if (exchange_->chunked) event = fmt::format("{:x}\r\n{}\r\n", event.size(), event);
-  return session_->PostEvent(exchange_, std::move(event));
+  const std::string event = http_internal::SseEvent(data);
+  if (!exchange_->chunked) return session_->PostEvent(exchange_, event);
+  return session_->PostEvent(exchange_, fmt::format("{:x}\r\n{}\r\n", event.size(), event));
+}
+
+Responder::EventHold Responder::HoldEvents() {
+  session_->Hold(*exchange_);
+  return EventHold(this);
+}
+
+void Responder::ReleaseHold() {
+  bool done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done = state_ == State::kDone;
+  }
+  // After Finish (or an abort) the stream's end takes what is queued.
+  session_->ReleaseHold(exchange_, !done);
 }
 
 bool Responder::Finish() {
@@ -272,6 +287,12 @@ HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(std::string method, std::string path, Handler handler) {
   core_->routes[std::move(path)][std::move(method)] = std::move(handler);
+}
+
+HttpServer::StreamStats HttpServer::stream_stats() const {
+  return {core_->stream_writes.load(std::memory_order_relaxed),
+          core_->stream_events.load(std::memory_order_relaxed),
+          core_->stream_flushes.load(std::memory_order_relaxed)};
 }
 
 int HttpServer::open_connections() const {

@@ -152,13 +152,40 @@ class Responder {
   // Finish).
   bool StartStream(int status = 200);
   // Queues one event "data: <data>\n\n" (a multi-line `data` becomes one
-  // "data:" line per line). When more than max_queued_events events are
+  // "data:" line per line). Events queued while the connection writes go
+  // out together in its next write, in order (no timer: a lone event is
+  // written at once). When more than max_queued_events events are
   // waiting for the socket, the client is too slow: the connection is closed
   // and false returned.
   bool SendEvent(std::string_view data);
   // Ends the stream; the connection then serves the next request
   // (keep-alive) or closes.
   bool Finish();
+
+  // Holds back the hand-off of this stream's events while it lives: the
+  // events a producer makes together (a choice's finish chunk, the usage
+  // chunk, [DONE] and Finish, in one callback) are queued and go to the
+  // connection in one flush and one write, when the hold ends or with
+  // Finish, whichever comes first. It adds no wait of its own: the events
+  // leave when the producer is done with them. Holds nest. The Responder
+  // must outlive its holds.
+  class EventHold {
+   public:
+    explicit EventHold(Responder* responder) : responder_(responder) {}
+    EventHold(EventHold&& other) noexcept : responder_(other.responder_) {
+      other.responder_ = nullptr;
+    }
+    EventHold(const EventHold&) = delete;
+    EventHold& operator=(const EventHold&) = delete;
+    EventHold& operator=(EventHold&&) = delete;
+    ~EventHold() {
+      if (responder_) responder_->ReleaseHold();
+    }
+
+   private:
+    Responder* responder_;
+  };
+  [[nodiscard]] EventHold HoldEvents();
 
   // True once the client disconnected (or the server stopped) before the
   // response was complete.
@@ -171,6 +198,7 @@ class Responder {
  private:
   friend class http_internal::Session;
   enum class State { kNew, kStreaming, kDone };
+  void ReleaseHold();
   Responder(std::shared_ptr<http_internal::Session> session,
             std::shared_ptr<http_internal::Exchange> exchange);
 
@@ -214,6 +242,19 @@ class HttpServer {
   // Connections currently open (accepted and not yet closed, excluding
   // those being refused with 503).
   int open_connections() const;
+
+  // Server-Sent Events written so far, the socket writes that carried them,
+  // and the flushes that handed queued events to a connection's strand (a
+  // post each): the events of a stream that are ready together (queued
+  // while a write is in flight, or in one burst) share one flush and one
+  // write, so flushes and writes <= events. Counted since Start; safe from
+  // any thread.
+  struct StreamStats {
+    uint64_t writes = 0;
+    uint64_t events = 0;
+    uint64_t flushes = 0;
+  };
+  StreamStats stream_stats() const;
 
  private:
   std::shared_ptr<http_internal::Core> core_;

@@ -95,6 +95,12 @@ struct Core {
   int rejecting_connections = 0;                        // guarded by mu
   uint64_t next_session_id = 0;                         // guarded by mu
   std::map<uint64_t, std::weak_ptr<Session>> sessions;  // guarded by mu
+
+  // HttpServer::stream_stats: writes that carried stream events, those
+  // events, and the flushes that handed pending events to a strand.
+  std::atomic<uint64_t> stream_writes{0};
+  std::atomic<uint64_t> stream_events{0};
+  std::atomic<uint64_t> stream_flushes{0};
 };
 
 // One request/response exchange on a connection.
@@ -107,6 +113,17 @@ struct Exchange {
   bool gone = false;              // guarded by mu: client left before the response completed
   bool complete = false;          // guarded by mu: the final bytes are queued
   std::function<void()> on_gone;  // guarded by mu
+
+  // Stream events the Responder queued and the connection's strand has not
+  // taken yet, framed, in order: the events that are ready together go out
+  // in one write (Session::PostEvent).
+  std::string pending_events;  // guarded by mu
+  size_t pending_count = 0;    // guarded by mu: events in pending_events
+  // Guarded by mu. The strand will look at pending_events again: a flush is
+  // posted, or a write it started is in flight (its completion takes what
+  // came meanwhile). While set, a new event is only appended, never posted.
+  bool flush_owned = false;
+  int holds = 0;  // guarded by mu: Responder::EventHold's alive; no flush is posted meanwhile
 };
 
 // One accepted connection. Everything except the Post* methods runs on the
@@ -159,17 +176,48 @@ class Session : public std::enable_shared_from_this<Session> {
       self->Enqueue(std::move(bytes), 0);
     });
   }
-  bool PostEvent(std::shared_ptr<Exchange> ex, std::string bytes) {
-    queued_events_.fetch_add(1);
-    const bool posted = core_->Post(executor_, [self = shared_from_this(), ex = std::move(ex),
-                                                bytes = std::move(bytes)]() mutable {
-      if (self->closed_ || ex != self->current_) {
-        self->queued_events_.fetch_sub(1);
+  // Appends one framed event to the exchange's pending events. Only the
+  // first event after the strand took the last ones posts a flush; the
+  // others ride along, so a burst costs one post and, while a write is in
+  // flight, one write when it completes. A lone event is posted at once:
+  // nothing waits for company.
+  bool PostEvent(const std::shared_ptr<Exchange>& ex, std::string_view bytes) {
+    {
+      std::lock_guard<std::mutex> lock(ex->mu);
+      // The stream's end is queued (Finish raced this call): it stays the end.
+      if (ex->complete) return false;
+      queued_events_.fetch_add(1);
+      ex->pending_events.append(bytes);
+      ++ex->pending_count;
+      if (ex->flush_owned || ex->holds > 0) return true;
+      ex->flush_owned = true;
+    }
+    return PostFlush(ex);
+  }
+  // Responder::HoldEvents and the end of its hold; `flush` (the stream goes
+  // on) posts what the hold kept back.
+  void Hold(Exchange& ex) {
+    std::lock_guard<std::mutex> lock(ex.mu);
+    ++ex.holds;
+  }
+  void ReleaseHold(const std::shared_ptr<Exchange>& ex, bool flush) {
+    {
+      std::lock_guard<std::mutex> lock(ex->mu);
+      if (--ex->holds > 0 || !flush || ex->complete || ex->flush_owned ||
+          ex->pending_events.empty())
         return;
-      }
-      self->Enqueue(std::move(bytes), 1);
+      ex->flush_owned = true;
+    }
+    PostFlush(ex);
+  }
+  // Hands the exchange's pending events to the strand (flush_owned is set).
+  bool PostFlush(const std::shared_ptr<Exchange>& ex) {
+    core_->stream_flushes.fetch_add(1, std::memory_order_relaxed);
+    const bool posted = core_->Post(executor_, [self = shared_from_this(), ex]() {
+      if (self->closed_ || ex != self->current_) return self->DropPending(*ex);
+      self->DoWrite();
     });
-    if (!posted) queued_events_.fetch_sub(1);
+    if (!posted) DropPending(*ex);
     return posted;
   }
   bool PostFinish(std::shared_ptr<Exchange> ex) {
@@ -642,7 +690,36 @@ class Session : public std::enable_shared_from_this<Session> {
       ex->complete = true;
     }
     after_drain_ = keep_alive ? AfterDrain::kNextRequest : AfterDrain::kClose;
+    // A stream's events were all queued before its end: they go first.
+    TakePending();
     Enqueue(std::move(bytes), 0);
+  }
+
+  // Moves the current stream's pending events behind out_. Not before the
+  // stream's header is queued (it is posted before any event, but a probe
+  // may write first). With none left the strand stops owning them, and the
+  // next event posts a flush again.
+  void TakePending() {
+    if (!current_ || !stream_started_) return;
+    std::lock_guard<std::mutex> lock(current_->mu);
+    if (current_->pending_events.empty()) {
+      current_->flush_owned = false;
+      return;
+    }
+    out_.push_back(std::move(current_->pending_events));
+    current_->pending_events.clear();
+    out_events_ += current_->pending_count;
+    current_->pending_count = 0;
+  }
+
+  // Drops the events of an exchange that is no longer written (closed, or
+  // superseded).
+  void DropPending(Exchange& ex) {
+    std::lock_guard<std::mutex> lock(ex.mu);
+    queued_events_.fetch_sub(ex.pending_count);
+    ex.pending_events.clear();
+    ex.pending_count = 0;
+    ex.flush_owned = false;
   }
 
   void Enqueue(std::string bytes, size_t events) {
@@ -651,17 +728,26 @@ class Session : public std::enable_shared_from_this<Session> {
     DoWrite();
   }
 
-  void DoWrite() {
-    if (writing_ || closed_ || out_.empty()) return;
+  // Starts one write of everything queued (out_, then the stream's pending
+  // events); false when there is nothing to write or a write is in flight.
+  bool DoWrite() {
+    if (writing_ || closed_) return false;
+    TakePending();
+    if (out_.empty()) return false;
     write_buf_.clear();
     for (auto& piece : out_) write_buf_ += piece;
     out_.clear();
     writing_events_ = out_events_;
     out_events_ = 0;
     writing_ = true;
+    if (writing_events_ > 0) {
+      core_->stream_writes.fetch_add(1, std::memory_order_relaxed);
+      core_->stream_events.fetch_add(writing_events_, std::memory_order_relaxed);
+    }
     ArmDeadline(core_->options.write_timeout_seconds, DeadlineKind::kWrite);
     auto done = [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); };
     WithStream([&](auto& stream) { net::async_write(stream, net::buffer(write_buf_), done); });
+    return true;
   }
 
   void OnWrite(beast::error_code ec) {
@@ -674,7 +760,7 @@ class Session : public std::enable_shared_from_this<Session> {
       ClientGone();
       return Close();
     }
-    if (!out_.empty()) return DoWrite();
+    if (DoWrite()) return;
     const AfterDrain next = after_drain_;
     after_drain_ = AfterDrain::kNothing;
     if (next == AfterDrain::kNextRequest) {

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "coordinator/placement/plan_change.h"
-#include "coordinator/serving/plan_report.h"
+#include "coordinator/api/cluster_json.h"
+#include "coordinator/api/plan_json.h"
 
 namespace tessera {
 
@@ -87,7 +87,7 @@ void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<
     }
   }
   if (dry_run) {
-    res->SendJson(200, plans.DryRunJson(*proposal));
+    res->SendJson(200, PlanDryRunJson(plans.DryRun(*proposal)).dump());
     return;
   }
   // Answered once the change serves or fails (on the replica's plan thread).
@@ -147,11 +147,11 @@ void RegisterAdminRoutes(HttpServer& admin, const std::string& token, PlanContro
                    res->SendError(400, page.status().message(), std::nullopt, "invalid_query");
                    return;
                  }
-                 res->Send(200, "application/json", status->ClusterJson(*page));
+                 res->Send(200, "application/json", ClusterJson(status->Cluster(*page)).dump());
                }));
   admin.Handle("GET", "/admin/plan",
                guard([status](const HttpRequest&, std::shared_ptr<Responder> res) {
-                 res->Send(200, "application/json", status->PlanJson());
+                 res->Send(200, "application/json", PlanJson(status->Plan()).dump());
                }));
   admin.Handle("POST", "/admin/plan",
                guard([plans](const HttpRequest& r, std::shared_ptr<Responder> res) {

@@ -1,7 +1,8 @@
 // The admin API: GET /admin/cluster, GET /admin/plan, POST /admin/plan
 // (?dry_run) and POST /admin/workers/<id>/drain|undrain (docs/operations.md).
-// The handlers see only PlanControl and ClusterStatus
-// (coordinator/serving/plan_control.h).
+// The handlers see only PlanControl (coordinator/serving/plan_control.h)
+// and ClusterStatus (coordinator/serving/cluster_status.h), and render
+// their typed results as JSON (plan_json.h, cluster_json.h).
 //
 // Responses: 200 with JSON; 400 for a bad plan request or query ("code":
 // "invalid_plan", "not_supported"), 404 for an unknown worker
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "common/net/http_server.h"
+#include "coordinator/serving/cluster_status.h"
 #include "coordinator/serving/plan_control.h"
 
 namespace tessera {

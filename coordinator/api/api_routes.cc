@@ -4,6 +4,7 @@
 
 #include "common/metrics/metric_catalog.h"
 #include "coordinator/api/admin_api.h"
+#include "coordinator/api/cluster_json.h"
 
 namespace tessera {
 
@@ -22,7 +23,7 @@ void RegisterRoutes(HttpServer& api, HttpServer* admin, const std::string& admin
     if (status->ready()) {
       res->Send(200, "application/json", R"({"status":"ready"})");
     } else {
-      res->Send(503, "application/json", status->NotReadyJson());
+      res->Send(503, "application/json", NotReadyJson(status->NotReady()).dump());
     }
   });
   RegisterAdminRoutes(admin ? *admin : api, admin_token, plans, status);

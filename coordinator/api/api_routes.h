@@ -15,6 +15,7 @@
 #include "common/metrics/metrics_registry.h"
 #include "common/net/http_server.h"
 #include "coordinator/api/openai_frontend.h"
+#include "coordinator/serving/cluster_status.h"
 #include "coordinator/serving/plan_control.h"
 
 namespace tessera {

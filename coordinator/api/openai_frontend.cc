@@ -562,6 +562,11 @@ void OpenAIFrontend::HandleCompletions(const HttpRequest& req, std::shared_ptr<R
       };
     }
     cb.on_finish = [x, index](const GenerationResult& r) {
+      // A stream's end is several events at once (the finish chunk, then
+      // with the last choice the usage chunk, [DONE] and the end): one
+      // flush and one write carry them all.
+      std::optional<Responder::EventHold> hold;
+      if (x->stream) hold.emplace(x->res->HoldEvents());
       std::lock_guard<std::mutex> lock(x->mu);
       if (x->failed && r.finish_reason != FinishReason::kError) return;  // refused at admission
       x->results[static_cast<size_t>(index)] = r;

@@ -29,7 +29,7 @@
 #include "coordinator/api/grammar_check.h"
 #include "coordinator/api/openai_api.h"
 #include "coordinator/api/request_metrics.h"
-#include "coordinator/serving/plan_control.h"
+#include "coordinator/serving/cluster_status.h"
 #include "coordinator/serving/request_sink.h"
 
 namespace tessera {

@@ -2,99 +2,9 @@
 
 #include <algorithm>
 
-#include "common/base/json_parse.h"
 #include "common/model/shard_spec.h"
 
 namespace tessera {
-
-using nlohmann::json;
-
-namespace {
-// The largest tp or pp a plan request may name (a bound on the input, far
-// above any real layout; the planner then checks what the model allows).
-constexpr int64_t kMaxLayoutDegree = 1 << 20;
-}  // namespace
-
-StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
-  json j;
-  JsonParseError error;
-  if (!ParseJsonBounded(body, kMaxRequestJsonDepth, &j, &error))
-    return InvalidArgument("request body: not valid JSON: " + error.message);
-  if (!j.is_object()) return InvalidArgument("request body: must be a JSON object");
-  static const std::vector<std::string> kKnown = {"tp",   "pp",        "layers_per_stage",
-                                                  "auto", "objective", "replica"};
-  for (const auto& [key, value] : j.items())
-    if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end())
-      return InvalidArgument("request body: unknown field '" + key +
-                             "' (known: tp, pp, layers_per_stage, auto, objective, replica)");
-  PlanRequest r;
-  if (j.contains("replica")) {
-    const json& v = j["replica"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLayoutDegree)
-      return InvalidArgument("replica: must be an integer >= 0 (a replica's index), got " +
-                             ShowJsonValue(v));
-    r.replica = v.get<int>();
-  }
-  if (j.contains("auto")) {
-    if (!j["auto"].is_boolean()) return InvalidArgument("auto: must be true or false");
-    r.auto_plan = j["auto"].get<bool>();
-  }
-  if (j.contains("tp") && j["tp"].is_array()) {
-    const json& v = j["tp"];
-    if (v.empty()) return InvalidArgument("tp: a list needs one entry per stage, got []");
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 ||
-          v[i].get<int64_t>() > kMaxLayoutDegree)
-        return InvalidArgument("tp[" + std::to_string(i) + "]: must be an integer from 1 to " +
-                               std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v[i]));
-      r.tp_per_stage.push_back(v[i].get<int>());
-    }
-  }
-  auto positive = [&](const char* key, int& out) -> Status {
-    if (!j.contains(key)) return Status::Ok();
-    const json& v = j[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLayoutDegree)
-      return InvalidArgument(std::string(key) + ": must be an integer from 1 to " +
-                             std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v));
-    out = v.get<int>();
-    return Status::Ok();
-  };
-  if (r.tp_per_stage.empty()) TESSERA_RETURN_IF_ERROR(positive("tp", r.tp));
-  TESSERA_RETURN_IF_ERROR(positive("pp", r.pp));
-  if (j.contains("layers_per_stage")) {
-    const json& v = j["layers_per_stage"];
-    if (!v.is_array()) return InvalidArgument("layers_per_stage: must be a list of integers");
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer())
-        return InvalidArgument("layers_per_stage[" + std::to_string(i) +
-                               "]: must be an integer, got " + ShowJsonValue(v[i]));
-      r.layers_per_stage.push_back(v[i].get<int>());
-    }
-  }
-  if (r.auto_plan) {
-    if (r.tp || !r.tp_per_stage.empty() || r.pp || !r.layers_per_stage.empty())
-      return InvalidArgument("auto: give either \"auto\": true or tp / pp / layers_per_stage");
-    if (j.contains("objective")) {
-      if (!j["objective"].is_string())
-        return InvalidArgument("objective: must be \"latency\" or \"throughput\"");
-      auto o = ParseObjective(j["objective"].get<std::string>());
-      if (!o.ok()) return o.status();  // names the value and the choices
-      r.objective = *o;
-    }
-    return r;
-  }
-  if (j.contains("objective")) return InvalidArgument("objective: only with \"auto\": true");
-  if (!r.tp_per_stage.empty()) {
-    const int stages = static_cast<int>(r.tp_per_stage.size());
-    if (r.pp && r.pp != stages)
-      return InvalidArgument("pp: " + std::to_string(r.pp) + " differs from the " +
-                             std::to_string(stages) + " entries of the tp list");
-    r.pp = stages;
-    return r;
-  }
-  if (!r.tp || !r.pp) return InvalidArgument("tp, pp: both are required (or \"auto\": true)");
-  return r;
-}
 
 StatusOr<ParallelConfig> PlanRequest::Layout(const ModelConfig& model) const {
   if (!tp_per_stage.empty())
@@ -237,44 +147,23 @@ StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfi
                             " usable worker(s) (last reason: " + last.message() + ")");
 }
 
-json LayoutJson(const ParallelConfig& p) {
-  return {{"tp", p.tp},
-          {"tp_per_stage", p.TpPerStage()},
-          {"pp", p.pp},
-          {"layers_per_stage", p.layers_per_stage}};
-}
-
-json PlanChangeJson(const ParallelConfig* from, const ParallelConfig& to,
-                    const std::vector<RankPlacement>& ranks,
-                    const std::vector<std::string>& from_workers, uint64_t next_version) {
-  json rs = json::array();
-  int reused = 0, loaded = 0;
+PlanChange DescribePlanChange(const ParallelConfig* from, const ParallelConfig& to,
+                              const std::vector<RankPlacement>& ranks,
+                              const std::vector<std::string>& from_workers, uint64_t next_version) {
+  PlanChange out;
+  if (from) out.from = *from;
+  out.to = to;
+  out.plan_version = next_version;
+  out.ranks = ranks;
   for (const RankPlacement& p : ranks) {
-    reused += p.reused_end - p.reused_first;
-    loaded += p.loaded_layers();
-    rs.push_back({{"worker", p.worker_id},
-                  {"world_rank", p.world_rank},
-                  {"stage", p.stage},
-                  {"tp", p.tp},
-                  {"tp_rank", p.tp_rank},
-                  {"layers", {p.first_layer, p.end_layer}},
-                  {"reused_layers", {p.reused_first, p.reused_end}},
-                  {"reuses_embedding", p.reuses_embedding},
-                  {"reuses_lm_head", p.reuses_lm_head},
-                  {"loads_layers", p.loaded_layers()}});
+    out.layers_reused += p.reused_end - p.reused_first;
+    out.layers_loaded += p.loaded_layers();
   }
-  json released = json::array();
   for (const std::string& w : from_workers)
     if (std::none_of(ranks.begin(), ranks.end(),
                      [&](const RankPlacement& p) { return p.worker_id == w; }))
-      released.push_back(w);
-  return {{"from", from ? LayoutJson(*from) : json(nullptr)},
-          {"to", LayoutJson(to)},
-          {"plan_version", next_version},
-          {"ranks", rs},
-          {"workers_released", released},
-          {"layers_reused", reused},
-          {"layers_loaded", loaded}};
+      out.workers_released.push_back(w);
+  return out;
 }
 
 }  // namespace tessera

@@ -1,11 +1,13 @@
 // PlanChange: the computation half of live reconfiguration, kept apart from
 // its application (coordinator/serving/plan_runner.h drains, loads and resumes):
-//  - ParsePlanRequest: the body of POST /admin/plan;
+//  - PlanRequest: what POST /admin/plan asks for (its body is parsed by
+//    coordinator/api/plan_json.h);
 //  - FitLayout: the layout a re-plan runs when the wanted one needs more
 //    workers than are usable (the fault rule, docs/operations.md);
 //  - PlaceRanks: which worker runs which rank of a new layout, preferring a
 //    worker that already holds the rank's slice, so it reuses its weights;
-//  - PlanChangeJson: what a change would do (the dry-run answer and the log).
+//  - DescribePlanChange: what a change would do, as a typed PlanChange (the
+//    dry-run answer; coordinator/api/plan_json.h renders it).
 //
 // Reuse: a worker keeps a decoder layer's weights when the new rank holds
 // the same layer under the same tp slice (equal stage tp and tp_rank; with
@@ -17,8 +19,9 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,14 +54,6 @@ struct PlanRequest {
   // ParallelConfig::Make, or MakePerStage for a tp list. Errors: theirs.
   StatusOr<ParallelConfig> Layout(const ModelConfig& model) const;
 };
-
-// Errors (the message names the field): kInvalidArgument when the body is
-// not a JSON object, has an unknown field, tp / pp are not integers >= 1,
-// tp is an empty list or has an entry that is not an integer >= 1, pp
-// differs from the length of a tp list, layers_per_stage is not a list of
-// integers, auto is mixed with tp / pp, objective is unknown, or replica
-// is not an integer >= 0.
-StatusOr<PlanRequest> ParsePlanRequest(const std::string& body);
 
 // The slice a worker holds now (from the plan it serves or served last).
 struct HeldSlice {
@@ -117,17 +112,24 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
 StatusOr<ParallelConfig> FitLayout(const ModelConfig& model, const ParallelConfig& wanted,
                                    int available, int64_t max_rank_weight_bytes = 0);
 
-// {"tp","tp_per_stage","pp","layers_per_stage"} of a layout: tp is 0 when
-// the stages differ in tp; tp_per_stage lists every stage's tp.
-nlohmann::json LayoutJson(const ParallelConfig& parallel);
+// What applying a layout over the running one does (the dry run of POST
+// /admin/plan). A value type.
+struct PlanChange {
+  std::optional<ParallelConfig> from;  // the running layout; none before the first placement
+  ParallelConfig to;                   // the new layout
+  uint64_t plan_version = 0;           // the version the change would get
+  std::vector<RankPlacement> ranks;    // one per world rank of `to`, in rank order
+  // Workers of the running plan that the new one does not use, in the
+  // running plan's rank order.
+  std::vector<std::string> workers_released;
+  int layers_reused = 0;  // decoder layers kept, summed over the ranks
+  int layers_loaded = 0;  // decoder layers loaded, summed over the ranks
+};
 
-// What applying `to` (placed as `ranks`) over the running `from` does:
-// {"from": layout, "to": layout, "plan_version": next_version, "ranks":
-// [{"worker", "world_rank", "stage", "tp_rank", "layers": [a, b),
-// "reused_layers": [c, d), "reuses_embedding", "reuses_lm_head",
-// "loads_layers"}], "workers_released": ids of `from_workers` not in the new
-// plan, "layers_reused": total, "layers_loaded": total}.
-nlohmann::json PlanChangeJson(const ParallelConfig* from, const ParallelConfig& to,
+// The change of applying `to` (placed as `ranks`) over the running `from`
+// (null: nothing runs), whose workers are `from_workers`; the change gets
+// `next_version`. Pure.
+PlanChange DescribePlanChange(const ParallelConfig* from, const ParallelConfig& to,
                               const std::vector<RankPlacement>& ranks,
                               const std::vector<std::string>& from_workers, uint64_t next_version);
 

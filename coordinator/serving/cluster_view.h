@@ -1,22 +1,20 @@
-// ClusterView: the coordinator's status documents, read from the cluster
-// state: GET /admin/cluster (workers, their state, replica and rank, the
-// queue, the re-plan counters, and per replica its load), GET /admin/plan
-// (each replica's running plan, its ranks' load results, the planner's
+// ClusterView: the coordinator's status documents (typed,
+// coordinator/serving/cluster_status.h), read from the cluster state: GET
+// /admin/cluster (workers, their state, replica and rank, the queue, the
+// re-plan counters, and per replica its load), GET /admin/plan (each
+// replica's running plan, its ranks' load results, the planner's
 // explanation, the history of changes) and /readyz's reason when not ready.
-// The top-level plan fields of both documents are replica 0's (what a
-// one-replica deployment reads); "replicas" lists every replica. Implements
-// ClusterStatus for coordinator/api/.
+// Implements ClusterStatus; coordinator/api/cluster_json.h renders them.
 //
 // Thread-safety: safe from any thread.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/config/daemon_config.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
-#include "coordinator/serving/plan_control.h"
+#include "coordinator/serving/cluster_status.h"
 #include "coordinator/serving/replica_set.h"
 
 namespace tessera {
@@ -39,13 +37,15 @@ class ClusterView : public ClusterStatus {
         replicas_(replicas) {}
 
   bool ready() const override { return state_.ready.load(); }
-  std::string NotReadyJson() const override EXCLUDES(state_.mu);
-  std::string ClusterJson(const ClusterPage& page) const override EXCLUDES(state_.mu);
-  std::string PlanJson() const override EXCLUDES(state_.mu);
+  NotReadyStatus NotReady() const override EXCLUDES(state_.mu);
+  ClusterDocument Cluster(const ClusterPage& page) const override EXCLUDES(state_.mu);
+  PlanDocument Plan() const override EXCLUDES(state_.mu);
 
  private:
+  // This page's worker `w` (GET /admin/cluster's "workers" entry).
+  WorkerStatus Worker(const ControlWorkerInfo& w) const REQUIRES(state_.mu);
   // Replica r's plan document (GET /admin/plan's body for one replica).
-  nlohmann::json ReplicaPlanJson(size_t r) const REQUIRES(state_.mu);
+  ReplicaPlanStatus ReplicaPlanOf(size_t r) const REQUIRES(state_.mu);
 
  private:
   const std::string quantization_;

@@ -1,9 +1,9 @@
-// PlanControl and ClusterStatus: what the admin API (coordinator/api/
-// admin_api.h) and the health endpoints see of the serving layer. The plan
-// runner (coordinator/serving/plan_runner.h) and the replica set implement
-// PlanControl, the cluster view (coordinator/serving/cluster_view.h)
-// ClusterStatus. Results are typed (PlanApplyResult); only coordinator/api/
-// maps them to HTTP status codes.
+// PlanControl: what the admin API (coordinator/api/admin_api.h) sees of the
+// serving layer's plans (ClusterStatus, coordinator/serving/cluster_status.h,
+// is what it reads of the cluster). The plan runner
+// (coordinator/serving/plan_runner.h) and the replica set implement it.
+// Results are typed (PlanApplyResult, PlanDryRun); only coordinator/api/
+// maps them to HTTP status codes and JSON (coordinator/api/plan_json.h).
 //
 // Thread-safety: every method is safe from any thread (the HTTP threads).
 #pragma once
@@ -31,6 +31,16 @@ struct PlanProposal {
   int replica = 0;  // the replica it changes
 };
 
+// The dry-run answer of POST /admin/plan: what applying a proposal would
+// change. A value type.
+struct PlanDryRun {
+  PlanChange change;
+  double drain_timeout_seconds = 0;  // scheduler.drain_timeout_seconds, the pause's deadline
+  // The planner's result for {"auto": true} (its text says why it chose
+  // the layout); null for an explicit layout.
+  std::shared_ptr<const PlanResult> planned;
+};
+
 // How an applied plan change ended.
 struct PlanApplyResult {
   enum class Outcome {
@@ -53,9 +63,9 @@ class PlanControl {
   // workers. Errors: kInvalidArgument naming why the layout or the cluster
   // cannot take it.
   virtual StatusOr<PlanProposal> Propose(const PlanRequest& request) const = 0;
-  // The dry-run answer: what applying `proposal` would change
-  // (PlanChangeJson, "dry_run": true, the drain timeout, the planner's text).
-  virtual std::string DryRunJson(const PlanProposal& proposal) const = 0;
+  // The dry-run answer: what applying `proposal` would change over the
+  // replica's running plan.
+  virtual PlanDryRun DryRun(const PlanProposal& proposal) const = 0;
   // Queues `proposal` for the plan runner; `done` gets the change's result
   // once it serves or fails (or the coordinator stops first). Errors:
   // kFailedPrecondition (a change is in progress, or the first placement
@@ -78,28 +88,6 @@ class PlanControl {
     (void)drain;
     return NotFound("no replica " + std::to_string(replica));
   }
-};
-
-// One page of GET /admin/cluster: the workers (in registration order) and
-// the replicas (by index) numbered [page * page_size, (page + 1) *
-// page_size); the document's "pages" says how many there are.
-inline constexpr int64_t kDefaultClusterPageSize = 1024;
-inline constexpr int64_t kMaxClusterPageSize = 4096;
-struct ClusterPage {
-  int64_t page = 0;                             // >= 0
-  int64_t page_size = kDefaultClusterPageSize;  // 1..kMaxClusterPageSize
-};
-
-class ClusterStatus {
- public:
-  virtual ~ClusterStatus() = default;
-  // A plan is loaded and served.
-  virtual bool ready() const = 0;
-  // GET /readyz's 503 body when not ready: {"status","reason"}.
-  virtual std::string NotReadyJson() const = 0;
-  // GET /admin/cluster (one page of it) and GET /admin/plan.
-  virtual std::string ClusterJson(const ClusterPage& page) const = 0;
-  virtual std::string PlanJson() const = 0;
 };
 
 }  // namespace tessera

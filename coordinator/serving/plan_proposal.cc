@@ -2,7 +2,6 @@
 // use, what they hold, and POST /admin/plan's proposals (Propose). (The
 // first placement is the replica set's: replica_placement.h.)
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "common/base/logging.h"
 #include "common/model/shard_spec.h"
@@ -12,8 +11,6 @@
 #include "coordinator/serving/plan_runner.h"
 
 namespace tessera {
-
-using nlohmann::json;
 
 std::vector<std::string> PlanRunner::UsableWorkers() const {
   std::vector<std::string> usable = state_.UsableWorkers(control_->Workers());
@@ -141,16 +138,16 @@ StatusOr<PlanProposal> PlanRunner::Propose(const PlanRequest& request) const {
   return out;
 }
 
-std::string PlanRunner::DryRunJson(const PlanProposal& proposal) const {
+PlanDryRun PlanRunner::DryRun(const PlanProposal& proposal) const {
   MutexLock lock(&state_.mu);
   std::vector<std::string> from;
   for (const Assignment& a : rep().assignments) from.push_back(a.worker_id);
-  json j = PlanChangeJson(rep().serving ? &rep().parallel : nullptr, proposal.parallel,
-                          proposal.ranks, from, rep().plan_version + 1);
-  j["dry_run"] = true;
-  j["drain_timeout_seconds"] = config_.scheduler.drain_timeout_seconds;
-  if (proposal.planned) j["planner_text"] = proposal.planned->ToText();  // why the planner chose it
-  return j.dump();
+  PlanDryRun out;
+  out.change = DescribePlanChange(rep().serving ? &rep().parallel : nullptr, proposal.parallel,
+                                  proposal.ranks, from, rep().plan_version + 1);
+  out.drain_timeout_seconds = config_.scheduler.drain_timeout_seconds;
+  out.planned = proposal.planned;  // its text says why the planner chose it
+  return out;
 }
 
 }  // namespace tessera

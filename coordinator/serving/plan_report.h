@@ -4,11 +4,11 @@
 // /admin/plan's "history") and POST /admin/plan answers with the change's
 // (coordinator/api/admin_api.cc).
 //
-// Thread-safety: a value type; PlanChangeReportJson is pure.
+// Thread-safety: a value type. coordinator/api/plan_json.h renders it as
+// JSON (PlanChangeReportJson).
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,13 +40,5 @@ struct PlanChangeReport {
   int64_t unix_time = 0;             // seconds since the Unix epoch, when it served
   std::optional<ReplanFigures> replan;
 };
-
-// {"plan_version", "reason", "replica", "layout" (LayoutJson), "workers",
-// "load_seconds", "weight_bytes", "reused_weight_bytes", "unix_time"} and,
-// with `replan`, "drain_seconds", "detect_seconds" (faults),
-// "requeued_requests", "handed_off_requests", "total_seconds". The shape of
-// POST /admin/plan's 200 body and of GET /admin/plan's "history" entries
-// (docs/operations.md).
-nlohmann::json PlanChangeReportJson(const PlanChangeReport& report);
 
 }  // namespace tessera

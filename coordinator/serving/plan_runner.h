@@ -116,7 +116,7 @@ class PlanRunner : public PlanControl {
 
   // PlanControl.
   StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
-  std::string DryRunJson(const PlanProposal& proposal) const override;
+  PlanDryRun DryRun(const PlanProposal& proposal) const override;
   Status Apply(PlanProposal proposal, PlanApplyDone done) override;
   DrainOutcome SetDrained(const std::string& id, bool drain) override;
 

@@ -404,8 +404,8 @@ StatusOr<PlanProposal> ReplicaSet::Propose(const PlanRequest& request) const {
   return p;
 }
 
-std::string ReplicaSet::DryRunJson(const PlanProposal& proposal) const {
-  return runner(proposal.replica)->DryRunJson(proposal);
+PlanDryRun ReplicaSet::DryRun(const PlanProposal& proposal) const {
+  return runner(proposal.replica)->DryRun(proposal);
 }
 
 Status ReplicaSet::Apply(PlanProposal proposal, PlanApplyDone done) {

@@ -120,7 +120,7 @@ class ReplicaSet : public RequestSink, public PlanControl {
   // PlanControl: routed to request.replica (absent: replica 0 when there
   // is one; with several, kInvalidArgument asks for it).
   StatusOr<PlanProposal> Propose(const PlanRequest& request) const override;
-  std::string DryRunJson(const PlanProposal& proposal) const override;
+  PlanDryRun DryRun(const PlanProposal& proposal) const override;
   Status Apply(PlanProposal proposal, PlanApplyDone done) override;
   DrainOutcome SetDrained(const std::string& id, bool drain) override;
   StatusOr<bool> SetReplicaDrained(int replica, bool drain) override EXCLUDES(routes_mu_);

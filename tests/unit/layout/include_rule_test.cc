@@ -12,6 +12,9 @@
 //     api/                  and serving/ (HTTP and JSON live here only)
 //     coordinator/*.{h,cc}  (the daemon, the composition root) every layer
 //   cli/, tests/, bench/: anything
+// and JSON stays at the coordinator's edge: placement/, control/ and
+// serving/ include neither <nlohmann/...> nor common/base's JSON helpers
+// (json_parse.h, json_ref.h); they return typed values that api/ renders.
 //
 // A failure names the file, the line and the forbidden include.
 #include <gtest/gtest.h>
@@ -49,12 +52,13 @@ std::string SourceDir() { return TESSERA_SOURCE_DIR; }
 struct Include {
   std::string file;  // relative to the source dir
   int line;
-  std::string target;  // what is between the quotes
+  std::string target;  // what is between the quotes (or the angle brackets)
+  bool angle = false;  // #include <...>
 };
 
 std::vector<Include> IncludesUnder(const std::string& top) {
   std::vector<Include> out;
-  static const std::regex kInclude(R"(^\s*#\s*include\s*"([^"]+)\")");
+  static const std::regex kInclude(R"(^\s*#\s*include\s*(["<])([^">]+)[">])");
   for (const auto& e : fs::recursive_directory_iterator(SourceDir() + "/" + top)) {
     if (!e.is_regular_file()) continue;
     const std::string ext = e.path().extension().string();
@@ -66,7 +70,7 @@ std::vector<Include> IncludesUnder(const std::string& top) {
       ++n;
       std::smatch m;
       if (std::regex_search(text, m, kInclude)) {
-        out.push_back({fs::relative(e.path(), SourceDir()).string(), n, m[1].str()});
+        out.push_back({fs::relative(e.path(), SourceDir()).string(), n, m[2].str(), m[1] == "<"});
       }
     }
   }
@@ -162,11 +166,46 @@ std::string Violation(const Include& inc) {
   return "";
 }
 
+// "" unless `inc` brings JSON below coordinator/api/.
+std::string JsonViolation(const Include& inc) {
+  if (!StartsWith(inc.file, "coordinator/")) return "";
+  const std::string layer = CoordinatorLayer(inc.file);
+  if (layer != "placement" && layer != "control" && layer != "serving") return "";
+  const bool json =
+      inc.angle ? StartsWith(inc.target, "nlohmann/") : StartsWith(inc.target, "common/base/json_");
+  if (!json) return "";
+  return "is in coordinator/" + layer + " and includes " +
+         (inc.angle ? "<" + inc.target + ">" : "\"" + inc.target + "\"") +
+         " (JSON belongs to coordinator/api/: return a typed value and render it there)";
+}
+
+TEST(IncludeRule, JsonStaysInTheCoordinatorsApiLayer) {
+  std::vector<std::string> bad;
+  size_t checked = 0;
+  for (const Include& inc : IncludesUnder("coordinator")) {
+    ++checked;
+    const std::string why = JsonViolation(inc);
+    if (!why.empty()) bad.push_back(inc.file + ":" + std::to_string(inc.line) + ": " + why);
+  }
+  EXPECT_GT(checked, 100u) << "the scan found too few includes: is TESSERA_SOURCE_DIR right?";
+  std::string all;
+  for (const auto& b : bad) all += b + "\n";
+  EXPECT_TRUE(bad.empty()) << bad.size() << " JSON includes below coordinator/api/:\n" << all;
+  // The rule refuses what it forbids.
+  EXPECT_NE(JsonViolation({"coordinator/serving/x.cc", 1, "nlohmann/json.hpp", true}), "");
+  EXPECT_NE(JsonViolation({"coordinator/placement/x.h", 1, "nlohmann/json_fwd.hpp", true}), "");
+  EXPECT_NE(JsonViolation({"coordinator/control/x.cc", 1, "common/base/json_parse.h"}), "");
+  EXPECT_EQ(JsonViolation({"coordinator/api/x.cc", 1, "nlohmann/json.hpp", true}), "");
+  EXPECT_EQ(JsonViolation({"coordinator/serving/x.cc", 1, "common/base/status.h"}), "");
+  EXPECT_EQ(JsonViolation({"coordinator/serving/x.cc", 1, "vector", true}), "");
+}
+
 TEST(IncludeRule, EveryIncludeFollowsTheDependencyRule) {
   std::vector<std::string> bad;
   size_t checked = 0;
   for (const char* top : {"common", "kernels", "worker", "coordinator"}) {
     for (const Include& inc : IncludesUnder(top)) {
+      if (inc.angle) continue;  // system and third-party headers
       ++checked;
       const std::string why = Violation(inc);
       if (!why.empty()) bad.push_back(inc.file + ":" + std::to_string(inc.line) + ": " + why);

@@ -1,8 +1,10 @@
 // The admin API's POST /admin/plan over a real loopback HttpServer: the
 // typed PlanApplyResult that PlanControl::Apply completes with (on another
 // thread, as the plan runner does) becomes 200 with the change's report, or
-// 503 naming why; a refused Apply becomes 409. GET /admin/plan's history and
-// the plan runner's own path are covered by tests/integration/reconfigure_test.cc.
+// 503 naming why; a refused Apply becomes 409. The typed status documents
+// (ClusterStatus) and the dry run become the JSON of docs/operations.md. GET
+// /admin/plan's history and the plan runner's own path are covered by
+// tests/integration/reconfigure_test.cc.
 #include "coordinator/api/admin_api.h"
 
 #include <gtest/gtest.h>
@@ -29,7 +31,19 @@ class FakePlans : public PlanControl {
     p.parallel.pp = request.pp;
     return p;
   }
-  std::string DryRunJson(const PlanProposal&) const override { return "{\"dry_run\":true}"; }
+  PlanDryRun DryRun(const PlanProposal& proposal) const override {
+    PlanDryRun d;
+    RankPlacement rank;
+    rank.worker_id = "w0";
+    rank.tp = proposal.parallel.tp;
+    rank.first_layer = 0;
+    rank.end_layer = 4;
+    rank.reused_first = 0;
+    rank.reused_end = 3;
+    d.change = DescribePlanChange(nullptr, proposal.parallel, {rank}, {"w0", "w9"}, 5);
+    d.drain_timeout_seconds = 2.5;
+    return d;
+  }
   Status Apply(PlanProposal proposal, PlanApplyDone done) override {
     if (!refusal.ok()) return refusal;
     applied_tp = proposal.parallel.tp;
@@ -43,12 +57,20 @@ class FakePlans : public PlanControl {
   std::promise<PlanApplyDone> done_promise;
 };
 
-class NoStatus : public ClusterStatus {
+// A ClusterStatus that answers the documents the test sets.
+class FakeStatus : public ClusterStatus {
  public:
   bool ready() const override { return true; }
-  std::string NotReadyJson() const override { return "{}"; }
-  std::string ClusterJson(const ClusterPage&) const override { return "{}"; }
-  std::string PlanJson() const override { return "{}"; }
+  NotReadyStatus NotReady() const override { return {}; }
+  ClusterDocument Cluster(const ClusterPage& page) const override {
+    ClusterDocument d = cluster;
+    d.page = page;
+    return d;
+  }
+  PlanDocument Plan() const override { return plan; }
+
+  ClusterDocument cluster;
+  PlanDocument plan;
 };
 
 class AdminApiTest : public ::testing::Test {
@@ -76,7 +98,7 @@ class AdminApiTest : public ::testing::Test {
   }
 
   FakePlans plans_;
-  NoStatus status_;
+  FakeStatus status_;
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -145,6 +167,94 @@ TEST_F(AdminApiTest, ARefusedApplyAnswers409) {
   ASSERT_EQ(reply.status, 409) << reply.body;
   EXPECT_NE(reply.body.find("a reconfiguration is in progress"), std::string::npos) << reply.body;
   EXPECT_NE(reply.body.find("conflict"), std::string::npos) << reply.body;
+}
+
+TEST_F(AdminApiTest, ADryRunAnswersTheTypedChangeAsJson) {
+  const HttpReply reply =
+      HttpCall(server_->port(), "POST", "/admin/plan?dry_run=true", R"({"tp": 2, "pp": 1})", "tok");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["dry_run"], true);
+  EXPECT_EQ(body["drain_timeout_seconds"], 2.5);
+  EXPECT_TRUE(body["from"].is_null());
+  EXPECT_EQ(body["to"]["tp"], 2);
+  EXPECT_EQ(body["plan_version"], 5);
+  EXPECT_EQ(body["ranks"][0]["worker"], "w0");
+  EXPECT_EQ(body["ranks"][0]["reused_layers"], json::array({0, 3}));
+  EXPECT_EQ(body["ranks"][0]["loads_layers"], 1);
+  EXPECT_EQ(body["workers_released"], json::array({"w9"}));
+  EXPECT_EQ(body["layers_reused"], 3);
+  EXPECT_EQ(body["layers_loaded"], 1);
+  EXPECT_FALSE(body.contains("planner_text")) << reply.body;
+}
+
+TEST_F(AdminApiTest, TheClusterDocumentRendersItsTypedFields) {
+  WorkerStatus w;
+  w.id = "w0";
+  w.host = "h";
+  w.pid = 42;
+  w.devices.push_back({0, "cpu0", true, 1 << 20});
+  w.health = WorkerHealth::kExcluded;
+  w.exclusion = WorkerExclusionStatus{true, "load timed out", "load_timeout", 2, 1.5};
+  w.reported = WorkerReportedState::kLoading;
+  w.rank = WorkerRankStatus{1, 0, 1, 3};
+  w.replica = 3;
+  status_.cluster.workers.push_back(w);
+  WorkerStatus lost;
+  lost.id = "w1";
+  lost.health = WorkerHealth::kFailed;
+  lost.reported = WorkerReportedState::kLost;
+  status_.cluster.workers.push_back(lost);
+  ReplicaStatus r;
+  r.replica = 3;
+  r.degraded = "short of workers";
+  r.live = ReplicaStatus::Live{true, {}};
+  r.live->load.free_kv_blocks = 9;
+  status_.cluster.replicas.push_back(r);
+  status_.cluster.queue = ClusterDocument::Queue{4, 2};
+  status_.cluster.workers_total = 2;
+  status_.cluster.pages = 1;
+  const HttpReply reply = HttpCall(server_->port(), "GET", "/admin/cluster?page_size=7", "", "tok");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json body = json::parse(reply.body);
+  const json& w0 = body["workers"][0];
+  EXPECT_EQ(w0["state"], "excluded");
+  EXPECT_EQ(w0["worker_state"], "loading");
+  EXPECT_EQ(w0["exclusion"]["kind"], "load_timeout");
+  EXPECT_EQ(w0["exclusion"]["seconds_left"], 1.5);
+  EXPECT_EQ(w0["rank"]["tp_rank"], 1);
+  EXPECT_EQ(w0["replica"], 3);
+  EXPECT_EQ(w0["devices"][0]["kind"], "cpu");
+  EXPECT_EQ(w0["devices"][0]["memory_bytes"], 1 << 20);
+  const json& w1 = body["workers"][1];
+  EXPECT_EQ(w1["state"], "failed");
+  EXPECT_EQ(w1["worker_state"], "lost");
+  EXPECT_TRUE(w1["exclusion"].is_null());
+  EXPECT_TRUE(w1["rank"].is_null());
+  EXPECT_TRUE(w1["replica"].is_null());
+  EXPECT_EQ(body["replicas"][0]["degraded"], "short of workers");
+  EXPECT_EQ(body["replicas"][0]["reconfiguring"], true);
+  EXPECT_EQ(body["replicas"][0]["load"]["free_kv_blocks"], 9);
+  EXPECT_EQ(body["queue"]["waiting"], 4);
+  EXPECT_TRUE(body["degraded"].is_null());
+  EXPECT_EQ(body["page_size"], 7);
+}
+
+TEST_F(AdminApiTest, ThePlanDocumentBeforeAPlacementSaysWhatItWaitsFor) {
+  status_.plan.waiting_for_workers = 4;
+  HttpReply reply = HttpCall(server_->port(), "GET", "/admin/plan", "", "tok");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  json body = json::parse(reply.body);
+  EXPECT_EQ(body["plan_version"], 0);
+  EXPECT_EQ(body["mode"], "explicit");
+  EXPECT_EQ(body["waiting_for_workers"], 4);
+  EXPECT_FALSE(body.contains("error"));
+  EXPECT_EQ(body["replicas"], json::array());
+  status_.plan.error = "placement failed: no fit";
+  reply = HttpCall(server_->port(), "GET", "/admin/plan", "", "tok");
+  body = json::parse(reply.body);
+  EXPECT_EQ(body["error"], "placement failed: no fit");
+  EXPECT_FALSE(body.contains("waiting_for_workers"));
 }
 
 }  // namespace

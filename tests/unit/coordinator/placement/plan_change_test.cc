@@ -1,5 +1,6 @@
-// PlanChange: admin plan requests, the fault rule (FitLayout) and placement
-// with weight reuse, on the fixture models' configs.
+// PlanChange: the layouts of admin plan requests, the fault rule (FitLayout),
+// placement with weight reuse and the typed change a dry run describes, on
+// the fixture models' configs.
 #include "coordinator/placement/plan_change.h"
 
 #include <gtest/gtest.h>
@@ -13,76 +14,6 @@ ModelConfig Model(const std::string& name) {
   auto m = LoadModelConfig(::tessera::testing::FixturePath("models/" + name));
   TESSERA_CHECK(m.ok());
   return *m;
-}
-
-TEST(PlanChange, ParsesTheAcceptedFormsAndNamesTheFieldAtFault) {
-  auto even = ParsePlanRequest(R"({"tp":2,"pp":2})");
-  ASSERT_TRUE(even.ok()) << even.status().ToString();
-  EXPECT_EQ(even->tp, 2);
-  EXPECT_EQ(even->pp, 2);
-  EXPECT_TRUE(even->layers_per_stage.empty());
-  auto split = ParsePlanRequest(R"({"tp":1,"pp":2,"layers_per_stage":[20,10]})");
-  ASSERT_TRUE(split.ok());
-  EXPECT_EQ(split->layers_per_stage, (std::vector<int>{20, 10}));
-  auto automatic = ParsePlanRequest(R"({"auto":true,"objective":"throughput"})");
-  ASSERT_TRUE(automatic.ok());
-  EXPECT_TRUE(automatic->auto_plan);
-  EXPECT_EQ(automatic->objective, Objective::kThroughput);
-
-  // A tp per stage: pp is the list's length (given or not).
-  for (const char* body : {R"({"tp":[2,1],"pp":2})", R"({"tp":[2,1]})"}) {
-    auto per_stage = ParsePlanRequest(body);
-    ASSERT_TRUE(per_stage.ok()) << body << ": " << per_stage.status().ToString();
-    EXPECT_EQ(per_stage->tp, 0);
-    EXPECT_EQ(per_stage->tp_per_stage, (std::vector<int>{2, 1}));
-    EXPECT_EQ(per_stage->pp, 2);
-    auto layout = per_stage->Layout(Model("llama_gqa_f32"));
-    ASSERT_TRUE(layout.ok()) << layout.status().ToString();
-    EXPECT_EQ(layout->TpPerStage(), (std::vector<int>{2, 1}));
-    EXPECT_EQ(layout->world_size(), 3);
-  }
-  // A list of equal entries is the uniform layout.
-  auto equal = ParsePlanRequest(R"({"tp":[2,2]})");
-  ASSERT_TRUE(equal.ok());
-  auto uniform = equal->Layout(Model("llama_gqa_f32"));
-  ASSERT_TRUE(uniform.ok());
-  EXPECT_EQ(uniform->tp, 2);
-  EXPECT_TRUE(uniform->uniform_tp());
-  // A per-stage tp the model cannot take: MakePerStage's error names the stage.
-  auto three_heads = ParsePlanRequest(R"({"tp":[3,1]})");
-  ASSERT_TRUE(three_heads.ok());
-  auto bad_layout = three_heads->Layout(Model("llama_gqa_f32"));
-  EXPECT_EQ(bad_layout.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad_layout.status().message().find("stage 0"), std::string::npos)
-      << bad_layout.status().message();
-  struct Bad {
-    const char* body;
-    const char* field;
-  };
-  for (const Bad& b :
-       std::vector<Bad>{{"[1,2]", "request body"},
-                        {"{nope", "request body: not valid JSON: line 1, column 3: "},
-                        {"{\n  \"tp\": 2,,\n}", "line 2, column 11"},
-                        {R"({"tp":2,"pp":2,"sp":1})", "'sp'"},
-                        {R"({"tp":0,"pp":2})", "tp:"},
-                        {R"({"tp":2,"pp":"two"})", "pp:"},
-                        {R"({"tp":1,"pp":2,"layers_per_stage":[1,"x"]})", "layers_per_stage[1]"},
-                        {R"({"auto":true,"tp":2})", "auto:"},
-                        {R"({"auto":true,"objective":"cost"})", "objective 'cost' is not one of"},
-                        {R"({"tp":2})", "tp, pp"},
-                        {R"({"tp":[]})", "tp:"},
-                        {R"({"tp":[2,0]})", "tp[1]"},
-                        {R"({"tp":[2,"x"]})", "tp[1]"},
-                        {R"({"tp":[2,1],"pp":3})", "pp:"},
-                        {R"({"auto":true,"tp":[2,1]})", "auto:"}}) {
-    auto r = ParsePlanRequest(b.body);
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b.body;
-    EXPECT_NE(r.status().message().find(b.field), std::string::npos)
-        << b.body << ": " << r.status().message();
-    // Never the JSON library's exception text.
-    EXPECT_EQ(r.status().message().find("json.exception"), std::string::npos)
-        << r.status().message();
-  }
 }
 
 TEST(PlanChange, FitLayoutKeepsTheWantedLayoutOrShrinksByTheRule) {
@@ -155,12 +86,14 @@ TEST(PlanChange, PlaceRanksPrefersWorkersThatHoldTheSlice) {
   EXPECT_EQ((*moved)[0].worker_id, "w-spare");
   EXPECT_EQ((*moved)[1].worker_id, "w-c");
   EXPECT_EQ((*moved)[0].loaded_layers(), 3);
-  const nlohmann::json j = PlanChangeJson(&from, tp2, *moved, {"w-a", "w-b", "w-c"}, 7);
-  EXPECT_EQ(j["plan_version"], 7);
-  EXPECT_EQ(j["to"]["tp"], 2);
-  EXPECT_EQ(j["layers_loaded"], 6);
-  EXPECT_EQ(j["layers_reused"], 0);
-  EXPECT_EQ(j["workers_released"], nlohmann::json::array({"w-a", "w-b"}));
+  const PlanChange change = DescribePlanChange(&from, tp2, *moved, {"w-a", "w-b", "w-c"}, 7);
+  EXPECT_EQ(change.plan_version, 7u);
+  ASSERT_TRUE(change.from.has_value());
+  EXPECT_EQ(change.from->pp, from.pp);
+  EXPECT_EQ(change.to.tp, 2);
+  EXPECT_EQ(change.layers_loaded, 6);
+  EXPECT_EQ(change.layers_reused, 0);
+  EXPECT_EQ(change.workers_released, (std::vector<std::string>{"w-a", "w-b"}));
   // A lost worker's rank goes to the spare, not to a worker another rank
   // could reuse (tp=2 x pp=2 of llama_gqa_f32, rank 1's worker lost).
   const ModelConfig gqa = Model("llama_gqa_f32");
@@ -224,13 +157,15 @@ TEST(PlanChange, MixedTpReusesByTheStageTpAndFitsByTheLargestTp) {
   auto none = PlaceRanks(flipped, {"A", "B", "C"}, held);
   ASSERT_TRUE(none.ok());
   for (const RankPlacement& p : *none) EXPECT_EQ(p.reused_end - p.reused_first, 0);
-  const nlohmann::json j = PlanChangeJson(&mixed, flipped, *none, {"A", "B", "C"}, 3);
-  EXPECT_EQ(j["from"]["tp"], 0);
-  EXPECT_EQ(j["from"]["tp_per_stage"], nlohmann::json::array({2, 1}));
-  EXPECT_EQ(j["to"]["tp_per_stage"], nlohmann::json::array({1, 2}));
-  EXPECT_EQ(j["ranks"][0]["tp"], 1);
-  EXPECT_EQ(j["ranks"][1]["tp"], 2);
-  EXPECT_EQ(j["layers_loaded"], 3);
+  const PlanChange change = DescribePlanChange(&mixed, flipped, *none, {"A", "B", "C"}, 3);
+  EXPECT_EQ(change.from->TpPerStage(), (std::vector<int>{2, 1}));
+  EXPECT_EQ(change.to.TpPerStage(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(change.ranks[0].tp, 1);
+  EXPECT_EQ(change.ranks[1].tp, 2);
+  EXPECT_EQ(change.layers_loaded, 3);
+  EXPECT_TRUE(change.workers_released.empty());
+  // Before the first placement nothing runs: no "from".
+  EXPECT_FALSE(DescribePlanChange(nullptr, flipped, *none, {}, 1).from.has_value());
   // The fault rule: 3 workers keep tp=[2,1]; 2 give tp=2 x pp=1 (the largest
   // stage tp, not 0); 1 gives tp=1 x pp=1.
   auto keep = FitLayout(m, mixed, 3);
