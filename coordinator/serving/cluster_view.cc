@@ -283,6 +283,7 @@ json ClusterView::ReplicaPlanJson(size_t index) const {
   if (moe) out["expert_parallel"] = ep;
   out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = config_.kv_cache.block_size;
+  out["kv_cache_dtype"] = KvCacheDTypeName(config_.kv_cache.dtype);  // "auto" or "fp8"
   out["wanted"] = LayoutJson(p.wanted);
   json history = json::array();
   for (const PlanChangeReport& r : p.history) history.push_back(PlanChangeReportJson(r));
