@@ -23,6 +23,7 @@
 #include "worker/exec/local_executor.h"
 #include "worker/exec/rank_device.h"
 #include "worker/exec/rank_runner.h"
+#include "worker/model/kv_cache_scales.h"
 #include "worker/model/model_loader.h"
 
 namespace {
@@ -44,11 +45,12 @@ struct GenerateArgs {
   std::vector<int> layers;       // per stage; empty = even split
   bool expert_parallel = false;  // MoE: each tp rank holds whole experts (--expert-parallel)
   double timeout = 30.0;
-  int rank = -1;                      // set in rank processes spawned by the launcher
-  std::string store;                  // host:port of the launcher's rendezvous store
-  std::string device = "cpu";         // "cpu" or "cuda[:N]" (single process only)
-  std::string dtype = "auto";         // CUDA compute dtype: auto, bf16, f16 or f32
-  std::string quantization = "none";  // online quantization at load: none or fp8
+  int rank = -1;                        // set in rank processes spawned by the launcher
+  std::string store;                    // host:port of the launcher's rendezvous store
+  std::string device = "cpu";           // "cpu" or "cuda[:N]" (single process only)
+  std::string dtype = "auto";           // CUDA compute dtype: auto, bf16, f16 or f32
+  std::string quantization = "none";    // online quantization at load: none or fp8
+  std::string kv_cache_dtype = "auto";  // KV cache element type: auto or fp8 ([kv_cache] dtype)
   int logprobs = -1;        // -1 = off; else alternatives per token (SamplingParams::logprobs)
   bool ignore_eos = false;  // generate max_tokens even past EOS (benchmarks, fault tests)
 };
@@ -178,6 +180,8 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
   if (!par.ok()) return Fail(par.status());
   auto online = ParseOnlineQuantization(a.quantization);
   if (!online.ok()) return Fail(online.status().WithContext("--quantization"));
+  auto kv_dtype = ParseKvCacheDType(a.kv_cache_dtype, "--kv-cache-dtype");
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   std::string text = a.prompt;
   bool add_special = true;
   if (!a.raw) {
@@ -244,8 +248,8 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     load_seconds = loaded->load_seconds;
     weight_bytes = loaded->weight_bytes;
     const StageLayout lay = loaded->model->layout();
-    auto kv = KvCache::Create(*dev.backend, lay.num_layers(), blocks, a.block_size,
-                              lay.kv_heads_local, loaded->config.head_dim);
+    auto kv = MakeStageKvCache(*dev.backend, a.model, lay, blocks, a.block_size,
+                               loaded->config.head_dim, *kv_dtype);
     if (!kv.ok()) return Fail(kv.status());
     std::unique_ptr<KvCache> cache = std::move(*kv);
     BlockAllocator allocator(blocks);
@@ -277,6 +281,7 @@ int RunGenerate(const GenerateArgs& a, bool pp_given) {
     o.kv_blocks = blocks;
     o.block_size = a.block_size;
     o.quantization = *online;
+    o.kv_cache_dtype = *kv_dtype;
     auto r = RunRank(o, {req}, tok->get(), a.rank == 0 ? TextCallback(print_text) : TextCallback());
     if (!r.ok()) return Fail(r.status());
     if (a.rank != 0) return 0;
@@ -356,6 +361,10 @@ int main(int argc, char** argv) {
                   "online quantization at load: none, or fp8 (per-channel FP8 projections, as "
                   "model.quantization)")
       ->check(CLI::IsMember({"none", "fp8"}));
+  gen->add_option("--kv-cache-dtype", g.kv_cache_dtype,
+                  "KV cache element type: auto (the compute dtype), or fp8 (e4m3 with per-layer "
+                  "scales from the checkpoint, else 1.0; as kv_cache.dtype)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
   gen->add_option("--rank", g.rank, "")->group("");  // set by the launcher for rank processes
   gen->add_option("--store", g.store, "")->group("");
   tessera::cli::Subcommand topo = tessera::cli::AddTopoCommand(app);

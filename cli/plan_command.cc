@@ -13,6 +13,7 @@
 #include "cli/admin_reply.h"
 #include "cli/commands.h"
 #include "cli/plan_view.h"
+#include "common/format/kv_cache_dtype.h"
 #include "common/net/http_client.h"
 #include "common/topology/topology_file.h"
 #include "coordinator/placement/cluster_model.h"
@@ -30,7 +31,8 @@ struct PlanArgs {
   int64_t min_kv_tokens = 0;
   double memory_fraction = 0.9;
   std::string dtype;
-  std::string quantization = "none";  // model.quantization: none or fp8
+  std::string quantization = "none";    // model.quantization: none or fp8
+  std::string kv_cache_dtype = "auto";  // kv_cache.dtype: auto or fp8
   int64_t prompt_tokens = 512;
   int64_t output_tokens = 256;
   int64_t max_batch = 256;
@@ -108,6 +110,9 @@ int RunPlan(const PlanArgs& a) {
                                   ": expected BF16, F16 or F32 (FP8 weights: --quantization fp8)"));
     o.weight_dtype = *dt;
   }
+  auto kv = ParseKvCacheDType(a.kv_cache_dtype, "--kv-cache-dtype");
+  if (!kv.ok()) return Fail(kv.status());
+  if (*kv == KvCacheDType::kFp8) o.kv_dtype = DType::kF8E4M3;  // one byte per K/V element
   o.prompt_tokens = a.prompt_tokens;
   o.output_tokens = a.output_tokens;
   o.max_batch = a.max_batch;
@@ -154,6 +159,10 @@ Subcommand AddPlanCommand(CLI::App& app) {
                   "none, or fp8: plan for the projections quantized to FP8 at load "
                   "(model.quantization); an FP8 checkpoint is planned in FP8 either way")
       ->check(CLI::IsMember({"none", "fp8"}));
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "auto (the weight dtype), or fp8: plan the KV cache at one byte per element "
+                  "(kv_cache.dtype)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
   cmd->add_option("--prompt-tokens", a->prompt_tokens, "throughput workload: prompt length")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--output-tokens", a->output_tokens, "throughput workload: tokens generated")

@@ -181,30 +181,38 @@ struct AttentionShape {
   // Tanh soft-capping of the scaled scores (0 = none): s = softcap *
   // tanh(s / softcap) before the mask and softmax (Gemma 2).
   float softcap = 0.0f;
+  // The fp8 KV cache's per-layer scales (kernels/kv_quant.h); unused when the
+  // cache holds the compute dtype.
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
-// K/V rows of every token into their cache slots.
+// K/V rows (dtype) of every token into their cache slots (cache_dtype: dtype,
+// or kF8E4M3 for BF16/F16 K/V, stored as e4m3(x / scale)).
 cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const AttentionShape& shape,
                           const void* k, const void* v, void* k_cache, void* v_cache,
-                          cudaStream_t stream);
+                          DType cache_dtype, cudaStream_t stream);
 
 // Split-K decode attention (one query token per CTA row; any number of
 // tokens per sequence, each attending to its own causal prefix). When
 // num_splits > 1, `partials` holds num_tokens * heads * num_splits *
 // (head_dim + 2) floats. Limits: head_dim <= 256, heads / kv_heads <= 16.
+// The cache holds `cache_dtype`: dtype, or kF8E4M3 (dtype BF16 or F16),
+// read as e4m3 x the shape's scale.
 cudaError_t LaunchDecodeAttention(DType dtype, const AttentionMetaDev& meta,
                                   const AttentionShape& shape, const void* q, const void* k_cache,
-                                  const void* v_cache, void* out, float scale, int partition,
-                                  int num_splits, float* partials, cudaStream_t stream);
+                                  const void* v_cache, DType cache_dtype, void* out, float scale,
+                                  int partition, int num_splits, float* partials,
+                                  cudaStream_t stream);
 size_t DecodeAttentionSharedBytes(const AttentionShape& shape, int partition);
 
 // Flash-style causal prefill attention: a CTA takes a tile of query rows
 // (tokens x the GQA group) of one sequence and one kv head, walks the key
 // tiles of its causal range through the paged cache with an online fp32
-// softmax. Limits: head_dim <= 256, heads / kv_heads <= 64.
+// softmax. Limits: head_dim <= 256, heads / kv_heads <= 64. The cache as
+// LaunchDecodeAttention's.
 cudaError_t LaunchPrefillAttention(DType dtype, const AttentionMetaDev& meta,
                                    const AttentionShape& shape, const void* q, const void* k_cache,
-                                   const void* v_cache, void* out, float scale,
+                                   const void* v_cache, DType cache_dtype, void* out, float scale,
                                    cudaStream_t stream);
 
 // Logits processing (kernels/logit_adjust.h): entries[i] applied to its

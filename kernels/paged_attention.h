@@ -34,20 +34,30 @@
 
 namespace tessera::kernels {
 
+// One layer's K and V. In the compute dtype, or in float8 e4m3fn (kF8E4M3, the
+// fp8 KV cache of common/format/kv_cache_dtype.h) with fp32 scales: a value x
+// is stored as F32ToF8E4M3(x / scale) (round to nearest even, saturating to
+// +-448) and read as F8E4M3ToF32(stored) * scale. The scales are ignored for
+// a cache in the compute dtype.
 struct KvCacheLayer {
   Tensor k;  // [num_blocks, block_size, kv_heads, head_dim]
   Tensor v;  // [num_blocks, block_size, kv_heads, head_dim]
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
-// Writes k/v rows of every sequence into its cache slots.
-// Shapes: k, v [tokens, kv_heads, head_dim] in the cache's dtype.
+// Writes k/v rows of every sequence into its cache slots, quantizing them
+// when the cache is kF8E4M3.
+// Shapes: k, v [tokens, kv_heads, head_dim] in the compute dtype; the cache
+// in the same dtype or kF8E4M3 (scales finite and > 0).
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 
 // out[t, h*head_dim:(h+1)*head_dim] = softmax(cap(q[t,h] . K[b..p] * scale)) V[b..p]
 // with b = 0, or b = max(0, p - sliding_window + 1) when sliding_window > 0,
 // and cap(s) = softcap * tanh(s / softcap) when softcap > 0, else s.
 // Shapes: q [tokens, heads, head_dim], out [tokens, heads * head_dim], both
-// in the cache's dtype. fp32 scores, softmax and accumulation.
+// in the compute dtype; the cache in the same dtype or kF8E4M3 (dequantized
+// on read with its scales). fp32 scores, softmax and accumulation.
 // Errors: kInvalidArgument on shapes, dtypes, a negative sliding_window or a
 // negative or non-finite softcap.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,

@@ -7,6 +7,7 @@
 
 #include "common/base/logging.h"
 #include "kernels/dispatch.h"
+#include "kernels/kv_quant.h"
 #include "kernels/paged_attention.h"
 
 namespace tessera::kernels {
@@ -77,9 +78,19 @@ namespace cpu {
 
 namespace {
 
+bool IsFp8(const KvCacheLayer& cache) { return cache.k.dtype() == DType::kF8E4M3; }
+
+Status CheckKvScales(const KvCacheLayer& cache) {
+  TESSERA_RETURN_IF_ERROR(CheckKvScale(cache.k_scale, "kv cache K"));
+  return CheckKvScale(cache.v_scale, "kv cache V");
+}
+
 Status CheckCache(const KvCacheLayer& cache, int64_t kv_heads, int64_t head_dim) {
-  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.k, 4, DType::kF32, "kv cache K"));
-  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.v, 4, DType::kF32, "kv cache V"));
+  // F32 (the compute dtype) or the fp8 KV cache's e4m3 bytes.
+  const DType dtype = IsFp8(cache) ? DType::kF8E4M3 : DType::kF32;
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.k, 4, dtype, "kv cache K"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(cache.v, 4, dtype, "kv cache V"));
+  if (dtype == DType::kF8E4M3) TESSERA_RETURN_IF_ERROR(CheckKvScales(cache));
   if (cache.k.shape() != cache.v.shape() || cache.k.dim(2) != kv_heads ||
       cache.k.dim(3) != head_dim)
     return InvalidArgument("kv cache " + cache.k.Describe() + " does not hold " +
@@ -117,6 +128,11 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       TESSERA_ASSIGN_OR_RETURN(int64_t off, SlotOffset(cache, s, s.start_pos + i));
       const int64_t t = s.token_begin + i;
+      if (IsFp8(cache)) {
+        QuantizeKvRow(k.data<float>() + t * row, cache.k_scale, row, cache.k.data<uint8_t>() + off);
+        QuantizeKvRow(v.data<float>() + t * row, cache.v_scale, row, cache.v.data<uint8_t>() + off);
+        continue;
+      }
       std::memcpy(cache.k.data<float>() + off, k.data<float>() + t * row, sizeof(float) * row);
       std::memcpy(cache.v.data<float>() + off, v.data<float>() + t * row, sizeof(float) * row);
     }
@@ -137,7 +153,9 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   if (out.rank() != 2 || out.dim(0) != q.dim(0) || out.dim(1) != heads * head_dim)
     return InvalidArgument("attention: out " + out.Describe() + " for q " + q.Describe());
   const int64_t group = heads / kv_heads;
-  std::vector<float> scores;
+  const int64_t row = kv_heads * head_dim;
+  const bool fp8 = IsFp8(cache);
+  std::vector<float> scores, k_rows, v_rows;
   std::vector<int64_t> offsets;
   for (const AttentionSeq& s : seqs) {
     const int64_t ctx = s.start_pos + s.num_tokens;
@@ -148,6 +166,22 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
     offsets.resize(static_cast<size_t>(ctx));
     for (int64_t p = first_seen; p < ctx; ++p) {
       TESSERA_ASSIGN_OR_RETURN(offsets[static_cast<size_t>(p)], SlotOffset(cache, s, p));
+    }
+    const float* k_base = fp8 ? nullptr : cache.k.data<float>();
+    const float* v_base = fp8 ? nullptr : cache.v.data<float>();
+    if (fp8) {
+      // The fp8 cache is dequantized once per sequence into fp32 rows
+      // (position p at p * row), so the loops below are those of an F32 cache.
+      k_rows.resize(static_cast<size_t>(ctx * row));
+      v_rows.resize(static_cast<size_t>(ctx * row));
+      for (int64_t p = first_seen; p < ctx; ++p) {
+        const int64_t off = offsets[static_cast<size_t>(p)];
+        DequantizeKvRow(cache.k.data<uint8_t>() + off, cache.k_scale, row, &k_rows[p * row]);
+        DequantizeKvRow(cache.v.data<uint8_t>() + off, cache.v_scale, row, &v_rows[p * row]);
+        offsets[static_cast<size_t>(p)] = p * row;
+      }
+      k_base = k_rows.data();
+      v_base = v_rows.data();
     }
     scores.resize(static_cast<size_t>(ctx));
     for (int64_t i = 0; i < s.num_tokens; ++i) {
@@ -161,7 +195,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
         const float* qv = q.data<float>() + (t * heads + h) * head_dim;
         float max_score = -std::numeric_limits<float>::infinity();
         for (int64_t p = lo; p < visible; ++p) {
-          const float* kv = cache.k.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
+          const float* kv = k_base + offsets[static_cast<size_t>(p)] + g * head_dim;
           float dot = 0.0f;
           for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
           float s = dot * scale;
@@ -179,7 +213,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
         std::fill(o, o + head_dim, 0.0f);
         for (int64_t p = lo; p < visible; ++p) {
           const float w = scores[static_cast<size_t>(p)] / denom;
-          const float* vv = cache.v.data<float>() + offsets[static_cast<size_t>(p)] + g * head_dim;
+          const float* vv = v_base + offsets[static_cast<size_t>(p)] + g * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vv[d];
         }
       }

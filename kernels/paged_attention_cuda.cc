@@ -9,6 +9,7 @@
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
+#include "kernels/kv_quant.h"
 #include "kernels/paged_attention.h"
 #ifdef TESSERA_WITH_FLASHINFER
 #include "kernels/flashinfer_launch.h"
@@ -47,15 +48,44 @@ StatusOr<AttentionMetaDev> DeviceMeta(const AttentionBatch& b) {
   return d;
 }
 
+bool IsFp8(const KvCacheLayer& cache) { return cache.k.dtype() == DType::kF8E4M3; }
+
+// The cache holds `dtype` (the compute dtype), or e4m3 (the fp8 KV cache,
+// kernels/kv_quant.h) for BF16/F16 compute with valid scales.
 Status CheckCache(const KvCacheLayer& cache, int64_t kv_heads, int64_t head_dim, DType dtype) {
-  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(cache.k, 4, Device::kCUDA, "kv cache K"));
-  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(cache.v, 4, Device::kCUDA, "kv cache V"));
-  if (cache.k.shape() != cache.v.shape() || cache.k.dtype() != dtype || cache.v.dtype() != dtype ||
-      cache.k.dim(2) != kv_heads || cache.k.dim(3) != head_dim)
+  const bool fp8 = IsFp8(cache);
+  if (fp8) {
+    if (dtype != DType::kBF16 && dtype != DType::kF16)
+      return Unimplemented("kv cache: the fp8 KV cache on CUDA needs BF16 or F16 compute, not " +
+                           std::string(DTypeName(dtype)));
+    TESSERA_RETURN_IF_ERROR(CheckKvScale(cache.k_scale, "kv cache K"));
+    TESSERA_RETURN_IF_ERROR(CheckKvScale(cache.v_scale, "kv cache V"));
+    if (cache.k.device() != Device::kCUDA || cache.v.device() != Device::kCUDA ||
+        cache.k.rank() != 4)
+      return InvalidArgument("kv cache " + cache.k.Describe() + " is not a 4-D CUDA tensor");
+  } else {
+    TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(cache.k, 4, Device::kCUDA, "kv cache K"));
+    TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(cache.v, 4, Device::kCUDA, "kv cache V"));
+  }
+  const DType stored = fp8 ? DType::kF8E4M3 : dtype;
+  if (cache.k.shape() != cache.v.shape() || cache.k.dtype() != stored ||
+      cache.v.dtype() != stored || cache.k.dim(2) != kv_heads || cache.k.dim(3) != head_dim)
     return InvalidArgument("kv cache " + cache.k.Describe() + " does not hold " +
                            std::to_string(kv_heads) + " kv heads of dim " +
-                           std::to_string(head_dim) + " in " + DTypeName(dtype));
+                           std::to_string(head_dim) + " in " + DTypeName(stored));
   return Status::Ok();
+}
+
+AttentionShape ShapeOf(const KvCacheLayer& cache, int64_t heads, int64_t kv_heads,
+                       int64_t head_dim) {
+  AttentionShape shape;
+  shape.heads = static_cast<int32_t>(heads);
+  shape.kv_heads = static_cast<int32_t>(kv_heads);
+  shape.head_dim = static_cast<int32_t>(head_dim);
+  shape.block_size = static_cast<int32_t>(cache.k.dim(1));
+  shape.k_scale = cache.k_scale;
+  shape.v_scale = cache.v_scale;
+  return shape;
 }
 
 #ifdef TESSERA_WITH_FLASHINFER
@@ -171,13 +201,9 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
   TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2), k.dtype()));
   TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
-  AttentionShape shape;
-  shape.heads = static_cast<int32_t>(k.dim(1));
-  shape.kv_heads = static_cast<int32_t>(k.dim(1));
-  shape.head_dim = static_cast<int32_t>(k.dim(2));
-  shape.block_size = static_cast<int32_t>(cache.k.dim(1));
+  const AttentionShape shape = ShapeOf(cache, k.dim(1), k.dim(1), k.dim(2));
   TESSERA_CUDA_LAUNCH_CHECK(LaunchWriteKv(k.dtype(), meta, shape, k.raw(), v.raw(), cache.k.raw(),
-                                          cache.v.raw(), ctx->stream()),
+                                          cache.v.raw(), cache.k.dtype(), ctx->stream()),
                             "WriteKvKernel");
   return Status::Ok();
 }
@@ -210,10 +236,10 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
 #ifdef TESSERA_WITH_FLASHINFER
-  // (Sliding windows and soft-capping run Tessera's kernels: FlashInfer's are
-  // instantiated without either.)
+  // (Sliding windows, soft-capping and the fp8 KV cache run Tessera's kernels:
+  // FlashInfer's are instantiated without them.)
   if (kernels == AttentionKernels::kFlashInfer && sliding_window == 0 && softcap == 0.0f &&
-      FlashInferTakes(q.dtype(), heads, kv_heads, head_dim)) {
+      !IsFp8(cache) && FlashInferTakes(q.dtype(), heads, kv_heads, head_dim)) {
     const int64_t S = static_cast<int64_t>(batch.seqs.size());
     if (batch.max_seq_tokens == 1 && batch.num_tokens == S)
       return FlashInferDecode(q, cache, batch, scale, out, *ctx);
@@ -227,11 +253,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
 #else
   (void)kernels;
 #endif
-  AttentionShape shape;
-  shape.heads = static_cast<int32_t>(heads);
-  shape.kv_heads = static_cast<int32_t>(kv_heads);
-  shape.head_dim = static_cast<int32_t>(head_dim);
-  shape.block_size = static_cast<int32_t>(cache.k.dim(1));
+  AttentionShape shape = ShapeOf(cache, heads, kv_heads, head_dim);
   // A window at least the longest context masks nothing.
   shape.window = static_cast<int32_t>(std::min<int64_t>(sliding_window, INT32_MAX));
   shape.softcap = softcap;
@@ -243,7 +265,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
                            " query heads per kv head (the CUDA kernels take <= 64)");
     TESSERA_CUDA_LAUNCH_CHECK(
         LaunchPrefillAttention(q.dtype(), meta, shape, q.raw(), cache.k.raw(), cache.v.raw(),
-                               out.raw(), scale, ctx->stream()),
+                               cache.k.dtype(), out.raw(), scale, ctx->stream()),
         "PrefillAttentionKernel");
     return Status::Ok();
   }
@@ -269,8 +291,9 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
   }
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchDecodeAttention(q.dtype(), meta, shape, q.raw(), cache.k.raw(), cache.v.raw(),
-                            out.raw(), scale, static_cast<int>(partition), static_cast<int>(splits),
-                            splits > 1 ? partials.data<float>() : nullptr, ctx->stream()),
+                            cache.k.dtype(), out.raw(), scale, static_cast<int>(partition),
+                            static_cast<int>(splits), splits > 1 ? partials.data<float>() : nullptr,
+                            ctx->stream()),
       "DecodeAttentionKernel");
   return Status::Ok();
 }

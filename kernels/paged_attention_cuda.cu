@@ -29,7 +29,17 @@
 // KV writes: one CTA per (token, chunk of its K/V row), 16-byte vectors when
 // the row and the pointers are 16-byte aligned (one scalar CTA per token
 // otherwise).
+//
+// The fp8 KV cache (kernels/kv_quant.h): the cache element type C is the
+// compute type T or __nv_fp8_e4m3. A write stores e4m3(ToF(x) / scale)
+// (cuda_fp8.h's conversion: round to nearest even, __NV_SATFINITE saturating
+// to +-448, as the CPU's F32ToF8E4M3); the kernels read float(e4m3) * scale
+// where they read ToF(x) otherwise, so the arithmetic after the load is the
+// same. Instantiated for T = BF16 and F16 only (the Hopper serving dtypes).
+#include <cuda_fp8.h>
+
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
@@ -48,15 +58,40 @@ __device__ __forceinline__ float SoftCapScore(float s, float cap) {
   return cap > 0.0f ? tanhf(s / cap) * cap : s;
 }
 
+// A cache element in fp32: the compute type as is, e4m3 times its scale.
+template <typename C>
+__device__ __forceinline__ float KvF(C x, float) {
+  return ToF(x);
+}
+template <>
+__device__ __forceinline__ float KvF<__nv_fp8_e4m3>(__nv_fp8_e4m3 x, float scale) {
+  return static_cast<float>(x) * scale;
+}
+
+// A K/V value as the cache of element type C stores it.
+template <typename C, typename T>
+__device__ __forceinline__ C KvStore(T x, float) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 KvStore<__nv_fp8_e4m3, __nv_bfloat16>(__nv_bfloat16 x,
+                                                                               float scale) {
+  return __nv_fp8_e4m3(ToF(x) / scale);
+}
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 KvStore<__nv_fp8_e4m3, __half>(__half x, float scale) {
+  return __nv_fp8_e4m3(ToF(x) / scale);
+}
+
 __device__ __forceinline__ int64_t SlotBase(const int32_t* table, int p, const AttentionShape& s,
                                             int kvh) {
   const int64_t block = table[p / s.block_size];
   return ((block * s.block_size + p % s.block_size) * s.kv_heads + kvh) * s.head_dim;
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void WriteKvKernel(AttentionMetaDev meta, AttentionShape shape, const T* __restrict__ k,
-                              const T* __restrict__ v, T* kc, T* vc) {
+                              const T* __restrict__ v, C* kc, C* vc) {
   const int t = blockIdx.x;
   const int seq = meta.token_seq[t], p = meta.token_pos[t];
   const int32_t* table = meta.tables + meta.seq_info[4 * seq + 3];
@@ -64,8 +99,8 @@ __global__ void WriteKvKernel(AttentionMetaDev meta, AttentionShape shape, const
   const int64_t block = table[p / shape.block_size];
   const int64_t dst = (block * shape.block_size + p % shape.block_size) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
-    kc[dst + i] = k[t * row + i];
-    vc[dst + i] = v[t * row + i];
+    kc[dst + i] = KvStore<C>(k[t * row + i], shape.k_scale);
+    vc[dst + i] = KvStore<C>(v[t * row + i], shape.v_scale);
   }
 }
 
@@ -87,10 +122,10 @@ __global__ void WriteKvVecKernel(AttentionMetaDev meta, AttentionShape shape, in
   }
 }
 
-template <typename T, int MAXG>
+template <typename T, typename C, int MAXG>
 __global__ void __launch_bounds__(kDecodeThreads)
     DecodeAttentionKernel(AttentionMetaDev meta, AttentionShape shape, const T* __restrict__ q,
-                          const T* __restrict__ kc, const T* __restrict__ vc, T* out, float scale,
+                          const C* __restrict__ kc, const C* __restrict__ vc, T* out, float scale,
                           int partition, int num_splits, float* partials) {
   extern __shared__ float smem[];
   const int D = shape.head_dim, H = shape.heads, G = shape.heads / shape.kv_heads;
@@ -128,12 +163,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // Scores: one warp per key position, lanes split the head dimension.
   const int warp = tid >> 5, lane = tid & 31, nwarps = blockDim.x >> 5;
   for (int i = warp; i < n; i += nwarps) {
-    const T* krow = kc + SlotBase(table, p0 + i, shape, kvh);
+    const C* krow = kc + SlotBase(table, p0 + i, shape, kvh);
     float dots[MAXG];
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) dots[g] = 0.0f;
     for (int d = lane; d < D; d += 32) {
-      const float kv = ToF(krow[d]);
+      const float kv = KvF(krow[d], shape.k_scale);
 #pragma unroll
       for (int g = 0; g < MAXG; ++g)
         if (g < G) dots[g] += q_s[g * D + d] * kv;
@@ -177,12 +212,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int g = 0; g < MAXG; ++g) acc[g][0] = acc[g][1] = 0.0f;
   if (active) {
     for (int i = grp; i < n; i += groups) {
-      const T* vrow = vc + SlotBase(table, p0 + i, shape, kvh);
+      const C* vrow = vc + SlotBase(table, p0 + i, shape, kvh);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int d = d0 + j * kDecodeThreads;
         if (d < D && (j == 0 || D > kDecodeThreads)) {
-          const float vv = ToF(vrow[d]);
+          const float vv = KvF(vrow[d], shape.v_scale);
 #pragma unroll
           for (int g = 0; g < MAXG; ++g)
             if (g < G) acc[g][j] += scores[g * partition + i] * vv;
@@ -249,10 +284,10 @@ __global__ void CombineSplitsKernel(int num_tokens, int heads, int head_dim, int
   }
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void __launch_bounds__(kPrefillThreads)
     PrefillAttentionKernel(AttentionMetaDev meta, AttentionShape shape, const T* __restrict__ q,
-                           const T* __restrict__ kc, const T* __restrict__ vc, T* out,
+                           const C* __restrict__ kc, const C* __restrict__ vc, T* out,
                            float scale) {
   extern __shared__ float smem[];
   const int D = shape.head_dim, H = shape.heads, G = shape.heads / shape.kv_heads;
@@ -303,8 +338,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       float kv = 0.0f, vv = 0.0f;
       if (p <= last_pos) {
         const int64_t base = SlotBase(table, p, shape, kvh);
-        kv = ToF(kc[base + d]);
-        vv = ToF(vc[base + d]);
+        kv = KvF(kc[base + d], shape.k_scale);
+        vv = KvF(vc[base + d], shape.v_scale);
       }
       Ks[c * DS + d] = kv;
       Vs[c * DS + d] = vv;
@@ -418,18 +453,18 @@ cudaError_t AllowSharedBytes(Kernel kernel, size_t bytes, size_t& allowed) {
   return e;
 }
 
-template <typename T, int MAXG>
+template <typename T, typename C, int MAXG>
 cudaError_t LaunchDecodeTyped(const AttentionMetaDev& meta, const AttentionShape& shape,
                               const void* q, const void* kc, const void* vc, void* out, float scale,
                               int partition, int num_splits, float* partials, cudaStream_t stream) {
   static size_t allowed = 0;
   const size_t smem = DecodeAttentionSharedBytes(shape, partition);
-  cudaError_t e = AllowSharedBytes(DecodeAttentionKernel<T, MAXG>, smem, allowed);
+  cudaError_t e = AllowSharedBytes(DecodeAttentionKernel<T, C, MAXG>, smem, allowed);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(meta.num_tokens), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(num_splits));
-  DecodeAttentionKernel<T, MAXG><<<grid, kDecodeThreads, smem, stream>>>(
-      meta, shape, static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc),
+  DecodeAttentionKernel<T, C, MAXG><<<grid, kDecodeThreads, smem, stream>>>(
+      meta, shape, static_cast<const T*>(q), static_cast<const C*>(kc), static_cast<const C*>(vc),
       static_cast<T*>(out), scale, partition, num_splits, partials);
   e = cudaGetLastError();
   if (e != cudaSuccess || num_splits == 1) return e;
@@ -439,12 +474,59 @@ cudaError_t LaunchDecodeTyped(const AttentionMetaDev& meta, const AttentionShape
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t LaunchPrefillTyped(const AttentionMetaDev& meta, const AttentionShape& shape,
+                               const void* q, const void* kc, const void* vc, void* out,
+                               float scale, bool fp8_cache, cudaStream_t stream) {
+  const int g = shape.heads / shape.kv_heads;
+  const int tokens_per_tile = kPrefillRows / g > 0 ? kPrefillRows / g : 1;
+  const unsigned tiles =
+      static_cast<unsigned>((meta.max_seq_tokens + tokens_per_tile - 1) / tokens_per_tile);
+  const dim3 grid(tiles, static_cast<unsigned>(meta.num_seqs),
+                  static_cast<unsigned>(shape.kv_heads));
+  const size_t smem = PrefillSharedBytes(shape.head_dim);
+  const auto launch = [&](auto kernel, const auto* k, const auto* v) {
+    static size_t allowed = 0;
+    cudaError_t e = AllowSharedBytes(kernel, smem, allowed);
+    if (e != cudaSuccess) return e;
+    kernel<<<grid, kPrefillThreads, smem, stream>>>(meta, shape, static_cast<const T*>(q), k, v,
+                                                    static_cast<T*>(out), scale);
+    return cudaGetLastError();
+  };
+  if (fp8_cache) {
+    if constexpr (std::is_same_v<T, float>) {
+      return cudaErrorInvalidValue;  // fp8 KV is instantiated for 16-bit compute only
+    } else {
+      return launch(PrefillAttentionKernel<T, __nv_fp8_e4m3>, static_cast<const __nv_fp8_e4m3*>(kc),
+                    static_cast<const __nv_fp8_e4m3*>(vc));
+    }
+  }
+  return launch(PrefillAttentionKernel<T, T>, static_cast<const T*>(kc), static_cast<const T*>(vc));
+}
+
 }  // namespace
 
 cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const AttentionShape& shape,
                           const void* k, const void* v, void* k_cache, void* v_cache,
-                          cudaStream_t stream) {
+                          DType cache_dtype, cudaStream_t stream) {
   if (meta.num_tokens == 0) return cudaSuccess;
+  if (cache_dtype == DType::kF8E4M3) {
+    const unsigned grid = static_cast<unsigned>(meta.num_tokens);
+    auto* kc = static_cast<__nv_fp8_e4m3*>(k_cache);
+    auto* vc = static_cast<__nv_fp8_e4m3*>(v_cache);
+    if (dtype == DType::kBF16) {
+      WriteKvKernel<__nv_bfloat16, __nv_fp8_e4m3>
+          <<<grid, 128, 0, stream>>>(meta, shape, static_cast<const __nv_bfloat16*>(k),
+                                     static_cast<const __nv_bfloat16*>(v), kc, vc);
+    } else if (dtype == DType::kF16) {
+      WriteKvKernel<__half, __nv_fp8_e4m3><<<grid, 128, 0, stream>>>(
+          meta, shape, static_cast<const __half*>(k), static_cast<const __half*>(v), kc, vc);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+  }
+  if (cache_dtype != dtype) return cudaErrorInvalidValue;
   const size_t row_bytes =
       static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim) * DTypeSize(dtype);
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -457,7 +539,8 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
     return cudaGetLastError();
   }
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       WriteKvKernel<T><<<static_cast<unsigned>(meta.num_tokens), 128, 0, stream>>>(
+                       WriteKvKernel<T, T>
+                       <<<static_cast<unsigned>(meta.num_tokens), 128, 0, stream>>>(
                            meta, shape, static_cast<const T*>(k), static_cast<const T*>(v),
                            static_cast<T*>(k_cache), static_cast<T*>(v_cache)));
   return cudaGetLastError();
@@ -471,16 +554,22 @@ size_t DecodeAttentionSharedBytes(const AttentionShape& shape, int partition) {
 
 cudaError_t LaunchDecodeAttention(DType dtype, const AttentionMetaDev& meta,
                                   const AttentionShape& shape, const void* q, const void* k_cache,
-                                  const void* v_cache, void* out, float scale, int partition,
-                                  int num_splits, float* partials, cudaStream_t stream) {
+                                  const void* v_cache, DType cache_dtype, void* out, float scale,
+                                  int partition, int num_splits, float* partials,
+                                  cudaStream_t stream) {
   if (meta.num_tokens == 0) return cudaSuccess;
   const int g = shape.heads / shape.kv_heads;
   if (shape.head_dim > 256 || g > 16) return cudaErrorInvalidValue;
-#define TESSERA_DECODE(MAXG)                                                                      \
-  TESSERA_FLOAT_SWITCH(                                                                           \
-      dtype, T,                                                                                   \
-      return (LaunchDecodeTyped<T, MAXG>(meta, shape, q, k_cache, v_cache, out, scale, partition, \
-                                         num_splits, partials, stream)))
+  const bool fp8 = cache_dtype == DType::kF8E4M3;
+  if (!fp8 && cache_dtype != dtype) return cudaErrorInvalidValue;
+#define TESSERA_DECODE_AS(T, C, MAXG)                                                            \
+  return (LaunchDecodeTyped<T, C, MAXG>(meta, shape, q, k_cache, v_cache, out, scale, partition, \
+                                        num_splits, partials, stream))
+#define TESSERA_DECODE(MAXG)                                                               \
+  if (fp8 && dtype == DType::kBF16) TESSERA_DECODE_AS(__nv_bfloat16, __nv_fp8_e4m3, MAXG); \
+  if (fp8 && dtype == DType::kF16) TESSERA_DECODE_AS(__half, __nv_fp8_e4m3, MAXG);         \
+  if (fp8) return cudaErrorInvalidValue;                                                   \
+  TESSERA_FLOAT_SWITCH(dtype, T, TESSERA_DECODE_AS(T, T, MAXG))
   if (g <= 1) {
     TESSERA_DECODE(1);
   } else if (g <= 2) {
@@ -493,31 +582,23 @@ cudaError_t LaunchDecodeAttention(DType dtype, const AttentionMetaDev& meta,
     TESSERA_DECODE(16);
   }
 #undef TESSERA_DECODE
+#undef TESSERA_DECODE_AS
   return cudaSuccess;
 }
 
 cudaError_t LaunchPrefillAttention(DType dtype, const AttentionMetaDev& meta,
                                    const AttentionShape& shape, const void* q, const void* k_cache,
-                                   const void* v_cache, void* out, float scale,
+                                   const void* v_cache, DType cache_dtype, void* out, float scale,
                                    cudaStream_t stream) {
   if (meta.num_tokens == 0) return cudaSuccess;
   const int g = shape.heads / shape.kv_heads;
   if (shape.head_dim > 256 || g > kPrefillRows) return cudaErrorInvalidValue;
-  const int tokens_per_tile = kPrefillRows / g > 0 ? kPrefillRows / g : 1;
-  const unsigned tiles =
-      static_cast<unsigned>((meta.max_seq_tokens + tokens_per_tile - 1) / tokens_per_tile);
-  const dim3 grid(tiles, static_cast<unsigned>(meta.num_seqs),
-                  static_cast<unsigned>(shape.kv_heads));
-  const size_t smem = PrefillSharedBytes(shape.head_dim);
-  TESSERA_FLOAT_SWITCH(dtype, T, {
-    static size_t allowed = 0;
-    cudaError_t e = AllowSharedBytes(PrefillAttentionKernel<T>, smem, allowed);
-    if (e != cudaSuccess) return e;
-    PrefillAttentionKernel<T><<<grid, kPrefillThreads, smem, stream>>>(
-        meta, shape, static_cast<const T*>(q), static_cast<const T*>(k_cache),
-        static_cast<const T*>(v_cache), static_cast<T*>(out), scale);
-  });
-  return cudaGetLastError();
+  const bool fp8 = cache_dtype == DType::kF8E4M3;
+  if (!fp8 && cache_dtype != dtype) return cudaErrorInvalidValue;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      return LaunchPrefillTyped<T>(meta, shape, q, k_cache, v_cache, out, scale, fp8, stream));
+  return cudaSuccess;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -35,6 +35,7 @@
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/format/kv_cache_dtype.h"
 #include "common/format/quantization.h"
 #include "common/grammar/grammar_library_paths.h"
 #include "common/net/net_defaults.h"
@@ -319,6 +320,13 @@ struct KvCacheSection {
   // used when the pool needs room, so it costs no capacity; off only to
   // measure without it.
   bool prefix_caching = true;
+  // Element type of the cache (common/format/kv_cache_dtype.h): "auto" = the
+  // model's compute dtype (F32 on CPU workers); "fp8" = float8 e4m3 with one
+  // scale per layer for K and one for V, taken from the checkpoint
+  // (`self_attn.k_scale` / `v_scale`, or `kv_scale`), else 1.0. fp8 halves
+  // the KV bytes of a bf16 model (a quarter of F32 on CPU), so about twice
+  // the blocks fit, at the cost of KV rounding to 3 mantissa bits.
+  KvCacheDType dtype = KvCacheDType::kAuto;
 };
 
 // [scheduler]: continuous batching and admission control on the coordinator.

@@ -139,6 +139,11 @@ const std::vector<Choice<QuantMethod>>& QuantizationChoices() {
                                                      {"fp8", QuantMethod::kOnlineFp8}};
   return c;
 }
+const std::vector<Choice<KvCacheDType>>& KvCacheDTypeChoices() {
+  static const std::vector<Choice<KvCacheDType>> c = {{"auto", KvCacheDType::kAuto},
+                                                      {"fp8", KvCacheDType::kFp8}};
+  return c;
+}
 const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
   static const std::vector<Choice<ParallelMode>> c = {{"auto", ParallelMode::kAuto},
                                                       {"explicit", ParallelMode::kExplicit}};
@@ -557,6 +562,9 @@ const std::vector<Field>& Fields() {
                Member<KvCacheSection, int64_t>{&D::kv_cache, &KvCacheSection::max_blocks}),
       BoolField("kv_cache", "prefix_caching",
                 Member<KvCacheSection, bool>{&D::kv_cache, &KvCacheSection::prefix_caching}),
+      EnumField("kv_cache", "dtype",
+                Member<KvCacheSection, KvCacheDType>{&D::kv_cache, &KvCacheSection::dtype},
+                KvCacheDTypeChoices()),
 
       IntField(
           "scheduler", "max_batch_tokens",

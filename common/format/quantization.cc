@@ -48,6 +48,36 @@ StatusOr<QuantizationConfig> ParseHfFp8(const json& obj, const std::string& path
   return q;
 }
 
+// compressed-tensors' kv_cache_scheme: static per-tensor fp8 K/V scales
+// (`self_attn.k_scale` / `v_scale`), what the fp8 KV cache reads
+// (worker/model/kv_cache_scales.h) when kv_cache.dtype = "fp8".
+Status ParseKvCacheScheme(const json& kv, const std::string& path) {
+  ConfigReader k(kv, path, std::string(kPrefix) + "kv_cache_scheme.");
+  int64_t bits = 8;
+  std::string type = "float", strategy = "tensor";
+  bool dynamic = false, symmetric = true;
+  TESSERA_RETURN_IF_ERROR(k.Int("num_bits", false, &bits));
+  TESSERA_RETURN_IF_ERROR(k.String("type", &type));
+  TESSERA_RETURN_IF_ERROR(k.String("strategy", &strategy));
+  TESSERA_RETURN_IF_ERROR(k.Bool("dynamic", &dynamic));
+  TESSERA_RETURN_IF_ERROR(k.Bool("symmetric", &symmetric));
+  const std::string only = " (only static per-tensor 8-bit symmetric float K/V scales)";
+  if (bits != 8 || type != "float" || !symmetric)
+    return Status(
+        StatusCode::kUnimplemented,
+        k.Error("num_bits", "a KV cache of " + std::to_string(bits) + "-bit " + type +
+                                (symmetric ? "" : " asymmetric") + " is not supported" + only)
+            .message());
+  if (strategy != "tensor")
+    return Status(StatusCode::kUnimplemented,
+                  k.Error("strategy", "K/V scales per '" + strategy + "' are not supported" + only)
+                      .message());
+  if (dynamic)
+    return Status(StatusCode::kUnimplemented,
+                  k.Error("dynamic", "dynamic K/V scales are not supported" + only).message());
+  return Status::Ok();
+}
+
 // compressed-tensors: one config group of 8-bit symmetric float weights.
 StatusOr<QuantizationConfig> ParseCompressedTensors(const json& obj, const std::string& path) {
   ConfigReader r(obj, path, kPrefix);
@@ -59,8 +89,11 @@ StatusOr<QuantizationConfig> ParseCompressedTensors(const json& obj, const std::
     return Unsupported(
         r, "format",
         "'" + format + "' is not supported (supported: float-quantized, naive-quantized)");
-  if (r.Has("kv_cache_scheme"))
-    return Unsupported(r, "kv_cache_scheme", "an FP8 KV cache is not supported");
+  TESSERA_ASSIGN_OR_RETURN(const json* kv, r.Object("kv_cache_scheme"));
+  if (kv != nullptr) {
+    TESSERA_RETURN_IF_ERROR(ParseKvCacheScheme(*kv, path));
+    q.kv_cache_scales = true;
+  }
   TESSERA_ASSIGN_OR_RETURN(const json* groups, r.Object("config_groups"));
   if (groups == nullptr) return r.Missing("config_groups");
   if (groups->size() != 1)
@@ -190,7 +223,9 @@ std::string QuantizationConfig::Describe() const {
     s += std::string("per-") + WeightScaleKindName(weight_scale);
   s += " weight scales, ";
   s += static_input_scale ? "static" : "dynamic";
-  return s + " activations)";
+  s += " activations";
+  if (kv_cache_scales) s += ", static K/V scales";
+  return s + ")";
 }
 
 QuantizationConfig OnlineFp8Quantization() {

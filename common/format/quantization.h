@@ -66,6 +66,10 @@ struct QuantizationConfig {
   // Static per-tensor input (activation) scales `X.input_scale`; false =
   // dynamic activation scales, computed per token at run time.
   bool static_input_scale = false;
+  // compressed-tensors' kv_cache_scheme: the checkpoint carries static
+  // per-tensor fp8 K/V scales per layer (`self_attn.k_scale` / `v_scale`),
+  // which the fp8 KV cache uses (kv_cache.dtype = "fp8"; ignored otherwise).
+  bool kv_cache_scales = false;
 
   bool quantized() const { return method != QuantMethod::kNone; }
   // The scale tensor of weight `weight_name` ("...q_proj.weight" ->
@@ -89,8 +93,9 @@ QuantizationConfig OnlineFp8Quantization();
 // other method; kUnimplemented naming the key for a supported method with a
 // setting Tessera does not run (fmt e5m2, static activations in "fp8", a
 // format other than float-/naive-quantized, not exactly one config group,
-// weights other than 8-bit symmetric float, a kv_cache_scheme, output
-// activations); kInvalidArgument naming the key for a malformed value.
+// weights other than 8-bit symmetric float, a kv_cache_scheme other than
+// static per-tensor 8-bit float, output activations); kInvalidArgument naming
+// the key for a malformed value.
 StatusOr<QuantizationConfig> ParseQuantizationConfig(const nlohmann::json& obj,
                                                      const std::string& path);
 

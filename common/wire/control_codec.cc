@@ -185,6 +185,8 @@ Status ValidateAssignShard(const control::AssignShard& a) {
     return InvalidArgument("dtype '" + a.dtype() + "' is not one of F32, F16, BF16");
   if (!a.quantization().empty() && a.quantization() != "fp8")
     return InvalidArgument("quantization '" + a.quantization() + "' is not \"\" or \"fp8\"");
+  if (!a.kv_cache_dtype().empty() && a.kv_cache_dtype() != "fp8")
+    return InvalidArgument("kv_cache_dtype '" + a.kv_cache_dtype() + "' is not \"\" or \"fp8\"");
   if (a.kv_block_size() == 0) return InvalidArgument("kv_block_size is 0");
   if (a.kv_num_blocks() == 0) return InvalidArgument("kv_num_blocks is 0");
   switch (a.rendezvous_case()) {

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/format/kv_cache_dtype.h"
 #include "coordinator/api/plan_json.h"
 
 namespace tessera {
@@ -251,6 +252,7 @@ json ReplicaPlanJson(const ReplicaPlanStatus& p, ParallelMode mode) {
   if (p.moe) out["expert_parallel"] = p.expert_parallel;
   out["kv_blocks"] = p.kv_blocks;
   out["kv_block_size"] = p.kv_block_size;
+  out["kv_cache_dtype"] = KvCacheDTypeName(p.kv_cache_dtype);  // "auto" or "fp8"
   out["wanted"] = LayoutJson(p.wanted);
   json history = json::array();
   for (const PlanChangeReport& r : p.history) history.push_back(PlanChangeReportJson(r));

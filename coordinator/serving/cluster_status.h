@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/config/daemon_config.h"
+#include "common/format/kv_cache_dtype.h"
 #include "common/model/parallel_config.h"
 #include "coordinator/placement/planner.h"
 #include "coordinator/serving/cluster_state.h"
@@ -171,9 +172,10 @@ struct ReplicaPlanStatus {
   std::string quantization;  // QuantizationConfig::Describe
   ParallelConfig parallel;   // the running layout
   bool moe = false;
-  bool expert_parallel = false;  // moe only
-  int64_t kv_blocks = 0;         // per rank
-  int kv_block_size = 0;         // tokens per block
+  bool expert_parallel = false;                       // moe only
+  int64_t kv_blocks = 0;                              // per rank
+  int kv_block_size = 0;                              // tokens per block
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // kv_cache.dtype as configured
   ParallelConfig wanted;
   std::vector<PlanChangeReport> history;  // oldest first
   // The planner's result that placed it (null: an explicit layout, no

@@ -184,6 +184,7 @@ ReplicaPlanStatus ClusterView::ReplicaPlanOf(size_t index) const {
   out.expert_parallel = ep;
   out.kv_blocks = p.kv_blocks;
   out.kv_block_size = config_.kv_cache.block_size;
+  out.kv_cache_dtype = config_.kv_cache.dtype;
   out.wanted = p.wanted;
   out.history = p.history;
   if (!p.plan_result) return out;  // an explicit tp per stage: no planner run

@@ -223,6 +223,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
     s->set_end_layer(static_cast<uint32_t>(parallel.EndLayer(a.stage)));
     s->set_model_path(config_.model.path);
     if (config_.model.quantization == QuantMethod::kOnlineFp8) s->set_quantization("fp8");
+    s->set_kv_cache_dtype(KvCacheDTypeWire(config_.kv_cache.dtype));
     // model.dtype, or the checkpoint's; CPU workers compute in F32 regardless.
     s->set_dtype(DTypeName(config_.model.dtype.value_or(model_.torch_dtype)));
     s->set_kv_block_size(static_cast<uint32_t>(config_.kv_cache.block_size));

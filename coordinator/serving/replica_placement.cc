@@ -17,9 +17,12 @@ int64_t ReplicaPlacer::PredictedKvBytes(const ParallelConfig& parallel, int stag
   StageShape shape;
   shape.tp = parallel.TpOfStage(stage);
   shape.layers = parallel.EndLayer(stage) - parallel.FirstLayer(stage);
+  // F32 as a CPU worker holds it (the auto dtype; on CUDA the worker's own count
+  // replaces it), or fp8's one byte on every backend.
+  const DType kv = KvStorageDType(config_.kv_cache.dtype, DType::kF32);
   return static_cast<int64_t>(
       static_cast<double>(blocks * config_.kv_cache.block_size) *
-      KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, DType::kF32), shape));
+      KvBytesPerTokenPerGpu(ModelSizes::From(model_, DType::kF32, kv), shape));
 }
 
 const ParallelConfig& ReplicaPlacer::LayoutOf(int replica) const {
@@ -42,6 +45,8 @@ PlanOptions ReplicaPlacer::PlanOptionsFor(bool cpu, int max_replicas,
   } else if (config_.model.dtype) {
     o.weight_dtype = o.kv_dtype = *config_.model.dtype;
   }
+  // The fp8 KV cache stores one byte per element on either backend.
+  if (config_.kv_cache.dtype == KvCacheDType::kFp8) o.kv_dtype = DType::kF8E4M3;
   // FP8 projections stay FP8 only on CUDA (at a 16-bit dtype, which the
   // planner checks); the CPU backend dequantizes them at load.
   o.keeps_fp8 = !cpu;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "worker/model/kv_cache_scales.h"
+
 namespace tessera::testing {
 
 StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, int64_t num_blocks,
                                                        int64_t block_size,
                                                        kernels::Backend* backend,
-                                                       QuantMethod online) {
+                                                       QuantMethod online, KvCacheDType kv_dtype) {
   if (backend == nullptr) backend = &kernels::CpuBackend();
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
@@ -19,8 +21,8 @@ StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& dir, i
   m->block_size_ = block_size;
   const StageLayout lay = loaded.model->layout();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                           KvCache::Create(*backend, lay.num_layers(), num_blocks, block_size,
-                                           lay.kv_heads_local, loaded.config.head_dim));
+                           MakeStageKvCache(*backend, dir, lay, num_blocks, block_size,
+                                            loaded.config.head_dim, kv_dtype));
   m->executor_ = std::make_unique<LocalExecutor>(std::move(loaded.model), std::move(cache));
   m->allocator_ = std::make_unique<BlockAllocator>(num_blocks);
   return m;

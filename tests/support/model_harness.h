@@ -19,12 +19,14 @@ class LocalModel {
  public:
   // Aborts the test on load errors (callers ASSERT on ok() of Load instead).
   // `backend` (null = CPU) holds the model and its KV cache; `online` is
-  // LoadModel's (model.quantization).
+  // LoadModel's (model.quantization); `kv_dtype` the KV cache's ([kv_cache]
+  // dtype: fp8 reads the checkpoint's scales, MakeStageKvCache).
   static StatusOr<std::unique_ptr<LocalModel>> Load(const std::string& dir,
                                                     int64_t num_blocks = 256,
                                                     int64_t block_size = 16,
                                                     kernels::Backend* backend = nullptr,
-                                                    QuantMethod online = QuantMethod::kNone);
+                                                    QuantMethod online = QuantMethod::kNone,
+                                                    KvCacheDType kv_dtype = KvCacheDType::kAuto);
 
   // Last-position logits [vocab] of `prompt`, prefilled in one step.
   StatusOr<std::vector<float>> LastLogits(const std::vector<int32_t>& prompt);

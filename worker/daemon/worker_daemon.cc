@@ -20,6 +20,7 @@
 #include "worker/daemon/worker_registration.h"
 #include "worker/exec/pipeline_executor.h"
 #include "worker/exec/rank_device.h"
+#include "worker/model/kv_cache_scales.h"
 #include "worker/model/model_loader.h"
 #include "worker/topology/topology_discovery.h"
 
@@ -325,6 +326,8 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   if (!dtype.ok()) return fail(dtype.status().WithContext("AssignShard.dtype"));
   auto online = ParseOnlineQuantization(assign.quantization());
   if (!online.ok()) return fail(online.status().WithContext("AssignShard.quantization"));
+  auto kv_dtype = ParseKvCacheDType(assign.kv_cache_dtype(), "AssignShard.kv_cache_dtype");
+  if (!kv_dtype.ok()) return fail(kv_dtype.status());
   // The backend, and the weights it holds, carry over from the last plan
   // while the rank's backend and compute dtype stay the same; the held
   // weights also need the same model. Otherwise they are dropped (before the
@@ -408,8 +411,8 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   const StageLayout lay = loaded->model->layout();
   const int64_t blocks = static_cast<int64_t>(assign.kv_num_blocks());
   const int64_t block_size = assign.kv_block_size();
-  auto kv = KvCache::Create(backend, lay.num_layers(), blocks, block_size, lay.kv_heads_local,
-                            config->head_dim);
+  auto kv = MakeStageKvCache(backend, assign.model_path(), lay, blocks, block_size,
+                             config->head_dim, *kv_dtype);
   if (!kv.ok()) return fail(kv.status());
   KvCache& cache = **kv;
   // The metrics first: a scrape after the coordinator is ready sees the load.

@@ -3,9 +3,11 @@
 #include <memory>
 
 #include "common/net/tcp_store.h"
+#include "kernels/backend.h"
 #include "kernels/blas_threads.h"
 #include "worker/comm/process_group.h"
 #include "worker/exec/rank_inputs.h"
+#include "worker/model/kv_cache_scales.h"
 #include "worker/model/model_loader.h"
 
 namespace tessera {
@@ -51,7 +53,10 @@ StatusOr<RankResult> RunRank(const RankOptions& o, const std::vector<GenerationR
   result.load_seconds = loaded->load_seconds;
   result.weight_bytes = loaded->weight_bytes;
   const StageLayout lay = loaded->model->layout();
-  KvCache cache(lay.num_layers(), o.kv_blocks, o.block_size, lay.kv_heads_local, config.head_dim);
+  auto made = MakeStageKvCache(kernels::CpuBackend(), o.model_dir, lay, o.kv_blocks, o.block_size,
+                               config.head_dim, o.kv_cache_dtype);
+  if (!made.ok()) return made.status().WithContext(who);
+  KvCache& cache = **made;
 
   PipelineLinks links;
   links.pp = o.pp;

@@ -17,6 +17,7 @@
 
 #include "common/base/status.h"
 #include "common/engine/engine.h"
+#include "common/format/kv_cache_dtype.h"
 #include "common/format/quantization.h"
 #include "worker/exec/pipeline_executor.h"
 
@@ -44,6 +45,8 @@ struct RankOptions {
   EngineOptions engine;
   // Online quantization at load (model.quantization; LoadModel's `online`).
   QuantMethod quantization = QuantMethod::kNone;
+  // The KV cache's element type ([kv_cache] dtype; fp8 reads the checkpoint's scales).
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
 };
 
 struct RankResult {

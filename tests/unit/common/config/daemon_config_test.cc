@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 71);
+  EXPECT_EQ(keys, 72);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
@@ -358,6 +358,28 @@ TEST(DaemonConfigParse, InvalidChoiceListsTheChoices) {
   EXPECT_EQ(
       ParseError("[worker]\nbackend = \"rocm\"\n"),
       "x.toml:2:11: worker.backend: must be one of \"auto\", \"cpu\", \"cuda\", got \"rocm\"");
+  EXPECT_EQ(ParseError("[kv_cache]\ndtype = \"int8\"\n"),
+            "x.toml:2:9: kv_cache.dtype: must be one of \"auto\", \"fp8\", got \"int8\"");
+  EXPECT_EQ(ParseError("[kv_cache]\nblock_size = 16\ndtype = \"float8_e4m3\"\n"),
+            "x.toml:3:9: kv_cache.dtype: must be one of \"auto\", \"fp8\", got \"float8_e4m3\"");
+  EXPECT_EQ(ParseError("[kv_cache]\ndtype = 8\n"),
+            "x.toml:2:9: kv_cache.dtype: expected a string (one of \"auto\", \"fp8\"), got "
+            "integer 8");
+}
+
+TEST(DaemonConfigParse, KvCacheDtypeIsAutoByDefaultOrFp8) {
+  auto def = ParseDaemonConfig("", "x.toml");
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->kv_cache.dtype, KvCacheDType::kAuto);
+  auto fp8 = ParseDaemonConfig("[kv_cache]\ndtype = \"fp8\"\n", "x.toml");
+  ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+  EXPECT_EQ(fp8->kv_cache.dtype, KvCacheDType::kFp8);
+  auto back = ParseDaemonConfig("[kv_cache]\ndtype = \"auto\"\n", "x.toml");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->kv_cache.dtype, KvCacheDType::kAuto);
+  ASSERT_TRUE(ApplyOverride(*back, "kv_cache.dtype", "fp8").ok());
+  EXPECT_EQ(back->kv_cache.dtype, KvCacheDType::kFp8);
+  EXPECT_EQ(ApplyOverride(*back, "kv_cache.dtype", "fp16").code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DaemonConfigParse, MalformedTomlGivesLineAndColumn) {

@@ -670,5 +670,43 @@ TEST(Planner, Fp8ModelsDequantizedAtLoadArePlacedByTheirDenseBytes) {
             f32.plan.replicas[0].stages[0].weight_bytes);
 }
 
+// The fp8 KV cache (kv_cache.dtype = "fp8"): one byte per K/V element, so the same KV pool
+// holds twice the tokens of a bf16 cache and four times an fp32 one (the CPU's), and the
+// model note names the KV dtype.
+TEST(Planner, Fp8KvCacheHoldsTwiceTheTokensOfBf16) {
+  PlanOptions o;
+  o.min_kv_tokens = 4096;
+  o.fixed_tp = 1;
+  o.fixed_pp = 1;
+  const ModelConfig m = Model("llama-3-8b");
+  o.weight_dtype = o.kv_dtype = DType::kBF16;
+  const PlanResult bf16 = MustPlan(m, Cluster("dgx_h100_x1.toml"), o);
+  o.kv_dtype = DType::kF8E4M3;
+  const PlanResult fp8 = MustPlan(m, Cluster("dgx_h100_x1.toml"), o);
+  o.weight_dtype = o.kv_dtype = DType::kF32;
+  const PlanResult f32 = MustPlan(m, Cluster("dgx_h100_x1.toml"), o);
+  o.kv_dtype = DType::kF8E4M3;
+  const PlanResult f32_fp8 = MustPlan(m, Cluster("dgx_h100_x1.toml"), o);
+  const PlannedReplica &a = bf16.plan.replicas[0], &b = fp8.plan.replicas[0];
+  EXPECT_EQ(a.stages[0].kv_bytes, b.stages[0].kv_bytes);  // the same pool
+  EXPECT_EQ(a.stages[0].weight_bytes, b.stages[0].weight_bytes);
+  // 32 layers x 2 x 8 kv heads x 128 = 65536 elements per token: 128 KiB bf16, 64 KiB fp8.
+  EXPECT_NEAR(static_cast<double>(b.kv_tokens), 2.0 * static_cast<double>(a.kv_tokens), 2.0);
+  EXPECT_NEAR(static_cast<double>(b.kv_tokens), static_cast<double>(b.stages[0].kv_bytes) / 65536.0,
+              1.0);
+  EXPECT_NEAR(static_cast<double>(f32_fp8.plan.replicas[0].kv_tokens),
+              4.0 * static_cast<double>(f32.plan.replicas[0].kv_tokens), 4.0);
+  EXPECT_THAT(fp8.explanation.notes[0], HasSubstr("KV 66 KB per token (F8_E4M3)"));
+  // The CLI: tessera plan --kv-cache-dtype fp8 plans the same.
+  const std::string dir = ::tessera::testing::MakeTempDir("plan-kv-fp8");
+  const std::string cmd = ::tessera::testing::BinaryDir() + "/tessera plan --model " +
+                          ConfigPath("models/llama-3-8b.json") + " --topology " +
+                          ConfigPath("topologies/dgx_h100_x1.toml") +
+                          " --dtype BF16 --kv-cache-dtype fp8 > " + dir + "/out 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << ::tessera::testing::ReadFileOrDie(dir + "/out");
+  EXPECT_THAT(::tessera::testing::ReadFileOrDie(dir + "/out"),
+              HasSubstr("KV 66 KB per token (F8_E4M3)"));
+}
+
 }  // namespace
 }  // namespace tessera

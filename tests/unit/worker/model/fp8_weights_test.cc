@@ -167,10 +167,27 @@ TEST(Fp8Config, TheFixturesParseAndUnsupportedMethodsAreRefusedNamingTheKey) {
   two["config_groups"]["group_1"] = two["config_groups"]["group_0"];
   e = ParseError(ConfigWith("llama_gqa_f32", two));
   EXPECT_NE(e.find("quantization_config.config_groups': has 2 groups"), std::string::npos) << e;
+  // kv_cache_scheme: static per-tensor fp8 K/V scales are read (kv_cache.dtype = "fp8" uses
+  // them, kv_cache_fp8_test); any other KV quantization is refused naming the key.
   json kv = q;
-  kv["kv_cache_scheme"] = {{"num_bits", 8}};
+  kv["kv_cache_scheme"] = {{"num_bits", 4}, {"type", "int"}};
   e = ParseError(ConfigWith("llama_gqa_f32", kv));
-  EXPECT_NE(e.find("quantization_config.kv_cache_scheme"), std::string::npos) << e;
+  EXPECT_NE(e.find("quantization_config.kv_cache_scheme.num_bits': a KV cache of 4-bit int"),
+            std::string::npos)
+      << e;
+  kv["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "attn_head"}};
+  e = ParseError(ConfigWith("llama_gqa_f32", kv));
+  EXPECT_NE(e.find("quantization_config.kv_cache_scheme.strategy'"), std::string::npos) << e;
+  kv["kv_cache_scheme"] = {{"num_bits", 8},
+                           {"type", "float"},
+                           {"strategy", "tensor"},
+                           {"dynamic", false},
+                           {"symmetric", true}};
+  auto with_kv = ParseQuantizationConfig(kv, "config.json");
+  ASSERT_TRUE(with_kv.ok()) << with_kv.status().ToString();
+  EXPECT_TRUE(with_kv->kv_cache_scales);
+  EXPECT_NE(with_kv->Describe().find(", static K/V scales)"), std::string::npos)
+      << with_kv->Describe();
   EXPECT_FALSE(ParseOnlineQuantization("int4").ok());
   EXPECT_NE(ParseOnlineQuantization("int4").status().ToString().find("supported: none, fp8"),
             std::string::npos);
