@@ -42,6 +42,11 @@ void Reuse(RankPlacement& p, int pp, const HeldSlice* held) {
 
 }  // namespace
 
+void FillReuse(RankPlacement& p, int pp, const std::map<std::string, HeldSlice>& held) {
+  const auto h = held.find(p.worker_id);
+  Reuse(p, pp, h == held.end() ? nullptr : &h->second);
+}
+
 StatusOr<std::vector<RankPlacement>> PlaceRanks(const ParallelConfig& parallel,
                                                 const std::vector<std::string>& candidates,
                                                 const std::map<std::string, HeldSlice>& held) {

@@ -86,6 +86,11 @@ struct RankPlacement {
 // The rank slice `parallel` gives `world_rank` (no reuse filled in).
 RankPlacement RankSlice(const ParallelConfig& parallel, int world_rank);
 
+// Fills the reuse fields of `p` (a rank of a layout with `pp` stages, its
+// worker_id set) from what its worker holds (`held`, by worker id; a worker
+// not there reuses nothing). Pure.
+void FillReuse(RankPlacement& p, int pp, const std::map<std::string, HeldSlice>& held);
+
 // Assigns every rank of `parallel` to a worker of `candidates` (ids in
 // preference order): greedily over all (rank, worker) pairs, the pair that
 // reuses the most (decoder layers, then the embedding / lm_head) first

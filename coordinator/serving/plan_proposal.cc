@@ -106,12 +106,14 @@ StatusOr<PlanProposal> PlanRunner::ProposeAuto(Objective objective) const {
   auto parallel = result->plan.ParallelConfigOf(model_, 0);
   if (!parallel.ok()) return InvalidArgument("auto: " + parallel.status().message());
   const PlannedReplica& rep = result->plan.replicas[0];
+  const std::map<std::string, HeldSlice> held = HeldSlices();
   std::vector<RankPlacement> ranks;
   for (int s = 0; s < rep.pp(); ++s)
     for (int i = 0; i < rep.stages[s].tp; ++i) {
       const GpuRef& ref = rep.stages[s].gpus[i];
       RankPlacement r = RankSlice(*parallel, parallel->WorldRank(s, i));
       r.worker_id = cluster->workers[ref.node][ref.gpu];
+      FillReuse(r, parallel->pp, held);  // what the dry run reports as kept
       ranks.push_back(r);
     }
   TESSERA_LOG_INFO("coordinator", "replica {}: auto plan ({}): {}\n{}", replica_,

@@ -204,8 +204,7 @@ class Cluster : public ::testing::Test {
     json plan;
     while (Since(t0) < seconds) {
       const json before = Get("/admin/cluster");
-      if (!before["reconfiguring"].get<bool>() &&
-          HttpCall(port_, "GET", "/readyz").status == 200) {
+      if (!before["reconfiguring"].get<bool>() && HttpCall(port_, "GET", "/readyz").status == 200) {
         plan = Get("/admin/plan");
         const json after = Get("/admin/cluster");
         if (plan["plan_version"].get<uint64_t>() >= version &&
@@ -579,6 +578,23 @@ TEST_F(Cluster, AdminPlanChangesTheLayoutUnderLoad) {
   r = HttpCall(port_, "POST", "/v1/completions", Request(4, false).dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want[4]);
+  // The same auto plan again, dry: the planner, deterministic over the same workers, picks the
+  // running layout on the same workers, so the dry run says every layer is kept (the auto path
+  // filled in no reuse before, so it said 0 kept and everything loaded).
+  auto auto_again = Post("/admin/plan?dry_run=true", {{"auto", true}, {"objective", "throughput"}});
+  ASSERT_EQ(auto_again.status, 200) << auto_again.body;
+  const json again_change = json::parse(auto_again.body);
+  EXPECT_EQ(again_change["to"], planned) << auto_again.body;
+  ASSERT_EQ(again_change["ranks"].size(), plan["ranks"].size()) << auto_again.body;
+  int layers = 0;
+  for (size_t i = 0; i < plan["ranks"].size(); ++i) {
+    const json& proposed = again_change["ranks"][i];
+    EXPECT_EQ(proposed["worker"], plan["ranks"][i]["worker"]) << auto_again.body;
+    EXPECT_EQ(proposed["reused_layers"], proposed["layers"]) << auto_again.body;
+    layers += proposed["layers"][1].get<int>() - proposed["layers"][0].get<int>();
+  }
+  EXPECT_EQ(again_change["layers_reused"], layers) << auto_again.body;
+  EXPECT_EQ(again_change["layers_loaded"], 0) << auto_again.body;
   // An explicit layout afterwards drops the planner's explanation.
   ASSERT_EQ(Post("/admin/plan", {{"tp", {2, 1}}}).status, 200);
   EXPECT_FALSE(Get("/admin/plan").contains("planner"));
