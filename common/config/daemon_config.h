@@ -330,6 +330,12 @@ struct KvCacheSection {
 };
 
 // [scheduler]: continuous batching and admission control on the coordinator.
+// Where each replica's scheduler runs ([scheduler] runs_on).
+enum class SchedulerHost {
+  kCoordinator,  // "coordinator": the coordinator schedules every replica's steps
+  kLeader,       // "leader": each replica's leader (stage 0, tp rank 0) schedules itself
+};
+
 struct SchedulerSection {
   // Tokens processed per iteration over all sequences (prefill chunks plus one
   // per decoding sequence). Higher raises throughput and per-iteration latency
@@ -365,6 +371,14 @@ struct SchedulerSection {
   // requests finish undisturbed; lower makes the change take effect sooner.
   // After a fault nothing waits: the plan is broken.
   double drain_timeout_seconds = 10.0;
+  // Where each replica's scheduler, KV block allocator and output processing
+  // run. "coordinator": in the coordinator, which sends every step to the
+  // workers. "leader": in the replica's leader worker (stage 0, tp rank 0),
+  // which runs its own steps; the coordinator routes each request to a
+  // replica and relays its progress, and keeps each request's tokens so
+  // that a request resumes on the next plan. "leader" serves tp 1 x pp 1
+  // replicas in this version (parallel.mode = "explicit", tp = pp = 1).
+  SchedulerHost runs_on = SchedulerHost::kCoordinator;
 };
 
 // [admin]: the admin API (/admin/cluster, /admin/plan).

@@ -144,6 +144,11 @@ const std::vector<Choice<KvCacheDType>>& KvCacheDTypeChoices() {
                                                       {"fp8", KvCacheDType::kFp8}};
   return c;
 }
+const std::vector<Choice<SchedulerHost>>& SchedulerHostChoices() {
+  static const std::vector<Choice<SchedulerHost>> c = {{"coordinator", SchedulerHost::kCoordinator},
+                                                       {"leader", SchedulerHost::kLeader}};
+  return c;
+}
 const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
   static const std::vector<Choice<ParallelMode>> c = {{"auto", ParallelMode::kAuto},
                                                       {"explicit", ParallelMode::kExplicit}};
@@ -587,6 +592,9 @@ const std::vector<Field>& Fields() {
       NumberField("scheduler", "drain_timeout_seconds",
                   Member<SchedulerSection, double>{&D::scheduler,
                                                    &SchedulerSection::drain_timeout_seconds}),
+      EnumField("scheduler", "runs_on",
+                Member<SchedulerSection, SchedulerHost>{&D::scheduler, &SchedulerSection::runs_on},
+                SchedulerHostChoices()),
 
       StringField("admin", "host",
                   Member<AdminSection, std::string>{&D::admin, &AdminSection::host}),

@@ -455,6 +455,19 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                fmt::format("must be >= {} ({}), got {}", key, v, s.max_batch_tokens));
   }
 
+  if (s.runs_on == SchedulerHost::kLeader) {
+    const ParallelSection& p = c.parallel;
+    bool single =
+        p.mode == ParallelMode::kExplicit && p.tp == 1 && p.pp == 1 && p.tp_per_stage.empty();
+    for (const ReplicaOverride& o : p.replica_overrides)
+      single = single && o.layout.tp == 1 && o.layout.pp == 1 && o.layout.tp_per_stage.empty();
+    if (!single)
+      return Bad(c, "scheduler.runs_on",
+                 "\"leader\" serves tp 1 x pp 1 replicas in this version: set parallel.mode = "
+                 "\"explicit\" with tp = 1 and pp = 1 (and no replica_override of another "
+                 "layout), or runs_on = \"coordinator\"");
+  }
+
   // [worker]
   const WorkerSection& w = c.worker;
   std::string coord_host;

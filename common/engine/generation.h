@@ -31,6 +31,12 @@ struct GenerationRequest {
   // whose KV blocks of full prompt blocks this one shares instead of
   // prefilling them (it waits for that prefill); -1 = none.
   int32_t share_prompt_of = -1;
+  // Tokens this request generated before, elsewhere (a replica whose
+  // leader was lost or re-planned; docs/architecture.md): it resumes from
+  // prompt + these, they count toward max_tokens, and they go through its
+  // output state (detokenizer, stop strings) without reaching a callback,
+  // so its output continues without gaps or duplicates.
+  std::vector<int32_t> resume_tokens;
 };
 
 enum class FinishReason { kLength, kEos, kStop, kCancelled, kError };

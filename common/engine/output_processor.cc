@@ -118,6 +118,14 @@ uint64_t OutputProcessor::Token(int64_t id, SampledToken token, bool eos, int pr
   return Post(std::move(e));
 }
 
+uint64_t OutputProcessor::Replay(int64_t id, std::vector<int32_t> tokens) {
+  Event e;
+  e.kind = Kind::kReplay;
+  e.id = id;
+  e.replay = std::move(tokens);
+  return Post(std::move(e));
+}
+
 uint64_t OutputProcessor::PromptLogprobs(int64_t id, std::vector<SampledToken> prompt) {
   Event e;
   e.kind = Kind::kPromptLogprobs;
@@ -228,6 +236,13 @@ void OutputProcessor::Process(Event& e) {
       stops_.emplace_back(e.serial, e.id);
       break;
     }
+    case Kind::kReplay:
+      for (int32_t t : e.replay) {
+        SampledToken token;
+        token.token_id = t;
+        entry.out->Push(token, false);  // its text went out where it was generated
+      }
+      break;
     case Kind::kPromptLogprobs:
       if (!entry.done && entry.callbacks.on_prompt_logprobs)
         entry.callbacks.on_prompt_logprobs(e.prompt);

@@ -111,6 +111,11 @@ class OutputProcessor {
   // A generated token; `eos`: it ends the request (no text). `preemptions`:
   // the sequence's count so far (for a stop-string finish's result).
   uint64_t Token(int64_t id, SampledToken token, bool eos, int preemptions);
+  // Tokens the request generated before, elsewhere (GenerationRequest::
+  // resume_tokens): they go through its detokenizer and stop-string state,
+  // and into its result, without reaching a callback (their text was
+  // delivered where they were generated).
+  uint64_t Replay(int64_t id, std::vector<int32_t> tokens);
   // The prompt's log-probabilities (GenerationResult::prompt_logprobs).
   uint64_t PromptLogprobs(int64_t id, std::vector<SampledToken> prompt);
   uint64_t Finish(int64_t id, FinishReason reason, Status error, int preemptions);
@@ -135,7 +140,7 @@ class OutputProcessor {
   size_t pending_finishes() const { return pending_finishes_.load(); }
 
  private:
-  enum class Kind { kRegister, kAdmitted, kToken, kPromptLogprobs, kFinish };
+  enum class Kind { kRegister, kAdmitted, kToken, kReplay, kPromptLogprobs, kFinish };
   struct Event {
     Kind kind = Kind::kToken;
     uint64_t serial = 0;
@@ -147,6 +152,7 @@ class OutputProcessor {
     int64_t cached_tokens = 0;                    // kAdmitted
     SampledToken token;                           // kToken
     std::vector<SampledToken> prompt;             // kPromptLogprobs
+    std::vector<int32_t> replay;                  // kReplay
     bool eos = false;                             // kToken
     FinishReason reason = FinishReason::kLength;  // kFinish
     Status error;                                 // kFinish

@@ -60,47 +60,62 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
 Scheduler::~Scheduler() { output_.reset(); }
 
 Status Scheduler::Validate(const GenerationRequest& r) const {
+  return ValidateGenerationRequest(r, config_, options_, tokenizer_ != nullptr,
+                                   allocator_->num_blocks(), block_size_);
+}
+
+Status ValidateGenerationRequest(const GenerationRequest& r, const ModelConfig& config,
+                                 const SchedulerOptions& options, bool has_tokenizer,
+                                 int64_t kv_blocks, int64_t block_size) {
   if (r.prompt_ids.empty()) return InvalidArgument("prompt: must not be empty");
   for (size_t i = 0; i < r.prompt_ids.size(); ++i)
-    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= config_.vocab_size)
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= config.vocab_size)
       return InvalidArgument("prompt: token id " + std::to_string(r.prompt_ids[i]) +
                              " at position " + std::to_string(i) + " is outside the vocab [0, " +
-                             std::to_string(config_.vocab_size) + ")");
+                             std::to_string(config.vocab_size) + ")");
   TESSERA_RETURN_IF_ERROR(r.sampling.Validate());
   if (r.max_tokens < 0)
     return InvalidArgument("max_tokens: must be >= 0, got " + std::to_string(r.max_tokens));
-  auto outside = [&](int32_t id) { return id < 0 || id >= config_.vocab_size; };
+  auto outside = [&](int32_t id) { return id < 0 || id >= config.vocab_size; };
   for (const auto& [id, bias] : r.sampling.logit_bias)
     if (outside(id))
       return InvalidArgument(fmt::format("logit_bias: token id {} is outside the vocab [0, {})", id,
-                                         config_.vocab_size));
+                                         config.vocab_size));
   for (int32_t id : r.sampling.stop_token_ids)
     if (outside(id))
       return InvalidArgument(fmt::format("stop_token_ids: token id {} is outside the vocab [0, {})",
-                                         id, config_.vocab_size));
+                                         id, config.vocab_size));
   if (r.sampling.prompt_logprobs >= 0 &&
-      static_cast<int64_t>(r.prompt_ids.size()) > options_.max_batch_tokens)
+      static_cast<int64_t>(r.prompt_ids.size()) > options.max_batch_tokens)
     return InvalidArgument(fmt::format(
         "prompt_logprobs: the prompt's {} tokens exceed the {} tokens of one step "
         "(scheduler.max_batch_tokens): prompt log-probabilities need the whole prompt in one step",
-        r.prompt_ids.size(), options_.max_batch_tokens));
+        r.prompt_ids.size(), options.max_batch_tokens));
+  if (!r.resume_tokens.empty() && static_cast<int64_t>(r.resume_tokens.size()) >= r.max_tokens)
+    return InvalidArgument(fmt::format("resume_tokens: {} tokens leave none of max_tokens {}",
+                                       r.resume_tokens.size(), r.max_tokens));
+  for (int32_t id : r.resume_tokens)
+    if (outside(id))
+      return InvalidArgument(fmt::format("resume_tokens: token id {} is outside the vocab [0, {})",
+                                         id, config.vocab_size));
   if (r.sampling.min_tokens > r.max_tokens)
     return InvalidArgument(
         fmt::format("min_tokens: {} exceeds max_tokens {}", r.sampling.min_tokens, r.max_tokens));
-  if (!r.stop.empty() && !tokenizer_) return InvalidArgument("stop: stop strings need a tokenizer");
+  if (!r.stop.empty() && !has_tokenizer)
+    return InvalidArgument("stop: stop strings need a tokenizer");
   for (const std::string& s : r.stop)
     if (s.empty()) return InvalidArgument("stop: stop strings must not be empty");
   const int64_t ctx = static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens;
-  if (ctx > options_.max_context)
+  if (ctx > options.max_context)
     return InvalidArgument("prompt: " + std::to_string(r.prompt_ids.size()) +
                            " prompt tokens + max_tokens " + std::to_string(r.max_tokens) + " = " +
                            std::to_string(ctx) + " exceeds the maximum context of " +
-                           std::to_string(options_.max_context) + " tokens");
-  if (BlockAllocator::BlocksFor(ctx, block_size_) > allocator_->num_blocks())
+                           std::to_string(options.max_context) + " tokens");
+  if (BlockAllocator::BlocksFor(ctx, block_size) > kv_blocks)
     return InvalidArgument("prompt: " + std::to_string(ctx) +
                            " tokens need more KV-cache blocks than the " +
-                           std::to_string(allocator_->num_blocks()) + " of " +
-                           std::to_string(block_size_) + " tokens the cache holds");
+                           std::to_string(kv_blocks) + " of " + std::to_string(block_size) +
+                           " tokens the cache holds");
   return Status::Ok();
 }
 
@@ -132,6 +147,8 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     }
     s->tokens = s->req.prompt_ids;
     s->prompt_len = static_cast<int32_t>(s->tokens.size());
+    s->tokens.insert(s->tokens.end(), s->req.resume_tokens.begin(), s->req.resume_tokens.end());
+    s->generated = static_cast<int32_t>(s->req.resume_tokens.size());
     s->prompt_logprobs_pending = s->req.sampling.prompt_logprobs >= 0;
     s->rope_len = s->prompt_len;
     seqs.push_back(std::move(s));
@@ -161,6 +178,11 @@ StatusOr<std::vector<int64_t>> Scheduler::EnqueueAll(std::vector<GenerationReque
     ids.push_back(s->id);
     if (s->req.share_prompt_of >= 0)
       s->prompt_source = ids[static_cast<size_t>(s->req.share_prompt_of)];
+    if (!s->req.resume_tokens.empty()) {
+      Register(*s);
+      output_->Replay(s->id, std::move(s->req.resume_tokens));
+      s->req.resume_tokens.clear();
+    }
     waiting_.push_back(std::move(s));
   }
   return ids;

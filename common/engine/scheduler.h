@@ -147,6 +147,14 @@ struct SchedulerStats {
   int64_t longrope_recomputes = 0;
 };
 
+// The checks Scheduler::Enqueue makes of one request, for a scheduler
+// over `config` with `options`, a tokenizer or not, and `kv_blocks` KV blocks
+// of `block_size` tokens (the coordinator checks a request before it goes
+// to a replica's leader). Errors: as Enqueue's kInvalidArgument.
+Status ValidateGenerationRequest(const GenerationRequest& request, const ModelConfig& config,
+                                 const SchedulerOptions& options, bool has_tokenizer,
+                                 int64_t kv_blocks, int64_t block_size);
+
 class Scheduler {
   struct Seq;
 

@@ -289,7 +289,8 @@ std::vector<MetricSpec> Build() {
        "Control messages the coordinator dropped, by reason. From registered workers: wrong_rank "
        "(a StepResult not from the plan's sampling rank), wrong_plan_version, "
        "unknown_micro_batch (not in flight, or answered already), wrong_seq_ids, no_plan (no "
-       "plan is serving), not_in_plan (an Error from a worker outside the plan). Dropped by the "
+       "plan is serving), not_in_plan (an Error from a worker outside the plan), not_leader "
+       "(RequestUpdates not from the leader of a replica serving their plan). Dropped by the "
        "control server: malformed, unsupported_version, unregistered (from a peer not "
        "registered, lost, or under another key or worker_id).",
        {"reason"},

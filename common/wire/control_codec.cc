@@ -11,6 +11,8 @@
 #include "common/base/sampled_token.h"
 #include "common/base/sampling_params.h"
 #include "common/model/parallel_rank.h"
+#include "common/wire/control_codec_internal.h"
+#include "common/wire/leader_messages.h"
 
 namespace tessera {
 namespace {
@@ -437,6 +439,12 @@ Status ValidateBody(const Envelope& e) {
       return Status::Ok();
     case Envelope::kError:
       return ValidateError(e.error());
+    case Envelope::kGenerate:
+      return ValidateGenerate(e.generate());
+    case Envelope::kCancelRequests:
+      return ValidateCancelRequests(e.cancel_requests());
+    case Envelope::kRequestUpdates:
+      return ValidateRequestUpdates(e.request_updates());
     case Envelope::BODY_NOT_SET:
       break;
   }
@@ -444,6 +452,21 @@ Status ValidateBody(const Envelope& e) {
 }
 
 }  // namespace
+
+SamplingParams SamplingParamsFromProto(const control::SamplingParams& message) {
+  return SamplingFromProto(message);
+}
+void SamplingParamsToProto(const SamplingParams& params, control::SamplingParams* out) {
+  SamplingToProto(params, out);
+}
+
+namespace wire_internal {
+Status ValidateSampling(const control::SamplingParams& s) { return ::tessera::ValidateSampling(s); }
+Status ValidateError(const control::Error& e) { return ::tessera::ValidateError(e); }
+Status CheckLogprob(float logprob, const std::string& at) {
+  return ::tessera::CheckLogprob(logprob, at);
+}
+}  // namespace wire_internal
 
 const char* EnvelopeBodyName(const Envelope& e) {
   switch (e.body_case()) {
@@ -469,6 +492,12 @@ const char* EnvelopeBodyName(const Envelope& e) {
       return "shutdown";
     case Envelope::kError:
       return "error";
+    case Envelope::kGenerate:
+      return "generate";
+    case Envelope::kCancelRequests:
+      return "cancel_requests";
+    case Envelope::kRequestUpdates:
+      return "request_updates";
     case Envelope::BODY_NOT_SET:
       break;
   }

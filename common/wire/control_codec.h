@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/base/sampling_params.h"
 #include "common/base/status.h"
 #include "common/wire/control.pb.h"
 #include "common/wire/step_batch.h"
@@ -90,7 +91,8 @@ bool IsValidWorkerId(std::string_view id);
 //      that fails the error rules; a token id < 0; a logprob that is NaN or
 //      > 0; more than kMaxTopLogprobs top logprobs; a non-zero logprob or
 //      top logprobs without has_logprobs;
-//    - error: unspecified/unknown code; empty message.
+//    - error: unspecified/unknown code; empty message;
+//    - generate, cancel_requests, request_updates: common/wire/leader_messages.h.
 Status ValidateEnvelope(const control::Envelope& envelope);
 
 // Validates `envelope` and serializes it.
@@ -114,6 +116,12 @@ void StepBatchToProto(const StepBatch& batch, control::StepBatch* out);
 // Errors: kInvalidArgument as the step rules of ValidateEnvelope, naming
 // "batch.seqs[i]" or "batch.token_ids[i]".
 StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message);
+
+// SamplingParams <-> control::SamplingParams, as StepBatchToProto maps
+// them (stop_token_ids are not part of the message). FromProto does not
+// validate: ValidateEnvelope has.
+SamplingParams SamplingParamsFromProto(const control::SamplingParams& message);
+void SamplingParamsToProto(const SamplingParams& params, control::SamplingParams* out);
 
 // Status <-> control::Error (codes map one to one; an OK status has no
 // Error and maps to ERROR_CODE_INTERNAL with message "OK").

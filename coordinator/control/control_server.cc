@@ -60,6 +60,7 @@ bool IsWorkerToCoordinator(control::Envelope::BodyCase body) {
     case control::Envelope::kLoadProgress:
     case control::Envelope::kLoaded:
     case control::Envelope::kStepResult:
+    case control::Envelope::kRequestUpdates:  // from a replica's leader
     case control::Envelope::kError:
       return true;
     default:

@@ -56,6 +56,8 @@ class RemoteExecutor : public StepExecutor {
   // Takes `result` from `worker_id`, or refuses it (see the class comment).
   StepResultVerdict OnStepResult(const std::string& worker_id, const control::StepResult& result);
   uint64_t plan_version() const { return plan_version_; }
+  // The replica's leader: tp rank 0 of stage 0 (the first of first_stage).
+  const std::string& leader() const { return first_stage_.front(); }
   // A worker of the plan was lost or reported an error: in-flight and later
   // steps fail with this status.
   void OnWorkerFailed(const std::string& worker_id, const Status& why);

@@ -40,7 +40,7 @@ void ClusterMetrics::Collect() {
         .Set(static_cast<double>(capacity[r]));
     if (static_cast<int>(r) < replicas_->size() &&
         replicas_->loop(static_cast<int>(r))->started()) {
-      const ServingLoop* loop = replicas_->loop(static_cast<int>(r));
+      const ReplicaLoop* loop = replicas_->loop(static_cast<int>(r));
       m.Gauge(metric::kRunningSequences)
           .WithLabels({label})
           .Set(static_cast<double>(loop->running()));

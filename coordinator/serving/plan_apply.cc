@@ -230,6 +230,7 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
     s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks));
     s->set_device_index(a.device_index);
     s->set_replica(static_cast<uint32_t>(replica_));  // the worker's metrics label
+    if (leader_ && a.stage == 0 && a.tp_rank == 0) *s->mutable_leader() = *leader_;
     control::GlooRendezvous* g = s->mutable_gloo();
     g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));

@@ -38,6 +38,7 @@ PlanRunner::PlanRunner(Context c)
       planner_(c.planner),
       state_(*c.state),
       loop_(c.loop),
+      leader_(std::move(c.leader)),
       hand_off_(std::move(c.hand_off)) {}
 
 PlanRunner::~PlanRunner() { Stop(); }

@@ -50,6 +50,7 @@
 #include "common/format/model_config.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/net/tcp_store.h"
+#include "common/wire/control.pb.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/placement/plan_change.h"
 #include "coordinator/placement/planner.h"
@@ -75,7 +76,10 @@ class PlanRunner : public PlanControl {
     MetricsRegistry* metrics = nullptr;
     Planner* planner = nullptr;
     ClusterState* state = nullptr;
-    ServingLoop* loop = nullptr;  // the replica's
+    ReplicaLoop* loop = nullptr;  // the replica's
+    // Set when the replica schedules itself ([scheduler] runs_on =
+    // "leader"): each plan's AssignShard to stage 0, tp rank 0 carries it.
+    std::optional<control::LeaderOptions> leader;
     // Moves the replica's queued requests to the other serving replicas;
     // returns how many moved. May be empty.
     std::function<int()> hand_off;
@@ -218,7 +222,8 @@ class PlanRunner : public PlanControl {
   MetricsRegistry* const metrics_;
   Planner* const planner_;
   ClusterState& state_;
-  ServingLoop* const loop_;
+  ReplicaLoop* const loop_;
+  const std::optional<control::LeaderOptions> leader_;
   const std::function<int()> hand_off_;
 
   std::deque<PlanJob> jobs_ GUARDED_BY(state_.mu);

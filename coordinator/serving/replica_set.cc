@@ -22,6 +22,19 @@ RouterOptions RouterOptionsFor(const ReplicaSet::Context& c) {
   return o;
 }
 
+// The leader's scheduler: the coordinator's options (max_context resolved).
+control::LeaderOptions LeaderOptionsOf(const SchedulerOptions& o) {
+  control::LeaderOptions l;
+  l.set_max_batch_tokens(o.max_batch_tokens);
+  l.set_max_sequences(o.max_sequences);
+  l.set_queue_limit(o.queue_limit);
+  l.set_max_context(o.max_context);
+  l.set_prefill_chunk_tokens(o.prefill_chunk_tokens);
+  l.set_prefix_caching(o.prefix_caching);
+  l.set_model_id(o.model_id);
+  return l;
+}
+
 int64_t Cost(const GenerationRequest& r) {
   return static_cast<int64_t>(r.prompt_ids.size()) + std::max<int64_t>(0, r.max_tokens);
 }
@@ -137,9 +150,18 @@ void ReplicaSet::PlaceAll() {
   for (size_t r = 0; r < n; ++r) {
     auto rep = std::make_unique<Replica>();
     const int index = static_cast<int>(r);
-    rep->loop = std::make_unique<ServingLoop>(
-        *c_.model, c_.tokenizer, c_.config->kv_cache.block_size, sched, c_.metrics,
-        [this, index](const Status& failed) { runner(index)->OnStepFailed(failed); }, index);
+    const bool on_leader = c_.config->scheduler.runs_on == SchedulerHost::kLeader;
+    if (on_leader) {
+      auto leader = std::make_unique<LeaderLoop>(*c_.model, c_.tokenizer != nullptr,
+                                                 c_.config->kv_cache.block_size, sched, c_.control,
+                                                 c_.metrics, index);
+      rep->leader = leader.get();
+      rep->loop = std::move(leader);
+    } else {
+      rep->loop = std::make_unique<ServingLoop>(
+          *c_.model, c_.tokenizer, c_.config->kv_cache.block_size, sched, c_.metrics,
+          [this, index](const Status& failed) { runner(index)->OnStepFailed(failed); }, index);
+    }
     PlanRunner::Context rc;
     rc.config = c_.config;
     rc.model = c_.model;
@@ -152,6 +174,7 @@ void ReplicaSet::PlaceAll() {
     rc.planner = c_.planner;
     rc.state = c_.state;
     rc.loop = rep->loop.get();
+    if (on_leader) rc.leader = LeaderOptionsOf(c_.scheduler);
     rc.hand_off = [this, index] { return HandOff(index); };
     rep->runner = std::make_unique<PlanRunner>(std::move(rc));
     replicas_.push_back(std::move(rep));
@@ -186,7 +209,7 @@ std::vector<ReplicaLoad> ReplicaSet::Loads(int exclude) const {
 
 ReplicaLoadInfo ReplicaSet::Load(int r) const {
   ReplicaLoadInfo info;
-  ServingLoop* l = loop(r);
+  ReplicaLoop* l = loop(r);
   info.free_kv_blocks = l->free_kv_blocks();
   info.kv_blocks = l->kv_blocks();
   info.waiting = l->waiting();
@@ -301,6 +324,13 @@ size_t ReplicaSet::running() const {
   size_t n = 0;
   for (int r = 0; r < size(); ++r) n += loop(r)->running();
   return n;
+}
+
+bool ReplicaSet::OnLeaderUpdates(int replica, const std::string& worker_id,
+                                 const control::RequestUpdates& updates) {
+  if (!placed() || replica < 0 || replica >= size()) return false;
+  LeaderLoop* leader = replicas_[static_cast<size_t>(replica)]->leader;
+  return leader != nullptr && leader->OnUpdates(worker_id, updates);
 }
 
 int ReplicaSet::HandOff(int from) {

@@ -50,6 +50,7 @@
 #include "common/net/tcp_store.h"
 #include "coordinator/control/control_server.h"
 #include "coordinator/serving/cluster_state.h"
+#include "coordinator/serving/leader_loop.h"
 #include "coordinator/serving/plan_control.h"
 #include "coordinator/serving/plan_runner.h"
 #include "coordinator/serving/replica_placement.h"
@@ -104,7 +105,7 @@ class ReplicaSet : public RequestSink, public PlanControl {
   int size() const { return placed() ? static_cast<int>(replicas_.size()) : 0; }
   // Replica `r` (0 <= r < size()).
   PlanRunner* runner(int r) const { return replicas_[static_cast<size_t>(r)]->runner.get(); }
-  ServingLoop* loop(int r) const { return replicas_[static_cast<size_t>(r)]->loop.get(); }
+  ReplicaLoop* loop(int r) const { return replicas_[static_cast<size_t>(r)]->loop.get(); }
   // A change is queued or running on some replica.
   bool reconfiguring() const;
   ReplicaLoadInfo Load(int r) const EXCLUDES(routes_mu_);
@@ -129,9 +130,17 @@ class ReplicaSet : public RequestSink, public PlanControl {
   // how many moved (PlanRunner's hand_off).
   int HandOff(int from) EXCLUDES(routes_mu_);
 
+  // The control server's thread: RequestUpdates of plan `updates.plan_version`
+  // from `worker_id`, for replica `replica` when it schedules on its leader
+  // (LeaderLoop::OnUpdates). False: dropped (no such leader, a superseded
+  // plan, or the coordinator schedules that replica).
+  bool OnLeaderUpdates(int replica, const std::string& worker_id,
+                       const control::RequestUpdates& updates);
+
  private:
   struct Replica {
-    std::unique_ptr<ServingLoop> loop;
+    std::unique_ptr<ReplicaLoop> loop;
+    LeaderLoop* leader = nullptr;  // `loop`, when the replica schedules on its leader
     std::unique_ptr<PlanRunner> runner;
   };
   // One routed request; its fields are guarded by routes_mu_.

@@ -57,11 +57,11 @@
 #include "common/format/model_config.h"
 #include "common/metrics/metrics_registry.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/serving/request_sink.h"
+#include "coordinator/serving/replica_loop.h"
 
 namespace tessera {
 
-class ServingLoop : public RequestSink {
+class ServingLoop : public ReplicaLoop {
  public:
   // `model`, `tokenizer` (may be null) and `metrics` outlive the loop.
   // `block_size`: tokens per KV block. `replica`: the `replica` label of
@@ -73,18 +73,15 @@ class ServingLoop : public RequestSink {
   ServingLoop(const ServingLoop&) = delete;
   ServingLoop& operator=(const ServingLoop&) = delete;
 
-  // The executor's health: ok, or why its steps fail (RemoteExecutor::health).
-  using Health = std::function<Status()>;
-
   // Creates the KV pool (`kv_blocks` blocks) and the scheduler over
   // `executor`, which serves plan `plan_version`, and starts the loop
   // thread. Once.
   void Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks,
-             uint64_t plan_version);
-  bool started() const { return started_.load(std::memory_order_acquire); }
+             uint64_t plan_version) override;
+  bool started() const override { return started_.load(std::memory_order_acquire); }
   // Stops the thread (a command in progress ends first; waiting callers of
   // the commands return false). Idempotent.
-  void Stop();
+  void Stop() override;
 
   // RequestSink. Before Start, Submit answers kUnavailable.
   StatusOr<std::vector<int64_t>> Submit(std::vector<GenerationRequest> requests,
@@ -95,26 +92,27 @@ class ServingLoop : public RequestSink {
 
   // The executor's health may have changed (a worker lost or failing):
   // a draining loop re-checks it.
-  void Wake();
+  void Wake() override;
 
   // Moving queued requests between replicas (their schedulers share one
   // OutputProcessor, SchedulerOptions::output): every waiting request, and
   // queueing such requests at the front (Scheduler::TakeWaiting /
   // AdoptWaiting). Before Start: nothing / kUnavailable.
-  std::vector<Scheduler::Migrant> TakeWaiting();
-  Status Adopt(std::vector<Scheduler::Migrant>* migrants);
+  std::vector<Scheduler::Migrant> TakeWaiting() override;
+  Status Adopt(std::vector<Scheduler::Migrant>* migrants) override;
   // KV blocks free after the last iteration, and the pool's size (0 before
   // Start).
-  int64_t free_kv_blocks() const { return free_blocks_.load(std::memory_order_relaxed); }
-  int64_t kv_blocks() const { return kv_blocks_.load(std::memory_order_relaxed); }
+  int64_t free_kv_blocks() const override { return free_blocks_.load(std::memory_order_relaxed); }
+  int64_t kv_blocks() const override { return kv_blocks_.load(std::memory_order_relaxed); }
 
   // Commands (see the header comment). Each returns once run on the loop
   // thread; nullopt / false when the loop was not started or stopped.
   // Pause returns the sequences re-queued since the previous pause (by
   // executor errors or by this drain).
-  std::optional<int> Pause(double drain_seconds);
-  bool SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health, uint64_t plan_version);
-  bool Resume();
+  std::optional<int> Pause(double drain_seconds) override;
+  bool SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health,
+                    uint64_t plan_version) override;
+  bool Resume() override;
 
  private:
   enum class Mode { kRunning, kDraining, kPaused };

@@ -5,6 +5,9 @@
 //   StepResult     to the executor of the replica running its plan version
 //                  (refused ones are counted in
 //                  tessera_control_messages_dropped_total);
+//   RequestUpdates to the LeaderLoop of the replica running its plan
+//                  version, from that plan's leader only (others dropped
+//                  and counted, reason not_leader);
 //   Register       clears a lost mark; a worker joining while a replica is
 //                  degraded or shrunk triggers that replica's re-plan (the
 //                  first such replica's);
@@ -46,6 +49,8 @@ class WorkerEvents {
 
  private:
   void OnStepResult(const ControlPeer& peer, const control::StepResult& result);
+  void OnRequestUpdates(const ControlPeer& peer, const control::RequestUpdates& updates)
+      EXCLUDES(state_.mu);
   void OnRegister(const ControlPeer& peer, const control::Register& reg) EXCLUDES(state_.mu);
   void OnError(const ControlPeer& peer, const control::Error& error) EXCLUDES(state_.mu);
 

@@ -45,6 +45,8 @@ bool IsCoordinatorToWorker(control::Envelope::BodyCase body) {
     case control::Envelope::kRegisterAck:
     case control::Envelope::kAssignShard:
     case control::Envelope::kStep:
+    case control::Envelope::kGenerate:        // to a replica's leader
+    case control::Envelope::kCancelRequests:  // to a replica's leader
     case control::Envelope::kDrain:
     case control::Envelope::kShutdown:
     case control::Envelope::kError:

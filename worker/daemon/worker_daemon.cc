@@ -510,10 +510,16 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     step_watch_.EndStep();
     return s.ok() ? s : fail(s);
   }
+  SequenceSamplers samplers(grammar);
+  if (assign.has_leader()) {
+    if (links.tp_rank != 0)
+      return fail(FailedPrecondition("AssignShard.leader is set on tp rank " +
+                                     std::to_string(links.tp_rank) + " (the leader is tp rank 0)"));
+    return ServeAsLeader({client, assign, who, *loaded->model, cache, links, samplers, fail});
+  }
   std::unique_ptr<AsyncSender> sender;
   if (links.pp > 1)
     sender = std::make_unique<AsyncSender>(links.next, 1, static_cast<size_t>(2 * links.pp + 2));
-  SequenceSamplers samplers(grammar);
   const double keepalive_seconds = options_.collective_timeout_seconds / 3.0;
   while (true) {
     if (metrics_) metrics_->clock().Idle();

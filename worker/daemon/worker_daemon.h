@@ -46,6 +46,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -59,6 +60,7 @@
 #include "worker/daemon/step_watch.h"
 #include "worker/daemon/worker_failpoints.h"
 #include "worker/daemon/worker_metrics.h"
+#include "worker/exec/pipeline_executor.h"
 #include "worker/exec/rank_device.h"
 #include "worker/model/weight_loader.h"
 
@@ -117,6 +119,22 @@ class WorkerDaemon {
   // the first failure (already reported to the coordinator).
   Status ServePlan(ControlClient& client, control::Heartbeat& hb,
                    const control::AssignShard& assign, const std::string& worker_id);
+  // What ServeAsLeader needs of ServePlan's plan.
+  struct LeaderServe {
+    ControlClient& client;
+    const control::AssignShard& assign;
+    const std::string& who;  // "worker ID rank R" for logs and errors
+    LlamaModel& model;
+    KvCache& cache;
+    const PipelineLinks& links;
+    SequenceSamplers& samplers;
+    // Reports a failure to the coordinator and returns it (ServePlan's).
+    std::function<Status(const Status&)> fail;
+  };
+  // The plan's loop on a replica's leader (AssignShard.leader,
+  // worker/daemon/leader_serve.cc): the replica's Scheduler runs here and
+  // takes Generate / CancelRequests instead of Steps. Returns as ServePlan.
+  Status ServeAsLeader(const LeaderServe& serve);
   // The step-sleep failpoint (worker_failpoints.h): sleeps in the step when
   // armed for `world_rank`.
   void StepSleepFailpoint(int world_rank);

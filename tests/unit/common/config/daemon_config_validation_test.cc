@@ -33,6 +33,18 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "or set "
        "parallel.mode = \"explicit\""},
       {"[parallel]\ntp = 0\n", "x.toml:2:6: parallel.tp: must be >= 1, got 0"},
+      {"[scheduler]\nruns_on = \"leader\"\n",
+       "x.toml:2:11: scheduler.runs_on: \"leader\" serves tp 1 x pp 1 replicas in this version: "
+       "set parallel.mode = \"explicit\" with tp = 1 and pp = 1 (and no replica_override of "
+       "another layout), or runs_on = \"coordinator\""},
+      {"[parallel]\ntp = 2\n[scheduler]\nruns_on = \"leader\"\n",
+       "x.toml:4:11: scheduler.runs_on: \"leader\" serves tp 1 x pp 1 replicas in this version: "
+       "set parallel.mode = \"explicit\" with tp = 1 and pp = 1 (and no replica_override of "
+       "another layout), or runs_on = \"coordinator\""},
+      {"[scheduler]\nruns_on = \"worker\"\n",
+       "x.toml:2:11: scheduler.runs_on: must be one of \"coordinator\", \"leader\", got "
+       "\"worker\""},
+
       {"[parallel]\ntp = 2\npp = -1\n", "x.toml:3:6: parallel.pp: must be >= 1, got -1"},
       {"[parallel]\npp = 2\nlayers_per_stage = [4, 4, 4]\n",
        "x.toml:3:20: parallel.layers_per_stage: must have one entry per stage (parallel.pp = 2), "

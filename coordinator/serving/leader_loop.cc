@@ -1,0 +1,381 @@
+#include "coordinator/serving/leader_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/base/logging.h"
+#include "common/engine/generation_codec.h"
+#include "common/metrics/metric_catalog.h"
+#include "common/wire/control_codec.h"
+#include "coordinator/control/remote_executor.h"
+
+namespace tessera {
+
+LeaderLoop::LeaderLoop(const ModelConfig& model, bool has_tokenizer, int64_t block_size,
+                       SchedulerOptions options, ControlServer* control, MetricsRegistry* metrics,
+                       int replica)
+    : model_(model),
+      has_tokenizer_(has_tokenizer),
+      block_size_(block_size),
+      options_(std::move(options)),
+      control_(control),
+      metrics_(metrics),
+      replica_(std::to_string(replica)) {}
+
+LeaderLoop::~LeaderLoop() { Stop(); }
+
+void LeaderLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks,
+                       uint64_t plan_version) {
+  auto remote = std::dynamic_pointer_cast<RemoteExecutor>(executor);
+  TESSERA_CHECK(remote != nullptr);
+  kv_blocks_.store(kv_blocks, std::memory_order_relaxed);
+  free_blocks_.store(kv_blocks, std::memory_order_relaxed);
+  {
+    MutexLock lock(&mu_);
+    plan_version_ = plan_version;
+    leader_ = remote->leader();
+    health_ = std::move(health);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  started_.store(true, std::memory_order_release);
+}
+
+void LeaderLoop::Stop() {
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  drain_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Every request left ends with an error (a stream gets an error event
+  // and [DONE]) instead of a cut connection.
+  std::vector<std::function<void()>> calls;
+  {
+    MutexLock lock(&mu_);
+    std::vector<int64_t> ids;
+    for (auto& [id, r] : requests_) ids.push_back(id);
+    for (int64_t id : ids)
+      Finish(requests_.at(id), FinishReason::kError, Unavailable(kShuttingDownMessage), calls);
+    held_.clear();
+  }
+  Run(calls);
+}
+
+void LeaderLoop::Wake() { drain_cv_.notify_all(); }
+
+Status LeaderLoop::Adopt(std::vector<Scheduler::Migrant>* migrants) {
+  if (migrants->empty()) return Status::Ok();
+  return FailedPrecondition("replica " + replica_ +
+                            " schedules on its leader: it adopts no queued request");
+}
+
+StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest> requests,
+                                                  std::vector<RequestCallbacks> callbacks) {
+  TESSERA_CHECK(requests.size() == callbacks.size());
+  if (!started()) return Unavailable("replica " + replica_ + " is not serving yet");
+  const int64_t blocks = kv_blocks_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    TESSERA_RETURN_IF_ERROR(
+        ValidateGenerationRequest(r, model_, options_, has_tokenizer_, blocks, block_size_));
+    const int32_t src = r.share_prompt_of;
+    if (src >= 0 && (static_cast<size_t>(src) >= i ||
+                     requests[static_cast<size_t>(src)].prompt_ids != r.prompt_ids))
+      return InvalidArgument("share_prompt_of: request " + std::to_string(i) + " names request " +
+                             std::to_string(src) + ", not an earlier one with the same prompt");
+  }
+  std::vector<std::function<void()>> calls;
+  std::vector<int64_t> ids;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return Unavailable(kShuttingDownMessage);
+    const size_t queued = CountLocked(/*admitted=*/false);
+    if (static_cast<int64_t>(queued + requests.size()) > options_.queue_limit)
+      return ResourceExhausted("the request queue is full (" +
+                               std::to_string(options_.queue_limit) + " waiting); retry later");
+    for (size_t i = 0; i < requests.size(); ++i) {
+      int64_t id = options_.output->NextId();
+      if (id == 0) id = options_.output->NextId();  // the wire's ids are > 0
+      Request& r = requests_[id];
+      r.id = id;
+      r.request = std::move(requests[i]);
+      r.callbacks = std::move(callbacks[i]);
+      r.result.prompt_tokens = static_cast<int64_t>(r.request.prompt_ids.size());
+      ids.push_back(id);
+    }
+    if (mode_ == Mode::kRunning) {
+      SendLocked(ids);
+    } else {
+      held_.push_back(ids);
+    }
+  }
+  Run(calls);
+  return ids;
+}
+
+void LeaderLoop::Cancel(const std::vector<int64_t>& ids) {
+  std::vector<std::function<void()>> calls;
+  {
+    MutexLock lock(&mu_);
+    control::Envelope e;
+    control::CancelRequests* c = e.mutable_cancel_requests();
+    c->set_plan_version(plan_version_);
+    for (int64_t id : ids) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;
+      it->second.cancelled = true;
+      if (it->second.sent) {
+        c->add_request_ids(id);
+      } else {
+        // Held here (paused): it ends now. Its held entry is skipped at Resume.
+        Finish(it->second, FinishReason::kCancelled, Status::Ok(), calls);
+      }
+    }
+    if (c->request_ids_size() > 0 && plan_version_ != 0) {
+      Status s = control_->Send(leader_, std::move(e));
+      if (!s.ok())
+        TESSERA_LOG_WARN("coordinator", "replica {}: cancel to leader {}: {}", replica_, leader_,
+                         s.ToString());
+    }
+  }
+  Run(calls);
+}
+
+size_t LeaderLoop::CountLocked(bool admitted) const {
+  size_t n = 0;
+  for (const auto& [id, r] : requests_) n += r.admitted == admitted ? 1 : 0;
+  return n;
+}
+
+size_t LeaderLoop::waiting() const {
+  MutexLock lock(&mu_);
+  return CountLocked(false);
+}
+
+size_t LeaderLoop::running() const {
+  MutexLock lock(&mu_);
+  return CountLocked(true);
+}
+
+void LeaderLoop::SendLocked(const std::vector<int64_t>& ids) {
+  control::Envelope e;
+  control::Generate* g = e.mutable_generate();
+  g->set_plan_version(plan_version_);
+  std::vector<int64_t> sent;
+  std::map<int64_t, int32_t> position;  // request id -> its index in this Generate
+  for (int64_t id : ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // finished (cancelled) while held
+    Request& r = it->second;
+    GenerationRequest request = r.request;
+    request.resume_tokens = r.result.tokens;
+    // A choice shares its source's prompt blocks when both go now, neither
+    // resumed, as they first did; otherwise it prefills alone.
+    if (request.share_prompt_of >= 0) {
+      const size_t src = static_cast<size_t>(request.share_prompt_of);
+      auto p = src < ids.size() ? position.find(ids[src]) : position.end();
+      const bool fresh = r.result.tokens.empty() && p != position.end() &&
+                         requests_.at(p->first).result.tokens.empty();
+      request.share_prompt_of = fresh ? p->second : -1;
+    }
+    position[id] = static_cast<int32_t>(sent.size());
+    GenerationRequestToProto(id, request, g->add_requests());
+    sent.push_back(id);
+  }
+  if (sent.empty()) return;
+  Status s = control_->Send(leader_, std::move(e));
+  if (!s.ok()) {
+    // The leader is gone: the re-plan its loss starts pauses this loop and
+    // sends these to the next plan's leader.
+    TESSERA_LOG_WARN("coordinator", "replica {}: Generate to leader {}: {}", replica_, leader_,
+                     s.ToString());
+    held_.push_front(sent);
+    return;
+  }
+  for (int64_t id : sent) {
+    Request& r = requests_.at(id);
+    r.sent = true;
+    r.admitted = false;
+  }
+}
+
+void LeaderLoop::Finish(Request& r, FinishReason reason, Status error,
+                        std::vector<std::function<void()>>& calls) {
+  r.result.finish_reason = reason;
+  r.result.error = std::move(error);
+  if (r.callbacks.on_finish)
+    calls.push_back(
+        [cb = std::move(r.callbacks.on_finish), result = std::move(r.result)] { cb(result); });
+  requests_.erase(r.id);
+  drain_cv_.notify_all();
+}
+
+bool LeaderLoop::OnUpdates(const std::string& worker_id, const control::RequestUpdates& updates) {
+  {
+    MutexLock lock(&mu_);
+    if (stop_ || updates.plan_version() != plan_version_ || worker_id != leader_) return false;
+    inbox_.push_back(updates);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void LeaderLoop::Loop() {
+  while (true) {
+    std::vector<std::function<void()>> calls;
+    {
+      MutexLock lock(&mu_);
+      cv_.wait(mu_, [&]() REQUIRES(mu_) { return stop_ || !inbox_.empty(); });
+      if (stop_) return;
+      control::RequestUpdates updates = std::move(inbox_.front());
+      inbox_.pop_front();
+      // Updates of a plan that ended meanwhile (a pause re-queued its
+      // requests) change nothing.
+      if (updates.plan_version() == plan_version_) calls = ApplyLocked(updates);
+    }
+    Run(calls);
+  }
+}
+
+std::vector<std::function<void()>> LeaderLoop::ApplyLocked(const control::RequestUpdates& updates) {
+  std::vector<std::function<void()>> calls;
+  const int64_t blocks = kv_blocks_.load(std::memory_order_relaxed);
+  const int64_t free_blocks =
+      std::min<int64_t>(static_cast<int64_t>(updates.load().free_kv_blocks()), blocks);
+  free_blocks_.store(free_blocks, std::memory_order_relaxed);
+  if (metrics_)
+    metrics_->Gauge(metric::kKvCacheUsedBlocks)
+        .WithLabels({replica_})
+        .Set(static_cast<double>(blocks - free_blocks));
+  for (const control::RequestUpdate& u : updates.updates()) {
+    auto it = requests_.find(u.request_id());
+    if (it == requests_.end() || !it->second.sent) continue;  // finished, or not the leader's
+    ApplyOne(it->second, u, calls);
+  }
+  return calls;
+}
+
+void LeaderLoop::ApplyOne(Request& r, const control::RequestUpdate& u,
+                          std::vector<std::function<void()>>& calls) {
+  for (uint32_t i = 0; i < u.admissions(); ++i) {
+    r.admitted = true;
+    if (r.callbacks.on_admit) calls.push_back(r.callbacks.on_admit);
+  }
+  if (u.prompt_logprobs_size() > 0) {
+    r.result.prompt_logprobs = PromptLogprobsFromProto(u.prompt_logprobs());
+    if (r.callbacks.on_prompt_logprobs)
+      calls.push_back(
+          [cb = r.callbacks.on_prompt_logprobs, p = r.result.prompt_logprobs] { cb(p); });
+  }
+  const bool want_logprobs = r.request.sampling.logprobs >= 0;
+  for (const control::TokenUpdate& t : u.tokens()) {
+    std::optional<SampledToken> logprobs = TokenLogprobsFromProto(t);
+    if (t.token_id() >= 0) {
+      r.result.tokens.push_back(t.token_id());
+      if (want_logprobs) {
+        SampledToken entry = logprobs.value_or(SampledToken{});
+        entry.token_id = t.token_id();
+        r.result.logprobs.push_back(entry);
+      }
+    }
+    r.result.text += t.text();
+    if (r.callbacks.on_token)
+      calls.push_back(
+          [cb = r.callbacks.on_token, text = t.text(), token = t.token_id(),
+           logprobs = std::move(logprobs)] { cb(text, token, logprobs ? &*logprobs : nullptr); });
+  }
+  if (!u.finished()) return;
+  r.result.prompt_tokens = u.prompt_tokens();
+  r.result.cached_tokens = u.cached_tokens();
+  r.result.preemptions += static_cast<int>(u.preemptions());
+  const FinishReason reason =
+      FinishReasonFromName(u.finish_reason()).value_or(FinishReason::kError);
+  Finish(r, reason, u.has_error() ? ErrorToStatus(u.error()) : Status::Ok(), calls);
+}
+
+void LeaderLoop::Run(std::vector<std::function<void()>>& calls) {
+  for (auto& call : calls) call();
+  calls.clear();
+}
+
+std::optional<int> LeaderLoop::Pause(double drain_seconds) {
+  if (!started()) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(drain_seconds));
+  std::vector<std::function<void()>> calls;
+  int requeued = 0;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return std::nullopt;
+    mode_ = Mode::kDraining;
+    // The requests at the leader get drain_seconds to finish (none once the
+    // plan is broken); new ones are held from now on.
+    auto sent_left = [&]() REQUIRES(mu_) {
+      for (const auto& [id, r] : requests_)
+        if (r.sent) return true;
+      return false;
+    };
+    while (!stop_ && sent_left() && (!health_ || health_().ok()) &&
+           std::chrono::steady_clock::now() < deadline)
+      drain_cv_.wait_until(mu_, deadline);
+    if (stop_) return std::nullopt;
+    // What the leader still has resumes on the next plan from the tokens
+    // delivered; the old plan's later updates are dropped.
+    control::Envelope e;
+    control::CancelRequests* c = e.mutable_cancel_requests();
+    c->set_plan_version(plan_version_);
+    std::vector<int64_t> back;
+    for (auto& [id, r] : requests_) {
+      if (!r.sent) continue;
+      r.sent = false;
+      r.admitted = false;
+      back.push_back(id);
+      c->add_request_ids(id);
+    }
+    if (!back.empty() && plan_version_ != 0)
+      control_->Send(leader_, std::move(e)).IgnoreError();  // best effort: the plan ends
+    for (auto it = back.rbegin(); it != back.rend(); ++it) held_.push_front({*it});
+    requeued_ += static_cast<int>(back.size());
+    requeued = requeued_;
+    requeued_ = 0;
+    plan_version_ = 0;
+    inbox_.clear();
+    mode_ = Mode::kPaused;
+  }
+  Run(calls);
+  if (requeued > 0)
+    TESSERA_LOG_INFO("coordinator", "replica {}: {} request(s) re-queued for the next plan",
+                     replica_, requeued);
+  return requeued;
+}
+
+bool LeaderLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health,
+                              uint64_t plan_version) {
+  auto remote = std::dynamic_pointer_cast<RemoteExecutor>(executor);
+  TESSERA_CHECK(remote != nullptr);
+  MutexLock lock(&mu_);
+  if (stop_) return false;
+  plan_version_ = plan_version;
+  leader_ = remote->leader();
+  health_ = std::move(health);
+  return true;
+}
+
+bool LeaderLoop::Resume() {
+  std::vector<std::function<void()>> calls;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return false;
+    mode_ = Mode::kRunning;
+    std::deque<std::vector<int64_t>> held = std::move(held_);
+    held_.clear();
+    for (const std::vector<int64_t>& ids : held) SendLocked(ids);
+  }
+  Run(calls);
+  return true;
+}
+
+}  // namespace tessera

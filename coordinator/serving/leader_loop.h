@@ -1,0 +1,157 @@
+// LeaderLoop: the coordinator's side of a replica that schedules itself
+// ([scheduler] runs_on = "leader"; the leader's side is
+// worker/daemon/replica_leader.h). The replica's leader worker (stage 0,
+// tp rank 0) runs the Scheduler, KV block allocator and output processing;
+// this loop
+//
+//  - checks each request as the leader's scheduler will
+//    (ValidateGenerationRequest) and against the queue limit, so that a bad
+//    request is a 400 and a full queue a 429 before anything is sent;
+//  - sends the requests of one Submit in one Generate (all or none) and
+//    cancellations in CancelRequests, named by ids drawn from the replica
+//    set's shared OutputProcessor (unique over the replicas);
+//  - takes the leader's RequestUpdates (from the current plan's leader
+//    only; anything else is dropped) on its own thread, fed by a queue,
+//    and runs the requests' callbacks there, in the order the leader made
+//    them;
+//  - keeps each request until it finishes: its request, the tokens and
+//    log-probabilities delivered so far and its text, so that a pause
+//    (a re-plan or a fault) re-queues the unfinished ones and Resume sends
+//    them to the next plan's leader with those tokens
+//    (GenerationRequest::resume_tokens): the output continues without a gap
+//    or a duplicate, and a greedy one equals an uninterrupted run.
+//
+// The router's load comes from the leader's reports (LeaderLoad: free KV
+// blocks); waiting and running are counted here (sent and not admitted /
+// admitted and not finished).
+//
+// Moving queued requests to another replica (TakeWaiting / Adopt) is not
+// done: a paused replica's requests wait for its next plan.
+//
+// Thread-safety: as ReplicaLoop's; OnUpdates from the control server's
+// thread. State shared by the threads is guarded by mu_; callbacks run on
+// the loop thread with no lock held.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/base/mutex.h"
+#include "common/base/thread_annotations.h"
+#include "common/engine/output_processor.h"
+#include "common/engine/scheduler.h"
+#include "common/format/model_config.h"
+#include "common/metrics/metrics_registry.h"
+#include "common/wire/control.pb.h"
+#include "coordinator/control/control_server.h"
+#include "coordinator/serving/replica_loop.h"
+
+namespace tessera {
+
+class LeaderLoop : public ReplicaLoop {
+ public:
+  // Everything here outlives the loop. `options.output` draws the request
+  // ids (the replica set's shared processor); `has_tokenizer`: stop strings
+  // can be served. `replica`: the metrics' label.
+  LeaderLoop(const ModelConfig& model, bool has_tokenizer, int64_t block_size,
+             SchedulerOptions options, ControlServer* control, MetricsRegistry* metrics,
+             int replica);
+  ~LeaderLoop() override;
+  LeaderLoop(const LeaderLoop&) = delete;
+  LeaderLoop& operator=(const LeaderLoop&) = delete;
+
+  // ReplicaLoop. `executor` is the plan's RemoteExecutor: it names the
+  // leader (RemoteExecutor::leader) and its health says when the plan broke.
+  void Start(std::shared_ptr<StepExecutor> executor, Health health, int64_t kv_blocks,
+             uint64_t plan_version) override EXCLUDES(mu_);
+  bool started() const override { return started_.load(std::memory_order_acquire); }
+  void Stop() override EXCLUDES(mu_);
+  void Wake() override EXCLUDES(mu_);
+  std::vector<Scheduler::Migrant> TakeWaiting() override { return {}; }
+  Status Adopt(std::vector<Scheduler::Migrant>* migrants) override;
+  int64_t free_kv_blocks() const override { return free_blocks_.load(std::memory_order_relaxed); }
+  int64_t kv_blocks() const override { return kv_blocks_.load(std::memory_order_relaxed); }
+  std::optional<int> Pause(double drain_seconds) override EXCLUDES(mu_);
+  bool SwapExecutor(std::shared_ptr<StepExecutor> executor, Health health,
+                    uint64_t plan_version) override EXCLUDES(mu_);
+  bool Resume() override EXCLUDES(mu_);
+
+  // RequestSink.
+  StatusOr<std::vector<int64_t>> Submit(std::vector<GenerationRequest> requests,
+                                        std::vector<RequestCallbacks> callbacks) override
+      EXCLUDES(mu_);
+  void Cancel(const std::vector<int64_t>& ids) override EXCLUDES(mu_);
+  size_t waiting() const override EXCLUDES(mu_);
+  size_t running() const override EXCLUDES(mu_);
+
+  // The control server's thread: the leader `worker_id`'s updates.
+  // Returns false when they were dropped (not the current plan's leader).
+  bool OnUpdates(const std::string& worker_id, const control::RequestUpdates& updates)
+      EXCLUDES(mu_);
+
+ private:
+  struct Request {
+    int64_t id = 0;
+    GenerationRequest request;
+    RequestCallbacks callbacks;
+    GenerationResult result;  // tokens, logprobs and text delivered so far
+    bool sent = false;        // to the current plan's leader
+    bool admitted = false;    // by it, since it was sent
+    bool cancelled = false;
+  };
+  enum class Mode { kRunning, kDraining, kPaused };
+
+  void Loop() EXCLUDES(mu_);
+  // Applies one RequestUpdates (under mu_) and returns the callbacks to
+  // run, in order.
+  std::vector<std::function<void()>> ApplyLocked(const control::RequestUpdates& updates)
+      REQUIRES(mu_);
+  void ApplyOne(Request& r, const control::RequestUpdate& u,
+                std::vector<std::function<void()>>& calls) REQUIRES(mu_);
+  // Sends requests `ids` (in order; the unfinished ones) to the leader in
+  // one Generate, with the tokens each already has; when the send fails
+  // (the leader is gone) they are held for the next plan.
+  void SendLocked(const std::vector<int64_t>& ids) REQUIRES(mu_);
+  void Finish(Request& r, FinishReason reason, Status error,
+              std::vector<std::function<void()>>& calls) REQUIRES(mu_);
+  size_t CountLocked(bool admitted) const REQUIRES(mu_);
+  static void Run(std::vector<std::function<void()>>& calls);
+
+  const ModelConfig& model_;
+  const bool has_tokenizer_;
+  const int64_t block_size_;
+  const SchedulerOptions options_;
+  ControlServer* const control_;
+  MetricsRegistry* const metrics_;
+  const std::string replica_;
+
+  std::atomic<bool> started_{false};
+  std::atomic<int64_t> free_blocks_{0};
+  std::atomic<int64_t> kv_blocks_{0};
+  std::thread thread_;
+
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;        // the loop thread: updates queued, or stopping
+  std::condition_variable_any drain_cv_;  // Pause: a request finished, or health changed
+  bool stop_ GUARDED_BY(mu_) = false;
+  Mode mode_ GUARDED_BY(mu_) = Mode::kRunning;
+  uint64_t plan_version_ GUARDED_BY(mu_) = 0;  // 0 while paused: no updates taken
+  std::string leader_ GUARDED_BY(mu_);
+  Health health_ GUARDED_BY(mu_);
+  std::deque<control::RequestUpdates> inbox_ GUARDED_BY(mu_);
+  std::map<int64_t, Request> requests_ GUARDED_BY(mu_);  // unfinished, by id
+  // Submits held while paused (each all or none), the re-queued first.
+  std::deque<std::vector<int64_t>> held_ GUARDED_BY(mu_);
+  int requeued_ GUARDED_BY(mu_) = 0;  // since the last Pause returned
+};
+
+}  // namespace tessera

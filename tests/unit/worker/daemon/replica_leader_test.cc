@@ -1,0 +1,182 @@
+// ReplicaLeader on the real CPU model (fixture llama_gqa_f32): Generate
+// envelopes, encoded and decoded as the control plane carries them, run on
+// the leader's own scheduler; its RequestUpdates give the same greedy
+// tokens as the local engine, a cancel ends a request, and refusals (another
+// plan, a token outside the vocab, a full queue, a repeated id) come back as
+// finished updates with the error, the leader carrying on.
+#include "worker/daemon/replica_leader.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/engine/generation_codec.h"
+#include "common/wire/control_codec.h"
+#include "support/model_harness.h"
+#include "support/test_util.h"
+
+namespace tessera {
+namespace {
+
+constexpr uint64_t kPlan = 7;
+
+// What the coordinator would see of each request.
+struct Seen {
+  std::vector<int32_t> tokens;
+  std::string text;
+  int admissions = 0;
+  bool finished = false;
+  std::string finish_reason;
+  control::Error error;
+};
+
+class ReplicaLeaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = ::tessera::testing::LocalModel::Load(
+        ::tessera::testing::FixturePath("models/llama_gqa_f32"));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(*model);
+    control::LeaderOptions options;
+    options.set_queue_limit(4);
+    options.set_max_context(64);
+    leader_ = std::make_unique<ReplicaLeader>(
+        model_->config(), nullptr, &model_->executor(), 256, model_->block_size(),
+        LeaderSchedulerOptions(options, kPlan), [this](control::Envelope e) {
+          e.set_worker_id("w0");
+          e.set_protocol_version(kControlProtocolVersion);
+          e.set_protocol_version(kControlProtocolVersion);
+          e.set_protocol_version(kControlProtocolVersion);
+          // The wire's rules hold for what the leader sends.
+          auto bytes = EncodeEnvelope(e);
+          if (!bytes.ok()) return bytes.status();
+          auto back = DecodeEnvelope(*bytes);
+          if (!back.ok()) return back.status();
+          Record(back->request_updates());
+          return Status::Ok();
+        });
+  }
+
+  void Record(const control::RequestUpdates& updates) {
+    EXPECT_EQ(updates.plan_version(), kPlan);
+    EXPECT_EQ(updates.load().kv_blocks(), 256u);
+    for (const control::RequestUpdate& u : updates.updates()) {
+      Seen& s = seen_[u.request_id()];
+      EXPECT_FALSE(s.finished) << "an update after the finish of " << u.request_id();
+      s.admissions += static_cast<int>(u.admissions());
+      for (const control::TokenUpdate& t : u.tokens()) {
+        if (t.token_id() >= 0) s.tokens.push_back(t.token_id());
+        s.text += t.text();
+      }
+      if (u.finished()) {
+        s.finished = true;
+        s.finish_reason = u.finish_reason();
+        s.error = u.error();
+      }
+    }
+  }
+
+  // Sends `e` through the codec, as the coordinator's control server would.
+  void Deliver(control::Envelope e) {
+    e.set_worker_id("w0");
+    e.set_protocol_version(kControlProtocolVersion);
+    e.set_protocol_version(kControlProtocolVersion);
+    auto bytes = EncodeEnvelope(e);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto back = DecodeEnvelope(*bytes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    leader_->Handle(*back);
+  }
+
+  static control::Envelope Generate(uint64_t plan, const std::vector<int64_t>& ids,
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    int max_tokens) {
+    control::Envelope e;
+    e.mutable_generate()->set_plan_version(plan);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      GenerationRequest r;
+      r.prompt_ids = prompts[i];
+      r.max_tokens = max_tokens;
+      r.ignore_eos = true;
+      GenerationRequestToProto(ids[i], r, e.mutable_generate()->add_requests());
+    }
+    return e;
+  }
+
+  void RunUntilIdle(int max_steps = 200) {
+    for (int i = 0; i < max_steps && leader_->busy(); ++i) {
+      auto ran = leader_->Step();
+      ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+    }
+    auto ran = leader_->Step();  // idle: waits for the output, flushes it
+    ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+    EXPECT_FALSE(leader_->busy());
+  }
+
+  std::unique_ptr<::tessera::testing::LocalModel> model_;
+  std::unique_ptr<ReplicaLeader> leader_;
+  std::map<int64_t, Seen> seen_;
+};
+
+TEST_F(ReplicaLeaderTest, GreedyUpdatesEqualTheLocalEngine) {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7}};
+  Deliver(Generate(kPlan, {101, 102}, prompts, 6));
+  RunUntilIdle();
+  auto want = model_->Greedy(prompts, 6);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  for (int64_t id : {101, 102}) {
+    const Seen& s = seen_[id];
+    EXPECT_TRUE(s.finished);
+    EXPECT_EQ(s.finish_reason, "length");
+    EXPECT_EQ(s.admissions, 1);
+    EXPECT_EQ(s.tokens, (*want)[static_cast<size_t>(id - 101)]) << "request " << id;
+  }
+}
+
+TEST_F(ReplicaLeaderTest, CancelEndsARunningRequest) {
+  Deliver(Generate(kPlan, {5}, {{1, 2, 3}}, 50));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(leader_->Step().ok());
+  control::Envelope cancel;
+  cancel.mutable_cancel_requests()->set_plan_version(kPlan);
+  cancel.mutable_cancel_requests()->add_request_ids(5);
+  Deliver(cancel);
+  RunUntilIdle();
+  EXPECT_TRUE(seen_[5].finished);
+  EXPECT_EQ(seen_[5].finish_reason, "cancelled");
+  EXPECT_LT(seen_[5].tokens.size(), 50u);
+}
+
+TEST_F(ReplicaLeaderTest, RefusalsComeBackAsFinishedErrorsAndTheLeaderGoesOn) {
+  Deliver(Generate(kPlan + 1, {1}, {{1, 2}}, 2));  // another plan
+  EXPECT_EQ(seen_[1].finish_reason, "error");
+  EXPECT_EQ(seen_[1].error.code(), control::ERROR_CODE_UNAVAILABLE);
+  EXPECT_NE(seen_[1].error.message().find("plan 8"), std::string::npos) << seen_[1].error.message();
+
+  const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
+  Deliver(Generate(kPlan, {2, 3}, {{1, 2}, {1, vocab}}, 2));  // one bad prompt: neither queued
+  for (int64_t id : {2, 3}) {
+    EXPECT_EQ(seen_[id].finish_reason, "error");
+    EXPECT_EQ(seen_[id].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+  }
+  EXPECT_NE(seen_[3].error.message().find("vocab"), std::string::npos) << seen_[3].error.message();
+
+  Deliver(Generate(kPlan, {4}, {{1, 2, 3}}, 62));  // 65 tokens: over max_context 64
+  EXPECT_EQ(seen_[4].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+
+  Deliver(Generate(kPlan, {10, 11, 12, 13, 14}, {{1}, {2}, {3}, {4}, {5}}, 2));  // queue_limit 4
+  EXPECT_EQ(seen_[10].error.code(), control::ERROR_CODE_RESOURCE_EXHAUSTED);
+
+  Deliver(Generate(kPlan, {20}, {{4, 5}}, 3));
+  Deliver(Generate(kPlan, {20}, {{4, 5}}, 3));  // the same id again
+  EXPECT_EQ(seen_[20].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+  seen_.erase(20);  // the refusal's update; the first request runs on
+  RunUntilIdle();
+  EXPECT_TRUE(seen_[20].finished);
+  EXPECT_EQ(seen_[20].finish_reason, "length");
+  EXPECT_EQ(seen_[20].tokens.size(), 3u);
+}
+
+}  // namespace
+}  // namespace tessera
