@@ -29,6 +29,7 @@
 #include "bench/fleet_sim/load_client.h"
 #include "bench/fleet_sim/sim_fleet.h"
 #include "bench/fleet_sim/step_model.h"
+#include "bench/fleet_sim/thread_cpu.h"
 #include "common/base/logging.h"
 #include "common/format/model_config.h"
 #include "common/net/curve_keys.h"
@@ -334,6 +335,8 @@ Status Run(const Args& a, json& out) {
   const FleetStats s0 = fleet->stats();
   const double load_cpu0 = coordinator.CpuSeconds();
   const double sim_cpu0 = SelfCpuSeconds();
+  const ThreadCpuSnapshot sim_threads0 = SampleThreadCpu(::getpid());
+  const ThreadCpuSnapshot coordinator_threads0 = SampleThreadCpu(coordinator.pid());
   const auto t_load = Clock::now();
   load.Start();
   json loss = nullptr;
@@ -372,6 +375,11 @@ Status Run(const Args& a, json& out) {
   }
   const double rest = a.load_seconds - Since(t_load);
   if (rest > 0) std::this_thread::sleep_for(std::chrono::duration<double>(rest));
+  // Sampled before the load clients' threads end (a thread that ended is
+  // gone from /proc).
+  const ThreadCpuSnapshot sim_threads1 = SampleThreadCpu(::getpid());
+  const ThreadCpuSnapshot coordinator_threads1 = SampleThreadCpu(coordinator.pid());
+  const double threads_s = Since(t_load);
   load.Stop();
   const double load_s = Since(t_load);
   const double load_cpu = coordinator.CpuSeconds() - load_cpu0;
@@ -397,12 +405,24 @@ Status Run(const Args& a, json& out) {
       {"latency_p99_s", Percentile(ls.latencies_s, 0.99)},
       {"steps", s1.steps - s0.steps},
       {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
+      {"heartbeats_per_second",
+       static_cast<double>(s1.heartbeats_sent - s0.heartbeats_sent) / load_s},
       {"coordinator_cores", load_cpu / load_s},
       {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
       {"coordinator_us_per_token",
        ls.tokens > 0 ? 1e6 * load_cpu / static_cast<double>(ls.tokens) : 0},
       {"coordinator_us_per_step",
        s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
+  // Where each process's CPU went: the simulator's shard threads
+  // ("sim-shard-"), its ZeroMQ I/O threads ("ZMQbg/IO/", CURVE and TCP) and
+  // the load clients ("load-client"); the coordinator's threads.
+  out["load"]["simulator_threads_cores"] =
+      CoresByThreadGroup(sim_threads0, sim_threads1, threads_s);
+  out["load"]["coordinator_threads_cores"] =
+      CoresByThreadGroup(coordinator_threads0, coordinator_threads1, threads_s);
+  const auto [busiest, busiest_cores] =
+      BusiestThread(coordinator_threads0, coordinator_threads1, threads_s);
+  out["load"]["coordinator_busiest_thread"] = {{"thread", busiest}, {"cores", busiest_cores}};
   // The API listener's stream writes (a coordinator that exports them):
   // events per write shows how often events that were ready together
   // shared one.
