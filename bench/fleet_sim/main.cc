@@ -250,8 +250,10 @@ Status Run(const Args& a, json& out) {
   fo.worker_secret_keys = std::move(worker_secrets);
   fo.node = node;
   fo.nodes = a.nodes;
-  // zmq_poll looks at every socket of its thread each turn: keep that short.
-  fo.shards = a.shards > 0 ? a.shards : std::clamp((workers + 255) / 256, 1, 64);
+  // A shard thread waits in epoll on its sockets, so a turn costs its ready
+  // sockets only: a few threads carry the fleet (more only add switches on
+  // a small machine).
+  fo.shards = a.shards > 0 ? a.shards : std::clamp((workers + 1023) / 1024, 1, 8);
   // Tokens the tokenizer can decode, clear of the special ids at the start.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(a.tokenizer));
   fo.token_hi =
@@ -486,7 +488,7 @@ int main(int argc, char** argv) {
                  "replicas (0: as many as fit; else replicas x tp x pp = every worker)")
       ->check(CLI::Range(0, 65536));
   app.add_flag("!--no-curve", a.curve, "plain TCP control plane (default: a CURVE key per worker)");
-  app.add_option("--shards", a.shards, "simulator threads (0: one per 256 workers)")
+  app.add_option("--shards", a.shards, "simulator threads (0: one per 1,024 workers, up to 8)")
       ->check(CLI::Range(0, 256));
   app.add_option("--heartbeat", a.heartbeat, "heartbeat.interval_seconds")
       ->check(CLI::Range(0.05, 60.0));

@@ -50,6 +50,12 @@ TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
   EXPECT_GE(r["registration_seconds"].get<double>(), 0);
   EXPECT_EQ(r["replicas"], 8);
   EXPECT_EQ(r["replicas_ready"], 8);
+  // Every worker's socket was read: its RegisterAck (registration_seconds
+  // is set only once all 128 registered) and its AssignShard (ranks_assigned
+  // counts the AssignShards read). A simulator thread that stopped serving a
+  // socket (a lost ZMQ_FD edge) fails here, or below: a Step left unread
+  // hangs its request (sent != ok), and after the kill the re-plan's
+  // AssignShards must be read for the replica to serve again.
   EXPECT_EQ(r["ranks_assigned"], 128);
   // /admin/cluster read in pages of 16: every worker, every replica.
   EXPECT_EQ(r["admin_cluster_pages"], 8);
@@ -64,6 +70,10 @@ TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
   EXPECT_EQ(load["short"], 0) << load.dump(2);
   EXPECT_EQ(load["sent"], load["ok"]);
   EXPECT_GT(load["steps"].get<int64_t>(), 0);
+  // The timers kept firing while the sockets were busy (the simulator's
+  // threads wait in epoll until their next timer): the 120 live workers
+  // heartbeat at 4 Hz under load too.
+  EXPECT_GT(load["heartbeats_per_second"].get<double>(), 120 * 4 * 0.5) << load.dump(2);
 
   // The node's 8 GPUs were half of one replica's; that replica alone
   // re-planned, and served again within the heartbeat timeout + 2 s.
