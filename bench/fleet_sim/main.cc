@@ -405,6 +405,7 @@ Status Run(const Args& a, json& out) {
       {"tokens_per_second", static_cast<double>(ls.tokens) / load_s},
       {"latency_p50_s", Percentile(ls.latencies_s, 0.5)},
       {"latency_p99_s", Percentile(ls.latencies_s, 0.99)},
+      {"latency_max_s", Percentile(ls.latencies_s, 1.0)},
       {"steps", s1.steps - s0.steps},
       {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
       {"heartbeats_per_second",

@@ -52,10 +52,7 @@ TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
   EXPECT_EQ(r["replicas_ready"], 8);
   // Every worker's socket was read: its RegisterAck (registration_seconds
   // is set only once all 128 registered) and its AssignShard (ranks_assigned
-  // counts the AssignShards read). A simulator thread that stopped serving a
-  // socket (a lost ZMQ_FD edge) fails here, or below: a Step left unread
-  // hangs its request (sent != ok), and after the kill the re-plan's
-  // AssignShards must be read for the replica to serve again.
+  // counts the AssignShards read); under load, see latency_max_s below.
   EXPECT_EQ(r["ranks_assigned"], 128);
   // /admin/cluster read in pages of 16: every worker, every replica.
   EXPECT_EQ(r["admin_cluster_pages"], 8);
@@ -69,6 +66,12 @@ TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
   EXPECT_EQ(load["failed"], 0) << load.dump(2);
   EXPECT_EQ(load["short"], 0) << load.dump(2);
   EXPECT_EQ(load["sent"], load["ok"]);
+  // No request waited on a Step its worker left unread. A simulator thread
+  // that stops serving a socket (a lost ZMQ_FD edge: bench/fleet_sim/
+  // epoll_shard_loop.h) leaves the Step there until the coordinator's step
+  // timeout (heartbeat.step_timeout_seconds, 30 s) faults the replica; the
+  // requests the lost node held waited for its re-plan, a few seconds.
+  EXPECT_LT(load["latency_max_s"].get<double>(), 10.0) << load.dump(2);
   EXPECT_GT(load["steps"].get<int64_t>(), 0);
   // The timers kept firing while the sockets were busy (the simulator's
   // threads wait in epoll until their next timer): the 120 live workers
