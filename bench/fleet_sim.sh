@@ -3,7 +3,7 @@
 # 1,024 simulated DGX H100 nodes (8,192 workers, each with its own CURVE key)
 # on this machine (bench/fleet_sim/, tessera-fleet-sim).
 #
-#   bash bench/fleet_sim.sh [build-dir]        # about 4 minutes on 2 cores
+#   bash bench/fleet_sim.sh [build-dir]        # about 5 minutes on 2 cores
 #
 # Environment: FLEET_SIM_RUNS picks runs ("route512 route64"; default all),
 # FLEET_SIM_SUFFIX is added to each result's name (fleet_sim_<name><suffix>.json),
@@ -16,6 +16,8 @@
 #              heartbeats alone, requests under load, one node killed under load, memory;
 #   route512   the same fleet with --time-scale 0 (workers answer at once): requests
 #              per second through the router over 512 replicas;
+#   route512t1 the same with 1-token requests (one step each, as route64): the
+#              coordinator's CPU per request over 512 replicas of tp8 x pp2;
 #   route64    64 replicas of Llama-2-7B at tp1 (8 nodes), --time-scale 0, 1-token
 #              requests: the router's request rate, and the coordinator's CPU per step;
 #   decode64   the same fleet, 256 clients x 32-token requests: CPU per step when
@@ -29,7 +31,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 sim=${FLEET_SIM_BIN:-$build/tessera-fleet-sim}
 coordinator="$build/tessera-coordinator"
-runs=${FLEET_SIM_RUNS:-full route512 route64 decode64 decode8}
+runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode8}
 suffix=${FLEET_SIM_SUFFIX:-}
 [ -x "$sim" ] || { echo "fleet_sim.sh: $sim not built (bash scripts/setup)" >&2; exit 1; }
 [ -x "$coordinator" ] || { echo "fleet_sim.sh: $coordinator not built (bash scripts/setup)" >&2; exit 1; }
@@ -50,6 +52,8 @@ run full --nodes 1024 --tp 8 --pp 2 --disk-gbps 50 --clients 64 --max-tokens 4 \
   --idle-seconds 10 --load-seconds 30 --kill-node 5 --kill-after 5
 run route512 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 4 \
   --idle-seconds 1 --load-seconds 20
+run route512t1 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 1 \
+  --idle-seconds 1 --load-seconds 20
 run route64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 64 --max-tokens 1 --idle-seconds 1 --load-seconds 20
 run decode64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
@@ -59,7 +63,7 @@ run decode8 --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.jso
 python3 - "$out" "$machine" "$runs" "$suffix" <<'PY'
 import json, sys
 out, machine, runs, suffix = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
-names = [n for n in ("full", "route512", "route64", "decode64", "decode8") if n in runs]
+names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode8") if n in runs]
 r = {n: json.load(open(f"{out}/fleet_sim_{n}{suffix}.json")) for n in names}
 for name, x in r.items():
     load = x["load"]
@@ -72,7 +76,9 @@ for name, x in r.items():
     print(f"  simulator {load['simulator_cores']:.2f} core (threads: "
           + ", ".join(f"{k} {v:.2f}" for k, v in load.get("simulator_threads_cores", {}).items() if v >= 0.01)
           + f"), coordinator {load['coordinator_cores']:.2f} core (busiest thread "
-          + f"{load.get('coordinator_busiest_thread', {}).get('cores', 0):.2f})")
+          + f"{load.get('coordinator_busiest_thread', {}).get('cores', 0):.2f}), "
+          + f"{1e6 * load['coordinator_cores'] / max(load['requests_per_second'], 1e-9):.0f} us "
+          + f"coordinator CPU per request")
 if "full" in r: print("node loss:", json.dumps(r["full"].get("node_loss")))
 # Coordinator CPU (cores) = a x steps/s + b x tokens/s + c x requests/s, solved
 # through route64 (1-token requests), decode64 (about 4 sequences a step) and
