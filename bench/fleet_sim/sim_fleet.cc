@@ -159,7 +159,7 @@ void SimFleet::Impl::Close(Worker& w) {
   if (w.dead) return;
   w.dead = true;
   w.registered = false;
-  // Disconnected, not closed: the loop still polls the socket (never
+  // Disconnected, not closed: the loop still watches the socket (never
   // readable again), and its TCP connection ends as a crashed host's would.
   try {
     if (w.dealer) w.dealer->disconnect(options.coordinator_endpoint);
