@@ -3,14 +3,21 @@
 # 1,024 simulated DGX H100 nodes (8,192 workers, each with its own CURVE key)
 # on this machine (bench/fleet_sim/, tessera-fleet-sim).
 #
-#   bash bench/fleet_sim.sh [build-dir]        # about 4 minutes on 2 cores
+#   bash bench/fleet_sim.sh [build-dir]        # about 5 minutes on 2 cores
 #
-# Each run writes bench/results/fleet_sim_<name>.json:
+# Environment: FLEET_SIM_RUNS picks runs ("route512 route64"; default all),
+# FLEET_SIM_SUFFIX is added to each result's name (fleet_sim_<name><suffix>.json),
+# FLEET_SIM_BIN runs another simulator binary (a before/after comparison)
+# against the build's coordinator.
+#
+# Each run writes bench/results/fleet_sim_<name><suffix>.json:
 #   full       1,024 nodes, Llama-2-70B shapes at tp8 x pp2 (512 replicas), modeled
 #              load (50 GB/s: the page cache) and step times: registration, planning,
 #              heartbeats alone, requests under load, one node killed under load, memory;
 #   route512   the same fleet with --time-scale 0 (workers answer at once): requests
 #              per second through the router over 512 replicas;
+#   route512t1 the same with 1-token requests (one step each, as route64): the
+#              coordinator's CPU per request over 512 replicas of tp8 x pp2;
 #   route64    64 replicas of Llama-2-7B at tp1 (8 nodes), --time-scale 0, 1-token
 #              requests: the router's request rate, and the coordinator's CPU per step;
 #   decode64   the same fleet, 256 clients x 32-token requests: CPU per step when
@@ -22,8 +29,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-sim="$build/tessera-fleet-sim"
+sim=${FLEET_SIM_BIN:-$build/tessera-fleet-sim}
+coordinator="$build/tessera-coordinator"
+runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode8}
+suffix=${FLEET_SIM_SUFFIX:-}
 [ -x "$sim" ] || { echo "fleet_sim.sh: $sim not built (bash scripts/setup)" >&2; exit 1; }
+[ -x "$coordinator" ] || { echo "fleet_sim.sh: $coordinator not built (bash scripts/setup)" >&2; exit 1; }
 out=bench/results
 mkdir -p "$out"
 tok=tests/fixtures/models/llama_gqa_f32
@@ -32,12 +43,16 @@ echo "machine: $machine"
 run() {
   local name=$1
   shift
+  case " $runs " in *" $name "*) ;; *) return 0 ;; esac
   echo "fleet_sim.sh: $name: $sim $*"
-  "$sim" --tokenizer "$tok" --json "$out/fleet_sim_$name.json" "$@" >/dev/null
+  "$sim" --coordinator "$coordinator" --tokenizer "$tok" --json "$out/fleet_sim_$name$suffix.json" \
+    "$@" >/dev/null
 }
 run full --nodes 1024 --tp 8 --pp 2 --disk-gbps 50 --clients 64 --max-tokens 4 \
   --idle-seconds 10 --load-seconds 30 --kill-node 5 --kill-after 5
 run route512 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 4 \
+  --idle-seconds 1 --load-seconds 20
+run route512t1 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 1 \
   --idle-seconds 1 --load-seconds 20
 run route64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 64 --max-tokens 1 --idle-seconds 1 --load-seconds 20
@@ -45,11 +60,11 @@ run decode64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.js
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
 run decode8 --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
-python3 - "$out" "$machine" <<'PY'
+python3 - "$out" "$machine" "$runs" "$suffix" <<'PY'
 import json, sys
-out, machine = sys.argv[1], sys.argv[2]
-names = ("full", "route512", "route64", "decode64", "decode8")
-r = {n: json.load(open(f"{out}/fleet_sim_{n}.json")) for n in names}
+out, machine, runs, suffix = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
+names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode8") if n in runs]
+r = {n: json.load(open(f"{out}/fleet_sim_{n}{suffix}.json")) for n in names}
 for name, x in r.items():
     load = x["load"]
     print(f"{name}: ok {x['ok']}, workers {x['workers']}, replicas {x['replicas']}, "
@@ -58,10 +73,19 @@ for name, x in r.items():
           f"{load['requests_per_second']:.0f} req/s, {load['steps_per_second']:.0f} steps/s, "
           f"{load['coordinator_us_per_step']:.0f} us CPU/step at {load['coordinator_cores']:.2f} core, "
           f"failed {load['failed']}, short {load['short']}, RSS {x['coordinator_rss_bytes'] / 1e6:.0f} MB")
-print("node loss:", json.dumps(r["full"].get("node_loss")))
+    print(f"  simulator {load['simulator_cores']:.2f} core (threads: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in load.get("simulator_threads_cores", {}).items() if v >= 0.01)
+          + f"), coordinator {load['coordinator_cores']:.2f} core (busiest thread "
+          + f"{load.get('coordinator_busiest_thread', {}).get('cores', 0):.2f}), "
+          + f"{1e6 * load['coordinator_cores'] / max(load['requests_per_second'], 1e-9):.0f} us "
+          + f"coordinator CPU per request")
+if "full" in r: print("node loss:", json.dumps(r["full"].get("node_loss")))
 # Coordinator CPU (cores) = a x steps/s + b x tokens/s + c x requests/s, solved
 # through route64 (1-token requests), decode64 (about 4 sequences a step) and
 # decode8 (about 32 a step), by Cramer's rule.
+if not all(n in r for n in ("route64", "decode64", "decode8")):
+    print(f"machine: {machine}")
+    sys.exit(0)
 rows = [(r[n]["load"]["steps_per_second"], r[n]["load"]["tokens_per_second"],
          r[n]["load"]["requests_per_second"], r[n]["load"]["coordinator_cores"])
         for n in ("route64", "decode64", "decode8")]

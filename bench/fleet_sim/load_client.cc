@@ -1,5 +1,7 @@
 #include "bench/fleet_sim/load_client.h"
 
+#include <pthread.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -62,6 +64,8 @@ LoadStats LoadClient::stats() const {
 }
 
 void LoadClient::Run() {
+  // Named for the per-thread CPU split of the simulator (thread_cpu.h).
+  pthread_setname_np(pthread_self(), "load-client");
   json body = {{"max_tokens", options_.max_tokens}, {"temperature", 0}};
   if (options_.stream) {
     body["stream"] = true;

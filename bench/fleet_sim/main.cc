@@ -29,6 +29,7 @@
 #include "bench/fleet_sim/load_client.h"
 #include "bench/fleet_sim/sim_fleet.h"
 #include "bench/fleet_sim/step_model.h"
+#include "bench/fleet_sim/thread_cpu.h"
 #include "common/base/logging.h"
 #include "common/format/model_config.h"
 #include "common/net/curve_keys.h"
@@ -249,8 +250,10 @@ Status Run(const Args& a, json& out) {
   fo.worker_secret_keys = std::move(worker_secrets);
   fo.node = node;
   fo.nodes = a.nodes;
-  // zmq_poll looks at every socket of its thread each turn: keep that short.
-  fo.shards = a.shards > 0 ? a.shards : std::clamp((workers + 255) / 256, 1, 64);
+  // A shard thread waits in epoll on its sockets, so a turn costs its ready
+  // sockets only: a few threads carry the fleet (more only add switches on
+  // a small machine).
+  fo.shards = a.shards > 0 ? a.shards : std::clamp((workers + 1023) / 1024, 1, 8);
   // Tokens the tokenizer can decode, clear of the special ids at the start.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(a.tokenizer));
   fo.token_hi =
@@ -334,6 +337,8 @@ Status Run(const Args& a, json& out) {
   const FleetStats s0 = fleet->stats();
   const double load_cpu0 = coordinator.CpuSeconds();
   const double sim_cpu0 = SelfCpuSeconds();
+  const ThreadCpuSnapshot sim_threads0 = SampleThreadCpu(::getpid());
+  const ThreadCpuSnapshot coordinator_threads0 = SampleThreadCpu(coordinator.pid());
   const auto t_load = Clock::now();
   load.Start();
   json loss = nullptr;
@@ -372,6 +377,11 @@ Status Run(const Args& a, json& out) {
   }
   const double rest = a.load_seconds - Since(t_load);
   if (rest > 0) std::this_thread::sleep_for(std::chrono::duration<double>(rest));
+  // Sampled before the load clients' threads end (a thread that ended is
+  // gone from /proc).
+  const ThreadCpuSnapshot sim_threads1 = SampleThreadCpu(::getpid());
+  const ThreadCpuSnapshot coordinator_threads1 = SampleThreadCpu(coordinator.pid());
+  const double threads_s = Since(t_load);
   load.Stop();
   const double load_s = Since(t_load);
   const double load_cpu = coordinator.CpuSeconds() - load_cpu0;
@@ -395,14 +405,27 @@ Status Run(const Args& a, json& out) {
       {"tokens_per_second", static_cast<double>(ls.tokens) / load_s},
       {"latency_p50_s", Percentile(ls.latencies_s, 0.5)},
       {"latency_p99_s", Percentile(ls.latencies_s, 0.99)},
+      {"latency_max_s", Percentile(ls.latencies_s, 1.0)},
       {"steps", s1.steps - s0.steps},
       {"steps_per_second", static_cast<double>(s1.steps - s0.steps) / load_s},
+      {"heartbeats_per_second",
+       static_cast<double>(s1.heartbeats_sent - s0.heartbeats_sent) / load_s},
       {"coordinator_cores", load_cpu / load_s},
       {"simulator_cores", (SelfCpuSeconds() - sim_cpu0) / load_s},
       {"coordinator_us_per_token",
        ls.tokens > 0 ? 1e6 * load_cpu / static_cast<double>(ls.tokens) : 0},
       {"coordinator_us_per_step",
        s1.steps > s0.steps ? 1e6 * load_cpu / static_cast<double>(s1.steps - s0.steps) : 0}};
+  // Where each process's CPU went: the simulator's shard threads
+  // ("sim-shard-"), its ZeroMQ I/O threads ("ZMQbg/IO/", CURVE and TCP) and
+  // the load clients ("load-client"); the coordinator's threads.
+  out["load"]["simulator_threads_cores"] =
+      CoresByThreadGroup(sim_threads0, sim_threads1, threads_s);
+  out["load"]["coordinator_threads_cores"] =
+      CoresByThreadGroup(coordinator_threads0, coordinator_threads1, threads_s);
+  const auto [busiest, busiest_cores] =
+      BusiestThread(coordinator_threads0, coordinator_threads1, threads_s);
+  out["load"]["coordinator_busiest_thread"] = {{"thread", busiest}, {"cores", busiest_cores}};
   // The API listener's stream writes (a coordinator that exports them):
   // events per write shows how often events that were ready together
   // shared one.
@@ -466,7 +489,7 @@ int main(int argc, char** argv) {
                  "replicas (0: as many as fit; else replicas x tp x pp = every worker)")
       ->check(CLI::Range(0, 65536));
   app.add_flag("!--no-curve", a.curve, "plain TCP control plane (default: a CURVE key per worker)");
-  app.add_option("--shards", a.shards, "simulator threads (0: one per 256 workers)")
+  app.add_option("--shards", a.shards, "simulator threads (0: one per 1,024 workers, up to 8)")
       ->check(CLI::Range(0, 256));
   app.add_option("--heartbeat", a.heartbeat, "heartbeat.interval_seconds")
       ->check(CLI::Range(0.05, 60.0));

@@ -7,9 +7,9 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "bench/fleet_sim/epoll_shard_loop.h"
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
-#include "common/net/zmq_loop.h"
 #include "common/wire/control_codec.h"
 
 namespace tessera::fleet_sim {
@@ -33,6 +33,7 @@ struct Shard;
 struct Worker {
   int index = 0, node = 0, gpu = 0;
   Shard* shard = nullptr;
+  size_t slot = 0;  // index of its socket in its shard's loop
   std::string routing_id;
   std::string requested_id;
   std::string worker_id;  // assigned
@@ -58,8 +59,8 @@ struct Timer {
 };
 
 struct Shard {
-  Shard(zmq::context_t& context, int id) : loop(context, "fleet-sim-shard-" + std::to_string(id)) {}
-  ZmqSocketLoop loop;
+  explicit Shard(int id) : loop("sim-shard-" + std::to_string(id)) {}
+  EpollShardLoop loop;
   std::vector<Worker*> workers;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;  // owner thread
   uint64_t next_order = 0;
@@ -94,7 +95,9 @@ struct SimFleet::Impl {
   void SendRegister(Worker& w, Clock::time_point now);
   void SendHeartbeat(Worker& w, Clock::time_point now);
   void Schedule(Shard& s, Clock::time_point due, std::function<void()> fn);
-  void ReadFrames(Worker& w);
+  // Reads up to 64 frames; true when it stopped at EAGAIN or the worker is
+  // dead (EpollShardLoop::Hooks::on_readable).
+  bool ReadFrames(Worker& w);
   void Handle(Worker& w, const control::Envelope& e);
   void OnAssign(Worker& w, const control::AssignShard& a);
   void OnStep(Worker& w, const control::Step& step);
@@ -104,7 +107,6 @@ struct SimFleet::Impl {
   // one scheduled before).
   void ScheduleTick(Worker& w, Clock::time_point due);
   void Tick(Worker& w);
-  std::chrono::milliseconds PollTimeout(Shard& s);
 };
 
 void SimFleet::Impl::Send(Worker& w, control::Envelope e) {
@@ -122,6 +124,8 @@ void SimFleet::Impl::Send(Worker& w, control::Envelope e) {
   } catch (const zmq::error_t& err) {
     TESSERA_LOG_WARN(kLog, "{}: send failed: {}", w.requested_id, err.what());
   }
+  // The send may have taken the ZMQ_FD edge of input that came meanwhile.
+  w.shard->loop.Touched(w.slot);
 }
 
 void SimFleet::Impl::SendRegister(Worker& w, Clock::time_point now) {
@@ -155,7 +159,7 @@ void SimFleet::Impl::Close(Worker& w) {
   if (w.dead) return;
   w.dead = true;
   w.registered = false;
-  // Disconnected, not closed: the loop still polls the socket (never
+  // Disconnected, not closed: the loop still watches the socket (never
   // readable again), and its TCP connection ends as a crashed host's would.
   try {
     if (w.dealer) w.dealer->disconnect(options.coordinator_endpoint);
@@ -164,17 +168,19 @@ void SimFleet::Impl::Close(Worker& w) {
   }
 }
 
-void SimFleet::Impl::ReadFrames(Worker& w) {
-  for (int i = 0; i < 64 && !w.dead; ++i) {
+bool SimFleet::Impl::ReadFrames(Worker& w) {
+  // At most 64 frames a turn, so one busy worker does not hold up its shard.
+  for (int i = 0; i < 64; ++i) {
+    if (w.dead) return true;  // disconnected: nothing more is read
     zmq::message_t msg;
     zmq::recv_result_t got;
     try {
       got = w.dealer->recv(msg, zmq::recv_flags::dontwait);
     } catch (const zmq::error_t& err) {
       TESSERA_LOG_WARN(kLog, "{}: recv failed: {}", w.requested_id, err.what());
-      return;
+      return false;
     }
-    if (!got) return;
+    if (!got) return true;
     StatusOr<control::Envelope> e = DecodeEnvelope(msg.to_string_view());
     if (!e.ok()) {
       TESSERA_LOG_WARN(kLog, "{}: dropped a frame: {}", w.requested_id, e.status().ToString());
@@ -182,6 +188,7 @@ void SimFleet::Impl::ReadFrames(Worker& w) {
     }
     Handle(w, *e);
   }
+  return w.dead;
 }
 
 void SimFleet::Impl::Handle(Worker& w, const control::Envelope& e) {
@@ -343,8 +350,7 @@ void SimFleet::Impl::Scan(Shard& s) {
 
 void SimFleet::Impl::ScheduleTick(Worker& w, Clock::time_point due) {
   // Ticks fall on a 25 ms grid, so the heartbeats of a shard's hundreds of
-  // workers go out in a few turns a second, not one turn each (every turn
-  // polls all the shard's sockets).
+  // workers go out in a few wake-ups a second, not one wake-up each.
   constexpr auto kGrid = std::chrono::milliseconds(25);
   const auto since = due.time_since_epoch();
   due = Clock::time_point((since + kGrid - Clock::duration(1)) / kGrid * kGrid);
@@ -364,16 +370,6 @@ void SimFleet::Impl::Tick(Worker& w) {
     SendHeartbeat(w, now);
     ScheduleTick(w, w.next_heartbeat);
   }
-}
-
-std::chrono::milliseconds SimFleet::Impl::PollTimeout(Shard& s) {
-  const Clock::time_point now = Clock::now();
-  Clock::time_point next = now + std::chrono::milliseconds(100);
-  if (!s.timers.empty()) next = std::min(next, s.timers.top().due);
-  if (next <= now) return std::chrono::milliseconds(0);
-  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now) +
-                    std::chrono::milliseconds(1);
-  return std::min(wait, std::chrono::milliseconds(100));
 }
 
 SimFleet::SimFleet(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -399,7 +395,7 @@ StatusOr<std::unique_ptr<SimFleet>> SimFleet::Start(FleetOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   Impl& f = *impl;
   const int shards = std::max(1, std::min<int>(f.options.shards, static_cast<int>(total)));
-  for (int i = 0; i < shards; ++i) f.shards.push_back(std::make_unique<Shard>(f.context, i));
+  for (int i = 0; i < shards; ++i) f.shards.push_back(std::make_unique<Shard>(i));
   for (int n = 0; n < f.options.nodes; ++n) {
     TopologyReport report = f.options.node;
     report.hostname = NodeName(n);
@@ -456,6 +452,7 @@ StatusOr<std::unique_ptr<SimFleet>> SimFleet::Start(FleetOptions options) {
         return IoError(fmt::format("worker {}: cannot connect to '{}': {}", w->requested_id,
                                    f.options.coordinator_endpoint, err.what()));
       }
+      w->slot = w->shard->workers.size();
       w->shard->workers.push_back(w.get());
       f.workers.push_back(std::move(w));
     }
@@ -465,13 +462,13 @@ StatusOr<std::unique_ptr<SimFleet>> SimFleet::Start(FleetOptions options) {
     Shard& s = *sp;
     // Every worker registers at once: the storm a fleet-wide restart makes.
     for (Worker* w : s.workers) f.ScheduleTick(*w, f.started);
-    ZmqSocketLoop::Hooks hooks;
-    for (Worker* w : s.workers)
-      hooks.watches.push_back({w->dealer.get(), [&f, w] {
-                                 if (!w->dead) f.ReadFrames(*w);
-                               }});
-    hooks.poll_timeout = [&f, &s] { return f.PollTimeout(s); };
-    hooks.after_poll = [&f, &s] { f.Scan(s); };
+    EpollShardLoop::Hooks hooks;
+    for (Worker* w : s.workers) hooks.sockets.push_back(w->dealer.get());
+    hooks.on_readable = [&f, &s](size_t slot) { return f.ReadFrames(*s.workers[slot]); };
+    hooks.next_due = [&s] {
+      return s.timers.empty() ? Clock::time_point::max() : s.timers.top().due;
+    };
+    hooks.run_due = [&f, &s] { f.Scan(s); };
     hooks.on_exit = [&s] {
       for (Worker* w : s.workers)
         if (w->dealer) w->dealer->close();

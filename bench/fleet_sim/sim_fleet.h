@@ -22,9 +22,10 @@
 // goodbye, as a crashed host would: the coordinator sees only the silence.
 //
 // Threading: the workers are spread over `shards` owner threads
-// (common/net/zmq_loop.h), each the one owner of its workers' sockets and
-// timers; one thread posts to another (a sampler on another shard) through
-// ZmqSocketLoop::Post. The public methods are safe from any thread.
+// (bench/fleet_sim/epoll_shard_loop.h: epoll over the sockets' ZMQ_FD), each
+// the one owner of its workers' sockets and timers; one thread posts to
+// another (a sampler on another shard) through EpollShardLoop::Post. The
+// public methods are safe from any thread.
 #pragma once
 
 #include <atomic>
@@ -50,7 +51,7 @@ struct FleetOptions {
   std::vector<std::string> worker_secret_keys;
   TopologyReport node;  // every node's report; its hostname is replaced
   int nodes = 1;
-  int shards = 4;  // owner threads (each polls all its sockets every turn)
+  int shards = 4;  // owner threads (each waits in epoll on its sockets' ZMQ_FD)
   std::chrono::milliseconds register_retry{1000};
   std::chrono::milliseconds register_retry_max{16000};
   int32_t token_lo = 1000, token_hi = 30000;  // the deterministic tokens' range
