@@ -21,7 +21,10 @@
 #   route64    64 replicas of Llama-2-7B at tp1 (8 nodes), --time-scale 0, 1-token
 #              requests: the router's request rate, and the coordinator's CPU per step;
 #   decode64   the same fleet, 256 clients x 32-token requests: CPU per step when
-#              steps carry many sequences.
+#              steps carry many sequences;
+#   decode64leader  decode64 with scheduler.runs_on = "leader": each simulated
+#              replica leader runs the real ReplicaLeader (scheduler, output
+#              processing); the coordinator's CPU per token beside decode64's.
 # route64 and decode64 give the coordinator's CPU per step and per request
 # (two equations, two unknowns), hence the steps per second one coordinator
 # process can drive (docs/architecture.md, "One coordinator at fleet scale").
@@ -31,7 +34,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 sim=${FLEET_SIM_BIN:-$build/tessera-fleet-sim}
 coordinator="$build/tessera-coordinator"
-runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode8}
+runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode64leader decode8}
 suffix=${FLEET_SIM_SUFFIX:-}
 [ -x "$sim" ] || { echo "fleet_sim.sh: $sim not built (bash scripts/setup)" >&2; exit 1; }
 [ -x "$coordinator" ] || { echo "fleet_sim.sh: $coordinator not built (bash scripts/setup)" >&2; exit 1; }
@@ -58,12 +61,15 @@ run route64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.jso
   --clients 64 --max-tokens 1 --idle-seconds 1 --load-seconds 20
 run decode64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
+run decode64leader --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json \
+  --time-scale 0 --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20 --runs-on leader
 run decode8 --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
 python3 - "$out" "$machine" "$runs" "$suffix" <<'PY'
 import json, sys
 out, machine, runs, suffix = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
-names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode8") if n in runs]
+names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode64leader", "decode8")
+         if n in runs]
 r = {n: json.load(open(f"{out}/fleet_sim_{n}{suffix}.json")) for n in names}
 for name, x in r.items():
     load = x["load"]

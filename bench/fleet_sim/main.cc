@@ -59,6 +59,9 @@ struct Args {
   double disk_gbps = 5, time_scale = 1;
   int clients = 64, max_tokens = 4;
   bool stream = false;
+  // [scheduler] runs_on: "coordinator" or "leader" (each replica's leader,
+  // a simulated worker running the real ReplicaLeader, schedules itself).
+  std::string runs_on = "coordinator";
   double idle_seconds = 10, load_seconds = 10;
   int kill_node = -1;
   double kill_after = 3;
@@ -181,6 +184,7 @@ Status Run(const Args& a, json& out) {
     dir = tmpl;
   }
   out["work_dir"] = dir;
+  out["runs_on"] = a.runs_on;
   fs::create_directories(dir + "/model");
   fs::copy_file(a.model_config, dir + "/model/config.json", fs::copy_options::overwrite_existing);
   for (const auto& e : fs::directory_iterator(a.tokenizer)) {
@@ -226,7 +230,7 @@ Status Run(const Args& a, json& out) {
        << "\n[admin]\nport = 0\n"
        << "\n[heartbeat]\ninterval_seconds = " << a.heartbeat
        << "\ntimeout_seconds = " << a.heartbeat_timeout << "\n"
-       << "\n[scheduler]\nqueue_limit = 4096\n"
+       << "\n[scheduler]\nqueue_limit = 4096\nruns_on = " << Quote(a.runs_on) << "\n"
        << "\n[logging]\nlevel = \"warn\"\n"
        << "\n[control]\n"
        << control_toml;
@@ -488,6 +492,10 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", a.replicas,
                  "replicas (0: as many as fit; else replicas x tp x pp = every worker)")
       ->check(CLI::Range(0, 65536));
+  app.add_option("--runs-on", a.runs_on,
+                 "scheduler.runs_on: coordinator, or leader (tp 1 x pp 1; the simulated leaders "
+                 "run the real scheduler)")
+      ->check(CLI::IsMember({"coordinator", "leader"}));
   app.add_flag("!--no-curve", a.curve, "plain TCP control plane (default: a CURVE key per worker)");
   app.add_option("--shards", a.shards, "simulator threads (0: one per 1,024 workers, up to 8)")
       ->check(CLI::Range(0, 256));

@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "bench/fleet_sim/epoll_shard_loop.h"
+#include "bench/fleet_sim/sim_leader.h"
 #include "common/base/logging.h"
 #include "common/net/curve_keys.h"
 #include "common/wire/control_codec.h"
@@ -19,11 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kLog = "fleet-sim";
 
-// A deterministic token for position `pos` of sequence `seq_id`.
 int32_t TokenAt(int64_t seq_id, int64_t pos, int32_t lo, int32_t hi) {
-  const uint64_t h = static_cast<uint64_t>(seq_id) * 0x9E3779B97F4A7C15ull +
-                     static_cast<uint64_t>(pos) * 0xC2B2AE3D27D4EB4Full;
-  return lo + static_cast<int32_t>((h >> 17) % static_cast<uint64_t>(hi - lo));
+  return SimTokenAt(seq_id, pos, lo, hi);
 }
 
 }  // namespace
@@ -48,6 +46,8 @@ struct Worker {
   control::Heartbeat heartbeat;
   control::AssignShard assign;
   bool has_assign = false;
+  // Its replica's leader (AssignShard.leader), from its load on.
+  std::unique_ptr<SimLeader> leader;
   uint64_t seq = 0;
 };
 
@@ -101,6 +101,9 @@ struct SimFleet::Impl {
   void Handle(Worker& w, const control::Envelope& e);
   void OnAssign(Worker& w, const control::AssignShard& a);
   void OnStep(Worker& w, const control::Step& step);
+  // Worker `w` leads its replica (AssignShard.leader): a SimLeader whose
+  // messages go out through w's shard.
+  void StartLeader(Worker& w);
   void Close(Worker& w);
   void Scan(Shard& s);
   // The worker's next heartbeat or Register retry, at `due` (replacing the
@@ -159,6 +162,7 @@ void SimFleet::Impl::Close(Worker& w) {
   if (w.dead) return;
   w.dead = true;
   w.registered = false;
+  w.leader.reset();  // a crashed host's leader is gone with it
   // Disconnected, not closed: the loop still watches the socket (never
   // readable again), and its TCP connection ends as a crashed host's would.
   try {
@@ -229,7 +233,12 @@ void SimFleet::Impl::Handle(Worker& w, const control::Envelope& e) {
   if (!w.registered) return;
   if (e.has_assign_shard()) return OnAssign(w, e.assign_shard());
   if (e.has_step()) return OnStep(w, e.step());
+  if (e.has_generate() || e.has_cancel_requests()) {
+    if (w.leader) w.leader->Post(e);
+    return;
+  }
   if (e.has_drain()) {
+    w.leader.reset();
     w.heartbeat.set_state(control::WORKER_STATE_DRAINING);
     SendHeartbeat(w, now);
     return;
@@ -241,6 +250,7 @@ void SimFleet::Impl::OnAssign(Worker& w, const control::AssignShard& a) {
   const Clock::time_point now = Clock::now();
   const double load_s = options.model->LoadSeconds(
       a, w.registration.has_held_shard() ? &w.registration.held_shard() : nullptr);
+  w.leader.reset();  // a new plan ends the old one's
   w.assign = a;
   w.has_assign = true;
   ++assigned;
@@ -272,6 +282,7 @@ void SimFleet::Impl::OnAssign(Worker& w, const control::AssignShard& a) {
              l->set_kv_capacity_blocks(w.assign.kv_num_blocks());
              l->set_load_seconds(load_s);
              Send(w, std::move(e));
+             if (w.assign.has_leader()) StartLeader(w);
              ++loaded;
              *w.registration.mutable_held_shard() = w.assign;
              w.heartbeat.set_state(control::WORKER_STATE_READY);
@@ -281,6 +292,22 @@ void SimFleet::Impl::OnAssign(Worker& w, const control::AssignShard& a) {
              m->set_weights_bytes(bytes);
              SendHeartbeat(w, Clock::now());
            });
+}
+
+void SimFleet::Impl::StartLeader(Worker& w) {
+  Shard* shard = w.shard;
+  auto leader = SimLeader::Start(
+      w.assign, options.model, options.token_lo, options.token_hi,
+      [this, shard, &w](control::Envelope e) {
+        shard->loop.Post([this, &w, e = std::move(e)]() mutable { Send(w, std::move(e)); });
+      },
+      &steps, &tokens);
+  if (!leader.ok()) {
+    TESSERA_LOG_ERROR(kLog, "{}: cannot lead its replica: {}", w.requested_id,
+                      leader.status().ToString());
+    return;
+  }
+  w.leader = std::move(*leader);
 }
 
 void SimFleet::Impl::OnStep(Worker& w, const control::Step& step) {

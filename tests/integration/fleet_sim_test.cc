@@ -90,6 +90,37 @@ TEST(FleetSim, NodeLossUnderLoadReplansOnlyItsReplicaAndLosesNoRequest) {
   EXPECT_LT(back, timeout + 2.0) << loss.dump();
 }
 
+// Replicas that schedule themselves (--runs-on leader): 2 nodes of 8 tp1
+// replicas, each simulated leader running the worker's real ReplicaLeader
+// (scheduler, KV blocks, output processing with the tokenizer). Every
+// request is served, none lost or cut short, spread over all 16 replicas.
+TEST(FleetSim, LeadersScheduleTheirReplicasUnderLoad) {
+  const std::string dir = MakeTempDir("fleet-sim-leader");
+  const std::string cmd =
+      BinaryDir() + "/tessera-fleet-sim --coordinator " + BinaryDir() +
+      "/tessera-coordinator --topology " + std::string(TESSERA_SOURCE_DIR) +
+      "/configs/topologies/dgx_h100_x1.toml --model-config " + std::string(TESSERA_SOURCE_DIR) +
+      "/configs/models/llama-2-7b.json --tokenizer " + FixturePath("models/llama_gqa_f32") +
+      " --work-dir " + dir + " --json " + dir +
+      "/result.json --nodes 2 --tp 1 --pp 1 --runs-on leader --time-scale 0 --clients 32 "
+      "--max-tokens 16 --idle-seconds 1 --load-seconds 4 --ready-timeout 120";
+  const testing::CommandResult run = RunCommand(cmd + " >/dev/null");
+  const json r = json::parse(ReadFileOrDie(dir + "/result.json"), nullptr, false);
+  ASSERT_TRUE(r.is_object()) << cmd << "\n" << run.output;
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2) << "\n" << run.output;
+  EXPECT_EQ(run.rc, 0);
+  EXPECT_EQ(r["runs_on"], "leader");
+  EXPECT_EQ(r["replicas_ready"], 16);
+  const json& load = r["load"];
+  EXPECT_GT(load["ok"].get<int64_t>(), 0) << load.dump(2);
+  EXPECT_EQ(load["failed"], 0) << load.dump(2);
+  EXPECT_EQ(load["short"], 0) << load.dump(2);
+  EXPECT_EQ(load["sent"], load["ok"]);
+  // The leaders ran the steps (the simulator counts theirs).
+  EXPECT_GT(load["steps"].get<int64_t>(), 0) << load.dump(2);
+  EXPECT_GT(load["routed_per_replica"]["min"].get<int64_t>(), 0) << load.dump(2);
+}
+
 TEST(FleetSim, BadArgumentsAreRefusedByName) {
   const testing::CommandResult run =
       RunCommand(BinaryDir() + "/tessera-fleet-sim --nodes 2 --kill-node 5 2>&1");

@@ -1,5 +1,6 @@
 #include "worker/daemon/replica_leader.h"
 
+#include <chrono>
 #include <utility>
 
 #include "common/engine/generation_codec.h"
@@ -115,7 +116,16 @@ void ReplicaLeader::Handle(const control::Envelope& e) {
 
 StatusOr<bool> ReplicaLeader::Step() {
   StatusOr<bool> ran = scheduler_->RunOnce();
-  Status sent = Flush();
+  // Busy iterations share a message (at most one per kLeaderFlushSeconds);
+  // an idle leader, or one whose step failed, sends what it has at once.
+  const auto now = std::chrono::steady_clock::now();
+  const bool due =
+      !ran.ok() || !*ran || now - last_flush_ >= std::chrono::duration<double>(kLeaderFlushSeconds);
+  Status sent = Status::Ok();
+  if (due) {
+    last_flush_ = now;
+    sent = Flush();
+  }
   if (!ran.ok()) return ran;
   if (!sent.ok()) return sent;
   return ran;

@@ -20,8 +20,11 @@
 // Updates of one request arrive in the order RequestCallbacks promises
 // (admissions, prompt log-probabilities, tokens, finish). The output thread
 // runs at most one iteration behind the scheduler (Scheduler's contract),
-// so a token's update leaves with the next iteration's flush, or at once
-// when the leader goes idle.
+// so a token's update leaves with a later iteration's flush, or at once
+// when the leader goes idle. A busy leader flushes at most once per
+// kLeaderFlushSeconds: iterations faster than that (small batches, a fast
+// GPU) share one message, so the coordinator's cost follows the tokens, not
+// the steps; a step of a few milliseconds or more sends one message each.
 //
 // Thread-safety: the constructor, Handle, Step and busy() on the owner
 // thread (the worker's main thread, which owns the model and KV cache);
@@ -29,6 +32,7 @@
 // the pending updates (guarded by mu_).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,6 +53,9 @@ namespace tessera {
 // AssignShard.leader -> the leader's scheduler options.
 SchedulerOptions LeaderSchedulerOptions(const control::LeaderOptions& leader,
                                         uint64_t plan_version);
+
+// The shortest time between two RequestUpdates of a busy leader, seconds.
+inline constexpr double kLeaderFlushSeconds = 0.002;
 
 class ReplicaLeader {
  public:
@@ -83,6 +90,7 @@ class ReplicaLeader {
   const SendFn send_;
   BlockAllocator allocator_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::chrono::steady_clock::time_point last_flush_{};  // owner thread
   // Owner thread: coordinator request id -> scheduler id, for cancels.
   std::unordered_map<int64_t, int64_t> scheduler_ids_;
 
