@@ -457,15 +457,14 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
 
   if (s.runs_on == SchedulerHost::kLeader) {
     const ParallelSection& p = c.parallel;
-    bool single =
-        p.mode == ParallelMode::kExplicit && p.tp == 1 && p.pp == 1 && p.tp_per_stage.empty();
+    bool one_stage = p.mode == ParallelMode::kExplicit && p.pp == 1 && p.tp_per_stage.empty();
     for (const ReplicaOverride& o : p.replica_overrides)
-      single = single && o.layout.tp == 1 && o.layout.pp == 1 && o.layout.tp_per_stage.empty();
-    if (!single)
+      one_stage = one_stage && o.layout.pp == 1 && o.layout.tp_per_stage.empty();
+    if (!one_stage)
       return Bad(c, "scheduler.runs_on",
-                 "\"leader\" serves tp 1 x pp 1 replicas in this version: set parallel.mode = "
-                 "\"explicit\" with tp = 1 and pp = 1 (and no replica_override of another "
-                 "layout), or runs_on = \"coordinator\"");
+                 "\"leader\" serves pp 1 replicas (any tp) in this version: set parallel.mode = "
+                 "\"explicit\" with pp = 1 (and no replica_override with pp > 1), or runs_on = "
+                 "\"coordinator\"");
   }
 
   // [worker]

@@ -41,7 +41,8 @@ struct StepResultVerdict {
 
 class RemoteExecutor : public StepExecutor {
  public:
-  // `first_stage` are the worker ids of stage 0 (every tp rank);
+  // `first_stage` are the worker ids of stage 0 (every tp rank, tp rank 0
+  // first);
   // `pipeline` every worker of the plan (a failure of any fails the steps);
   // `sampler` the one that returns StepResults.
   RemoteExecutor(ControlServer* server, uint64_t plan_version, std::vector<std::string> first_stage,

@@ -230,7 +230,9 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
     s->set_kv_num_blocks(static_cast<uint64_t>(kv_blocks));
     s->set_device_index(a.device_index);
     s->set_replica(static_cast<uint32_t>(replica_));  // the worker's metrics label
-    if (leader_ && a.stage == 0 && a.tp_rank == 0) *s->mutable_leader() = *leader_;
+    // Every stage-0 rank learns the replica schedules itself: tp rank 0
+    // leads, the others run what it broadcasts.
+    if (leader_ && a.stage == 0) *s->mutable_leader() = *leader_;
     control::GlooRendezvous* g = s->mutable_gloo();
     g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));
@@ -285,7 +287,10 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
   std::string sampler;  // tp rank 0 of the last stage returns the tokens
   for (const Assignment& a : plan) {
     all.push_back(a.worker_id);
-    if (a.stage == 0) first.push_back(a.worker_id);
+    if (a.stage == 0 && a.tp_rank == 0)
+      first.insert(first.begin(), a.worker_id);  // the leader
+    else if (a.stage == 0)
+      first.push_back(a.worker_id);
     if (a.stage == parallel.pp - 1 && a.tp_rank == 0) sampler = a.worker_id;
   }
   auto executor =

@@ -6,6 +6,8 @@
 //  - The same requests (greedy completions, streamed and not, a stop
 //    string, log-probabilities, n = 2 choices, chat) give the same answers
 //    when the coordinator schedules and when each replica's leader does.
+//  - At tp 2 the leader sends each micro-batch to its tp peer, with the
+//    same answers as the coordinator's scheduling.
 //  - A leader killed (SIGKILL) under streams: its replica re-plans onto the
 //    spare, and every stream completes with exactly the undisturbed text
 //    (the coordinator re-sends each request with the tokens it delivered).
@@ -79,10 +81,10 @@ json Essence(const json& reply) {
 
 class LeaderScheduling : public ::testing::Test {
  protected:
-  void Launch(bool on_leader, int replicas, int workers) {
+  void Launch(bool on_leader, int replicas, int workers, int tp = 1) {
     ::tessera::testing::DaemonClusterOptions o;
     o.temp_prefix = "tessera-leader";
-    o.parallel_toml = fmt::format("tp = 1\npp = 1\nreplicas = {}\n", replicas);
+    o.parallel_toml = fmt::format("tp = {}\npp = 1\nreplicas = {}\n", tp, replicas);
     o.admin_toml = fmt::format("port = 0\ntoken = \"{}\"\n", kToken);
     o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 1.0\n";
     o.scheduler_toml += fmt::format("runs_on = \"{}\"\n", on_leader ? "leader" : "coordinator");
@@ -119,6 +121,7 @@ class LeaderScheduling : public ::testing::Test {
     EXPECT_EQ(s.done_markers, 1);
     return s.text;
   }
+  void KillUnderStreams(int tp, int victim_rank);
   pid_t PidOfWorker(const std::string& id) const {
     for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
@@ -159,16 +162,34 @@ TEST_F(LeaderScheduling, AnswersEqualThoseOfTheCoordinatorsScheduling) {
   EXPECT_NE(r.body.find("max"), std::string::npos) << r.body;
 }
 
-TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
-  Launch(/*on_leader=*/true, 1, 2);  // one replica and a spare
+// tp 2: the leader broadcasts each micro-batch to its stage-0 tp peer; the
+// answers equal the coordinator's scheduling of the same layout.
+TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
+  const std::vector<json> requests = Requests();
+  std::vector<json> want;
+  Launch(/*on_leader=*/false, 1, 2, /*tp=*/2);
+  for (const json& r : requests) want.push_back(Answer(r));
+  const std::string want_stream = StreamText(Completion(1, 24, true));
+  cluster_->Stop();
+
+  Launch(/*on_leader=*/true, 1, 2, /*tp=*/2);
+  for (size_t i = 0; i < requests.size(); ++i)
+    EXPECT_EQ(Answer(requests[i]), want[i]) << requests[i].dump();
+  EXPECT_EQ(StreamText(Completion(1, 24, true)), want_stream);
+}
+
+// One replica of `tp` and a spare; the worker of `victim_rank` is killed
+// under streams.
+void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
+  Launch(/*on_leader=*/true, 1, tp + 1, tp);  // one replica and a spare
   std::vector<std::string> want;
   for (int i = 0; i < kStreams; ++i)
     want.push_back(Answer(Completion(i, 100, false))["choices"][0]["text"]);
   const json plan = Get("/admin/plan");
-  std::string leader;
+  std::string victim;
   for (const json& r : plan["ranks"])
-    if (r["world_rank"] == 0) leader = r["worker"];
-  const pid_t pid = PidOfWorker(leader);
+    if (r["world_rank"] == victim_rank) victim = r["worker"];
+  const pid_t pid = PidOfWorker(victim);
   ASSERT_GT(pid, 0) << plan.dump();
 
   ::tessera::testing::RawSseStream streams[kStreams];
@@ -195,8 +216,10 @@ TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
     EXPECT_EQ(s.finish_reason, "length") << "stream " << i;
     EXPECT_EQ(s.text, want[static_cast<size_t>(i)]) << "stream " << i;
   }
-  std::printf("streams completed %.2f s after the leader's kill\n", Since(killed));
-  // The new plan's leader is the spare, and it took over running requests.
+  std::printf("tp %d: streams completed %.2f s after the kill of rank %d\n", tp, Since(killed),
+              victim_rank);
+  // The spare took the victim's rank, and the new plan took over the
+  // running requests.
   json after = Get("/admin/plan");
   for (int i = 0; i < 100 && after["history"].size() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -205,7 +228,17 @@ TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
   ASSERT_GE(after["history"].size(), 2u) << after.dump();
   EXPECT_GT(after["history"].back()["requeued_requests"].get<int>(), 0) << after.dump();
   EXPECT_GT(after["plan_version"].get<uint64_t>(), plan["plan_version"].get<uint64_t>());
-  for (const json& r : after["ranks"]) EXPECT_NE(r["worker"], leader) << after.dump();
+  for (const json& r : after["ranks"]) EXPECT_NE(r["worker"], victim) << after.dump();
+}
+
+TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
+  KillUnderStreams(/*tp=*/1, /*victim_rank=*/0);
+}
+
+// tp 2: the leader's tp peer dies; the leader's broadcast fails, the replica
+// re-plans, and the leader's requests resume on the new plan.
+TEST_F(LeaderScheduling, AKilledTpPeerIsReplacedAndStreamsContinueExactly) {
+  KillUnderStreams(/*tp=*/2, /*victim_rank=*/1);
 }
 
 }  // namespace

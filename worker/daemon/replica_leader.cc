@@ -19,6 +19,9 @@ SchedulerOptions LeaderSchedulerOptions(const control::LeaderOptions& leader,
   o.prefix_caching = leader.prefix_caching();
   o.model_id = leader.model_id();
   o.plan_version = plan_version;
+  // A failed step (a lost tp peer) ends the plan, not the requests: the
+  // coordinator re-plans and resumes them from the tokens delivered.
+  o.requeue_on_executor_error = true;
   return o;
 }
 

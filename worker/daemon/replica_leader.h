@@ -50,7 +50,9 @@
 
 namespace tessera {
 
-// AssignShard.leader -> the leader's scheduler options.
+// AssignShard.leader -> the leader's scheduler options (with
+// requeue_on_executor_error: a failed step fails the plan, and the
+// coordinator resumes the requests on the next one).
 SchedulerOptions LeaderSchedulerOptions(const control::LeaderOptions& leader,
                                         uint64_t plan_version);
 

@@ -512,10 +512,9 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   }
   SequenceSamplers samplers(grammar);
   if (assign.has_leader()) {
-    if (links.tp_rank != 0)
-      return fail(FailedPrecondition("AssignShard.leader is set on tp rank " +
-                                     std::to_string(links.tp_rank) + " (the leader is tp rank 0)"));
-    return ServeAsLeader({client, assign, who, *loaded->model, cache, links, samplers, fail});
+    const LeaderServe serve{client, assign,   who,  *loaded->model,      cache,
+                            links,  samplers, fail, ended_by_coordinator};
+    return links.tp_rank == 0 ? ServeAsLeader(serve) : ServeAsLeaderPeer(serve);
   }
   std::unique_ptr<AsyncSender> sender;
   if (links.pp > 1)

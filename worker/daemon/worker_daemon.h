@@ -130,11 +130,16 @@ class WorkerDaemon {
     SequenceSamplers& samplers;
     // Reports a failure to the coordinator and returns it (ServePlan's).
     std::function<Status(const Status&)> fail;
+    // The coordinator ended the plan or declared this worker lost.
+    std::function<bool()> ended;
   };
   // The plan's loop on a replica's leader (AssignShard.leader,
   // worker/daemon/leader_serve.cc): the replica's Scheduler runs here and
   // takes Generate / CancelRequests instead of Steps. Returns as ServePlan.
   Status ServeAsLeader(const LeaderServe& serve);
+  // A stage-0 tp rank > 0 of such a replica: runs the micro-batches its
+  // leader broadcasts until the leader ends the plan. Returns as ServePlan.
+  Status ServeAsLeaderPeer(const LeaderServe& serve);
   // The step-sleep failpoint (worker_failpoints.h): sleeps in the step when
   // armed for `world_rank`.
   void StepSleepFailpoint(int world_rank);

@@ -172,19 +172,25 @@ void Fnv(uint64_t& h, const void* p, size_t n) {
 
 }  // namespace
 
+Status BroadcastBytes(Communicator& tp, kernels::Backend& backend, std::vector<uint8_t>& bytes) {
+  if (tp.size() <= 1) return Status::Ok();
+  uint64_t size = bytes.size();
+  Status s = OnCommMemory(tp, backend, &size, sizeof size,
+                          [&](void* p) { return tp.Broadcast(p, sizeof size, 0); });
+  if (!s.ok()) return s.WithContext("broadcast from tp_rank 0 (size)");
+  if (tp.rank() != 0) bytes.resize(size);
+  s = OnCommMemory(tp, backend, bytes.data(), bytes.size(),
+                   [&](void* p) { return tp.Broadcast(p, bytes.size(), 0); });
+  if (!s.ok()) return s.WithContext("broadcast from tp_rank 0");
+  return Status::Ok();
+}
+
 Status BroadcastRequests(Communicator& tp, kernels::Backend& backend,
                          std::vector<GenerationRequest>& requests) {
   if (tp.size() <= 1) return Status::Ok();
   std::vector<uint8_t> payload;
   if (tp.rank() == 0) payload = Encode(requests);
-  uint64_t size = payload.size();
-  Status s = OnCommMemory(tp, backend, &size, sizeof size,
-                          [&](void* p) { return tp.Broadcast(p, sizeof size, 0); });
-  if (!s.ok()) return s.WithContext("broadcasting the requests from tp_rank 0 (size)");
-  if (tp.rank() != 0) payload.resize(size);
-  s = OnCommMemory(tp, backend, payload.data(), payload.size(),
-                   [&](void* p) { return tp.Broadcast(p, payload.size(), 0); });
-  if (!s.ok()) return s.WithContext("broadcasting the requests from tp_rank 0");
+  TESSERA_RETURN_IF_ERROR_CTX(BroadcastBytes(tp, backend, payload), "the requests");
   if (tp.rank() == 0) return Status::Ok();
   TESSERA_ASSIGN_OR_RETURN(requests, Decode(payload));
   return Status::Ok();

@@ -27,6 +27,12 @@
 
 namespace tessera {
 
+// Every rank of `tp` ends with tp_rank 0's `bytes` (its size first, then
+// the bytes; through device memory for a device communicator). A replica's
+// leader sends its stage-0 tp peers each micro-batch this way.
+// Errors: the communicator's, with context.
+Status BroadcastBytes(Communicator& tp, kernels::Backend& backend, std::vector<uint8_t>& bytes);
+
 // Every rank of `tp` (the stage-0 tp group) ends with tp_rank 0's
 // `requests`. Errors: the communicator's, with context; kInvalidArgument
 // for a malformed payload.

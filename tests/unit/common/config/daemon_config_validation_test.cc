@@ -34,13 +34,13 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "parallel.mode = \"explicit\""},
       {"[parallel]\ntp = 0\n", "x.toml:2:6: parallel.tp: must be >= 1, got 0"},
       {"[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:2:11: scheduler.runs_on: \"leader\" serves tp 1 x pp 1 replicas in this version: "
-       "set parallel.mode = \"explicit\" with tp = 1 and pp = 1 (and no replica_override of "
-       "another layout), or runs_on = \"coordinator\""},
-      {"[parallel]\ntp = 2\n[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:4:11: scheduler.runs_on: \"leader\" serves tp 1 x pp 1 replicas in this version: "
-       "set parallel.mode = \"explicit\" with tp = 1 and pp = 1 (and no replica_override of "
-       "another layout), or runs_on = \"coordinator\""},
+       "x.toml:2:11: scheduler.runs_on: \"leader\" serves pp 1 replicas (any tp) in this version: "
+       "set parallel.mode = \"explicit\" with pp = 1 (and no replica_override with pp > 1), or "
+       "runs_on = \"coordinator\""},
+      {"[parallel]\ntp = 2\npp = 2\n[scheduler]\nruns_on = \"leader\"\n",
+       "x.toml:5:11: scheduler.runs_on: \"leader\" serves pp 1 replicas (any tp) in this version: "
+       "set parallel.mode = \"explicit\" with pp = 1 (and no replica_override with pp > 1), or "
+       "runs_on = \"coordinator\""},
       {"[scheduler]\nruns_on = \"worker\"\n",
        "x.toml:2:11: scheduler.runs_on: must be one of \"coordinator\", \"leader\", got "
        "\"worker\""},
