@@ -94,6 +94,11 @@ bool ServingLoop::RunOnLoop(std::function<void()> fn) {
   return commands_done_ >= id;
 }
 
+size_t ServingLoop::pending_commands() const {
+  MutexLock lock(&mu_);
+  return commands_.size();
+}
+
 bool ServingLoop::RunCommands() {
   std::deque<std::function<void()>> todo;
   {

@@ -89,6 +89,9 @@ class ServingLoop : public ReplicaLoop {
   void Cancel(const std::vector<int64_t>& ids) override;
   size_t waiting() const override;
   size_t running() const override;
+  // Commands posted and not run yet (tests wait for a command to be posted
+  // before they let the loop step on). Any thread.
+  size_t pending_commands() const EXCLUDES(mu_);
 
   // The executor's health may have changed (a worker lost or failing):
   // a draining loop re-checks it.

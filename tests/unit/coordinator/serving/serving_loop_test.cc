@@ -255,6 +255,15 @@ std::optional<int> PauseWhileRunning(Rig& rig, double drain_seconds) {
     }
     rig.gate->Notify();
   });
+  // The loop is held in a step: let it go on only once the command is
+  // posted (the pauser thread may start late on a busy machine; steps
+  // granted before would run the sequence on, and the last grant would come
+  // before the command, leaving the loop held forever).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (rig.loop->pending_commands() == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(rig.loop->pending_commands(), 0u);
   for (int step = 0; step < 50; ++step) {
     rig.gate->Notify();
     if (rig.gate->WaitHeldOr([&] { return done; }) && done) break;
