@@ -52,6 +52,31 @@ GenerationRequest GenerationRequestFromProto(const control::GenerationRequest& m
   return r;
 }
 
+control::LeaderOptions LeaderOptionsToProto(const SchedulerOptions& o) {
+  control::LeaderOptions l;
+  l.set_max_batch_tokens(o.max_batch_tokens);
+  l.set_max_sequences(o.max_sequences);
+  l.set_queue_limit(o.queue_limit);
+  l.set_max_context(o.max_context);
+  l.set_prefill_chunk_tokens(o.prefill_chunk_tokens);
+  l.set_prefix_caching(o.prefix_caching);
+  l.set_model_id(o.model_id);
+  return l;
+}
+
+SchedulerOptions LeaderOptionsFromProto(const control::LeaderOptions& l, uint64_t plan_version) {
+  SchedulerOptions o;
+  if (l.max_batch_tokens() > 0) o.max_batch_tokens = l.max_batch_tokens();
+  if (l.max_sequences() > 0) o.max_sequences = l.max_sequences();
+  if (l.queue_limit() > 0) o.queue_limit = l.queue_limit();
+  if (l.max_context() > 0) o.max_context = l.max_context();
+  if (l.prefill_chunk_tokens() > 0) o.prefill_chunk_tokens = l.prefill_chunk_tokens();
+  o.prefix_caching = l.prefix_caching();
+  o.model_id = l.model_id();
+  o.plan_version = plan_version;
+  return o;
+}
+
 std::optional<FinishReason> FinishReasonFromName(std::string_view name) {
   for (FinishReason r : {FinishReason::kLength, FinishReason::kEos, FinishReason::kStop,
                          FinishReason::kCancelled, FinishReason::kError})

@@ -15,6 +15,7 @@
 
 #include "common/base/sampled_token.h"
 #include "common/engine/generation.h"
+#include "common/engine/scheduler.h"
 #include "common/wire/control.pb.h"
 
 namespace tessera {
@@ -23,6 +24,14 @@ namespace tessera {
 void GenerationRequestToProto(int64_t request_id, const GenerationRequest& request,
                               control::GenerationRequest* out);
 GenerationRequest GenerationRequestFromProto(const control::GenerationRequest& message);
+
+// A replica leader's scheduler options (AssignShard.leader) <-> the
+// coordinator's SchedulerOptions (max_context resolved). From the message:
+// fields <= 0 keep SchedulerOptions' defaults; `plan_version` becomes the
+// options' (part of every prefix-cache key).
+control::LeaderOptions LeaderOptionsToProto(const SchedulerOptions& options);
+SchedulerOptions LeaderOptionsFromProto(const control::LeaderOptions& message,
+                                        uint64_t plan_version);
 
 // FinishReasonName's inverse; nullopt for any other name.
 std::optional<FinishReason> FinishReasonFromName(std::string_view name);

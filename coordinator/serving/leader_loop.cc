@@ -91,7 +91,7 @@ StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest>
   {
     MutexLock lock(&mu_);
     if (stop_) return Unavailable(kShuttingDownMessage);
-    const size_t queued = CountLocked(/*admitted=*/false);
+    const size_t queued = requests_.size() - admitted_count_;
     if (static_cast<int64_t>(queued + requests.size()) > options_.queue_limit)
       return ResourceExhausted("the request queue is full (" +
                                std::to_string(options_.queue_limit) + " waiting); retry later");
@@ -143,20 +143,24 @@ void LeaderLoop::Cancel(const std::vector<int64_t>& ids) {
   Run(calls);
 }
 
-size_t LeaderLoop::CountLocked(bool admitted) const {
-  size_t n = 0;
-  for (const auto& [id, r] : requests_) n += r.admitted == admitted ? 1 : 0;
-  return n;
+void LeaderLoop::SetAdmittedLocked(Request& r, bool admitted) {
+  if (r.admitted == admitted) return;
+  r.admitted = admitted;
+  if (admitted) {
+    ++admitted_count_;
+  } else {
+    --admitted_count_;
+  }
 }
 
 size_t LeaderLoop::waiting() const {
   MutexLock lock(&mu_);
-  return CountLocked(false);
+  return requests_.size() - admitted_count_;
 }
 
 size_t LeaderLoop::running() const {
   MutexLock lock(&mu_);
-  return CountLocked(true);
+  return admitted_count_;
 }
 
 void LeaderLoop::SendLocked(const std::vector<int64_t>& ids) {
@@ -197,7 +201,7 @@ void LeaderLoop::SendLocked(const std::vector<int64_t>& ids) {
   for (int64_t id : sent) {
     Request& r = requests_.at(id);
     r.sent = true;
-    r.admitted = false;
+    SetAdmittedLocked(r, false);
   }
 }
 
@@ -205,6 +209,7 @@ void LeaderLoop::Finish(Request& r, FinishReason reason, Status error,
                         std::vector<std::function<void()>>& calls) {
   r.result.finish_reason = reason;
   r.result.error = std::move(error);
+  SetAdmittedLocked(r, false);  // it leaves requests_
   if (r.callbacks.on_finish)
     calls.push_back(
         [cb = std::move(r.callbacks.on_finish), result = std::move(r.result)] { cb(result); });
@@ -260,7 +265,7 @@ std::vector<std::function<void()>> LeaderLoop::ApplyLocked(const control::Reques
 void LeaderLoop::ApplyOne(Request& r, const control::RequestUpdate& u,
                           std::vector<std::function<void()>>& calls) {
   for (uint32_t i = 0; i < u.admissions(); ++i) {
-    r.admitted = true;
+    SetAdmittedLocked(r, true);
     if (r.callbacks.on_admit) calls.push_back(r.callbacks.on_admit);
   }
   if (u.prompt_logprobs_size() > 0) {
@@ -331,7 +336,7 @@ std::optional<int> LeaderLoop::Pause(double drain_seconds) {
     for (auto& [id, r] : requests_) {
       if (!r.sent) continue;
       r.sent = false;
-      r.admitted = false;
+      SetAdmittedLocked(r, false);
       back.push_back(id);
       c->add_request_ids(id);
     }
@@ -365,16 +370,12 @@ bool LeaderLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health hea
 }
 
 bool LeaderLoop::Resume() {
-  std::vector<std::function<void()>> calls;
-  {
-    MutexLock lock(&mu_);
-    if (stop_) return false;
-    mode_ = Mode::kRunning;
-    std::deque<std::vector<int64_t>> held = std::move(held_);
-    held_.clear();
-    for (const std::vector<int64_t>& ids : held) SendLocked(ids);
-  }
-  Run(calls);
+  MutexLock lock(&mu_);
+  if (stop_) return false;
+  mode_ = Mode::kRunning;
+  std::deque<std::vector<int64_t>> held = std::move(held_);
+  held_.clear();
+  for (const std::vector<int64_t>& ids : held) SendLocked(ids);
   return true;
 }
 

@@ -123,7 +123,8 @@ class LeaderLoop : public ReplicaLoop {
   void SendLocked(const std::vector<int64_t>& ids) REQUIRES(mu_);
   void Finish(Request& r, FinishReason reason, Status error,
               std::vector<std::function<void()>>& calls) REQUIRES(mu_);
-  size_t CountLocked(bool admitted) const REQUIRES(mu_);
+  // Sets r.admitted, keeping admitted_count_.
+  void SetAdmittedLocked(Request& r, bool admitted) REQUIRES(mu_);
   static void Run(std::vector<std::function<void()>>& calls);
 
   const ModelConfig& model_;
@@ -149,6 +150,7 @@ class LeaderLoop : public ReplicaLoop {
   Health health_ GUARDED_BY(mu_);
   std::deque<control::RequestUpdates> inbox_ GUARDED_BY(mu_);
   std::map<int64_t, Request> requests_ GUARDED_BY(mu_);  // unfinished, by id
+  size_t admitted_count_ GUARDED_BY(mu_) = 0;            // of requests_ with `admitted`
   // Submits held while paused (each all or none), the re-queued first.
   std::deque<std::vector<int64_t>> held_ GUARDED_BY(mu_);
   int requeued_ GUARDED_BY(mu_) = 0;  // since the last Pause returned

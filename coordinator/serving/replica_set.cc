@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/base/logging.h"
+#include "common/engine/generation_codec.h"
 
 namespace tessera {
 
@@ -20,19 +21,6 @@ RouterOptions RouterOptionsFor(const ReplicaSet::Context& c) {
   o.affinity_slack_tokens =
       c.config->kv_cache.prefix_caching ? c.config->scheduler.max_batch_tokens : 0;
   return o;
-}
-
-// The leader's scheduler: the coordinator's options (max_context resolved).
-control::LeaderOptions LeaderOptionsOf(const SchedulerOptions& o) {
-  control::LeaderOptions l;
-  l.set_max_batch_tokens(o.max_batch_tokens);
-  l.set_max_sequences(o.max_sequences);
-  l.set_queue_limit(o.queue_limit);
-  l.set_max_context(o.max_context);
-  l.set_prefill_chunk_tokens(o.prefill_chunk_tokens);
-  l.set_prefix_caching(o.prefix_caching);
-  l.set_model_id(o.model_id);
-  return l;
 }
 
 int64_t Cost(const GenerationRequest& r) {
@@ -174,7 +162,7 @@ void ReplicaSet::PlaceAll() {
     rc.planner = c_.planner;
     rc.state = c_.state;
     rc.loop = rep->loop.get();
-    if (on_leader) rc.leader = LeaderOptionsOf(c_.scheduler);
+    if (on_leader) rc.leader = LeaderOptionsToProto(c_.scheduler);
     rc.hand_off = [this, index] { return HandOff(index); };
     rep->runner = std::make_unique<PlanRunner>(std::move(rc));
     replicas_.push_back(std::move(rep));

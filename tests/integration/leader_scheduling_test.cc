@@ -153,8 +153,12 @@ TEST_F(LeaderScheduling, AnswersEqualThoseOfTheCoordinatorsScheduling) {
   // Both replicas' leaders served: the router spread the requests.
   const json cluster = Get("/admin/cluster");
   ASSERT_EQ(cluster["replicas"].size(), 2u) << cluster.dump();
-  for (const json& r : cluster["replicas"])
+  for (const json& r : cluster["replicas"]) {
     EXPECT_GT(r["requests_routed_total"].get<int64_t>(), 0) << r.dump();
+    // Every request finished: none counted as waiting or running.
+    EXPECT_EQ(r["load"]["waiting"], 0) << r.dump();
+    EXPECT_EQ(r["load"]["running"], 0) << r.dump();
+  }
   // Bad input is still refused before anything is sent: a 400 naming it.
   json bad = Completion(0, 200, false);
   auto r = HttpCall(port_, "POST", "/v1/completions", bad.dump());
@@ -229,6 +233,10 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
   EXPECT_GT(after["history"].back()["requeued_requests"].get<int>(), 0) << after.dump();
   EXPECT_GT(after["plan_version"].get<uint64_t>(), plan["plan_version"].get<uint64_t>());
   for (const json& r : after["ranks"]) EXPECT_NE(r["worker"], victim) << after.dump();
+  // The resumed requests were counted out when they finished.
+  const json replica = Get("/admin/cluster")["replicas"][0];
+  EXPECT_EQ(replica["load"]["waiting"], 0) << replica.dump();
+  EXPECT_EQ(replica["load"]["running"], 0) << replica.dump();
 }
 
 TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {

@@ -10,15 +10,7 @@ namespace tessera {
 
 SchedulerOptions LeaderSchedulerOptions(const control::LeaderOptions& leader,
                                         uint64_t plan_version) {
-  SchedulerOptions o;
-  if (leader.max_batch_tokens() > 0) o.max_batch_tokens = leader.max_batch_tokens();
-  if (leader.max_sequences() > 0) o.max_sequences = leader.max_sequences();
-  if (leader.queue_limit() > 0) o.queue_limit = leader.queue_limit();
-  if (leader.max_context() > 0) o.max_context = leader.max_context();
-  if (leader.prefill_chunk_tokens() > 0) o.prefill_chunk_tokens = leader.prefill_chunk_tokens();
-  o.prefix_caching = leader.prefix_caching();
-  o.model_id = leader.model_id();
-  o.plan_version = plan_version;
+  SchedulerOptions o = LeaderOptionsFromProto(leader, plan_version);
   // A failed step (a lost tp peer) ends the plan, not the requests: the
   // coordinator re-plans and resumes them from the tokens delivered.
   o.requeue_on_executor_error = true;

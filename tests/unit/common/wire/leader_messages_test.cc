@@ -126,6 +126,29 @@ TEST(LeaderMessages, BadUpdatesAndCancelsAreNamed) {
   EXPECT_NE(ValidateEnvelope(c).message().find("request_ids[0] is -2"), std::string::npos);
 }
 
+TEST(LeaderMessages, SchedulerOptionsRoundTripThroughAssignShardLeader) {
+  SchedulerOptions o;
+  o.max_batch_tokens = 300;
+  o.max_sequences = 7;
+  o.queue_limit = 9;
+  o.max_context = 333;
+  o.prefill_chunk_tokens = 64;
+  o.prefix_caching = false;
+  o.model_id = "m";
+  const SchedulerOptions back = LeaderOptionsFromProto(LeaderOptionsToProto(o), 5);
+  EXPECT_EQ(back.max_batch_tokens, 300);
+  EXPECT_EQ(back.max_sequences, 7);
+  EXPECT_EQ(back.queue_limit, 9);
+  EXPECT_EQ(back.max_context, 333);
+  EXPECT_EQ(back.prefill_chunk_tokens, 64);
+  EXPECT_FALSE(back.prefix_caching);
+  EXPECT_EQ(back.model_id, "m");
+  EXPECT_EQ(back.plan_version, 5u);
+  // Fields left at 0 keep the defaults.
+  EXPECT_EQ(LeaderOptionsFromProto(control::LeaderOptions{}, 1).max_batch_tokens,
+            SchedulerOptions{}.max_batch_tokens);
+}
+
 TEST(LeaderMessages, FinishReasonNamesRoundTrip) {
   for (FinishReason r : {FinishReason::kLength, FinishReason::kEos, FinishReason::kStop,
                          FinishReason::kCancelled, FinishReason::kError})
