@@ -77,6 +77,11 @@ def make(args):
         else:
             common.update(rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window_pattern=6,
                           rope_scaling={"rope_type": "linear", "factor": 8.0})
+    if args.rope == "llama3":
+        # Llama 3.1's rope: theta 500000, scaled x8 past 8192 positions, 128k context.
+        common.update(rope_theta=500000.0, max_position_embeddings=131072,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
     gemma = args.family in ("gemma2", "gemma3_text")
     cfg = AutoConfig.for_model(args.family, **common)
     t0 = time.time()
@@ -164,6 +169,8 @@ def main(argv=None):
     m.add_argument("--experts", type=int, default=8)
     m.add_argument("--top-k", type=int, default=2)
     m.add_argument("--moe-intermediate", type=int, default=768)
+    m.add_argument("--rope", choices=["default", "llama3"], default="default",
+                   help="llama3: Llama 3.1's scaled rope and 131072 positions (llama family)")
     r = sub.add_parser("reference")
     r.add_argument("--model", required=True)
     r.add_argument("--out", required=True)

@@ -1,0 +1,283 @@
+// mixing_bench: what long prompts arriving do to the inter-token latency of the sequences
+// decoding beside them (issue #34's stall-free mixing), through the real Scheduler (continuous
+// batching; each step takes the running sequences' decode tokens first, in running order, then
+// at most prefill_chunk_tokens of a prompt, within max_batch_tokens) over a LocalExecutor on
+// the CPU or one GPU.
+//
+// For each chunk size of --chunks, two phases of --seconds each on a fresh Scheduler:
+//   alone  --decoders sequences (random --prompt-len-token prompts, EOS ignored) decode;
+//   mixed  the same, while a prompt of --long-len tokens (max_tokens 1) arrives every
+//          --interval seconds from the first decode step on.
+// The decoders' token times are those of the streaming path (RequestCallbacks::on_token, on the
+// scheduler's output thread). A decoder's inter-token latencies are the gaps between its
+// consecutive tokens after its first; a long prompt's TTFT runs from its Enqueue to its token.
+// A phase starts once every decoder has its first token and ends after --seconds (the decoders
+// are then cancelled) or when a decoder reaches --max-new tokens.
+//
+// Prints one JSON object per phase:
+//   {"what":"mixing","device":"cuda","chunk":512,"phase":"mixed","decoders":32,"steps":...,
+//    "itl_p50_ms":...,"itl_p99_ms":...,"itl_max_ms":...,"decode_tokens_per_s":...,
+//    "long_prompts":3,"long_prompts_answered":3,"ttft_p50_ms":...,"ttft_max_ms":...}
+// and per chunk size a summary with the issue's ratio, the mixed phase's p99 over the alone
+// phase's p50 (target <= 2):
+//   {"what":"mixing_summary","chunk":512,"p99_mixed_over_p50_alone":...}
+//
+// Usage: mixing_bench [--model DIR] [--device cpu|cuda] [--dtype bf16|f16|f32] [--decoders 32]
+//        [--prompt-len 128] [--long-len 8192] [--interval 1.0] [--seconds 4] [--max-new 1024]
+//        [--chunks 256,512,1024]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/engine/scheduler.h"
+#include "kernels/backend.h"
+#include "worker/exec/local_executor.h"
+#include "worker/model/model_loader.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model = "models/default";
+  std::string device = "cpu";
+  std::string dtype = "bf16";
+  int decoders = 32;
+  int prompt_len = 128;
+  int long_len = 8192;
+  double interval = 1.0;
+  double seconds = 4.0;
+  int max_new = 1024;
+  std::vector<int64_t> chunks = {256, 512, 1024};
+};
+
+std::vector<int32_t> RandomIds(int n, int64_t vocab, std::mt19937_64& rng) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+// Token times of one request, written by the output thread and read by the owner once the
+// scheduler has no work left (RunOnce returned false: every callback so far has run).
+struct Timeline {
+  std::mutex mu;
+  std::vector<Clock::time_point> tokens;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct PhaseResult {
+  double itl_p50_ms = 0, itl_p99_ms = 0;
+};
+
+StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExecutor* exec,
+                               BlockAllocator* alloc, int64_t block, int64_t chunk, bool mixed) {
+  SchedulerOptions so;
+  so.prefill_chunk_tokens = chunk;
+  so.max_batch_tokens = std::max<int64_t>(chunk + a.decoders, int64_t{a.decoders} * a.prompt_len);
+  so.max_sequences = a.decoders + 16;
+  so.max_context = std::max(a.prompt_len + a.max_new, a.long_len + 1);
+  so.prefix_caching = false;  // random prompts: nothing to share, nothing to keep
+  Scheduler sched(config, exec, alloc, block, nullptr, so);
+  std::mt19937_64 rng(11 + static_cast<uint64_t>(chunk));
+  std::vector<std::unique_ptr<Timeline>> dec, lng;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < a.decoders; ++i) {
+    GenerationRequest r;
+    r.prompt_ids = RandomIds(a.prompt_len, config.vocab_size, rng);
+    r.max_tokens = a.max_new;
+    r.ignore_eos = true;
+    dec.push_back(std::make_unique<Timeline>());
+    Timeline* t = dec.back().get();
+    RequestCallbacks cb;
+    cb.on_token = [t](const std::string&, int32_t token, const SampledToken*) {
+      if (token < 0) return;
+      std::lock_guard<std::mutex> lock(t->mu);
+      t->tokens.push_back(Clock::now());
+    };
+    TESSERA_ASSIGN_OR_RETURN(int64_t id, sched.Enqueue(std::move(r), std::move(cb)));
+    ids.push_back(id);
+  }
+  const auto started = [&] {
+    for (auto& t : dec) {
+      std::lock_guard<std::mutex> lock(t->mu);
+      if (t->tokens.empty()) return false;
+    }
+    return true;
+  };
+  while (!started()) TESSERA_RETURN_IF_ERROR(sched.RunOnce().status());
+  const Clock::time_point t0 = Clock::now();
+  const auto window = std::chrono::duration<double>(a.seconds);
+  std::vector<Clock::time_point> enqueued;
+  int64_t steps = 0;
+  for (Clock::time_point now = t0; now - t0 < window; now = Clock::now()) {
+    if (mixed && now - t0 >= std::chrono::duration<double>(a.interval * enqueued.size())) {
+      GenerationRequest r;
+      r.prompt_ids = RandomIds(a.long_len, config.vocab_size, rng);
+      r.max_tokens = 1;
+      r.ignore_eos = true;
+      lng.push_back(std::make_unique<Timeline>());
+      Timeline* t = lng.back().get();
+      RequestCallbacks cb;
+      cb.on_token = [t](const std::string&, int32_t token, const SampledToken*) {
+        if (token < 0) return;
+        std::lock_guard<std::mutex> lock(t->mu);
+        t->tokens.push_back(Clock::now());
+      };
+      enqueued.push_back(Clock::now());
+      TESSERA_RETURN_IF_ERROR(sched.Enqueue(std::move(r), std::move(cb)).status());
+    }
+    TESSERA_ASSIGN_OR_RETURN(bool worked, sched.RunOnce());
+    steps += worked ? 1 : 0;
+    if (!worked) break;  // every decoder reached max_new
+  }
+  const Clock::time_point t1 = Clock::now();
+  for (int64_t id : ids) sched.Cancel(id);
+  // Long prompts still waiting or prefilling finish; then nothing is left.
+  for (;;) {
+    TESSERA_ASSIGN_OR_RETURN(bool worked, sched.RunOnce());
+    if (!worked) break;
+  }
+  std::vector<double> itl;
+  int64_t tokens = 0;
+  for (auto& t : dec) {
+    std::lock_guard<std::mutex> lock(t->mu);
+    for (size_t i = 1; i < t->tokens.size(); ++i) {
+      if (t->tokens[i] < t0 || t->tokens[i] > t1) continue;
+      itl.push_back(Ms(t->tokens[i] - t->tokens[i - 1]));
+      ++tokens;
+    }
+  }
+  std::vector<double> ttft;
+  for (size_t i = 0; i < lng.size(); ++i) {
+    std::lock_guard<std::mutex> lock(lng[i]->mu);
+    if (!lng[i]->tokens.empty()) ttft.push_back(Ms(lng[i]->tokens.front() - enqueued[i]));
+  }
+  PhaseResult res;
+  res.itl_p50_ms = Percentile(itl, 0.5);
+  res.itl_p99_ms = Percentile(itl, 0.99);
+  std::printf(
+      "{\"what\":\"mixing\",\"device\":\"%s\",\"chunk\":%lld,\"phase\":\"%s\",\"decoders\":%d,"
+      "\"prompt\":%d,\"long_prompt\":%d,\"interval_s\":%.3f,\"seconds\":%.3f,\"steps\":%lld,"
+      "\"itl_samples\":%zu,\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"itl_max_ms\":%.3f,"
+      "\"decode_tokens_per_s\":%.1f,\"long_prompts\":%zu,\"long_prompts_answered\":%zu,"
+      "\"ttft_p50_ms\":%.3f,\"ttft_max_ms\":%.3f}\n",
+      a.device.c_str(), static_cast<long long>(chunk), mixed ? "mixed" : "alone", a.decoders,
+      a.prompt_len, a.long_len, a.interval, Ms(t1 - t0) / 1e3, static_cast<long long>(steps),
+      itl.size(), res.itl_p50_ms, res.itl_p99_ms, Percentile(itl, 1.0),
+      static_cast<double>(tokens) / (Ms(t1 - t0) / 1e3), enqueued.size(), ttft.size(),
+      Percentile(ttft, 0.5), Percentile(ttft, 1.0));
+  std::fflush(stdout);
+  return res;
+}
+
+Status Run(const Args& a) {
+  std::unique_ptr<kernels::Backend> gpu;
+  kernels::Backend* backend = &kernels::CpuBackend();
+  if (a.device == "cuda") {
+    const DType dtype = a.dtype == "f32"   ? DType::kF32
+                        : a.dtype == "f16" ? DType::kF16
+                                           : DType::kBF16;
+    TESSERA_ASSIGN_OR_RETURN(gpu, kernels::CreateCudaBackend(0, dtype));
+    backend = gpu.get();
+  } else if (a.device != "cpu") {
+    return InvalidArgument("--device must be cpu or cuda, not '" + a.device + "'");
+  }
+  if (a.decoders < 1 || a.prompt_len < 1 || a.long_len < 1 || a.max_new < 2 || a.interval <= 0 ||
+      a.seconds <= 0 || a.chunks.empty())
+    return InvalidArgument(
+        "--decoders, --prompt-len, --long-len, --interval, --seconds must be > 0, --max-new >= 2 "
+        "and --chunks not empty");
+  for (int64_t c : a.chunks)
+    if (c < 1) return InvalidArgument("--chunks: every chunk size must be >= 1");
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(a.model));
+  TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
+  TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(a.model, par, 0, nullptr, {}, backend));
+  const StageLayout lay = loaded.model->layout();
+  // KV blocks for every decoder at max_new and the long prompts that can be in flight at once
+  // (their prefill takes about long_len / chunk steps; two at a time leave room to spare).
+  const int64_t block = 16;
+  const auto blocks_for = [block](int64_t tokens) { return (tokens + block - 1) / block + 1; };
+  const int64_t blocks =
+      a.decoders * blocks_for(a.prompt_len + a.max_new) + 3 * blocks_for(a.long_len + 1);
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                           KvCache::Create(*backend, lay.num_layers(), blocks, block,
+                                           lay.kv_heads_local, config.head_dim));
+  LocalExecutor exec(std::move(loaded.model), std::move(cache));
+  BlockAllocator alloc(blocks);
+  for (int64_t chunk : a.chunks) {
+    TESSERA_ASSIGN_OR_RETURN(PhaseResult alone,
+                             RunPhase(a, config, &exec, &alloc, block, chunk, false));
+    TESSERA_ASSIGN_OR_RETURN(PhaseResult mixed,
+                             RunPhase(a, config, &exec, &alloc, block, chunk, true));
+    std::printf(
+        "{\"what\":\"mixing_summary\",\"device\":\"%s\",\"chunk\":%lld,\"itl_p50_alone_ms\":%.3f,"
+        "\"itl_p99_mixed_ms\":%.3f,\"p99_mixed_over_p50_alone\":%.3f}\n",
+        a.device.c_str(), static_cast<long long>(chunk), alone.itl_p50_ms, mixed.itl_p99_ms,
+        alone.itl_p50_ms > 0 ? mixed.itl_p99_ms / alone.itl_p50_ms : 0.0);
+    std::fflush(stdout);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") {
+      a.model = v;
+    } else if (k == "--device") {
+      a.device = v;
+    } else if (k == "--dtype") {
+      a.dtype = v;
+    } else if (k == "--decoders") {
+      a.decoders = std::atoi(v.c_str());
+    } else if (k == "--prompt-len") {
+      a.prompt_len = std::atoi(v.c_str());
+    } else if (k == "--long-len") {
+      a.long_len = std::atoi(v.c_str());
+    } else if (k == "--interval") {
+      a.interval = std::atof(v.c_str());
+    } else if (k == "--seconds") {
+      a.seconds = std::atof(v.c_str());
+    } else if (k == "--max-new") {
+      a.max_new = std::atoi(v.c_str());
+    } else if (k == "--chunks") {
+      a.chunks.clear();
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) a.chunks.push_back(std::atoll(item.c_str()));
+    } else {
+      std::fprintf(stderr, "mixing_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "mixing_bench: option %s needs a value\n", argv[argc - 1]);
+    return 2;
+  }
+  const tessera::Status s = tessera::Run(a);
+  if (!s.ok()) {
+    std::fprintf(stderr, "mixing_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
