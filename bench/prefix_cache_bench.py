@@ -79,7 +79,8 @@ def write_config(path, args, port, control, prefix_caching):
             f"[scheduler]\nmax_context = {max_context}\nqueue_limit = {4 * args.clients}\n"
             f"max_sequences = {args.clients}\nmax_batch_tokens = {args.max_batch_tokens}\n"
             f"prefill_chunk_tokens = {args.prefill_chunk_tokens}\n"
-            f'[worker]\nbackend = "{args.backend}"\n')
+            + (f'runs_on = "{args.runs_on}"\n' if getattr(args, "runs_on", None) else "")
+            + f'[worker]\nbackend = "{args.backend}"\n')
 
 
 def wait_ready(url, proc, timeout):
@@ -112,6 +113,7 @@ async def one_request(client, url, model, prompt, max_tokens):
     t0 = time.perf_counter()
     ttft = None
     text = []
+    times = []  # when each chunk with text arrived (bench/serve_bench.py's inter-token gaps)
     usage = None
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
         if r.status_code != 200:
@@ -128,11 +130,13 @@ async def one_request(client, url, model, prompt, max_tokens):
             if j.get("usage"):
                 usage = j["usage"]
             for c in j.get("choices", []):
+                now = time.perf_counter()
                 if ttft is None:
-                    ttft = time.perf_counter() - t0
+                    ttft = now - t0
                 text.append(c.get("text", ""))
+                times.append(now)
     return {"ttft": ttft, "e2e": time.perf_counter() - t0, "text": "".join(text), "pieces": text,
-            "usage": usage}
+            "usage": usage, "times": times}
 
 
 async def run_clients(url, model, prompts, max_tokens):
