@@ -61,7 +61,8 @@ std::string RequestOutput::Finish(FinishReason reason, Status error, int preempt
   return rest;
 }
 
-OutputProcessor::OutputProcessor(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {
+OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, std::function<void()> on_batch)
+    : tokenizer_(tokenizer), on_batch_(std::move(on_batch)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -196,6 +197,7 @@ void OutputProcessor::Loop() {
       }
     }
     batch.clear();
+    if (on_batch_) on_batch_();
   }
 }
 

@@ -95,8 +95,15 @@ class RequestOutput {
 
 class OutputProcessor {
  public:
-  // `tokenizer` may be null (no text). Starts the thread.
-  explicit OutputProcessor(const Tokenizer* tokenizer);
+  // `tokenizer` may be null (no text). `on_batch` (optional) runs on the
+  // processor's thread after the callbacks of each batch of events it takes
+  // from its queue (every event posted when it last looked; a scheduler
+  // posts a step's events at once, so a step's tokens end one batch or
+  // more): for a consumer that forwards what the callbacks produced in
+  // batches (worker/daemon/replica_leader.h sends a step's tokens as soon as
+  // they are text, not with the next step). It must not post to this
+  // processor or wait on it. Starts the thread.
+  explicit OutputProcessor(const Tokenizer* tokenizer, std::function<void()> on_batch = {});
   ~OutputProcessor();
   OutputProcessor(const OutputProcessor&) = delete;
   OutputProcessor& operator=(const OutputProcessor&) = delete;
@@ -171,6 +178,7 @@ class OutputProcessor {
   static void Emit(Entry& entry, const std::string& text, const SampledToken* token);
 
   const Tokenizer* tokenizer_;
+  const std::function<void()> on_batch_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // events queued, or stopping
   // A thread in WaitProcessed: woken alone when processed_ reaches its

@@ -51,7 +51,9 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
       tokenizer_(tokenizer),
       options_(options),
       eos_(config.eos_token_ids.begin(), config.eos_token_ids.end()),
-      output_(options.output ? options.output : std::make_shared<OutputProcessor>(tokenizer)),
+      output_(options.output
+                  ? options.output
+                  : std::make_shared<OutputProcessor>(tokenizer, options.on_output_batch)),
       plan_version_(options.plan_version) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
 }

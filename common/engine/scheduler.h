@@ -127,6 +127,10 @@ struct SchedulerOptions {
   // replicas: a waiting request can then move between them, TakeWaiting /
   // AdoptWaiting); null: one of its own.
   std::shared_ptr<OutputProcessor> output;
+  // With a processor of its own (output null): its on_batch hook
+  // (OutputProcessor's constructor), run on the output thread after the
+  // callbacks of each batch of events. Ignored with a shared one.
+  std::function<void()> on_output_batch;
 };
 
 struct SchedulerStats {

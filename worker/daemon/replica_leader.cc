@@ -20,14 +20,21 @@ SchedulerOptions LeaderSchedulerOptions(const control::LeaderOptions& leader,
 ReplicaLeader::ReplicaLeader(const ModelConfig& model, const Tokenizer* tokenizer,
                              StepExecutor* executor, int64_t kv_blocks, int64_t block_size,
                              SchedulerOptions options, SendFn send)
-    : plan_version_(options.plan_version), send_(std::move(send)), allocator_(kv_blocks) {
+    : plan_version_(options.plan_version),
+      send_(std::move(send)),
+      allocator_(kv_blocks),
+      free_kv_blocks_(allocator_.num_free()) {
+  options.on_output_batch = [this] { FlushFromOutput(); };
   scheduler_ = std::make_unique<Scheduler>(model, executor, &allocator_, block_size, tokenizer,
                                            std::move(options));
 }
 
 // The scheduler's destructor fails what is left (its callbacks append to
 // pending_, never sent: the coordinator decides what becomes of them).
-ReplicaLeader::~ReplicaLeader() { scheduler_.reset(); }
+ReplicaLeader::~ReplicaLeader() {
+  closing_ = true;
+  scheduler_.reset();
+}
 
 control::RequestUpdate& ReplicaLeader::PendingLocked(int64_t request_id) {
   auto it = pending_index_.find(request_id);
@@ -77,10 +84,21 @@ void ReplicaLeader::Refuse(const control::Generate& generate, const Status& why)
       *u.mutable_error() = StatusToError(why);
     }
   }
-  Flush().IgnoreError();  // a send that fails fails the next Step's flush too
+  NoteLoad();
+  Flush(true).IgnoreError();  // a send that fails fails the next Step's flush too
+}
+
+void ReplicaLeader::ReapFinished() {
+  std::vector<int64_t> finished;
+  {
+    MutexLock lock(&mu_);
+    finished.swap(finished_);
+  }
+  for (int64_t id : finished) scheduler_ids_.erase(id);
 }
 
 void ReplicaLeader::Handle(const control::Envelope& e) {
+  ReapFinished();
   if (e.has_cancel_requests()) {
     if (e.cancel_requests().plan_version() != plan_version_) return;  // nothing of ours
     for (int64_t id : e.cancel_requests().request_ids()) {
@@ -107,23 +125,36 @@ void ReplicaLeader::Handle(const control::Envelope& e) {
   if (!ids.ok()) return Refuse(g, ids.status());
   for (int i = 0; i < g.requests_size(); ++i)
     scheduler_ids_.emplace(g.requests(i).request_id(), (*ids)[static_cast<size_t>(i)]);
+  NoteLoad();
 }
 
 StatusOr<bool> ReplicaLeader::Step() {
   StatusOr<bool> ran = scheduler_->RunOnce();
-  // Busy iterations share a message (at most one per kLeaderFlushSeconds);
-  // an idle leader, or one whose step failed, sends what it has at once.
-  const auto now = std::chrono::steady_clock::now();
-  const bool due =
-      !ran.ok() || !*ran || now - last_flush_ >= std::chrono::duration<double>(kLeaderFlushSeconds);
-  Status sent = Status::Ok();
-  if (due) {
-    last_flush_ = now;
-    sent = Flush();
-  }
+  NoteLoad();
+  ReapFinished();
+  // A busy leader's output thread sends (FlushFromOutput), and so does
+  // this thread what waited past kLeaderFlushSeconds (updates a batch made
+  // too soon after the last send); an idle leader, or one whose step
+  // failed, sends what it has at once. A failed send of the output thread
+  // surfaces here.
+  const Status sent = Flush(/*force=*/!ran.ok() || !*ran);
   if (!ran.ok()) return ran;
   if (!sent.ok()) return sent;
   return ran;
+}
+
+void ReplicaLeader::NoteLoad() {
+  free_kv_blocks_ = allocator_.num_free();
+  waiting_ = scheduler_->waiting();
+  running_ = scheduler_->running();
+}
+
+void ReplicaLeader::FlushFromOutput() {
+  if (closing_) return;
+  const Status sent = Flush(false);
+  if (sent.ok()) return;
+  MutexLock lock(&flush_mu_);
+  if (send_error_.ok()) send_error_ = sent;
 }
 
 bool ReplicaLeader::busy() const {
@@ -133,7 +164,14 @@ bool ReplicaLeader::busy() const {
   return !pending_.empty();
 }
 
-Status ReplicaLeader::Flush() {
+Status ReplicaLeader::Flush(bool force) {
+  // One send at a time, the updates taken and sent under flush_mu_, so
+  // messages leave in the order their updates were made.
+  MutexLock flush_lock(&flush_mu_);
+  if (!send_error_.ok()) return std::exchange(send_error_, Status::Ok());
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && now - last_flush_ < std::chrono::duration<double>(kLeaderFlushSeconds))
+    return Status::Ok();
   control::Envelope e;
   control::RequestUpdates* out = e.mutable_request_updates();
   {
@@ -142,14 +180,13 @@ Status ReplicaLeader::Flush() {
     for (control::RequestUpdate& u : pending_) *out->add_updates() = std::move(u);
     pending_.clear();
     pending_index_.clear();
-    for (int64_t id : finished_) scheduler_ids_.erase(id);
-    finished_.clear();
   }
+  last_flush_ = now;
   out->set_plan_version(plan_version_);
   control::LeaderLoad* load = out->mutable_load();
-  load->set_waiting(scheduler_->waiting());
-  load->set_running(scheduler_->running());
-  load->set_free_kv_blocks(static_cast<uint64_t>(allocator_.num_free()));
+  load->set_waiting(waiting_.load());
+  load->set_running(running_.load());
+  load->set_free_kv_blocks(static_cast<uint64_t>(free_kv_blocks_.load()));
   load->set_kv_blocks(static_cast<uint64_t>(allocator_.num_blocks()));
   return send_(std::move(e));
 }

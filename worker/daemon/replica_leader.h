@@ -18,20 +18,28 @@
 // is refused the same way (the coordinator re-sends to the current one).
 //
 // Updates of one request arrive in the order RequestCallbacks promises
-// (admissions, prompt log-probabilities, tokens, finish). The output thread
-// runs at most one iteration behind the scheduler (Scheduler's contract),
-// so a token's update leaves with a later iteration's flush, or at once
-// when the leader goes idle. A busy leader flushes at most once per
-// kLeaderFlushSeconds: iterations faster than that (small batches, a fast
-// GPU) share one message, so the coordinator's cost follows the tokens, not
-// the steps; a step of a few milliseconds or more sends one message each.
+// (admissions, prompt log-probabilities, tokens, finish). The scheduler's
+// output thread turns a step's tokens into text while the next step runs
+// and, after each batch of them (the scheduler's on_output_batch hook),
+// sends what it made: a token leaves during the next step, not after it
+// (a step's time off every token's latency, TTFT included). It sends at
+// most once per kLeaderFlushSeconds: what a batch made within that time of
+// the last send goes with a later batch, so iterations faster than that
+// (small batches, a fast GPU) share one message and the coordinator's cost
+// follows the tokens, not the steps; a step of a few milliseconds or more
+// sends one message each. The owner sends after each iteration what waited
+// past that time, and at once when the leader goes idle, a step fails or a
+// Generate is refused.
 //
 // Thread-safety: the constructor, Handle, Step and busy() on the owner
 // thread (the worker's main thread, which owns the model and KV cache);
-// the scheduler's callbacks run on its output thread and only append to
-// the pending updates (guarded by mu_).
+// the scheduler's callbacks run on its output thread and append to the
+// pending updates (guarded by mu_); a send runs on either thread, one at a
+// time (flush_mu_, taken before mu_), so messages leave in order. `send`
+// must be safe from both threads (ControlClient::Send is).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -86,20 +94,39 @@ class ReplicaLeader {
   RequestCallbacks Callbacks(int64_t request_id);
   control::RequestUpdate& PendingLocked(int64_t request_id) REQUIRES(mu_);
   void Refuse(const control::Generate& generate, const Status& why);
-  Status Flush();
+  // Sends the pending updates: always with `force`, else only when
+  // kLeaderFlushSeconds have passed since the last send. Either thread.
+  Status Flush(bool force) EXCLUDES(flush_mu_, mu_);
+  // The scheduler's on_output_batch (output thread): Flush(false); a
+  // failed send is kept for the owner's next Step.
+  void FlushFromOutput() EXCLUDES(flush_mu_, mu_);
+  // Owner thread: forgets the scheduler ids of finished requests.
+  void ReapFinished() EXCLUDES(mu_);
 
   const uint64_t plan_version_;
   const SendFn send_;
   BlockAllocator allocator_;
+  // The load the owner saw after its last iteration or message, for a send
+  // from the output thread (the allocator is the owner's; the scheduler may
+  // be going away while the output thread finishes).
+  std::atomic<int64_t> free_kv_blocks_{0};
+  std::atomic<uint64_t> waiting_{0}, running_{0};
+  // Owner thread: the load figures above, now.
+  void NoteLoad();
+  // Set before the scheduler goes: what its destructor fails is not sent.
+  std::atomic<bool> closing_{false};
   std::unique_ptr<Scheduler> scheduler_;
-  std::chrono::steady_clock::time_point last_flush_{};  // owner thread
   // Owner thread: coordinator request id -> scheduler id, for cancels.
   std::unordered_map<int64_t, int64_t> scheduler_ids_;
+
+  Mutex flush_mu_;  // taken before mu_
+  std::chrono::steady_clock::time_point last_flush_ GUARDED_BY(flush_mu_){};
+  Status send_error_ GUARDED_BY(flush_mu_);  // a failed send on the output thread
 
   mutable Mutex mu_;
   std::vector<control::RequestUpdate> pending_ GUARDED_BY(mu_);
   std::unordered_map<int64_t, size_t> pending_index_ GUARDED_BY(mu_);  // request id -> pending_
-  std::vector<int64_t> finished_ GUARDED_BY(mu_);  // request ids finished since the last flush
+  std::vector<int64_t> finished_ GUARDED_BY(mu_);  // request ids finished, not reaped yet
 };
 
 }  // namespace tessera

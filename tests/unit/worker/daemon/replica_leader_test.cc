@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/engine/generation_codec.h"
@@ -59,7 +62,10 @@ class ReplicaLeaderTest : public ::testing::Test {
         });
   }
 
+  // Runs on whichever thread sends: the owner's (Step, Handle) or the
+  // scheduler's output thread (as soon as it has a step's tokens).
   void Record(const control::RequestUpdates& updates) {
+    std::lock_guard<std::mutex> lock(seen_mu_);
     EXPECT_EQ(updates.plan_version(), kPlan);
     EXPECT_EQ(updates.load().kv_blocks(), 256u);
     for (const control::RequestUpdate& u : updates.updates()) {
@@ -117,7 +123,18 @@ class ReplicaLeaderTest : public ::testing::Test {
 
   std::unique_ptr<::tessera::testing::LocalModel> model_;
   std::unique_ptr<ReplicaLeader> leader_;
-  std::map<int64_t, Seen> seen_;
+  // What the coordinator has seen of request `id` so far.
+  Seen Get(int64_t id) {
+    std::lock_guard<std::mutex> lock(seen_mu_);
+    return seen_[id];
+  }
+  void Forget(int64_t id) {
+    std::lock_guard<std::mutex> lock(seen_mu_);
+    seen_.erase(id);
+  }
+
+  std::mutex seen_mu_;
+  std::map<int64_t, Seen> seen_;  // guarded by seen_mu_
 };
 
 TEST_F(ReplicaLeaderTest, GreedyUpdatesEqualTheLocalEngine) {
@@ -127,12 +144,61 @@ TEST_F(ReplicaLeaderTest, GreedyUpdatesEqualTheLocalEngine) {
   auto want = model_->Greedy(prompts, 6);
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   for (int64_t id : {101, 102}) {
-    const Seen& s = seen_[id];
+    const Seen& s = Get(id);
     EXPECT_TRUE(s.finished);
     EXPECT_EQ(s.finish_reason, "length");
     EXPECT_EQ(s.admissions, 1);
     EXPECT_EQ(s.tokens, (*want)[static_cast<size_t>(id - 101)]) << "request " << id;
   }
+}
+
+// The model's executor with a step of at least `step` (a GPU's few
+// milliseconds, where the fixture model takes microseconds).
+class SlowExecutor : public StepExecutor {
+ public:
+  SlowExecutor(StepExecutor* inner, std::chrono::milliseconds step) : inner_(inner), step_(step) {}
+  Status Submit(const StepBatch& batch) override { return inner_->Submit(batch); }
+  StatusOr<std::vector<SampledToken>> Collect() override {
+    std::this_thread::sleep_for(step_);
+    return inner_->Collect();
+  }
+  int max_in_flight() const override { return inner_->max_in_flight(); }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+
+ private:
+  StepExecutor* inner_;
+  std::chrono::milliseconds step_;
+};
+
+// A step's token leaves as soon as the output thread has made it text, not
+// with the next step's flush: after one 5 ms Step (the prefill, which
+// samples the first token) and no other, the coordinator has that token.
+// Before, every token (the first: TTFT) waited for the step after its own.
+TEST_F(ReplicaLeaderTest, AStepsTokenLeavesWithoutWaitingForTheNextStep) {
+  SlowExecutor slow(&model_->executor(), std::chrono::milliseconds(5));
+  control::LeaderOptions options;
+  options.set_max_context(64);
+  leader_ = std::make_unique<ReplicaLeader>(
+      model_->config(), nullptr, &slow, 256, model_->block_size(),
+      LeaderSchedulerOptions(options, kPlan), [this](control::Envelope e) {
+        Record(e.request_updates());
+        return Status::Ok();
+      });
+  Deliver(Generate(kPlan, {7}, {{1, 2, 3, 4}}, 5));
+  auto ran = leader_->Step();
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  ASSERT_TRUE(*ran);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Get(7).tokens.empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const Seen s = Get(7);
+  EXPECT_EQ(s.admissions, 1);
+  ASSERT_EQ(s.tokens.size(), 1u) << "the first token did not leave before the next step";
+  EXPECT_FALSE(s.finished);
+  RunUntilIdle();
+  EXPECT_EQ(Get(7).tokens.size(), 5u);
+  EXPECT_TRUE(Get(7).finished);
+  leader_.reset();  // before `slow`
 }
 
 TEST_F(ReplicaLeaderTest, CancelEndsARunningRequest) {
@@ -143,39 +209,39 @@ TEST_F(ReplicaLeaderTest, CancelEndsARunningRequest) {
   cancel.mutable_cancel_requests()->add_request_ids(5);
   Deliver(cancel);
   RunUntilIdle();
-  EXPECT_TRUE(seen_[5].finished);
-  EXPECT_EQ(seen_[5].finish_reason, "cancelled");
-  EXPECT_LT(seen_[5].tokens.size(), 50u);
+  EXPECT_TRUE(Get(5).finished);
+  EXPECT_EQ(Get(5).finish_reason, "cancelled");
+  EXPECT_LT(Get(5).tokens.size(), 50u);
 }
 
 TEST_F(ReplicaLeaderTest, RefusalsComeBackAsFinishedErrorsAndTheLeaderGoesOn) {
   Deliver(Generate(kPlan + 1, {1}, {{1, 2}}, 2));  // another plan
-  EXPECT_EQ(seen_[1].finish_reason, "error");
-  EXPECT_EQ(seen_[1].error.code(), control::ERROR_CODE_UNAVAILABLE);
-  EXPECT_NE(seen_[1].error.message().find("plan 8"), std::string::npos) << seen_[1].error.message();
+  EXPECT_EQ(Get(1).finish_reason, "error");
+  EXPECT_EQ(Get(1).error.code(), control::ERROR_CODE_UNAVAILABLE);
+  EXPECT_NE(Get(1).error.message().find("plan 8"), std::string::npos) << Get(1).error.message();
 
   const int32_t vocab = static_cast<int32_t>(model_->config().vocab_size);
   Deliver(Generate(kPlan, {2, 3}, {{1, 2}, {1, vocab}}, 2));  // one bad prompt: neither queued
   for (int64_t id : {2, 3}) {
-    EXPECT_EQ(seen_[id].finish_reason, "error");
-    EXPECT_EQ(seen_[id].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(Get(id).finish_reason, "error");
+    EXPECT_EQ(Get(id).error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
   }
-  EXPECT_NE(seen_[3].error.message().find("vocab"), std::string::npos) << seen_[3].error.message();
+  EXPECT_NE(Get(3).error.message().find("vocab"), std::string::npos) << Get(3).error.message();
 
   Deliver(Generate(kPlan, {4}, {{1, 2, 3}}, 62));  // 65 tokens: over max_context 64
-  EXPECT_EQ(seen_[4].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+  EXPECT_EQ(Get(4).error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
 
   Deliver(Generate(kPlan, {10, 11, 12, 13, 14}, {{1}, {2}, {3}, {4}, {5}}, 2));  // queue_limit 4
-  EXPECT_EQ(seen_[10].error.code(), control::ERROR_CODE_RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Get(10).error.code(), control::ERROR_CODE_RESOURCE_EXHAUSTED);
 
   Deliver(Generate(kPlan, {20}, {{4, 5}}, 3));
   Deliver(Generate(kPlan, {20}, {{4, 5}}, 3));  // the same id again
-  EXPECT_EQ(seen_[20].error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
-  seen_.erase(20);  // the refusal's update; the first request runs on
+  EXPECT_EQ(Get(20).error.code(), control::ERROR_CODE_INVALID_ARGUMENT);
+  Forget(20);  // the refusal's update; the first request runs on
   RunUntilIdle();
-  EXPECT_TRUE(seen_[20].finished);
-  EXPECT_EQ(seen_[20].finish_reason, "length");
-  EXPECT_EQ(seen_[20].tokens.size(), 3u);
+  EXPECT_TRUE(Get(20).finished);
+  EXPECT_EQ(Get(20).finish_reason, "length");
+  EXPECT_EQ(Get(20).tokens.size(), 3u);
 }
 
 }  // namespace
