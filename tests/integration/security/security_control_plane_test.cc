@@ -9,6 +9,9 @@
 //    key is refused; a spare worker with an allowed key cannot fail a step,
 //    force a re-plan, or replace a client's tokens; a worker without keys
 //    ends with an error naming the keys it lacks.
+//  - CurveLeaderCluster (a replica that schedules itself, runs_on =
+//    "leader"): a spare worker's forged RequestUpdates are dropped (only the
+//    replica's leader reports its requests) and the client's tokens hold.
 //  - OpenCluster (control.allow_unauthenticated = true, the explicit off
 //    switch): it warns at start and serves; a registration flood stops at
 //    server.max_workers and the failed records expire; an unregistered
@@ -561,6 +564,80 @@ TEST(ControlPlaneDefaults, TesseraUpMakesItsOwnKeysAndRemovesThem) {
   kill(up, SIGTERM);
   EXPECT_EQ(ExitStatus(up, milliseconds(60000)), 0) << Contents(dir + "/up.log");
   EXPECT_FALSE(std::filesystem::exists(run_dir));
+}
+
+// --------------------------------------------------------------------------
+// A replica that schedules itself (scheduler.runs_on = "leader", issue #33):
+// tp = 1, pp = 1, worker 0 leads. Key 1 is allowed but unused: a spare an
+// attacker took over. Only the replica's leader may report its requests'
+// progress; the spare's forged RequestUpdates (tokens and a finish for every
+// request id the coordinator has handed out) are dropped and counted
+// (reason not_leader), and the client gets the model's tokens.
+
+class CurveLeaderCluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    d_ = new Deployment();
+    auto o = Deployment::Options("tessera-sec-leader", "mode = \"explicit\"\ntp = 1\npp = 1\n",
+                                 "interval_seconds = 0.2\ntimeout_seconds = 5.0\n", 1);
+    o.scheduler_toml += "runs_on = \"leader\"\n";
+    o.spare_worker_keys = 1;  // key 1: the attacker's spare
+    ready_ = d_->Start(std::move(o));
+  }
+  static void TearDownTestSuite() {
+    d_->Stop();
+    delete d_;
+  }
+  void SetUp() override { ASSERT_TRUE(ready_) << "the daemons did not start"; }
+
+  static Deployment* d_;
+  static bool ready_;
+};
+Deployment* CurveLeaderCluster::d_ = nullptr;
+bool CurveLeaderCluster::ready_ = false;
+
+TEST_F(CurveLeaderCluster, ForgedRequestUpdatesFromANonLeaderAreDropped) {
+  const uint64_t plan = d_->PlanVersion();
+  const auto dropped = [] {
+    return Sample(d_->Metrics(), "tessera_control_messages_dropped_total{reason=\"not_leader\"}");
+  };
+  const double before = dropped();
+  StatusOr<CurveKeyPair> key = LoadCurveSecretKeyFile(d_->keys().worker_secret_files[1]);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  RawPeer peer(d_->endpoint, "spare-1", &*key, d_->keys().coordinator_public_key);
+  std::optional<control::RegisterAck> ack = peer.Register("spare-1");
+  ASSERT_TRUE(ack.has_value() && ack->accepted()) << (ack ? ack->reason() : "no ack");
+  std::atomic<bool> done{false};
+  int sent = 0;
+  std::thread flood([&] {
+    // Bounded: at most 2000 messages, stopping when the request is done.
+    for (; sent < 2000 && !done.load(); ++sent) {
+      control::Envelope e;
+      control::RequestUpdates* u = e.mutable_request_updates();
+      u->set_plan_version(plan);
+      for (int64_t id = 1; id <= 8; ++id) {  // ids start at 1
+        control::RequestUpdate* r = u->add_updates();
+        r->set_request_id(id);
+        control::TokenUpdate* t = r->add_tokens();
+        t->set_token_id(62);
+        t->set_text("forged");
+        if (sent % 2 == 1) {
+          r->set_finished(true);
+          r->set_finish_reason("stop");
+        }
+      }
+      peer.Send(Stamped(e, "spare-1"));
+      if (sent % 16 == 15) std::this_thread::sleep_for(milliseconds(1));
+    }
+  });
+  d_->ExpectServingCorrectly();
+  done = true;
+  flood.join();
+  EXPECT_TRUE(WaitFor([&] { return dropped() >= before + sent; }, milliseconds(10000)))
+      << sent << " sent; " << d_->Metrics();
+  EXPECT_EQ(d_->PlanVersion(), plan);
+  // The leader still serves after the flood.
+  d_->ExpectServingCorrectly();
 }
 
 // --------------------------------------------------------------------------
