@@ -136,6 +136,14 @@ Status ValidateCancelRequests(const control::CancelRequests& c) {
 
 Status ValidateRequestUpdates(const control::RequestUpdates& r) {
   if (r.plan_version() == 0) return InvalidArgument("plan_version is 0");
+  const control::LeaderLoad& load = r.load();
+  if (load.free_kv_blocks() > load.kv_blocks())
+    return InvalidArgument("load: free_kv_blocks " + std::to_string(load.free_kv_blocks()) +
+                           " > kv_blocks " + std::to_string(load.kv_blocks()));
+  if (load.prefix_cache_hit_tokens() > load.prefix_cache_query_tokens())
+    return InvalidArgument(
+        "load: prefix_cache_hit_tokens " + std::to_string(load.prefix_cache_hit_tokens()) +
+        " > prefix_cache_query_tokens " + std::to_string(load.prefix_cache_query_tokens()));
   for (int i = 0; i < r.updates_size(); ++i) {
     const control::RequestUpdate& u = r.updates(i);
     const std::string at =

@@ -34,7 +34,8 @@ Status ValidateCancelRequests(const control::CancelRequests& cancel);
 // kMaxTopLogprobs top logprobs; a finish_reason that is not one of
 // "length", "eos", "stop", "cancelled", "error" (or set without finished);
 // an error without finish_reason "error" or "error" without an error;
-// negative prompt_tokens or cached_tokens.
+// negative prompt_tokens or cached_tokens; a load with more free KV blocks
+// than blocks, or more prefix-cache hit tokens than query tokens.
 Status ValidateRequestUpdates(const control::RequestUpdates& updates);
 
 }  // namespace tessera

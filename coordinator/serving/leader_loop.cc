@@ -250,16 +250,37 @@ std::vector<std::function<void()>> LeaderLoop::ApplyLocked(const control::Reques
   const int64_t free_blocks =
       std::min<int64_t>(static_cast<int64_t>(updates.load().free_kv_blocks()), blocks);
   free_blocks_.store(free_blocks, std::memory_order_relaxed);
-  if (metrics_)
+  if (metrics_) {
     metrics_->Gauge(metric::kKvCacheUsedBlocks)
         .WithLabels({replica_})
         .Set(static_cast<double>(blocks - free_blocks));
+    CountSchedulerLocked(updates);
+  }
   for (const control::RequestUpdate& u : updates.updates()) {
     auto it = requests_.find(u.request_id());
     if (it == requests_.end() || !it->second.sent) continue;  // finished, or not the leader's
     ApplyOne(it->second, u, calls);
   }
   return calls;
+}
+
+void LeaderLoop::CountSchedulerLocked(const control::RequestUpdates& updates) {
+  if (updates.plan_version() != counted_plan_) {
+    // A new plan's leader: its scheduler counts from 0.
+    counted_plan_ = updates.plan_version();
+    counted_preemptions_ = counted_prefix_queries_ = counted_prefix_hits_ = 0;
+  }
+  const control::LeaderLoad& load = updates.load();
+  // Loads of one plan only grow; an Inc of 0 still shows the replica's series.
+  const auto add = [&](const char* name, uint64_t now, uint64_t& counted) {
+    const uint64_t growth = now > counted ? now - counted : 0;
+    metrics_->Counter(name).WithLabels({replica_}).Inc(static_cast<double>(growth));
+    counted = std::max(counted, now);
+  };
+  add(metric::kPreemptionsTotal, load.preemptions(), counted_preemptions_);
+  add(metric::kPrefixCacheQueriesTokensTotal, load.prefix_cache_query_tokens(),
+      counted_prefix_queries_);
+  add(metric::kPrefixCacheHitsTokensTotal, load.prefix_cache_hit_tokens(), counted_prefix_hits_);
 }
 
 void LeaderLoop::ApplyOne(Request& r, const control::RequestUpdate& u,

@@ -154,6 +154,14 @@ class LeaderLoop : public ReplicaLoop {
   // Submits held while paused (each all or none), the re-queued first.
   std::deque<std::vector<int64_t>> held_ GUARDED_BY(mu_);
   int requeued_ GUARDED_BY(mu_) = 0;  // since the last Pause returned
+  // The leader's scheduler counters (LeaderLoad) of plan counted_plan_
+  // already added to the metrics: its next load adds the growth.
+  uint64_t counted_plan_ GUARDED_BY(mu_) = 0;
+  uint64_t counted_preemptions_ GUARDED_BY(mu_) = 0;
+  uint64_t counted_prefix_queries_ GUARDED_BY(mu_) = 0;
+  uint64_t counted_prefix_hits_ GUARDED_BY(mu_) = 0;
+  // Publishes the growth of the scheduler counters of `updates`' load.
+  void CountSchedulerLocked(const control::RequestUpdates& updates) REQUIRES(mu_);
 };
 
 }  // namespace tessera

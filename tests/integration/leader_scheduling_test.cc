@@ -166,6 +166,39 @@ TEST_F(LeaderScheduling, AnswersEqualThoseOfTheCoordinatorsScheduling) {
   EXPECT_NE(r.body.find("max"), std::string::npos) << r.body;
 }
 
+// The leader's scheduler counters reach the coordinator's /metrics with its
+// load (LeaderLoad): a prompt sent twice is found in the leader's prefix
+// cache the second time (blocks of 4 tokens: 20 of its 22 tokens), and the
+// coordinator counts the tokens looked up and found, as for its own
+// scheduling (prefix_cache_daemon_test.cc).
+TEST_F(LeaderScheduling, TheLeadersPrefixCacheCountsReachTheMetrics) {
+  Launch(/*on_leader=*/true, 1, 1);
+  const auto counter = [this](const std::string& name) {
+    auto r = HttpCall(port_, "GET", "/metrics");
+    EXPECT_EQ(r.status, 200);
+    const std::string key = name + "{replica=\"0\"} ";
+    const size_t at = r.body.find("\n" + key);
+    if (at == std::string::npos) return -1.0;
+    return std::stod(r.body.substr(at + 1 + key.size()));
+  };
+  std::vector<int> prompt;
+  for (int i = 0; i < 22; ++i) prompt.push_back((i * 17 + 3) % 250 + 1);
+  const json req = {{"model", "llama_gqa_f32"},
+                    {"prompt", prompt},
+                    {"max_tokens", 4},
+                    {"temperature", 0},
+                    {"ignore_eos", true}};
+  const json first = Answer(req);
+  const json second = Answer(req);
+  EXPECT_EQ(second["choices"], first["choices"]);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << first;
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 20) << second;
+  // The finish's update carries the load of the iteration that ended it.
+  EXPECT_EQ(counter("tessera_prefix_cache_queries_tokens_total"), 22 + 22);
+  EXPECT_EQ(counter("tessera_prefix_cache_hits_tokens_total"), 20);
+  EXPECT_EQ(counter("tessera_scheduler_preemptions_total"), 0);
+}
+
 // tp 2: the leader broadcasts each micro-batch to its stage-0 tp peer; the
 // answers equal the coordinator's scheduling of the same layout.
 TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {

@@ -147,6 +147,10 @@ void ReplicaLeader::NoteLoad() {
   free_kv_blocks_ = allocator_.num_free();
   waiting_ = scheduler_->waiting();
   running_ = scheduler_->running();
+  const SchedulerStats& st = scheduler_->stats();
+  preemptions_ = st.preemptions;
+  prefix_query_tokens_ = st.prefix_cache_query_tokens;
+  prefix_hit_tokens_ = st.prefix_cache_hit_tokens;
 }
 
 void ReplicaLeader::FlushFromOutput() {
@@ -188,6 +192,9 @@ Status ReplicaLeader::Flush(bool force) {
   load->set_running(running_.load());
   load->set_free_kv_blocks(static_cast<uint64_t>(free_kv_blocks_.load()));
   load->set_kv_blocks(static_cast<uint64_t>(allocator_.num_blocks()));
+  load->set_preemptions(static_cast<uint64_t>(preemptions_.load()));
+  load->set_prefix_cache_query_tokens(static_cast<uint64_t>(prefix_query_tokens_.load()));
+  load->set_prefix_cache_hit_tokens(static_cast<uint64_t>(prefix_hit_tokens_.load()));
   return send_(std::move(e));
 }
 

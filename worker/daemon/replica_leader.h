@@ -111,6 +111,7 @@ class ReplicaLeader {
   // be going away while the output thread finishes).
   std::atomic<int64_t> free_kv_blocks_{0};
   std::atomic<uint64_t> waiting_{0}, running_{0};
+  std::atomic<int64_t> preemptions_{0}, prefix_query_tokens_{0}, prefix_hit_tokens_{0};
   // Owner thread: the load figures above, now.
   void NoteLoad();
   // Set before the scheduler goes: what its destructor fails is not sent.

@@ -117,6 +117,27 @@ TEST(LeaderMessages, BadUpdatesAndCancelsAreNamed) {
     EXPECT_NE(s.message().find(want), std::string::npos) << s.message() << "\n  want: " << want;
     EXPECT_NE(s.message().find("updates[0]"), std::string::npos) << s.message();
   }
+  // The load: no more free blocks than blocks, no more prefix-cache hits
+  // than tokens looked up.
+  control::Envelope loaded = update();
+  control::LeaderLoad* load = loaded.mutable_request_updates()->mutable_load();
+  load->set_kv_blocks(8);
+  load->set_free_kv_blocks(8);
+  load->set_prefix_cache_query_tokens(40);
+  load->set_prefix_cache_hit_tokens(40);
+  load->set_preemptions(3);
+  EXPECT_TRUE(ValidateEnvelope(loaded).ok()) << ValidateEnvelope(loaded).message();
+  load->set_free_kv_blocks(9);
+  EXPECT_NE(ValidateEnvelope(loaded).message().find("load: free_kv_blocks 9 > kv_blocks 8"),
+            std::string::npos)
+      << ValidateEnvelope(loaded).message();
+  load->set_free_kv_blocks(1);
+  load->set_prefix_cache_hit_tokens(41);
+  EXPECT_NE(ValidateEnvelope(loaded).message().find("load: prefix_cache_hit_tokens 41 > "
+                                                    "prefix_cache_query_tokens 40"),
+            std::string::npos)
+      << ValidateEnvelope(loaded).message();
+
   control::Envelope c;
   c.set_worker_id("w0");
   c.set_protocol_version(kControlProtocolVersion);
