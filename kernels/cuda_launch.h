@@ -18,6 +18,12 @@
 
 namespace tessera::kernels::cuda {
 
+// Whether Tessera's decode kernels (and FlashInfer's decode) launch with programmatic dependent
+// launch on the calling thread's current device (kernels/pdl.cuh): compute capability 9.0 or
+// later and the environment's TESSERA_CUDA_PDL=1 (opt-in until a GPU run has checked it).
+// Cached per thread.
+bool PdlEnabled();
+
 // The decode GEMM (kernels/skinny_gemm_cuda.cu): y[m, n] = x[m, k] w[n, k]^T (+ bias[n]) for
 // 1 <= m <= kSkinnyGemmMaxRows, x, w and bias of dtype `in` (BF16 or F16), y of dtype `in` or
 // F32, fp32 accumulation; x and y dense row-major, w in the nn.Linear layout. SkinnyGemmApplies

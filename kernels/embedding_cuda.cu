@@ -2,6 +2,7 @@
 // ids outside this rank's rows give zero rows.
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -10,6 +11,8 @@ namespace {
 template <typename T>
 __global__ void EmbeddingKernel(const int32_t* __restrict__ ids, const T* __restrict__ table,
                                 int64_t rows, int64_t hidden, int64_t vocab_begin, T* out) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t t = blockIdx.x;
   const int64_t local = static_cast<int64_t>(ids[t]) - vocab_begin;
   const bool mine = local >= 0 && local < rows;
@@ -25,11 +28,12 @@ cudaError_t LaunchEmbedding(DType dtype, const int32_t* ids, int64_t tokens, con
                             int64_t rows, int64_t hidden, int64_t vocab_begin, void* out,
                             cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  TESSERA_FLOAT_SWITCH(
-      dtype, T,
-      EmbeddingKernel<T><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
-          ids, static_cast<const T*>(table), rows, hidden, vocab_begin, static_cast<T*>(out)));
-  return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  TESSERA_FLOAT_SWITCH(dtype, T,
+                       err = LaunchWithPdl(EmbeddingKernel<T>, dim3(static_cast<unsigned>(tokens)),
+                                           dim3(256), 0, stream, ids, static_cast<const T*>(table),
+                                           rows, hidden, vocab_begin, static_cast<T*>(out)));
+  return err;
 }
 
 }  // namespace tessera::kernels::cuda

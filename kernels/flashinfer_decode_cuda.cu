@@ -2,7 +2,9 @@
 // for BF16 and F16 at head_dim 64 and 128. FlashInfer's dispatcher instantiates its own GQA
 // groups (1, 2, 3, 4, 6, 8, 16) for each. The work split is planned on the host
 // (kernels/attention_meta.h), not by FlashInfer's DecodePlan, so no workspace round trip is
-// needed and a decode graph replays with fresh plans in its fixed input buffer.
+// needed and a decode graph replays with fresh plans in its fixed input buffer. The decode and
+// merge kernels launch with PDL where Tessera's kernels do (kernels/pdl.cuh): both wait on
+// griddepcontrol before reading q, and read only the host-planned work lists before that.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,6 +14,7 @@
 #include <flashinfer/attention/variants.cuh>
 
 #include "kernels/flashinfer_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -43,7 +46,7 @@ cudaError_t Decode(const FlashInferDecodeArgs& a, cudaStream_t stream) {
   p.padded_batch_size = static_cast<uint32_t>(a.work_items);
   return fi::BatchDecodeWithPagedKVCacheDispatched<kHeadDim, fi::PosEncodingMode::kNone, Variant>(
       p, split ? static_cast<T*>(a.tmp_v) : nullptr, split ? a.tmp_s : nullptr,
-      /*enable_pdl=*/false, stream);
+      /*enable_pdl=*/PdlEnabled(), stream);
 }
 
 template <typename T>

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -35,6 +36,14 @@ constexpr int kChunk = 16;  // weights per 16-byte load
 __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -108,8 +117,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = 0.0f;
 
   constexpr int kStride = 32 * kSplit;
-  for (int base = slice * 32 + lane; base < chunks; base += kStride * kUnroll) {
-    uint4 wv[kUnroll][kRowsPerWarp];
+  uint4 wv[kUnroll][kRowsPerWarp];
+  const auto load = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + kStride * u;
@@ -117,6 +126,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int r = 0; r < kRowsPerWarp; ++r)
         wv[u][r] = c < chunks ? LoadStreaming(wrow[r] + c) : make_uint4(0, 0, 0, 0);
     }
+  };
+  // The first weights stream in while the kernel before this one finishes (kernels/pdl.cuh);
+  // x is that kernel's output, read after PdlWait with coherent loads.
+  load(slice * 32 + lane);
+  PdlWait();
+  PdlLaunchDependents();
+  for (int base = slice * 32 + lane; base < chunks; base += kStride * kUnroll) {
+    if (base != slice * 32 + lane) load(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + kStride * u;
@@ -127,8 +144,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         s[r] = per_row ? 1.0f : __ldg(srow[r] + (c * kChunk + col_phase) / cols_per_scale);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        const uint4 xa = __ldg(xrow + m * x_words + 2 * c);
-        const uint4 xb = __ldg(xrow + m * x_words + 2 * c + 1);
+        const uint4 xa = LoadCoherent(xrow + m * x_words + 2 * c);
+        const uint4 xb = LoadCoherent(xrow + m * x_words + 2 * c + 1);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r)
           acc[m][r] = fmaf(s[r], Dot16<T>(xa, xb, wv[u][r]), acc[m][r]);
@@ -173,32 +190,32 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 constexpr int64_t kTargetWarps = 132 * 32;
 
 template <typename T, typename To, int M, int kSplit>
-void LaunchSplit(const Fp8GemmArgs& a, cudaStream_t stream) {
+cudaError_t LaunchSplit(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block);
-  Fp8SkinnyGemmKernel<T, To, M, kSplit><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      static_cast<const T*>(a.x), static_cast<const uint8_t*>(a.w), a.scales,
-      static_cast<int>(a.scale_cols), static_cast<int>(a.cols_per_scale),
-      static_cast<int>(a.col_phase), static_cast<const T*>(a.bias), static_cast<To*>(a.y), a.n,
-      a.k);
+  return LaunchWithPdl(Fp8SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
+                       dim3(kWarpsPerBlock * 32), 0, stream, static_cast<const T*>(a.x),
+                       static_cast<const uint8_t*>(a.w), a.scales, static_cast<int>(a.scale_cols),
+                       static_cast<int>(a.cols_per_scale), static_cast<int>(a.col_phase),
+                       static_cast<const T*>(a.bias), static_cast<To*>(a.y), a.n, a.k);
 }
 
 template <typename T, typename To, int M>
-void Launch(const Fp8GemmArgs& a, cudaStream_t stream) {
+cudaError_t Launch(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t warps = (a.n + kRowsPerWarp - 1) / kRowsPerWarp;
   if (warps * 2 > kTargetWarps || a.k < kChunk * 32 * 2 * kUnroll)
-    LaunchSplit<T, To, M, 1>(a, stream);
-  else if (warps * 4 > kTargetWarps || a.k < kChunk * 32 * 4 * kUnroll)
-    LaunchSplit<T, To, M, 2>(a, stream);
-  else
-    LaunchSplit<T, To, M, 4>(a, stream);
+    return LaunchSplit<T, To, M, 1>(a, stream);
+  if (warps * 4 > kTargetWarps || a.k < kChunk * 32 * 4 * kUnroll)
+    return LaunchSplit<T, To, M, 2>(a, stream);
+  return LaunchSplit<T, To, M, 4>(a, stream);
 }
 
 template <typename T, typename To, int... Ms>
 cudaError_t LaunchRows(std::integer_sequence<int, Ms...>, const Fp8GemmArgs& a,
                        cudaStream_t stream) {
-  const bool launched = ((a.m == Ms + 1 ? (Launch<T, To, Ms + 1>(a, stream), true) : false) || ...);
-  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorInvalidValue;
+  ((a.m == Ms + 1 ? (err = Launch<T, To, Ms + 1>(a, stream), true) : false) || ...);
+  return err;
 }
 
 template <typename T, typename To>

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -24,6 +25,8 @@ __global__ void GluFusedKernel(const T* gate_up, T* out, int64_t rows, int64_t c
   using P = GluPack<T, V>;
   const int64_t packs = cols / V;
   const Act act{};
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const P* g = reinterpret_cast<const P*>(gate_up + r * 2 * cols);
     const P* u = reinterpret_cast<const P*>(gate_up + r * 2 * cols + cols);
@@ -51,12 +54,10 @@ cudaError_t LaunchGluFused(const void* gate_up, void* out, int64_t rows, int64_t
                   rows < 65535 ? static_cast<unsigned>(rows) : 65535u);
   const T* in = static_cast<const T*>(gate_up);
   T* o = static_cast<T*>(out);
-  if (vec) {
-    GluFusedKernel<T, kVec, Act><<<grid, 256, 0, stream>>>(in, o, rows, cols);
-  } else {
-    GluFusedKernel<T, 1, Act><<<grid, 256, 0, stream>>>(in, o, rows, cols);
-  }
-  return cudaGetLastError();
+  if (vec)
+    return LaunchWithPdl(GluFusedKernel<T, kVec, Act>, grid, dim3(256), 0, stream, in, o, rows,
+                         cols);
+  return LaunchWithPdl(GluFusedKernel<T, 1, Act>, grid, dim3(256), 0, stream, in, o, rows, cols);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -43,6 +43,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -92,6 +93,8 @@ __device__ __forceinline__ int64_t SlotBase(const int32_t* table, int p, const A
 template <typename T, typename C>
 __global__ void WriteKvKernel(AttentionMetaDev meta, AttentionShape shape, const T* __restrict__ k,
                               const T* __restrict__ v, C* kc, C* vc) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int t = blockIdx.x;
   const int seq = meta.token_seq[t], p = meta.token_pos[t];
   const int32_t* table = meta.tables + meta.seq_info[4 * seq + 3];
@@ -110,6 +113,8 @@ __global__ void WriteKvKernel(AttentionMetaDev meta, AttentionShape shape, const
 __global__ void WriteKvVecKernel(AttentionMetaDev meta, AttentionShape shape, int64_t row,
                                  const uint4* __restrict__ k, const uint4* __restrict__ v,
                                  uint4* kc, uint4* vc) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int t = blockIdx.x;
   const int seq = meta.token_seq[t], p = meta.token_pos[t];
   const int32_t* table = meta.tables + meta.seq_info[4 * seq + 3];
@@ -514,17 +519,15 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
     const unsigned grid = static_cast<unsigned>(meta.num_tokens);
     auto* kc = static_cast<__nv_fp8_e4m3*>(k_cache);
     auto* vc = static_cast<__nv_fp8_e4m3*>(v_cache);
-    if (dtype == DType::kBF16) {
-      WriteKvKernel<__nv_bfloat16, __nv_fp8_e4m3>
-          <<<grid, 128, 0, stream>>>(meta, shape, static_cast<const __nv_bfloat16*>(k),
-                                     static_cast<const __nv_bfloat16*>(v), kc, vc);
-    } else if (dtype == DType::kF16) {
-      WriteKvKernel<__half, __nv_fp8_e4m3><<<grid, 128, 0, stream>>>(
-          meta, shape, static_cast<const __half*>(k), static_cast<const __half*>(v), kc, vc);
-    } else {
-      return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    if (dtype == DType::kBF16)
+      return LaunchWithPdl(WriteKvKernel<__nv_bfloat16, __nv_fp8_e4m3>, dim3(grid), dim3(128), 0,
+                           stream, meta, shape, static_cast<const __nv_bfloat16*>(k),
+                           static_cast<const __nv_bfloat16*>(v), kc, vc);
+    if (dtype == DType::kF16)
+      return LaunchWithPdl(WriteKvKernel<__half, __nv_fp8_e4m3>, dim3(grid), dim3(128), 0, stream,
+                           meta, shape, static_cast<const __half*>(k),
+                           static_cast<const __half*>(v), kc, vc);
+    return cudaErrorInvalidValue;
   }
   if (cache_dtype != dtype) return cudaErrorInvalidValue;
   const size_t row_bytes =
@@ -533,17 +536,19 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
   if (row_bytes % 16 == 0 && aligned(k) && aligned(v) && aligned(k_cache) && aligned(v_cache)) {
     const int64_t row = static_cast<int64_t>(row_bytes / 16);
     const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((row + 127) / 128, 16));
-    WriteKvVecKernel<<<dim3(static_cast<unsigned>(meta.num_tokens), chunks), 128, 0, stream>>>(
-        meta, shape, row, static_cast<const uint4*>(k), static_cast<const uint4*>(v),
-        static_cast<uint4*>(k_cache), static_cast<uint4*>(v_cache));
-    return cudaGetLastError();
+    return LaunchWithPdl(WriteKvVecKernel, dim3(static_cast<unsigned>(meta.num_tokens), chunks),
+                         dim3(128), 0, stream, meta, shape, row, static_cast<const uint4*>(k),
+                         static_cast<const uint4*>(v), static_cast<uint4*>(k_cache),
+                         static_cast<uint4*>(v_cache));
   }
-  TESSERA_FLOAT_SWITCH(dtype, T,
-                       WriteKvKernel<T, T>
-                       <<<static_cast<unsigned>(meta.num_tokens), 128, 0, stream>>>(
-                           meta, shape, static_cast<const T*>(k), static_cast<const T*>(v),
-                           static_cast<T*>(k_cache), static_cast<T*>(v_cache)));
-  return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      err = LaunchWithPdl(WriteKvKernel<T, T>, dim3(static_cast<unsigned>(meta.num_tokens)),
+                          dim3(128), 0, stream, meta, shape, static_cast<const T*>(k),
+                          static_cast<const T*>(v), static_cast<T*>(k_cache),
+                          static_cast<T*>(v_cache)));
+  return err;
 }
 
 size_t DecodeAttentionSharedBytes(const AttentionShape& shape, int partition) {

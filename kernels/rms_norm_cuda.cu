@@ -8,6 +8,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -18,6 +19,8 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* residual, const T* __r
                               const T* __restrict__ w, T* y, int hidden, float eps,
                               float w_offset) {
   __shared__ float scratch[32];
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -54,6 +57,8 @@ __global__ void RmsNormVecKernel(const T* __restrict__ x, T* residual, const T* 
                                  float w_offset) {
   constexpr int kV = 16 / sizeof(T);
   __shared__ float scratch[32];
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const int nvec = hidden / kV;
   float v[kVecs][kV];
@@ -102,7 +107,7 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The vectorized launch, or false where the row does not fit its layout.
 template <typename T>
 bool LaunchVec(const T* x, T* residual, const T* add, const T* w, T* y, int64_t rows,
-               int64_t hidden, float eps, float w_offset, cudaStream_t stream) {
+               int64_t hidden, float eps, float w_offset, cudaStream_t stream, cudaError_t* err) {
   constexpr int64_t kV = 16 / sizeof(T);
   const T* in = add != nullptr ? residual : x;
   if (hidden % kV != 0 || !Aligned16(in) || !Aligned16(w) || !Aligned16(y) ||
@@ -113,17 +118,13 @@ bool LaunchVec(const T* x, T* residual, const T* add, const T* w, T* y, int64_t 
   if (vecs == 0) return false;
   const int threads =
       static_cast<int>(std::min<int64_t>(1024, ((nvec + vecs - 1) / vecs + 31) / 32 * 32));
-  const auto blocks = static_cast<unsigned>(rows);
+  const dim3 blocks(static_cast<unsigned>(rows));
   const int h = static_cast<int>(hidden);
-  if (vecs == 1)
-    RmsNormVecKernel<T, 1>
-        <<<blocks, threads, 0, stream>>>(x, residual, add, w, y, h, eps, w_offset);
-  else if (vecs == 2)
-    RmsNormVecKernel<T, 2>
-        <<<blocks, threads, 0, stream>>>(x, residual, add, w, y, h, eps, w_offset);
-  else
-    RmsNormVecKernel<T, 4>
-        <<<blocks, threads, 0, stream>>>(x, residual, add, w, y, h, eps, w_offset);
+  auto* kernel = vecs == 1   ? RmsNormVecKernel<T, 1>
+                 : vecs == 2 ? RmsNormVecKernel<T, 2>
+                             : RmsNormVecKernel<T, 4>;
+  *err = LaunchWithPdl(kernel, blocks, dim3(threads), 0, stream, x, residual, add, w, y, h, eps,
+                       w_offset);
   return true;
 }
 
@@ -134,18 +135,21 @@ cudaError_t LaunchRmsNorm(DType dtype, const void* x, void* residual, const void
                           float w_offset, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   bool vec = false;
-  TESSERA_FLOAT_SWITCH(dtype, T,
-                       vec = LaunchVec<T>(static_cast<const T*>(x), static_cast<T*>(residual),
-                                          static_cast<const T*>(add), static_cast<const T*>(w),
-                                          static_cast<T*>(y), rows, hidden, eps, w_offset, stream));
-  if (vec) return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      vec = LaunchVec<T>(static_cast<const T*>(x), static_cast<T*>(residual),
+                         static_cast<const T*>(add), static_cast<const T*>(w), static_cast<T*>(y),
+                         rows, hidden, eps, w_offset, stream, &err));
+  if (vec) return err;
   const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      RmsNormKernel<T><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(add),
-          static_cast<const T*>(w), static_cast<T*>(y), static_cast<int>(hidden), eps, w_offset));
-  return cudaGetLastError();
+      err = LaunchWithPdl(RmsNormKernel<T>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
+                          stream, static_cast<const T*>(x), static_cast<T*>(residual),
+                          static_cast<const T*>(add), static_cast<const T*>(w), static_cast<T*>(y),
+                          static_cast<int>(hidden), eps, w_offset));
+  return err;
 }
 
 }  // namespace tessera::kernels::cuda

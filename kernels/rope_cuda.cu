@@ -3,6 +3,7 @@
 // rotate in one launch (ApplyRopeQk): one kernel fewer per layer.
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -14,6 +15,8 @@ template <typename T>
 __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions,
                            const float* __restrict__ inv_freq, int64_t tokens, int q_heads,
                            int k_heads, int half) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int heads = q_heads + k_heads;
   const int64_t total = tokens * heads * half;
@@ -39,12 +42,14 @@ cudaError_t LaunchRopeQk(DType dtype, void* q, void* k, const int32_t* positions
                          int64_t head_dim, cudaStream_t stream) {
   const int64_t total = tokens * (q_heads + k_heads) * (head_dim / 2);
   if (total == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      RopeKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
-          static_cast<T*>(q), static_cast<T*>(k), positions, inv_freq, tokens,
-          static_cast<int>(q_heads), static_cast<int>(k_heads), static_cast<int>(head_dim / 2)));
-  return cudaGetLastError();
+      err = LaunchWithPdl(RopeKernel<T>, dim3(Blocks(total, 256)), dim3(256), 0, stream,
+                          static_cast<T*>(q), static_cast<T*>(k), positions, inv_freq, tokens,
+                          static_cast<int>(q_heads), static_cast<int>(k_heads),
+                          static_cast<int>(head_dim / 2)));
+  return err;
 }
 
 cudaError_t LaunchRope(DType dtype, void* x, const int32_t* positions, const float* inv_freq,

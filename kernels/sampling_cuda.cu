@@ -15,6 +15,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -34,6 +35,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     ArgmaxKernel(const float* __restrict__ logits, int64_t vocab, int32_t* out) {
   __shared__ float sv[32];
   __shared__ int si[32];
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const float* l = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
   int idx = INT_MAX;
@@ -242,8 +245,8 @@ size_t CubTempBytes(int64_t rows, int64_t vocab) {
 cudaError_t LaunchArgmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                          cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  ArgmaxKernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, vocab, out);
-  return cudaGetLastError();
+  return LaunchWithPdl(ArgmaxKernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads), 0,
+                       stream, logits, vocab, out);
 }
 
 size_t SampleScratchBytes(int64_t rows, int64_t vocab) {

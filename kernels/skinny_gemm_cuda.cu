@@ -10,13 +10,15 @@
 // products of few rows (o_proj and down_proj: n = hidden) split k over 2 or 4 warps of a block
 // so that every SM has warps streaming (ncu on the H100: o_proj and down_proj ran at 2.1-2.2
 // TB/s with one warp per row pair, gate_up and lm_head at 2.9-3.0);
-// x (m x k, a few KiB) is read through the read-only cache and reused across the warp's rows.
+// x (m x k, a few KiB) is read through L1 and reused across the warp's rows. Launched with PDL
+// (kernels/pdl.cuh), the first weight loads are issued before the wait for the kernel before.
 // Each lane sums 8-element chunks k/8/32 apart, then the warp reduces with shuffles: the sum
 // order differs from cuBLASLt's, within the dtype's rounding (tests/gpu LinearMatchesCpu).
 #include <utility>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -29,6 +31,17 @@ constexpr int kUnroll = 4;
 __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// x is the output of the kernel before this one, which may still run when this one starts
+// (kernels/pdl.cuh): read it with plain (coherent, L1-cached) loads after PdlWait, never through
+// the non-coherent read-only path.
+__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -80,7 +93,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int group = warp / kSplit, slice = warp % kSplit;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGroups + group) * kRowsPerWarp;
   const bool rows_here = row0 < n;
-  if (kSplit == 1 && !rows_here) return;
+  if (kSplit == 1 && !rows_here) return;         // an exited block counts as launched-dependents
   const int64_t chunks = rows_here ? k / 8 : 0;  // a group past n reads nothing
   const uint4* wrow[kRowsPerWarp];
 #pragma unroll
@@ -97,8 +110,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = 0.0f;
 
   constexpr int64_t kStride = 32 * kSplit;  // chunks between one warp's consecutive loads
-  for (int64_t base = slice * 32 + lane; base < chunks; base += kStride * kUnroll) {
-    uint4 wv[kUnroll][kRowsPerWarp];
+  uint4 wv[kUnroll][kRowsPerWarp];
+  const auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + kStride * u;
@@ -106,6 +119,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int r = 0; r < kRowsPerWarp; ++r)
         wv[u][r] = c < chunks ? LoadStreaming(wrow[r] + c) : make_uint4(0, 0, 0, 0);
     }
+  };
+  // The first weights stream in while the kernel before this one finishes (kernels/pdl.cuh);
+  // x is that kernel's output, read after PdlWait.
+  load(slice * 32 + lane);
+  PdlWait();
+  PdlLaunchDependents();
+  for (int64_t base = slice * 32 + lane; base < chunks; base += kStride * kUnroll) {
+    if (base != slice * 32 + lane) load(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + kStride * u;
@@ -113,7 +134,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xf[8];
-        Unpack8<T>(__ldg(xrow + m * x_chunks + c), xf);
+        Unpack8<T>(LoadCoherent(xrow + m * x_chunks + c), xf);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = Dot8<T>(xf, wv[u][r], acc[m][r]);
       }
@@ -159,34 +180,33 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 constexpr int64_t kTargetWarps = 132 * 32;
 
 template <typename T, typename To, int M, int kSplit>
-void LaunchSplit(const void* x, const void* w, const void* bias, void* y, int64_t n, int64_t k,
-                 cudaStream_t stream) {
+cudaError_t LaunchSplit(const void* x, const void* w, const void* bias, void* y, int64_t n,
+                        int64_t k, cudaStream_t stream) {
   const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
-  SkinnyGemmKernel<T, To, M, kSplit><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<To*>(y), n, k);
+  return LaunchWithPdl(SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks), dim3(kWarpsPerBlock * 32),
+                       0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+                       static_cast<const T*>(bias), static_cast<To*>(y), n, k);
 }
 
 template <typename T, typename To, int M>
-void Launch(const void* x, const void* w, const void* bias, void* y, int64_t n, int64_t k,
-            cudaStream_t stream) {
+cudaError_t Launch(const void* x, const void* w, const void* bias, void* y, int64_t n, int64_t k,
+                   cudaStream_t stream) {
   const int64_t warps = (n + kRowsPerWarp - 1) / kRowsPerWarp;
   if (warps * 2 > kTargetWarps || k < 8 * 32 * 2 * kUnroll)
-    LaunchSplit<T, To, M, 1>(x, w, bias, y, n, k, stream);
-  else if (warps * 4 > kTargetWarps || k < 8 * 32 * 4 * kUnroll)
-    LaunchSplit<T, To, M, 2>(x, w, bias, y, n, k, stream);
-  else
-    LaunchSplit<T, To, M, 4>(x, w, bias, y, n, k, stream);
+    return LaunchSplit<T, To, M, 1>(x, w, bias, y, n, k, stream);
+  if (warps * 4 > kTargetWarps || k < 8 * 32 * 4 * kUnroll)
+    return LaunchSplit<T, To, M, 2>(x, w, bias, y, n, k, stream);
+  return LaunchSplit<T, To, M, 4>(x, w, bias, y, n, k, stream);
 }
 
 // Launch<T, To, m> for the runtime m in 1..kSkinnyGemmMaxRows.
 template <typename T, typename To, int... Ms>
 cudaError_t LaunchRows(std::integer_sequence<int, Ms...>, int64_t m, const void* x, const void* w,
                        const void* bias, void* y, int64_t n, int64_t k, cudaStream_t stream) {
-  const bool launched =
-      ((m == Ms + 1 ? (Launch<T, To, Ms + 1>(x, w, bias, y, n, k, stream), true) : false) || ...);
-  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorInvalidValue;
+  ((m == Ms + 1 ? (err = Launch<T, To, Ms + 1>(x, w, bias, y, n, k, stream), true) : false) || ...);
+  return err;
 }
 
 template <typename T, typename To>

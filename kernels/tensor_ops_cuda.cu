@@ -2,6 +2,7 @@
 // (kernels/tensor_ops.h).
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -9,6 +10,8 @@ namespace {
 
 template <typename T>
 __global__ void AddKernel(T* acc, const T* x, const T* bias, int64_t rows, int64_t cols) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t n = rows * cols;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -39,6 +42,8 @@ __global__ void GatherKernel(const W* src, const int32_t* rows, int64_t words, W
 template <typename W>
 __global__ void SplitColumnsKernel(const W* src, int64_t rows, int64_t w0, int64_t w1, int64_t w2,
                                    W* d0, W* d1, W* d2) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t total = w0 + w1 + w2;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const W* s = src + r * total;
@@ -57,17 +62,17 @@ __global__ void SplitColumnsKernel(const W* src, int64_t rows, int64_t w0, int64
 }
 
 template <typename W>
-void LaunchSplitWords(const void* src, int64_t rows, const size_t bytes[3], void* const dst[3],
-                      cudaStream_t stream) {
+cudaError_t LaunchSplitWords(const void* src, int64_t rows, const size_t bytes[3],
+                             void* const dst[3], cudaStream_t stream) {
   const int64_t w0 = static_cast<int64_t>(bytes[0] / sizeof(W));
   const int64_t w1 = static_cast<int64_t>(bytes[1] / sizeof(W));
   const int64_t w2 = static_cast<int64_t>(bytes[2] / sizeof(W));
   const int64_t total = w0 + w1 + w2;
   const dim3 grid(Blocks(total, 256) < 65535u ? Blocks(total, 256) : 65535u,
                   rows < 65535 ? static_cast<unsigned>(rows) : 65535u);
-  SplitColumnsKernel<W><<<grid, 256, 0, stream>>>(static_cast<const W*>(src), rows, w0, w1, w2,
-                                                  static_cast<W*>(dst[0]), static_cast<W*>(dst[1]),
-                                                  static_cast<W*>(dst[2]));
+  return LaunchWithPdl(SplitColumnsKernel<W>, grid, dim3(256), 0, stream,
+                       static_cast<const W*>(src), rows, w0, w1, w2, static_cast<W*>(dst[0]),
+                       static_cast<W*>(dst[1]), static_cast<W*>(dst[2]));
 }
 
 // Whether every row width is a multiple of `w` bytes and every pointer
@@ -84,16 +89,10 @@ bool WordsOf(size_t w, const void* src, const size_t bytes[3], void* const dst[3
 cudaError_t LaunchSplitColumns(const void* src, int64_t rows, const size_t bytes[3],
                                void* const dst[3], cudaStream_t stream) {
   if (rows == 0 || bytes[0] + bytes[1] + bytes[2] == 0) return cudaSuccess;
-  if (WordsOf(16, src, bytes, dst)) {
-    LaunchSplitWords<uint4>(src, rows, bytes, dst, stream);
-  } else if (WordsOf(4, src, bytes, dst)) {
-    LaunchSplitWords<uint32_t>(src, rows, bytes, dst, stream);
-  } else if (WordsOf(2, src, bytes, dst)) {
-    LaunchSplitWords<uint16_t>(src, rows, bytes, dst, stream);
-  } else {
-    LaunchSplitWords<uint8_t>(src, rows, bytes, dst, stream);
-  }
-  return cudaGetLastError();
+  if (WordsOf(16, src, bytes, dst)) return LaunchSplitWords<uint4>(src, rows, bytes, dst, stream);
+  if (WordsOf(4, src, bytes, dst)) return LaunchSplitWords<uint32_t>(src, rows, bytes, dst, stream);
+  if (WordsOf(2, src, bytes, dst)) return LaunchSplitWords<uint16_t>(src, rows, bytes, dst, stream);
+  return LaunchSplitWords<uint8_t>(src, rows, bytes, dst, stream);
 }
 
 cudaError_t LaunchScale(DType dtype, void* x, int64_t count, float scale, cudaStream_t stream) {
@@ -109,11 +108,12 @@ cudaError_t LaunchAddInPlace(DType dtype, void* acc, const void* x, const void* 
   const int64_t n = rows * cols;
   if (n == 0) return cudaSuccess;
   const unsigned blocks = Blocks(n, 256) < 65535u ? Blocks(n, 256) : 65535u;
-  TESSERA_FLOAT_SWITCH(dtype, T,
-                       AddKernel<T>
-                       <<<blocks, 256, 0, stream>>>(static_cast<T*>(acc), static_cast<const T*>(x),
-                                                    static_cast<const T*>(bias), rows, cols));
-  return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      err = LaunchWithPdl(AddKernel<T>, dim3(blocks), dim3(256), 0, stream, static_cast<T*>(acc),
+                          static_cast<const T*>(x), static_cast<const T*>(bias), rows, cols));
+  return err;
 }
 
 cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int64_t num_rows,

@@ -85,6 +85,71 @@ TEST(SkinnyGemm, EveryRowCountMatchesCpu) {
   }
 }
 
+// Programmatic dependent launch (kernels/pdl.cuh): a chain of decode kernels, each reading the
+// one before's output, launched back to back (each may start while the one before runs, the
+// GEMMs streaming weights before they wait) gives the same bits as the same chain with the
+// device synchronized after every kernel. A kernel reading its input before the wait, or an
+// early write, shows as a difference. The chain: skinny GEMM (k split 1 and 4 ways), fused
+// add + RMSNorm, GEMM into gate|up, the fused SwiGLU, RoPE of q and k, and the argmax of a final
+// f32 projection.
+TEST(Pdl, ChainedDecodeKernelsMatchTheSynchronizedChain) {
+  // gpu-run's tests stage sets TESSERA_CUDA_PDL=1 (PDL is opt-in).
+  const char* env = std::getenv("TESSERA_CUDA_PDL");
+  const bool on = env != nullptr && std::string(env) == "1";
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    kernels::Backend& g = Gpu(dt);
+    EXPECT_EQ(kernels::cuda::PdlEnabled(), on) << "TESSERA_CUDA_PDL=1 on an sm_90 device";
+    const int64_t hidden = 4096, inter = 2048, heads = 32, hd = 128;
+    const Tensor w_sq = Up(g, Random({hidden, hidden}, 61, dt, 1.0f / 64).raw);
+    const Tensor w_gu = Up(g, Random({2 * inter, hidden}, 62, dt, 1.0f / 64).raw);
+    const Tensor w_down = Up(g, Random({hidden, inter}, 63, dt, 1.0f / 32).raw);
+    const Tensor w_norm = Up(g, Random({hidden}, 64, dt).raw);
+    const Tensor w_head = Up(g, Random({1000, hidden}, 65, dt, 1.0f / 64).raw);
+    Tensor pos = Tensor::Empty({1}, DType::kI32);
+    pos.data<int32_t>()[0] = 77;
+    const Tensor pos_d = Up(g, pos);
+    std::vector<float> inv(hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / hd);
+    Tensor inv_h = Tensor::Empty({hd / 2});
+    std::copy(inv.begin(), inv.end(), inv_h.data<float>());
+    const Tensor inv_d = Up(g, inv_h);
+    const auto run = [&](bool sync_each) {
+      const auto step = [&](const Status& s) {
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        if (sync_each) {
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        }
+      };
+      Tensor h = Up(g, Random({1, hidden}, 66, dt).raw);
+      Tensor x = Dev(g, {1, hidden}, dt), o = Dev(g, {1, hidden}, dt);
+      Tensor gu = Dev(g, {1, 2 * inter}, dt), act = Dev(g, {1, inter}, dt);
+      for (int layer = 0; layer < 12; ++layer) {
+        step(kernels::Linear(h, w_sq, Tensor(), o));  // n = k = 4096: k split in the block
+        step(kernels::AddRmsNorm(h, o, w_norm, 1e-5f, x));
+        step(kernels::Linear(x, w_gu, Tensor(), gu));  // n = 4096 rows of gate|up
+        step(kernels::SiluMulFused(gu, act));
+        step(kernels::Linear(act, w_down, Tensor(), o));
+        step(kernels::AddRmsNorm(h, o, w_norm, 1e-5f, x));
+        Tensor q3 = x.Reshape({1, heads, hd});
+        Tensor k3 = o.Reshape({1, heads, hd});
+        step(kernels::ApplyRopeQk(q3, k3, pos_d, inv_d));
+      }
+      Tensor logits = Dev(g, {1, 1000}, DType::kF32);
+      step(kernels::Linear(x, w_head, Tensor(), logits));
+      std::vector<float> out = Down(g, x), l = Down(g, logits);
+      out.insert(out.end(), l.begin(), l.end());
+      return out;
+    };
+    const std::vector<float> synced = run(true);
+    const std::vector<float> chained = run(false);
+    ASSERT_EQ(chained.size(), synced.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < synced.size(); ++i)
+      differ += std::memcmp(&synced[i], &chained[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << DTypeName(dt) << ": elements differing between the chains";
+  }
+}
+
 // Hidden sizes for both kernels (kernels/rms_norm_cuda.cu): 1000 and 4096 take the vectorized
 // one-pass kernel with one 16-byte vector per thread, 16384 with two (bf16/fp16) or four (fp32),
 // and 1001 (not whole vectors) the scalar kernel.
