@@ -41,13 +41,9 @@ __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// x, the output of the kernel before (which may still run, kernels/pdl.cuh): an L1-cached
+// coherent load after PdlWait, never the non-coherent read-only path.
+__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) { return __ldca(p); }
 
 // Two e4m3 values (the low and high byte of `bits`) as fp32.
 __device__ __forceinline__ float2 Fp8Pair(uint16_t bits) {

@@ -39,13 +39,7 @@ __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
 // x is the output of the kernel before this one, which may still run when this one starts
 // (kernels/pdl.cuh): read it with plain (coherent, L1-cached) loads after PdlWait, never through
 // the non-coherent read-only path.
-__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+__device__ __forceinline__ uint4 LoadCoherent(const uint4* p) { return __ldca(p); }
 
 __device__ __forceinline__ float2 Pair(uint32_t bits, __nv_bfloat16*) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
