@@ -30,6 +30,11 @@ bool PdlEnabled();
 // says whether the kernel takes these inputs (dtype, m, k % 8 == 0, 16-byte aligned x and w);
 // the launcher returns cudaErrorInvalidValue where it does not.
 inline constexpr int64_t kSkinnyGemmMaxRows = 8;
+// Steps of at most this many tokens launch their kernels with PDL (where PdlEnabled()): those
+// whose projections are the skinny GEMMs, which start their weight stream before the wait. On an
+// H100, larger steps (cuBLASLt's GEMMs) ran 1.6-4.5% slower with it, batch 1 1.6-2.7% faster
+// (bench/results/NOTES.md, 2026-12-07).
+inline constexpr int64_t kPdlMaxTokens = kSkinnyGemmMaxRows;
 bool SkinnyGemmApplies(DType in, int64_t m, int64_t k, const void* x, const void* w);
 cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, const void* bias,
                              void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);

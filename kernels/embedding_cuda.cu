@@ -30,9 +30,10 @@ cudaError_t LaunchEmbedding(DType dtype, const int32_t* ids, int64_t tokens, con
   if (tokens == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       err = LaunchWithPdl(EmbeddingKernel<T>, dim3(static_cast<unsigned>(tokens)),
-                                           dim3(256), 0, stream, ids, static_cast<const T*>(table),
-                                           rows, hidden, vocab_begin, static_cast<T*>(out)));
+                       err = LaunchWithPdl(tokens <= kPdlMaxTokens, EmbeddingKernel<T>,
+                                           dim3(static_cast<unsigned>(tokens)), dim3(256), 0,
+                                           stream, ids, static_cast<const T*>(table), rows, hidden,
+                                           vocab_begin, static_cast<T*>(out)));
   return err;
 }
 

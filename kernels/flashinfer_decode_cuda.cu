@@ -13,6 +13,7 @@
 #include <flashinfer/attention/default_decode_params.cuh>
 #include <flashinfer/attention/variants.cuh>
 
+#include "kernels/cuda_launch.h"
 #include "kernels/flashinfer_launch.h"
 #include "kernels/pdl.cuh"
 
@@ -46,7 +47,7 @@ cudaError_t Decode(const FlashInferDecodeArgs& a, cudaStream_t stream) {
   p.padded_batch_size = static_cast<uint32_t>(a.work_items);
   return fi::BatchDecodeWithPagedKVCacheDispatched<kHeadDim, fi::PosEncodingMode::kNone, Variant>(
       p, split ? static_cast<T*>(a.tmp_v) : nullptr, split ? a.tmp_s : nullptr,
-      /*enable_pdl=*/PdlEnabled(), stream);
+      /*enable_pdl=*/a.kv.num_seqs <= kPdlMaxTokens && PdlEnabled(), stream);
 }
 
 template <typename T>

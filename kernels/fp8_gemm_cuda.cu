@@ -189,7 +189,7 @@ template <typename T, typename To, int M, int kSplit>
 cudaError_t LaunchSplit(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block);
-  return LaunchWithPdl(Fp8SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
+  return LaunchWithPdl(/*pdl=*/true, Fp8SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
                        dim3(kWarpsPerBlock * 32), 0, stream, static_cast<const T*>(a.x),
                        static_cast<const uint8_t*>(a.w), a.scales, static_cast<int>(a.scale_cols),
                        static_cast<int>(a.cols_per_scale), static_cast<int>(a.col_phase),

@@ -55,9 +55,10 @@ cudaError_t LaunchGluFused(const void* gate_up, void* out, int64_t rows, int64_t
   const T* in = static_cast<const T*>(gate_up);
   T* o = static_cast<T*>(out);
   if (vec)
-    return LaunchWithPdl(GluFusedKernel<T, kVec, Act>, grid, dim3(256), 0, stream, in, o, rows,
-                         cols);
-  return LaunchWithPdl(GluFusedKernel<T, 1, Act>, grid, dim3(256), 0, stream, in, o, rows, cols);
+    return LaunchWithPdl(rows <= kPdlMaxTokens, GluFusedKernel<T, kVec, Act>, grid, dim3(256), 0,
+                         stream, in, o, rows, cols);
+  return LaunchWithPdl(rows <= kPdlMaxTokens, GluFusedKernel<T, 1, Act>, grid, dim3(256), 0, stream,
+                       in, o, rows, cols);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -40,8 +40,8 @@ cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t rows,
   cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      err = LaunchWithPdl(HeadRmsNormKernel<T>, dim3(Blocks(rows, kRowsPerBlock)), block, 0, stream,
-                          static_cast<T*>(x), static_cast<const T*>(w), rows,
+      err = LaunchWithPdl(/*pdl=*/false, HeadRmsNormKernel<T>, dim3(Blocks(rows, kRowsPerBlock)),
+                          block, 0, stream, static_cast<T*>(x), static_cast<const T*>(w), rows,
                           static_cast<int>(head_dim), eps, w_offset));
   return err;
 }

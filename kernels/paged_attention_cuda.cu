@@ -515,17 +515,18 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
                           const void* k, const void* v, void* k_cache, void* v_cache,
                           DType cache_dtype, cudaStream_t stream) {
   if (meta.num_tokens == 0) return cudaSuccess;
+  const bool pdl = meta.num_tokens <= kPdlMaxTokens;
   if (cache_dtype == DType::kF8E4M3) {
     const unsigned grid = static_cast<unsigned>(meta.num_tokens);
     auto* kc = static_cast<__nv_fp8_e4m3*>(k_cache);
     auto* vc = static_cast<__nv_fp8_e4m3*>(v_cache);
     if (dtype == DType::kBF16)
-      return LaunchWithPdl(WriteKvKernel<__nv_bfloat16, __nv_fp8_e4m3>, dim3(grid), dim3(128), 0,
-                           stream, meta, shape, static_cast<const __nv_bfloat16*>(k),
+      return LaunchWithPdl(pdl, WriteKvKernel<__nv_bfloat16, __nv_fp8_e4m3>, dim3(grid), dim3(128),
+                           0, stream, meta, shape, static_cast<const __nv_bfloat16*>(k),
                            static_cast<const __nv_bfloat16*>(v), kc, vc);
     if (dtype == DType::kF16)
-      return LaunchWithPdl(WriteKvKernel<__half, __nv_fp8_e4m3>, dim3(grid), dim3(128), 0, stream,
-                           meta, shape, static_cast<const __half*>(k),
+      return LaunchWithPdl(pdl, WriteKvKernel<__half, __nv_fp8_e4m3>, dim3(grid), dim3(128), 0,
+                           stream, meta, shape, static_cast<const __half*>(k),
                            static_cast<const __half*>(v), kc, vc);
     return cudaErrorInvalidValue;
   }
@@ -536,15 +537,15 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
   if (row_bytes % 16 == 0 && aligned(k) && aligned(v) && aligned(k_cache) && aligned(v_cache)) {
     const int64_t row = static_cast<int64_t>(row_bytes / 16);
     const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((row + 127) / 128, 16));
-    return LaunchWithPdl(WriteKvVecKernel, dim3(static_cast<unsigned>(meta.num_tokens), chunks),
-                         dim3(128), 0, stream, meta, shape, row, static_cast<const uint4*>(k),
-                         static_cast<const uint4*>(v), static_cast<uint4*>(k_cache),
-                         static_cast<uint4*>(v_cache));
+    return LaunchWithPdl(
+        pdl, WriteKvVecKernel, dim3(static_cast<unsigned>(meta.num_tokens), chunks), dim3(128), 0,
+        stream, meta, shape, row, static_cast<const uint4*>(k), static_cast<const uint4*>(v),
+        static_cast<uint4*>(k_cache), static_cast<uint4*>(v_cache));
   }
   cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      err = LaunchWithPdl(WriteKvKernel<T, T>, dim3(static_cast<unsigned>(meta.num_tokens)),
+      err = LaunchWithPdl(pdl, WriteKvKernel<T, T>, dim3(static_cast<unsigned>(meta.num_tokens)),
                           dim3(128), 0, stream, meta, shape, static_cast<const T*>(k),
                           static_cast<const T*>(v), static_cast<T*>(k_cache),
                           static_cast<T*>(v_cache)));

@@ -44,9 +44,10 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic stream serialization
-// attribute where PdlEnabled(). Returns the launch's configuration error.
+// attribute where `pdl` and PdlEnabled(). Launchers pass `pdl` for steps of at most
+// kPdlMaxTokens tokens (kernels/cuda_launch.h). Returns the launch's configuration error.
 template <typename... Params, typename... Args>
-cudaError_t LaunchWithPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+cudaError_t LaunchWithPdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -57,7 +58,7 @@ cudaError_t LaunchWithPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = PdlEnabled() ? 1 : 0;
+  config.numAttrs = pdl && PdlEnabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 

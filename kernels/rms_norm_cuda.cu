@@ -123,8 +123,8 @@ bool LaunchVec(const T* x, T* residual, const T* add, const T* w, T* y, int64_t 
   auto* kernel = vecs == 1   ? RmsNormVecKernel<T, 1>
                  : vecs == 2 ? RmsNormVecKernel<T, 2>
                              : RmsNormVecKernel<T, 4>;
-  *err = LaunchWithPdl(kernel, blocks, dim3(threads), 0, stream, x, residual, add, w, y, h, eps,
-                       w_offset);
+  *err = LaunchWithPdl(rows <= kPdlMaxTokens, kernel, blocks, dim3(threads), 0, stream, x, residual,
+                       add, w, y, h, eps, w_offset);
   return true;
 }
 
@@ -145,8 +145,9 @@ cudaError_t LaunchRmsNorm(DType dtype, const void* x, void* residual, const void
   const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      err = LaunchWithPdl(RmsNormKernel<T>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
-                          stream, static_cast<const T*>(x), static_cast<T*>(residual),
+      err = LaunchWithPdl(rows <= kPdlMaxTokens, RmsNormKernel<T>,
+                          dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream,
+                          static_cast<const T*>(x), static_cast<T*>(residual),
                           static_cast<const T*>(add), static_cast<const T*>(w), static_cast<T*>(y),
                           static_cast<int>(hidden), eps, w_offset));
   return err;

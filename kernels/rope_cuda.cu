@@ -45,9 +45,9 @@ cudaError_t LaunchRopeQk(DType dtype, void* q, void* k, const int32_t* positions
   cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      err = LaunchWithPdl(RopeKernel<T>, dim3(Blocks(total, 256)), dim3(256), 0, stream,
-                          static_cast<T*>(q), static_cast<T*>(k), positions, inv_freq, tokens,
-                          static_cast<int>(q_heads), static_cast<int>(k_heads),
+      err = LaunchWithPdl(tokens <= kPdlMaxTokens, RopeKernel<T>, dim3(Blocks(total, 256)),
+                          dim3(256), 0, stream, static_cast<T*>(q), static_cast<T*>(k), positions,
+                          inv_freq, tokens, static_cast<int>(q_heads), static_cast<int>(k_heads),
                           static_cast<int>(head_dim / 2)));
   return err;
 }

@@ -245,8 +245,8 @@ size_t CubTempBytes(int64_t rows, int64_t vocab) {
 cudaError_t LaunchArgmax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                          cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  return LaunchWithPdl(ArgmaxKernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads), 0,
-                       stream, logits, vocab, out);
+  return LaunchWithPdl(rows <= kPdlMaxTokens, ArgmaxKernel, dim3(static_cast<unsigned>(rows)),
+                       dim3(kArgmaxThreads), 0, stream, logits, vocab, out);
 }
 
 size_t SampleScratchBytes(int64_t rows, int64_t vocab) {

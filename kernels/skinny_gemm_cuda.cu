@@ -178,9 +178,10 @@ cudaError_t LaunchSplit(const void* x, const void* w, const void* bias, void* y,
                         int64_t k, cudaStream_t stream) {
   const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
-  return LaunchWithPdl(SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks), dim3(kWarpsPerBlock * 32),
-                       0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-                       static_cast<const T*>(bias), static_cast<To*>(y), n, k);
+  return LaunchWithPdl(/*pdl=*/true, SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
+                       dim3(kWarpsPerBlock * 32), 0, stream, static_cast<const T*>(x),
+                       static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<To*>(y),
+                       n, k);
 }
 
 template <typename T, typename To, int M>

@@ -70,7 +70,7 @@ cudaError_t LaunchSplitWords(const void* src, int64_t rows, const size_t bytes[3
   const int64_t total = w0 + w1 + w2;
   const dim3 grid(Blocks(total, 256) < 65535u ? Blocks(total, 256) : 65535u,
                   rows < 65535 ? static_cast<unsigned>(rows) : 65535u);
-  return LaunchWithPdl(SplitColumnsKernel<W>, grid, dim3(256), 0, stream,
+  return LaunchWithPdl(rows <= kPdlMaxTokens, SplitColumnsKernel<W>, grid, dim3(256), 0, stream,
                        static_cast<const W*>(src), rows, w0, w1, w2, static_cast<W*>(dst[0]),
                        static_cast<W*>(dst[1]), static_cast<W*>(dst[2]));
 }
@@ -111,8 +111,9 @@ cudaError_t LaunchAddInPlace(DType dtype, void* acc, const void* x, const void* 
   cudaError_t err = cudaSuccess;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      err = LaunchWithPdl(AddKernel<T>, dim3(blocks), dim3(256), 0, stream, static_cast<T*>(acc),
-                          static_cast<const T*>(x), static_cast<const T*>(bias), rows, cols));
+      err = LaunchWithPdl(rows <= kPdlMaxTokens, AddKernel<T>, dim3(blocks), dim3(256), 0, stream,
+                          static_cast<T*>(acc), static_cast<const T*>(x),
+                          static_cast<const T*>(bias), rows, cols));
   return err;
 }
 
