@@ -33,6 +33,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,14 @@ double Percentile(std::vector<double> v, double p) {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// A percentile as JSON: null without samples (a phase with no long prompt has no TTFT).
+std::string MsOrNull(const std::vector<double>& v, double p) {
+  if (v.empty()) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", Percentile(v, p));
+  return buf;
+}
+
 struct PhaseResult {
   double itl_p50_ms = 0, itl_p99_ms = 0;
 };
@@ -91,6 +100,7 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
   so.prefill_chunk_tokens = chunk;
   so.max_batch_tokens = std::max<int64_t>(chunk + a.decoders, int64_t{a.decoders} * a.prompt_len);
   so.max_sequences = a.decoders + 16;
+  so.queue_limit = std::max<int64_t>(so.queue_limit, a.decoders + 64);
   so.max_context = std::max(a.prompt_len + a.max_new, a.long_len + 1);
   so.prefix_caching = false;  // random prompts: nothing to share, nothing to keep
   Scheduler sched(config, exec, alloc, block, nullptr, so);
@@ -176,14 +186,55 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
       "\"prompt\":%d,\"long_prompt\":%d,\"interval_s\":%.3f,\"seconds\":%.3f,\"steps\":%lld,"
       "\"itl_samples\":%zu,\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"itl_max_ms\":%.3f,"
       "\"decode_tokens_per_s\":%.1f,\"long_prompts\":%zu,\"long_prompts_answered\":%zu,"
-      "\"ttft_p50_ms\":%.3f,\"ttft_max_ms\":%.3f}\n",
+      "\"ttft_p50_ms\":%s,\"ttft_max_ms\":%s}\n",
       a.device.c_str(), static_cast<long long>(chunk), mixed ? "mixed" : "alone", a.decoders,
       a.prompt_len, a.long_len, a.interval, Ms(t1 - t0) / 1e3, static_cast<long long>(steps),
       itl.size(), res.itl_p50_ms, res.itl_p99_ms, Percentile(itl, 1.0),
       static_cast<double>(tokens) / (Ms(t1 - t0) / 1e3), enqueued.size(), ttft.size(),
-      Percentile(ttft, 0.5), Percentile(ttft, 1.0));
+      MsOrNull(ttft, 0.5).c_str(), MsOrNull(ttft, 1.0).c_str());
   std::fflush(stdout);
   return res;
+}
+
+// A whole-string number, or an error naming the option.
+StatusOr<double> Number(const std::string& option, const std::string& value) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size())
+    return InvalidArgument(option + ": '" + value + "' is not a number");
+  return v;
+}
+
+Status Check(const Args& a, const ModelConfig& config) {
+  const auto positive = [](const char* option, double v) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", v);
+    return v > 0 ? Status::Ok() : InvalidArgument(std::string(option) + " must be > 0, got " + got);
+  };
+  TESSERA_RETURN_IF_ERROR(positive("--decoders", a.decoders));
+  TESSERA_RETURN_IF_ERROR(positive("--prompt-len", a.prompt_len));
+  TESSERA_RETURN_IF_ERROR(positive("--long-len", a.long_len));
+  TESSERA_RETURN_IF_ERROR(positive("--interval", a.interval));
+  TESSERA_RETURN_IF_ERROR(positive("--seconds", a.seconds));
+  if (a.max_new < 2) return InvalidArgument("--max-new must be >= 2");
+  if (a.chunks.empty()) return InvalidArgument("--chunks: no chunk size");
+  for (int64_t c : a.chunks)
+    if (c < 1) return InvalidArgument("--chunks: every chunk size must be >= 1");
+  // What the model's positions hold (the KV cache is sized from these).
+  const int64_t positions = config.max_position_embeddings;
+  if (a.long_len + 1 > positions || a.prompt_len + a.max_new > positions)
+    return InvalidArgument(
+        "--long-len + 1 (" + std::to_string(a.long_len + 1) + ") and --prompt-len + --max-new (" +
+        std::to_string(a.prompt_len + a.max_new) +
+        ") must fit the model's max_position_embeddings " + std::to_string(positions));
+  if (a.dtype != "bf16" && a.dtype != "f16" && a.dtype != "f32")
+    return InvalidArgument("--dtype must be bf16, f16 or f32, not '" + a.dtype + "'");
+  return Status::Ok();
 }
 
 Status Run(const Args& a) {
@@ -198,14 +249,8 @@ Status Run(const Args& a) {
   } else if (a.device != "cpu") {
     return InvalidArgument("--device must be cpu or cuda, not '" + a.device + "'");
   }
-  if (a.decoders < 1 || a.prompt_len < 1 || a.long_len < 1 || a.max_new < 2 || a.interval <= 0 ||
-      a.seconds <= 0 || a.chunks.empty())
-    return InvalidArgument(
-        "--decoders, --prompt-len, --long-len, --interval, --seconds must be > 0, --max-new >= 2 "
-        "and --chunks not empty");
-  for (int64_t c : a.chunks)
-    if (c < 1) return InvalidArgument("--chunks: every chunk size must be >= 1");
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(a.model));
+  TESSERA_RETURN_IF_ERROR(Check(a, config));
   TESSERA_ASSIGN_OR_RETURN(ParallelConfig par, ParallelConfig::Make(config, 1, 1));
   TESSERA_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(a.model, par, 0, nullptr, {}, backend));
   const StageLayout lay = loaded.model->layout();
@@ -238,10 +283,39 @@ Status Run(const Args& a) {
 }  // namespace
 }  // namespace tessera
 
+constexpr const char* kUsage =
+    "usage: mixing_bench [--model DIR] [--device cpu|cuda] [--dtype bf16|f16|f32] [--decoders 32]\n"
+    "       [--prompt-len 128] [--long-len 8192] [--interval 1.0] [--seconds 4] [--max-new 1024]\n"
+    "       [--chunks 256,512,1024]\n";
+
 int main(int argc, char** argv) {
   tessera::Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const bool numeric = k == "--decoders" || k == "--prompt-len" || k == "--long-len" ||
+                         k == "--interval" || k == "--seconds" || k == "--max-new";
+    if (!numeric && k != "--model" && k != "--device" && k != "--dtype" && k != "--chunks") {
+      std::fprintf(stderr, "mixing_bench: unknown option %s\n%s", k.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "mixing_bench: option %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    double n = 0;
+    if (numeric) {
+      auto parsed = tessera::Number(k, v);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "mixing_bench: %s\n", parsed.status().message().c_str());
+        return 2;
+      }
+      n = *parsed;
+    }
     if (k == "--model") {
       a.model = v;
     } else if (k == "--device") {
@@ -249,30 +323,29 @@ int main(int argc, char** argv) {
     } else if (k == "--dtype") {
       a.dtype = v;
     } else if (k == "--decoders") {
-      a.decoders = std::atoi(v.c_str());
+      a.decoders = static_cast<int>(n);
     } else if (k == "--prompt-len") {
-      a.prompt_len = std::atoi(v.c_str());
+      a.prompt_len = static_cast<int>(n);
     } else if (k == "--long-len") {
-      a.long_len = std::atoi(v.c_str());
+      a.long_len = static_cast<int>(n);
     } else if (k == "--interval") {
-      a.interval = std::atof(v.c_str());
+      a.interval = n;
     } else if (k == "--seconds") {
-      a.seconds = std::atof(v.c_str());
+      a.seconds = n;
     } else if (k == "--max-new") {
-      a.max_new = std::atoi(v.c_str());
-    } else if (k == "--chunks") {
+      a.max_new = static_cast<int>(n);
+    } else {  // --chunks
       a.chunks.clear();
       std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ',')) a.chunks.push_back(std::atoll(item.c_str()));
-    } else {
-      std::fprintf(stderr, "mixing_bench: unknown option %s\n", k.c_str());
-      return 2;
+      for (std::string item; std::getline(ss, item, ',');) {
+        auto c = tessera::Number("--chunks", item);
+        if (!c.ok()) {
+          std::fprintf(stderr, "mixing_bench: %s\n", c.status().message().c_str());
+          return 2;
+        }
+        a.chunks.push_back(static_cast<int64_t>(*c));
+      }
     }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "mixing_bench: option %s needs a value\n", argv[argc - 1]);
-    return 2;
   }
   const tessera::Status s = tessera::Run(a);
   if (!s.ok()) {

@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,7 +89,9 @@ def run_placement(args, runs_on, prompts):
             print(json.dumps(row), file=sys.stderr, flush=True)
             texts.update({f"{n}/{c}/{i}": r["pieces"] for (c, i), r in results.items()})
     except BaseException:
-        print(f"the cluster's log: {log_path}", file=sys.stderr)
+        with open(log_path, errors="replace") as f:
+            tail = f.readlines()[-10:]
+        print(f"the cluster's log ({log_path}) ends:\n" + "".join(tail), file=sys.stderr)
         raise
     finally:
         if proc.poll() is None:
@@ -97,6 +100,7 @@ def run_placement(args, runs_on, prompts):
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+    shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its log is named above
     return rows, texts
 
 
@@ -119,14 +123,26 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--runs-on", default="coordinator,leader",
-                    help="scheduler.runs_on values to run, in order")
+                    help="scheduler.runs_on values to run, in order: coordinator, leader")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="also write the JSON summary here")
     ap.add_argument("--md", help="write a Markdown table here")
     args = ap.parse_args()
-    args.client_counts = [int(c) for c in args.clients.split(",")]
-    if min(args.client_counts) < 1 or args.requests < 1 or args.max_tokens < 2:
-        ap.error("--clients must be >= 1 each, --requests >= 1, --max-tokens >= 2")
+    try:
+        args.client_counts = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        ap.error(f"--clients: {args.clients!r} is not a comma-separated list of counts")
+    if min(args.client_counts) < 1:
+        ap.error("--clients: every client count must be >= 1")
+    if args.requests < 1:
+        ap.error("--requests must be >= 1")
+    if args.max_tokens < 2:
+        ap.error("--max-tokens must be >= 2 (an inter-token time needs two tokens)")
+    for r in args.runs_on.split(","):
+        if r not in ("coordinator", "leader"):
+            ap.error(f"--runs-on: {r!r} is not coordinator or leader")
+    if not os.path.isfile(os.path.join(args.model, "config.json")):
+        ap.error(f"--model: {os.path.join(args.model, 'config.json')} does not exist")
     # write_config's workload fields: no shared system prompt, the prompt is the user part.
     args.system_tokens, args.user_tokens = 0, args.prompt_tokens
 
