@@ -73,6 +73,17 @@ struct Timeline {
   std::vector<Clock::time_point> tokens;
 };
 
+// Callbacks that record when each generated token reaches the stream into `t`.
+RequestCallbacks Recording(Timeline* t) {
+  RequestCallbacks cb;
+  cb.on_token = [t](const std::string&, int32_t token, const SampledToken*) {
+    if (token < 0) return;
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->tokens.push_back(Clock::now());
+  };
+  return cb;
+}
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -113,14 +124,7 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
     r.max_tokens = a.max_new;
     r.ignore_eos = true;
     dec.push_back(std::make_unique<Timeline>());
-    Timeline* t = dec.back().get();
-    RequestCallbacks cb;
-    cb.on_token = [t](const std::string&, int32_t token, const SampledToken*) {
-      if (token < 0) return;
-      std::lock_guard<std::mutex> lock(t->mu);
-      t->tokens.push_back(Clock::now());
-    };
-    TESSERA_ASSIGN_OR_RETURN(int64_t id, sched.Enqueue(std::move(r), std::move(cb)));
+    TESSERA_ASSIGN_OR_RETURN(int64_t id, sched.Enqueue(std::move(r), Recording(dec.back().get())));
     ids.push_back(id);
   }
   const auto started = [&] {
@@ -142,15 +146,8 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
       r.max_tokens = 1;
       r.ignore_eos = true;
       lng.push_back(std::make_unique<Timeline>());
-      Timeline* t = lng.back().get();
-      RequestCallbacks cb;
-      cb.on_token = [t](const std::string&, int32_t token, const SampledToken*) {
-        if (token < 0) return;
-        std::lock_guard<std::mutex> lock(t->mu);
-        t->tokens.push_back(Clock::now());
-      };
       enqueued.push_back(Clock::now());
-      TESSERA_RETURN_IF_ERROR(sched.Enqueue(std::move(r), std::move(cb)).status());
+      TESSERA_RETURN_IF_ERROR(sched.Enqueue(std::move(r), Recording(lng.back().get())).status());
     }
     TESSERA_ASSIGN_OR_RETURN(bool worked, sched.RunOnce());
     steps += worked ? 1 : 0;

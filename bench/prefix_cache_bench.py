@@ -226,8 +226,8 @@ def compare(a, b):
     return mismatches, first
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_cluster_arguments(ap, max_batch_tokens):
+    """The options of the cluster write_config writes (bench/serve_bench.py shares them)."""
     ap.add_argument("--model", required=True, help="model directory (models/default)")
     ap.add_argument("--tessera", default=os.path.join(os.path.dirname(__file__), "..", "build",
                                                         "tessera"), help="the tessera binary")
@@ -237,11 +237,16 @@ def main():
     ap.add_argument("--dtype", default="float32", help="model.dtype")
     ap.add_argument("--memory-fraction", type=float, default=0.5)
     ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--max-batch-tokens", type=int, default=1024)
+    ap.add_argument("--max-batch-tokens", type=int, default=max_batch_tokens)
     ap.add_argument("--heartbeat-timeout", type=float, default=600.0,
                     help="heartbeat.timeout_seconds: a step may take up to this + 30 s on a "
                          "loaded CPU host before its worker counts as lost")
     ap.add_argument("--prefill-chunk-tokens", type=int, default=512)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_cluster_arguments(ap, max_batch_tokens=1024)
     ap.add_argument("--system-tokens", type=int, default=1000)
     ap.add_argument("--user-tokens", type=int, default=50)
     ap.add_argument("--clients", type=int, default=32)

@@ -39,8 +39,8 @@ import tempfile
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefix_cache_bench import (compare, free_port, percentile, run_clients,  # noqa: E402
-                                wait_ready, write_config)
+from prefix_cache_bench import (add_cluster_arguments, compare, free_port,  # noqa: E402
+                                percentile, run_clients, wait_ready, write_config)
 
 
 def stats(results, elapsed):
@@ -106,18 +106,7 @@ def run_placement(args, runs_on, prompts):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="model directory (models/default)")
-    ap.add_argument("--tessera", default=os.path.join(os.path.dirname(__file__), "..", "build",
-                                                        "tessera"), help="the tessera binary")
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--pp", type=int, default=1)
-    ap.add_argument("--backend", default="cpu", help="worker.backend: cpu or cuda")
-    ap.add_argument("--dtype", default="float32", help="model.dtype")
-    ap.add_argument("--memory-fraction", type=float, default=0.5)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--max-batch-tokens", type=int, default=4096)
-    ap.add_argument("--prefill-chunk-tokens", type=int, default=512)
-    ap.add_argument("--heartbeat-timeout", type=float, default=600.0)
+    add_cluster_arguments(ap, max_batch_tokens=4096)
     ap.add_argument("--clients", default="1,64,256", help="client counts, comma-separated")
     ap.add_argument("--requests", type=int, default=2, help="requests per client, one at a time")
     ap.add_argument("--prompt-tokens", type=int, default=128)
