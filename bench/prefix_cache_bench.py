@@ -28,9 +28,11 @@ CPU (the bundled SmolLM2-135M, one worker):
 """
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -162,29 +164,25 @@ def make_prompts(args, vocab):
              for _ in range(args.requests)] for _ in range(args.clients)]
 
 
-def run_once(args, prompts, prefix_caching):
-    tmp = tempfile.mkdtemp(prefix="tessera-prefix-bench-")
+@contextlib.contextmanager
+def cluster(args, prefix_caching, prefix="tessera-prefix-bench-"):
+    """A fresh `tessera up` with write_config's config, ready; yields (url, model id). On a
+    failure the end of its log is printed and its folder kept; it is stopped either way."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     port, control = free_port(), free_port()
     config = os.path.join(tmp, "bench.toml")
     write_config(config, args, port, control, prefix_caching)
     url = f"http://127.0.0.1:{port}"
     log_path = os.path.join(tmp, "tessera-up.log")
-    log = open(log_path, "w")
-    proc = subprocess.Popen([args.tessera, "up", "--config", config], stdout=log,
+    proc = subprocess.Popen([args.tessera, "up", "--config", config], stdout=open(log_path, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_ready(url, proc, 300)
-        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
-        # One request alone first, so both runs start from the same state:
-        # with the cache on it leaves the system prompt cached, as a
-        # long-running server would have it.
-        warm = asyncio.run(run_clients(url, model, [[prompts[0][0]]], args.max_tokens))[0]
-        results, elapsed = asyncio.run(run_clients(url, model, prompts, args.max_tokens))
-        names = ["tessera_prefix_cache_queries_tokens_total",
-                 "tessera_prefix_cache_hits_tokens_total"]
-        counters = scrape(url, names)
+        wait_ready(url, proc, 600)
+        yield url, httpx.get(url + "/v1/models").json()["data"][0]["id"]
     except BaseException:
-        print(f"the cluster's log: {log_path}", file=sys.stderr)
+        with open(log_path, errors="replace") as f:
+            tail = f.readlines()[-10:]
+        print(f"the cluster's log ({log_path}) ends:\n" + "".join(tail), file=sys.stderr)
         raise
     finally:
         if proc.poll() is None:
@@ -193,6 +191,19 @@ def run_once(args, prompts, prefix_caching):
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_once(args, prompts, prefix_caching):
+    with cluster(args, prefix_caching) as (url, model):
+        # One request alone first, so both runs start from the same state:
+        # with the cache on it leaves the system prompt cached, as a
+        # long-running server would have it.
+        warm = asyncio.run(run_clients(url, model, [[prompts[0][0]]], args.max_tokens))[0]
+        results, elapsed = asyncio.run(run_clients(url, model, prompts, args.max_tokens))
+        names = ["tessera_prefix_cache_queries_tokens_total",
+                 "tessera_prefix_cache_hits_tokens_total"]
+        counters = scrape(url, names)
     ttfts = [r["ttft"] for r in results.values()]
     tokens = sum(r["usage"]["completion_tokens"] for r in results.values() if r["usage"])
     cached = sum(r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)

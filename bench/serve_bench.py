@@ -30,17 +30,11 @@ import asyncio
 import json
 import os
 import random
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-
-import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefix_cache_bench import (add_cluster_arguments, compare, free_port,  # noqa: E402
-                                percentile, run_clients, wait_ready, write_config)
+from prefix_cache_bench import (add_cluster_arguments, cluster, compare,  # noqa: E402
+                                percentile, run_clients)
 
 
 def stats(results, elapsed):
@@ -66,21 +60,11 @@ def stats(results, elapsed):
 
 
 def run_placement(args, runs_on, prompts):
-    tmp = tempfile.mkdtemp(prefix="tessera-serve-bench-")
-    port, control = free_port(), free_port()
     cfg = argparse.Namespace(**vars(args))
     cfg.runs_on = runs_on
     cfg.clients = max(args.client_counts)
-    config = os.path.join(tmp, "bench.toml")
-    write_config(config, cfg, port, control, prefix_caching=False)
-    url = f"http://127.0.0.1:{port}"
-    log_path = os.path.join(tmp, "tessera-up.log")
-    proc = subprocess.Popen([args.tessera, "up", "--config", config], stdout=open(log_path, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
     rows, texts = [], {}
-    try:
-        wait_ready(url, proc, 600)
-        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    with cluster(cfg, prefix_caching=False, prefix="tessera-serve-bench-") as (url, model):
         asyncio.run(run_clients(url, model, [prompts[0][:1]], args.max_tokens))  # warm-up
         for n in args.client_counts:
             results, elapsed = asyncio.run(run_clients(url, model, prompts[:n], args.max_tokens))
@@ -88,19 +72,6 @@ def run_placement(args, runs_on, prompts):
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             texts.update({f"{n}/{c}/{i}": r["pieces"] for (c, i), r in results.items()})
-    except BaseException:
-        with open(log_path, errors="replace") as f:
-            tail = f.readlines()[-10:]
-        print(f"the cluster's log ({log_path}) ends:\n" + "".join(tail), file=sys.stderr)
-        raise
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-    shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its log is named above
     return rows, texts
 
 
