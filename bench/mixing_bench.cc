@@ -4,10 +4,12 @@
 // at most prefill_chunk_tokens of a prompt, within max_batch_tokens) over a LocalExecutor on
 // the CPU or one GPU.
 //
-// For each chunk size of --chunks, two phases of --seconds each on a fresh Scheduler:
+// For each chunk size of --chunks, phases of --seconds each on a fresh Scheduler:
 //   alone  --decoders sequences (random --prompt-len-token prompts, EOS ignored) decode;
 //   mixed  the same, while a prompt of --long-len tokens (max_tokens 1) arrives every
-//          --interval seconds from the first decode step on.
+//          --interval seconds from the first decode step on; once per chunk budget of
+//          --budgets (scheduler.prefill_chunk_budget: "cost", later chunks of a long prompt
+//          shrink with its context, common/engine/prefill_chunk.h; "tokens", fixed chunks).
 // The decoders' token times are those of the streaming path (RequestCallbacks::on_token, on the
 // scheduler's output thread). A decoder's inter-token latencies are the gaps between its
 // consecutive tokens after its first; a long prompt's TTFT runs from its Enqueue to its token.
@@ -15,16 +17,16 @@
 // are then cancelled) or when a decoder reaches --max-new tokens.
 //
 // Prints one JSON object per phase:
-//   {"what":"mixing","device":"cuda","chunk":512,"phase":"mixed","decoders":32,"steps":...,
+//   {"what":"mixing","device":"cuda","chunk":512,"budget":"cost","phase":"mixed","steps":...,
 //    "itl_p50_ms":...,"itl_p99_ms":...,"itl_max_ms":...,"decode_tokens_per_s":...,
 //    "long_prompts":3,"long_prompts_answered":3,"ttft_p50_ms":...,"ttft_max_ms":...}
-// and per chunk size a summary with the ratio, the mixed phase's p99 over the alone
-// phase's p50 (target <= 2):
-//   {"what":"mixing_summary","chunk":512,"p99_mixed_over_p50_alone":...}
+// and per chunk size and budget a summary with the ratio, the mixed phase's p99 over
+// the alone phase's p50 (target <= 2):
+//   {"what":"mixing_summary","chunk":512,"budget":"cost","p99_mixed_over_p50_alone":...}
 //
 // Usage: mixing_bench [--model DIR] [--device cpu|cuda] [--dtype bf16|f16|f32] [--decoders 32]
 //        [--prompt-len 128] [--long-len 8192] [--interval 1.0] [--seconds 4] [--max-new 1024]
-//        [--chunks 256,512,1024]
+//        [--chunks 256,512,1024] [--budgets cost,tokens]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,6 +60,7 @@ struct Args {
   double seconds = 4.0;
   int max_new = 1024;
   std::vector<int64_t> chunks = {256, 512, 1024};
+  std::vector<std::string> budgets = {"cost", "tokens"};
 };
 
 std::vector<int32_t> RandomIds(int n, int64_t vocab, std::mt19937_64& rng) {
@@ -103,12 +106,15 @@ std::string MsOrNull(const std::vector<double>& v, double p) {
 
 struct PhaseResult {
   double itl_p50_ms = 0, itl_p99_ms = 0;
+  double ttft_p50_ms = 0;  // the long prompts' (0 without one)
 };
 
 StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExecutor* exec,
-                               BlockAllocator* alloc, int64_t block, int64_t chunk, bool mixed) {
+                               BlockAllocator* alloc, int64_t block, int64_t chunk,
+                               const std::string& budget, bool mixed) {
   SchedulerOptions so;
   so.prefill_chunk_tokens = chunk;
+  so.prefill_chunk_budget = budget == "cost" ? PrefillChunkBudget::kCost : PrefillChunkBudget::kTokens;
   so.max_batch_tokens = std::max<int64_t>(chunk + a.decoders, int64_t{a.decoders} * a.prompt_len);
   so.max_sequences = a.decoders + 16;
   so.queue_limit = std::max<int64_t>(so.queue_limit, a.decoders + 64);
@@ -178,13 +184,16 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
   PhaseResult res;
   res.itl_p50_ms = Percentile(itl, 0.5);
   res.itl_p99_ms = Percentile(itl, 0.99);
+  res.ttft_p50_ms = Percentile(ttft, 0.5);
   std::printf(
-      "{\"what\":\"mixing\",\"device\":\"%s\",\"chunk\":%lld,\"phase\":\"%s\",\"decoders\":%d,"
+      "{\"what\":\"mixing\",\"device\":\"%s\",\"chunk\":%lld,\"budget\":\"%s\",\"phase\":\"%s\","
+      "\"decoders\":%d,"
       "\"prompt\":%d,\"long_prompt\":%d,\"interval_s\":%.3f,\"seconds\":%.3f,\"steps\":%lld,"
       "\"itl_samples\":%zu,\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"itl_max_ms\":%.3f,"
       "\"decode_tokens_per_s\":%.1f,\"long_prompts\":%zu,\"long_prompts_answered\":%zu,"
       "\"ttft_p50_ms\":%s,\"ttft_max_ms\":%s}\n",
-      a.device.c_str(), static_cast<long long>(chunk), mixed ? "mixed" : "alone", a.decoders,
+      a.device.c_str(), static_cast<long long>(chunk), mixed ? budget.c_str() : "none",
+      mixed ? "mixed" : "alone", a.decoders,
       a.prompt_len, a.long_len, a.interval, Ms(t1 - t0) / 1e3, static_cast<long long>(steps),
       itl.size(), res.itl_p50_ms, res.itl_p99_ms, Percentile(itl, 1.0),
       static_cast<double>(tokens) / (Ms(t1 - t0) / 1e3), enqueued.size(), ttft.size(),
@@ -222,6 +231,10 @@ Status Check(const Args& a, const ModelConfig& config) {
   if (a.chunks.empty()) return InvalidArgument("--chunks: no chunk size");
   for (int64_t c : a.chunks)
     if (c < 1) return InvalidArgument("--chunks: every chunk size must be >= 1");
+  if (a.budgets.empty()) return InvalidArgument("--budgets: no budget");
+  for (const std::string& b : a.budgets)
+    if (b != "cost" && b != "tokens")
+      return InvalidArgument("--budgets: each must be cost or tokens, not '" + b + "'");
   // What the model's positions hold (the KV cache is sized from these).
   const int64_t positions = config.max_position_embeddings;
   if (a.long_len + 1 > positions || a.prompt_len + a.max_new > positions)
@@ -263,16 +276,21 @@ Status Run(const Args& a) {
   LocalExecutor exec(std::move(loaded.model), std::move(cache));
   BlockAllocator alloc(blocks);
   for (int64_t chunk : a.chunks) {
+    // Nothing is prefilled alone (but the decoders' prompts): one alone phase per chunk size.
     TESSERA_ASSIGN_OR_RETURN(PhaseResult alone,
-                             RunPhase(a, config, &exec, &alloc, block, chunk, false));
-    TESSERA_ASSIGN_OR_RETURN(PhaseResult mixed,
-                             RunPhase(a, config, &exec, &alloc, block, chunk, true));
-    std::printf(
-        "{\"what\":\"mixing_summary\",\"device\":\"%s\",\"chunk\":%lld,\"itl_p50_alone_ms\":%.3f,"
-        "\"itl_p99_mixed_ms\":%.3f,\"p99_mixed_over_p50_alone\":%.3f}\n",
-        a.device.c_str(), static_cast<long long>(chunk), alone.itl_p50_ms, mixed.itl_p99_ms,
-        alone.itl_p50_ms > 0 ? mixed.itl_p99_ms / alone.itl_p50_ms : 0.0);
-    std::fflush(stdout);
+                             RunPhase(a, config, &exec, &alloc, block, chunk, "tokens", false));
+    for (const std::string& budget : a.budgets) {
+      TESSERA_ASSIGN_OR_RETURN(PhaseResult mixed,
+                               RunPhase(a, config, &exec, &alloc, block, chunk, budget, true));
+      std::printf(
+          "{\"what\":\"mixing_summary\",\"device\":\"%s\",\"chunk\":%lld,\"budget\":\"%s\","
+          "\"itl_p50_alone_ms\":%.3f,\"itl_p99_mixed_ms\":%.3f,\"p99_mixed_over_p50_alone\":%.3f,"
+          "\"ttft_p50_ms\":%.3f}\n",
+          a.device.c_str(), static_cast<long long>(chunk), budget.c_str(), alone.itl_p50_ms,
+          mixed.itl_p99_ms, alone.itl_p50_ms > 0 ? mixed.itl_p99_ms / alone.itl_p50_ms : 0.0,
+          mixed.ttft_p50_ms);
+      std::fflush(stdout);
+    }
   }
   return Status::Ok();
 }
@@ -283,7 +301,7 @@ Status Run(const Args& a) {
 constexpr const char* kUsage =
     "usage: mixing_bench [--model DIR] [--device cpu|cuda] [--dtype bf16|f16|f32] [--decoders 32]\n"
     "       [--prompt-len 128] [--long-len 8192] [--interval 1.0] [--seconds 4] [--max-new 1024]\n"
-    "       [--chunks 256,512,1024]\n";
+    "       [--chunks 256,512,1024] [--budgets cost,tokens]\n";
 
 int main(int argc, char** argv) {
   tessera::Args a;
@@ -295,7 +313,8 @@ int main(int argc, char** argv) {
     }
     const bool numeric = k == "--decoders" || k == "--prompt-len" || k == "--long-len" ||
                          k == "--interval" || k == "--seconds" || k == "--max-new";
-    if (!numeric && k != "--model" && k != "--device" && k != "--dtype" && k != "--chunks") {
+    if (!numeric && k != "--model" && k != "--device" && k != "--dtype" && k != "--chunks" &&
+        k != "--budgets") {
       std::fprintf(stderr, "mixing_bench: unknown option %s\n%s", k.c_str(), kUsage);
       return 2;
     }
@@ -331,6 +350,10 @@ int main(int argc, char** argv) {
       a.seconds = n;
     } else if (k == "--max-new") {
       a.max_new = static_cast<int>(n);
+    } else if (k == "--budgets") {
+      a.budgets.clear();
+      std::stringstream ss(v);
+      for (std::string item; std::getline(ss, item, ',');) a.budgets.push_back(item);
     } else {  // --chunks
       a.chunks.clear();
       std::stringstream ss(v);

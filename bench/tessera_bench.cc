@@ -7,11 +7,14 @@
 //   {"engine":"tessera","tp":1,"what":"decode","batch":16,"prompt":128,
 //    "new_tokens":64,"ms_per_step":..,"tokens_per_s":..}
 // plus "load" (seconds, weight bytes per GPU, device memory after load) and
-// "prefill" (tokens/s over prompts of --prefill-len tokens). A decode run prefills its
-// whole batch in one step, then times the pure decode steps.
+// "prefill" (tokens/s over prompts of --prefill-len tokens, in chunks of --prefill-chunk
+// tokens; default the whole prompt in one step, as the peers bench/torch_peer.py and
+// hf_bench.py prefill). A decode run prefills its whole batch in one step, then times the
+// pure decode steps.
 //
 // Usage: tessera_bench --model DIR [--tp 1|2] [--batches 1,16,64]
 //        [--prompt-len 128] [--new-tokens 64] [--prefill-len 1024] [--prefill-batch 4]
+//        [--prefill-chunk N]
 #include <cuda_runtime_api.h>
 #include <sys/resource.h>
 
@@ -45,6 +48,7 @@ struct Args {
   int new_tokens = 64;
   int prefill_len = 1024;
   int prefill_batch = 4;
+  int prefill_chunk = 0;  // prompt tokens per sequence per prefill step; 0 = --prefill-len
   QuantMethod quantization = QuantMethod::kNone;  // --quantization fp8: online FP8 at load
 };
 
@@ -132,6 +136,9 @@ Status RunRank(const Args& a, int r, Store* store) {
   BlockAllocator alloc(blocks);
   EngineOptions eo;
   eo.max_batch_tokens = static_cast<int64_t>(a.prefill_len) * a.prefill_batch;
+  // Fixed chunks: the prefill row measures the kernels at a chunk size, not the scheduler.
+  eo.prefill_chunk_tokens = a.prefill_chunk > 0 ? a.prefill_chunk : a.prefill_len;
+  eo.prefill_chunk_budget = PrefillChunkBudget::kTokens;
   {
     // Warm-up: cuBLASLt plans and the allocator's cache for these shapes.
     Engine warm(config, &exec, &alloc, block, nullptr, eo);
@@ -145,8 +152,9 @@ Status RunRank(const Args& a, int r, Store* store) {
     if (r == 0)
       std::printf(
           "{\"engine\":\"tessera\",\"tp\":%d,\"what\":\"prefill\",\"batch\":%d,\"prompt\":%d,"
-          "\"seconds\":%.4f,\"tokens_per_s\":%.1f}\n",
-          a.tp, a.prefill_batch, a.prefill_len, s.prefill_seconds,
+          "\"chunk\":%lld,\"seconds\":%.4f,\"tokens_per_s\":%.1f}\n",
+          a.tp, a.prefill_batch, a.prefill_len, static_cast<long long>(eo.prefill_chunk_tokens),
+          s.prefill_seconds,
           static_cast<double>(s.prefill_tokens) / s.prefill_seconds);
   }
   for (int b : a.batches) {
@@ -203,6 +211,8 @@ int main(int argc, char** argv) {
       a.prefill_len = std::stoi(v);
     else if (k == "--prefill-batch")
       a.prefill_batch = std::stoi(v);
+    else if (k == "--prefill-chunk")
+      a.prefill_chunk = std::stoi(v);
     else if (k == "--quantization") {
       auto q = tessera::ParseOnlineQuantization(v);
       if (!q.ok()) {

@@ -125,6 +125,7 @@ Status CoordinatorDaemon::Start() {
   sched_.queue_limit = config_.scheduler.queue_limit;
   sched_.max_context = max_context_;
   sched_.prefill_chunk_tokens = config_.scheduler.prefill_chunk_tokens;
+  sched_.prefill_chunk_budget = config_.scheduler.prefill_chunk_budget;
   sched_.requeue_on_executor_error = true;  // a re-plan finishes them
   sched_.prefix_caching = config_.kv_cache.prefix_caching;
   sched_.model_id = config_.model.path;

@@ -336,6 +336,12 @@ enum class SchedulerHost {
   kLeader,       // "leader": each replica's leader (stage 0, tp rank 0) schedules itself
 };
 
+// How long a prompt's prefill chunks are ([scheduler] prefill_chunk_budget).
+enum class PrefillChunkBudget {
+  kCost,    // "cost": later chunks shrink so each costs what the first one did
+  kTokens,  // "tokens": every chunk is prefill_chunk_tokens long
+};
+
 struct SchedulerSection {
   // Tokens processed per iteration over all sequences (prefill chunks plus one
   // per decoding sequence). Higher raises throughput and per-iteration latency
@@ -357,6 +363,15 @@ struct SchedulerSection {
   // chunks keep decode latency steady while long prompts are prefilled; larger
   // chunks finish prefill in fewer iterations. Must be <= max_batch_tokens.
   int64_t prefill_chunk_tokens = 512;
+  // "cost": a prompt's first chunk is prefill_chunk_tokens long and each
+  // later one shrinks so that it costs what the first did, counting its
+  // attention to the prompt's tokens already prefilled (common/engine/
+  // prefill_chunk.h: the cost model and its source), so that a step that
+  // prefills late in a long prompt is no slower than one early in it and the
+  // sequences decoding beside it keep a steady inter-token latency. "tokens":
+  // every chunk is prefill_chunk_tokens long (fewer steps per long prompt,
+  // so a shorter TTFT for it, and longer steps for the decoders beside it).
+  PrefillChunkBudget prefill_chunk_budget = PrefillChunkBudget::kCost;
   // Largest prompt accepted, tokens (per prompt, after tokenization and the
   // chat template); longer prompts get HTTP 400 naming this key. 0 = no
   // bound but max_context.

@@ -149,6 +149,11 @@ const std::vector<Choice<SchedulerHost>>& SchedulerHostChoices() {
                                                        {"leader", SchedulerHost::kLeader}};
   return c;
 }
+const std::vector<Choice<PrefillChunkBudget>>& PrefillChunkBudgetChoices() {
+  static const std::vector<Choice<PrefillChunkBudget>> c = {
+      {"cost", PrefillChunkBudget::kCost}, {"tokens", PrefillChunkBudget::kTokens}};
+  return c;
+}
 const std::vector<Choice<ParallelMode>>& ParallelModeChoices() {
   static const std::vector<Choice<ParallelMode>> c = {{"auto", ParallelMode::kAuto},
                                                       {"explicit", ParallelMode::kExplicit}};
@@ -583,6 +588,10 @@ const std::vector<Field>& Fields() {
       IntField("scheduler", "prefill_chunk_tokens",
                Member<SchedulerSection, int64_t>{&D::scheduler,
                                                  &SchedulerSection::prefill_chunk_tokens}),
+      EnumField("scheduler", "prefill_chunk_budget",
+                Member<SchedulerSection, PrefillChunkBudget>{
+                    &D::scheduler, &SchedulerSection::prefill_chunk_budget},
+                PrefillChunkBudgetChoices()),
       IntField(
           "scheduler", "max_prompt_tokens",
           Member<SchedulerSection, int64_t>{&D::scheduler, &SchedulerSection::max_prompt_tokens}),

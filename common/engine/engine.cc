@@ -11,6 +11,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
   SchedulerOptions s;
   s.max_batch_tokens = o.max_batch_tokens;
   s.prefill_chunk_tokens = o.prefill_chunk_tokens;
+  s.prefill_chunk_budget = o.prefill_chunk_budget;
   s.prefix_caching = o.prefix_caching;
   s.model_id = o.model_id;
   s.max_sequences = std::numeric_limits<int32_t>::max();

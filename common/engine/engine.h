@@ -25,6 +25,8 @@ using EngineStats = SchedulerStats;
 struct EngineOptions {
   int64_t max_batch_tokens = SchedulerSection{}.max_batch_tokens;          // tokens per micro-batch
   int64_t prefill_chunk_tokens = SchedulerSection{}.prefill_chunk_tokens;  // per sequence per step
+  // Later chunks of a long prompt shrink with its context (SchedulerOptions).
+  PrefillChunkBudget prefill_chunk_budget = SchedulerSection{}.prefill_chunk_budget;
   // Reuse the KV blocks of shared prompt prefixes (common/engine/scheduler.h).
   bool prefix_caching = KvCacheSection{}.prefix_caching;
   // Part of every prefix-cache key (SchedulerOptions::model_id).

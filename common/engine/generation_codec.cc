@@ -61,6 +61,7 @@ control::LeaderOptions LeaderOptionsToProto(const SchedulerOptions& o) {
   l.set_prefill_chunk_tokens(o.prefill_chunk_tokens);
   l.set_prefix_caching(o.prefix_caching);
   l.set_model_id(o.model_id);
+  l.set_prefill_chunk_by_cost(o.prefill_chunk_budget == PrefillChunkBudget::kCost);
   return l;
 }
 
@@ -73,6 +74,8 @@ SchedulerOptions LeaderOptionsFromProto(const control::LeaderOptions& l, uint64_
   if (l.prefill_chunk_tokens() > 0) o.prefill_chunk_tokens = l.prefill_chunk_tokens();
   o.prefix_caching = l.prefix_caching();
   o.model_id = l.model_id();
+  o.prefill_chunk_budget =
+      l.prefill_chunk_by_cost() ? PrefillChunkBudget::kCost : PrefillChunkBudget::kTokens;
   o.plan_version = plan_version;
   return o;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/engine/prefill_chunk.h"
 #include "common/engine/scheduler_seq.h"
 
 namespace tessera {
@@ -56,6 +57,10 @@ Scheduler::Scheduler(const ModelConfig& config, StepExecutor* executor, BlockAll
                   : std::make_shared<OutputProcessor>(tokenizer, options.on_output_batch)),
       plan_version_(options.plan_version) {
   if (tokenizer_ && tokenizer_->eos_id()) eos_.insert(*tokenizer_->eos_id());
+  if (options_.prefill_chunk_budget == PrefillChunkBudget::kTokens)
+    options_.prefill_context_tokens = 0;
+  else if (options_.prefill_context_tokens <= 0)
+    options_.prefill_context_tokens = PrefillContextTokens(config);
 }
 
 // The output thread finishes what was posted before the sequences go.
@@ -524,7 +529,9 @@ StepPlan Scheduler::Schedule(int max_in_flight) {
       const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->cached;
       const bool decode = pending == 1 && s->generated > 0;
       int64_t n = std::min(pending, budget);
-      if (!decode) n = std::min(n, options_.prefill_chunk_tokens);
+      if (!decode)
+        n = std::min(n, PrefillChunkTokens(options_.prefill_chunk_tokens,
+                                           options_.prefill_context_tokens, s->cached, pending));
       // Prompt log-probabilities: the whole prompt in this step, or a later one.
       const bool whole_prompt = s->prompt_logprobs_pending && s->cached == 0;
       if (whole_prompt && pending > budget) continue;

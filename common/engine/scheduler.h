@@ -112,6 +112,11 @@ struct SchedulerOptions {
   int64_t queue_limit = SchedulerSection{}.queue_limit;  // waiting (beyond: kResourceExhausted)
   int64_t max_context = 4096;                            // prompt + max_tokens at most
   int64_t prefill_chunk_tokens = SchedulerSection{}.prefill_chunk_tokens;  // per sequence per step
+  // kCost: a prompt's later chunks shrink with the context before them
+  // (common/engine/prefill_chunk.h), by prefill_context_tokens (K there; 0 =
+  // PrefillContextTokens of the scheduler's model). kTokens: fixed chunks.
+  PrefillChunkBudget prefill_chunk_budget = SchedulerSection{}.prefill_chunk_budget;
+  int64_t prefill_context_tokens = 0;
   // On an executor error, re-queue the running sequences (recompute from
   // prompt + generated tokens later) instead of finishing them with kError.
   bool requeue_on_executor_error = false;

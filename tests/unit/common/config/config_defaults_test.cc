@@ -44,7 +44,10 @@ TEST(ConfigDefaults, SchedulerAndEngineOptionsMatchTheSchedulerSection) {
   EXPECT_EQ(scheduler.max_sequences, section.max_sequences);
   EXPECT_EQ(scheduler.queue_limit, section.queue_limit);
   EXPECT_EQ(scheduler.prefill_chunk_tokens, section.prefill_chunk_tokens);
+  EXPECT_EQ(scheduler.prefill_chunk_budget, section.prefill_chunk_budget);
+  EXPECT_EQ(section.prefill_chunk_budget, PrefillChunkBudget::kCost);
   const EngineOptions engine;
+  EXPECT_EQ(engine.prefill_chunk_budget, section.prefill_chunk_budget);
   EXPECT_EQ(engine.max_batch_tokens, section.max_batch_tokens);
   EXPECT_EQ(engine.prefill_chunk_tokens, section.prefill_chunk_tokens);
   EXPECT_EQ(engine.prefill_chunk_tokens, 512);

@@ -292,8 +292,8 @@ TEST(DaemonConfigParse, UnknownKeyListsTheValidKeys) {
       ParseError("[scheduler]\nmax_batch_token = 64\n"),
       "x.toml:2:1: scheduler.max_batch_token: unknown key; did you mean 'max_batch_tokens'?; valid "
       "keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-      "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds, "
-      "runs_on");
+      "prefill_chunk_tokens, prefill_chunk_budget, max_prompt_tokens, max_completion_tokens, "
+      "drain_timeout_seconds, runs_on");
   EXPECT_EQ(
       ParseError("[heartbeat]\n  jitter = 1\n"),
       "x.toml:2:3: heartbeat.jitter: unknown key; valid keys of [heartbeat]: interval_seconds, "
@@ -550,8 +550,8 @@ TEST(DaemonConfigOverride, ErrorsNameTheFlagAndLeaveTheConfigUnchanged) {
        "--set scheduler.queue_limt=64: scheduler.queue_limt: unknown key; did you mean "
        "'queue_limit'?; "
        "valid keys of [scheduler]: max_batch_tokens, max_sequences, queue_limit, max_context, "
-       "prefill_chunk_tokens, max_prompt_tokens, max_completion_tokens, drain_timeout_seconds, "
-       "runs_on"},
+       "prefill_chunk_tokens, prefill_chunk_budget, max_prompt_tokens, max_completion_tokens, "
+       "drain_timeout_seconds, runs_on"},
       {"sched.queue_limit", "64",
        "--set sched.queue_limit=64: unknown table 'sched'; did you mean 'scheduler'?; valid "
        "tables: model, "

@@ -44,6 +44,9 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
       {"[scheduler]\nruns_on = \"worker\"\n",
        "x.toml:2:11: scheduler.runs_on: must be one of \"coordinator\", \"leader\", got "
        "\"worker\""},
+      {"[scheduler]\nprefill_chunk_budget = \"time\"\n",
+       "x.toml:2:24: scheduler.prefill_chunk_budget: must be one of \"cost\", \"tokens\", got "
+       "\"time\""},
 
       {"[parallel]\ntp = 2\npp = -1\n", "x.toml:3:6: parallel.pp: must be >= 1, got -1"},
       {"[parallel]\npp = 2\nlayers_per_stage = [4, 4, 4]\n",

@@ -165,9 +165,15 @@ TEST(LeaderMessages, SchedulerOptionsRoundTripThroughAssignShardLeader) {
   EXPECT_FALSE(back.prefix_caching);
   EXPECT_EQ(back.model_id, "m");
   EXPECT_EQ(back.plan_version, 5u);
-  // Fields left at 0 keep the defaults.
-  EXPECT_EQ(LeaderOptionsFromProto(control::LeaderOptions{}, 1).max_batch_tokens,
-            SchedulerOptions{}.max_batch_tokens);
+  EXPECT_EQ(back.prefill_chunk_budget, PrefillChunkBudget::kCost);
+  o.prefill_chunk_budget = PrefillChunkBudget::kTokens;
+  EXPECT_EQ(LeaderOptionsFromProto(LeaderOptionsToProto(o), 5).prefill_chunk_budget,
+            PrefillChunkBudget::kTokens);
+  // Fields left at 0 keep the defaults; an older coordinator's (no prefill_chunk_by_cost)
+  // fixed chunks stay fixed.
+  const SchedulerOptions old = LeaderOptionsFromProto(control::LeaderOptions{}, 1);
+  EXPECT_EQ(old.max_batch_tokens, SchedulerOptions{}.max_batch_tokens);
+  EXPECT_EQ(old.prefill_chunk_budget, PrefillChunkBudget::kTokens);
 }
 
 TEST(LeaderMessages, FinishReasonNamesRoundTrip) {
