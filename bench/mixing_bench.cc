@@ -114,7 +114,8 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
                                const std::string& budget, bool mixed) {
   SchedulerOptions so;
   so.prefill_chunk_tokens = chunk;
-  so.prefill_chunk_budget = budget == "cost" ? PrefillChunkBudget::kCost : PrefillChunkBudget::kTokens;
+  so.prefill_chunk_budget =
+      budget == "cost" ? PrefillChunkBudget::kCost : PrefillChunkBudget::kTokens;
   so.max_batch_tokens = std::max<int64_t>(chunk + a.decoders, int64_t{a.decoders} * a.prompt_len);
   so.max_sequences = a.decoders + 16;
   so.queue_limit = std::max<int64_t>(so.queue_limit, a.decoders + 64);
@@ -193,11 +194,10 @@ StatusOr<PhaseResult> RunPhase(const Args& a, const ModelConfig& config, StepExe
       "\"decode_tokens_per_s\":%.1f,\"long_prompts\":%zu,\"long_prompts_answered\":%zu,"
       "\"ttft_p50_ms\":%s,\"ttft_max_ms\":%s}\n",
       a.device.c_str(), static_cast<long long>(chunk), mixed ? budget.c_str() : "none",
-      mixed ? "mixed" : "alone", a.decoders,
-      a.prompt_len, a.long_len, a.interval, Ms(t1 - t0) / 1e3, static_cast<long long>(steps),
-      itl.size(), res.itl_p50_ms, res.itl_p99_ms, Percentile(itl, 1.0),
-      static_cast<double>(tokens) / (Ms(t1 - t0) / 1e3), enqueued.size(), ttft.size(),
-      MsOrNull(ttft, 0.5).c_str(), MsOrNull(ttft, 1.0).c_str());
+      mixed ? "mixed" : "alone", a.decoders, a.prompt_len, a.long_len, a.interval,
+      Ms(t1 - t0) / 1e3, static_cast<long long>(steps), itl.size(), res.itl_p50_ms, res.itl_p99_ms,
+      Percentile(itl, 1.0), static_cast<double>(tokens) / (Ms(t1 - t0) / 1e3), enqueued.size(),
+      ttft.size(), MsOrNull(ttft, 0.5).c_str(), MsOrNull(ttft, 1.0).c_str());
   std::fflush(stdout);
   return res;
 }

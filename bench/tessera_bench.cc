@@ -154,8 +154,7 @@ Status RunRank(const Args& a, int r, Store* store) {
           "{\"engine\":\"tessera\",\"tp\":%d,\"what\":\"prefill\",\"batch\":%d,\"prompt\":%d,"
           "\"chunk\":%lld,\"seconds\":%.4f,\"tokens_per_s\":%.1f}\n",
           a.tp, a.prefill_batch, a.prefill_len, static_cast<long long>(eo.prefill_chunk_tokens),
-          s.prefill_seconds,
-          static_cast<double>(s.prefill_tokens) / s.prefill_seconds);
+          s.prefill_seconds, static_cast<double>(s.prefill_tokens) / s.prefill_seconds);
   }
   for (int b : a.batches) {
     // Every prompt prefills in the first step, so each step counted as decode is a pure

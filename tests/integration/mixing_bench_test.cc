@@ -1,8 +1,8 @@
 // bench/mixing_bench (issue #34's stall-free mixing measurement) on a fixture model on the CPU:
-// for each chunk size, an "alone" phase and a "mixed" one per chunk budget, the decoders' inter-token latencies
-// measured in both, every long prompt that arrived answered with its TTFT, and the summary's
-// ratio. The GPU figures come from scripts/gpu-run mixing; this checks the program and its
-// report, not its timings.
+// for each chunk size, an "alone" phase and a "mixed" one per chunk budget, the decoders'
+// inter-token latencies measured in both, every long prompt that arrived answered with its TTFT,
+// and the summary's ratio. The GPU figures come from scripts/gpu-run mixing; this checks the
+// program and its report, not its timings.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -44,9 +44,8 @@ TEST(MixingBench, ReportsBothPhasesAndAnswersEveryLongPrompt) {
       summaries[{j["chunk"].get<int64_t>(), j["budget"].get<std::string>()}] = j;
   }
   EXPECT_EQ(phases.size(), 6u) << run.output;  // per chunk: alone, mixed twice
-  for (const auto& [chunk, budget] :
-       std::vector<std::pair<int64_t, std::string>>{{16, "cost"}, {16, "tokens"}, {64, "cost"},
-                                                    {64, "tokens"}}) {
+  for (const auto& [chunk, budget] : std::vector<std::pair<int64_t, std::string>>{
+           {16, "cost"}, {16, "tokens"}, {64, "cost"}, {64, "tokens"}}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk) + ", budget " + budget);
     ASSERT_EQ(phases.count({chunk, "none", "alone"}), 1u) << run.output;
     ASSERT_EQ(phases.count({chunk, budget, "mixed"}), 1u) << run.output;

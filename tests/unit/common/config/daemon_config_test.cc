@@ -125,7 +125,7 @@ TEST(DaemonConfigExamples, DocsListEveryKey) {
     EXPECT_THAT(section, HasSubstr("| `" + key + "` |")) << section.substr(0, 30);
     ++keys;
   }
-  EXPECT_EQ(keys, 73);
+  EXPECT_EQ(keys, 74);
 }
 
 TEST(DaemonConfigParse, TpPerStageArray) {
