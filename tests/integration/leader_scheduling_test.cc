@@ -8,9 +8,12 @@
 //    when the coordinator schedules and when each replica's leader does.
 //  - At tp 2 the leader sends each micro-batch to its tp peer, with the
 //    same answers as the coordinator's scheduling.
-//  - A leader killed (SIGKILL) under streams: its replica re-plans onto the
+//  - A leader killed (SIGKILL) or stopped (SIGSTOP: it stops heartbeating,
+//    its sockets stay open) under streams: its replica re-plans onto the
 //    spare, and every stream completes with exactly the undisturbed text
 //    (the coordinator re-sends each request with the tokens it delivered).
+//    A stopped leader that resumes afterwards is fenced: what it sends for
+//    its old plan changes no answer.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -121,7 +124,7 @@ class LeaderScheduling : public ::testing::Test {
     EXPECT_EQ(s.done_markers, 1);
     return s.text;
   }
-  void KillUnderStreams(int tp, int victim_rank);
+  void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL);
   pid_t PidOfWorker(const std::string& id) const {
     for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
@@ -215,9 +218,9 @@ TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
   EXPECT_EQ(StreamText(Completion(1, 24, true)), want_stream);
 }
 
-// One replica of `tp` and a spare; the worker of `victim_rank` is killed
-// under streams.
-void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
+// One replica of `tp` and a spare; the worker of `victim_rank` gets `signal`
+// (SIGKILL or SIGSTOP) under streams.
+void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
   Launch(/*on_leader=*/true, 1, tp + 1, tp);  // one replica and a spare
   std::vector<std::string> want;
   for (int i = 0; i < kStreams; ++i)
@@ -244,7 +247,7 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
   while (!all_have(3) && Since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(all_have(3));
   const auto killed = Clock::now();
-  kill(pid, SIGKILL);
+  kill(pid, signal);
   for (int i = 0; i < kStreams; ++i) {
     auto& s = streams[i];
     s.thread.join();
@@ -253,8 +256,8 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
     EXPECT_EQ(s.finish_reason, "length") << "stream " << i;
     EXPECT_EQ(s.text, want[static_cast<size_t>(i)]) << "stream " << i;
   }
-  std::printf("tp %d: streams completed %.2f s after the kill of rank %d\n", tp, Since(killed),
-              victim_rank);
+  std::printf("tp %d: streams completed %.2f s after signal %d to rank %d\n", tp, Since(killed),
+              signal, victim_rank);
   // The spare took the victim's rank, and the new plan took over the
   // running requests.
   json after = Get("/admin/plan");
@@ -270,10 +273,26 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank) {
   const json replica = Get("/admin/cluster")["replicas"][0];
   EXPECT_EQ(replica["load"]["waiting"], 0) << replica.dump();
   EXPECT_EQ(replica["load"]["running"], 0) << replica.dump();
+  if (signal == SIGSTOP) {
+    // The stopped worker resumes with its old plan's sequences: it is fenced, and the new
+    // leader answers as before.
+    kill(pid, SIGCONT);
+    for (int i = 0; i < kStreams; ++i)
+      EXPECT_EQ(Answer(Completion(i, 100, false))["choices"][0]["text"],
+                want[static_cast<size_t>(i)])
+          << "request " << i << " after the stopped worker resumed";
+    for (const json& r : Get("/admin/plan")["ranks"]) EXPECT_NE(r["worker"], victim);
+  }
 }
 
 TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
   KillUnderStreams(/*tp=*/1, /*victim_rank=*/0);
+}
+
+// A stopped leader (no heartbeats, its connections open) is declared lost at the heartbeat
+// timeout, and its requests resume on the spare.
+TEST_F(LeaderScheduling, AStoppedLeaderIsReplacedAndStreamsContinueExactly) {
+  KillUnderStreams(/*tp=*/1, /*victim_rank=*/0, SIGSTOP);
 }
 
 // tp 2: the leader's tp peer dies; the leader's broadcast fails, the replica
