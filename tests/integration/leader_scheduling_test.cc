@@ -295,6 +295,68 @@ TEST_F(LeaderScheduling, AStoppedLeaderIsReplacedAndStreamsContinueExactly) {
   KillUnderStreams(/*tp=*/1, /*victim_rank=*/0, SIGSTOP);
 }
 
+// kill -9 of the coordinator under 4 streams at runs_on = "leader": the streams die with their
+// HTTP connections; the restarted coordinator adopts the plan the workers hold, serves new
+// requests (the same answers as before) within 2 s of becoming ready, and the leader's KV
+// blocks all come back: nothing of the cut-off requests stays running or holds a block.
+TEST_F(LeaderScheduling, ARestartedCoordinatorAdoptsTheLeadersPlanAndNoKvBlockLeaks) {
+  Launch(/*on_leader=*/true, 1, 1);
+  std::vector<std::string> want;
+  for (int i = 0; i < kStreams; ++i)
+    want.push_back(Answer(Completion(i, 100, false))["choices"][0]["text"]);
+  const json before = Get("/admin/plan");
+  ::tessera::testing::RawSseStream streams[kStreams];
+  for (int i = 0; i < kStreams; ++i) {
+    auto* s = &streams[i];
+    const int port = port_;
+    s->thread = std::thread([s, port, i] { s->Run(port, Completion(i, 100, true).dump()); });
+  }
+  const auto t0 = Clock::now();
+  auto all_have = [&](int n) {
+    for (auto& s : streams)
+      if (s.events.load() < n) return false;
+    return true;
+  };
+  while (!all_have(3) && Since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(all_have(3));
+  const int control = cluster_->control_port();
+  cluster_->KillCoordinator();
+  for (auto& s : streams) s.thread.join();
+  const auto restarted = Clock::now();
+  const Status restart = cluster_->RestartCoordinator();
+  ASSERT_TRUE(restart.ok()) << restart.ToString();
+  ASSERT_EQ(cluster_->control_port(), control);
+  port_ = cluster_->api_port();
+  const Status ready = cluster_->WaitReady(30);
+  ASSERT_TRUE(ready.ok()) << ready.ToString();
+  const auto serving = Clock::now();
+  EXPECT_EQ(Answer(Completion(0, 100, false))["choices"][0]["text"], want[0]);
+  const double first = Since(serving);
+  std::printf("restarted coordinator ready after %.2f s, first answer %.2f s later\n",
+              std::chrono::duration<double>(serving - restarted).count(), first);
+  EXPECT_LE(first, 2.0);
+  const json plan = Get("/admin/plan");
+  EXPECT_EQ(plan["plan_version"], before["plan_version"].get<uint64_t>() + 1);
+  ASSERT_EQ(plan["ranks"].size(), before["ranks"].size());
+  EXPECT_EQ(plan["ranks"][0]["worker"], before["ranks"][0]["worker"]);
+  for (int i = 1; i < kStreams; ++i)
+    EXPECT_EQ(Answer(Completion(i, 100, false))["choices"][0]["text"],
+              want[static_cast<size_t>(i)]);
+  // Every KV block is free again once the leader reports after its last request.
+  json load;
+  for (int i = 0; i < 100; ++i) {
+    load = Get("/admin/cluster")["replicas"][0]["load"];
+    if (load["running"] == 0 && load["waiting"] == 0 && load["kv_blocks"].get<int64_t>() > 0 &&
+        load["free_kv_blocks"] == load["kv_blocks"])
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(load["running"], 0) << load.dump();
+  EXPECT_EQ(load["waiting"], 0) << load.dump();
+  EXPECT_GT(load["kv_blocks"].get<int64_t>(), 0) << load.dump();
+  EXPECT_EQ(load["free_kv_blocks"], load["kv_blocks"]) << load.dump();
+}
+
 // tp 2: the leader's tp peer dies; the leader's broadcast fails, the replica
 // re-plans, and the leader's requests resume on the new plan.
 TEST_F(LeaderScheduling, AKilledTpPeerIsReplacedAndStreamsContinueExactly) {
