@@ -20,7 +20,7 @@ namespace tessera::kernels::cuda {
 
 // Whether Tessera's decode kernels (and FlashInfer's decode) launch with programmatic dependent
 // launch on the calling thread's current device (kernels/pdl.cuh): compute capability 9.0 or
-// later and the environment's TESSERA_CUDA_PDL=1 (opt-in until a GPU run has checked it).
+// later, unless the environment's TESSERA_CUDA_PDL=0.
 // Cached per thread.
 bool PdlEnabled();
 
@@ -33,7 +33,8 @@ inline constexpr int64_t kSkinnyGemmMaxRows = 8;
 // Steps of at most this many tokens launch their kernels with PDL (where PdlEnabled()): those
 // whose projections are the skinny GEMMs, which start their weight stream before the wait. On an
 // H100, larger steps (cuBLASLt's GEMMs) ran 1.6-4.5% slower with it, batch 1 1.6-2.7% faster
-// (bench/results/NOTES.md, 2026-12-07).
+// (bench/results/NOTES.md, 2026-12-07); with this rule batch 1 ran 1.5-2.8% faster and batch 64
+// level (2026-12-07, later).
 inline constexpr int64_t kPdlMaxTokens = kSkinnyGemmMaxRows;
 bool SkinnyGemmApplies(DType in, int64_t m, int64_t k, const void* x, const void* w);
 cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, const void* bias,

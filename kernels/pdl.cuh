@@ -9,7 +9,7 @@
 // start streaming its weights then.
 //
 // The rules every kernel launched with LaunchWithPdl follows (tests/gpu Pdl.* checks a chain of
-// them; TESSERA_CUDA_PDL=1 turns PDL on, opt-in until a GPU run has checked it):
+// them; on by default, TESSERA_CUDA_PDL=0 turns PDL off):
 //  - PdlWait() (griddepcontrol.wait) comes before the kernel reads anything an earlier kernel of
 //    the stream writes, and before it writes anything: it returns once every earlier grid has
 //    completed and its memory is visible.
@@ -18,7 +18,8 @@
 //  - PdlLaunchDependents() (griddepcontrol.launch_dependents) comes after PdlWait(): the next
 //    PDL kernel may launch once every block of this grid has called it (or exited), so a kernel's
 //    early reads overlap at most the one kernel before it.
-// Without the launch attribute (pre-Hopper devices, TESSERA_CUDA_PDL unset or not 1, launches
+// Without the launch attribute (pre-Hopper devices, TESSERA_CUDA_PDL=0, steps of more than
+// kPdlMaxTokens tokens, launches
 // that do not use LaunchWithPdl) both instructions are no-ops and ordering is the stream's usual
 // one.
 //

@@ -1,4 +1,4 @@
-// PdlEnabled (kernels/pdl.cuh): compute capability 9.0 or later and TESSERA_CUDA_PDL=1.
+// PdlEnabled (kernels/pdl.cuh): compute capability 9.0 or later, unless TESSERA_CUDA_PDL=0.
 #include <cstdlib>
 #include <cstring>
 
@@ -8,9 +8,10 @@ namespace tessera::kernels::cuda {
 
 bool PdlEnabled() {
   static const bool wanted = [] {
-    // Opt-in until a GPU run has checked it (tests/gpu Pdl.*, gpu-run pdl).
+    // On by default since an H100 run checked the 8-token rule (bench/results/NOTES.md,
+    // 2026-12-07, later): TESSERA_CUDA_PDL=0 turns it off.
     const char* v = std::getenv("TESSERA_CUDA_PDL");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   if (!wanted) return false;
   // One owner thread per GPU: the answer is cached per thread and device.

@@ -361,17 +361,21 @@ struct SchedulerSection {
   int64_t max_context = 0;
   // Prompt tokens prefilled per sequence per iteration (chunked prefill). Smaller
   // chunks keep decode latency steady while long prompts are prefilled; larger
-  // chunks finish prefill in fewer iterations. Must be <= max_batch_tokens.
+  // chunks finish prefill in fewer iterations. Must be <= max_batch_tokens. On an
+  // H100 (Llama-3-8B shape, 32 sequences decoding, an 8k prompt every second)
+  // the decoders' inter-token p99 was 1.76 x their p50 alone at 128, 2.61 x at
+  // 256 and 3.85 x at 512; the 8k prompts' TTFT 678, 487 and 362 ms
+  // (bench/results/NOTES.md, 2026-12-07, later).
   int64_t prefill_chunk_tokens = 512;
-  // "cost": a prompt's first chunk is prefill_chunk_tokens long and each
-  // later one shrinks so that it costs what the first did, counting its
-  // attention to the prompt's tokens already prefilled (common/engine/
-  // prefill_chunk.h: the cost model and its source), so that a step that
-  // prefills late in a long prompt is no slower than one early in it and the
-  // sequences decoding beside it keep a steady inter-token latency. "tokens":
-  // every chunk is prefill_chunk_tokens long (fewer steps per long prompt,
-  // so a shorter TTFT for it, and longer steps for the decoders beside it).
-  PrefillChunkBudget prefill_chunk_budget = PrefillChunkBudget::kCost;
+  // "tokens": every chunk is prefill_chunk_tokens long. "cost": a prompt's
+  // first chunk is prefill_chunk_tokens long and each later one shrinks so that
+  // it costs what the first did by the FLOP model of common/engine/
+  // prefill_chunk.h, counting its attention to the prompt's tokens already
+  // prefilled. Measured on an H100 in the run above, "cost" was worse: p99
+  // 2.90 x at 128 (against 1.76 x), 2.89 x at 256 (2.61 x): a step with a chunk
+  // has a large fixed cost (it runs eagerly, outside the decode CUDA graph), so
+  // smaller chunks mean more such steps and no cheaper ones. Hence "tokens".
+  PrefillChunkBudget prefill_chunk_budget = PrefillChunkBudget::kTokens;
   // Largest prompt accepted, tokens (per prompt, after tokenization and the
   // chat template); longer prompts get HTTP 400 naming this key. 0 = no
   // bound but max_context.

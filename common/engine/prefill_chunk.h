@@ -23,6 +23,11 @@
 // costs more than one early in it; constant-cost chunks keep the decoding
 // sequences' inter-token latency steady (Agrawal et al. 2024, "Taming
 // Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", sec. 4.3).
+// Measured on an H100 (bench/mixing_bench, bench/results/NOTES.md 2026-12-07, later) this made
+// the decoders' inter-token p99 worse than fixed chunks (2.90 x their p50 alone at 128 tokens
+// against 1.76 x): a step that prefills costs a large fixed part beyond its FLOPs (it runs
+// eagerly, outside the decode CUDA graph), which this model leaves out; so "tokens" is the
+// default and "cost" an option.
 //
 // Thread-safety: pure functions.
 #pragma once

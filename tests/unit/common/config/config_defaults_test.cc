@@ -45,7 +45,7 @@ TEST(ConfigDefaults, SchedulerAndEngineOptionsMatchTheSchedulerSection) {
   EXPECT_EQ(scheduler.queue_limit, section.queue_limit);
   EXPECT_EQ(scheduler.prefill_chunk_tokens, section.prefill_chunk_tokens);
   EXPECT_EQ(scheduler.prefill_chunk_budget, section.prefill_chunk_budget);
-  EXPECT_EQ(section.prefill_chunk_budget, PrefillChunkBudget::kCost);
+  EXPECT_EQ(section.prefill_chunk_budget, PrefillChunkBudget::kTokens);
   const EngineOptions engine;
   EXPECT_EQ(engine.prefill_chunk_budget, section.prefill_chunk_budget);
   EXPECT_EQ(engine.max_batch_tokens, section.max_batch_tokens);

@@ -156,6 +156,7 @@ TEST(LeaderMessages, SchedulerOptionsRoundTripThroughAssignShardLeader) {
   o.prefill_chunk_tokens = 64;
   o.prefix_caching = false;
   o.model_id = "m";
+  o.prefill_chunk_budget = PrefillChunkBudget::kCost;
   const SchedulerOptions back = LeaderOptionsFromProto(LeaderOptionsToProto(o), 5);
   EXPECT_EQ(back.max_batch_tokens, 300);
   EXPECT_EQ(back.max_sequences, 7);
