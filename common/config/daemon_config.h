@@ -373,8 +373,9 @@ struct SchedulerSection {
   // prefill_chunk.h, counting its attention to the prompt's tokens already
   // prefilled. Measured on an H100 in the run above, "cost" was worse: p99
   // 2.90 x at 128 (against 1.76 x), 2.89 x at 256 (2.61 x): a step with a chunk
-  // has a large fixed cost (it runs eagerly, outside the decode CUDA graph), so
-  // smaller chunks mean more such steps and no cheaper ones. Hence "tokens".
+  // has a fixed cost beyond its FLOPs (it runs outside the decode CUDA graph),
+  // so smaller chunks add steps, a long prompt takes longer and overlaps the
+  // next (two chunks in one step). Hence "tokens".
   PrefillChunkBudget prefill_chunk_budget = PrefillChunkBudget::kTokens;
   // Largest prompt accepted, tokens (per prompt, after tokenization and the
   // chat template); longer prompts get HTTP 400 naming this key. 0 = no

@@ -25,9 +25,10 @@
 // Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", sec. 4.3).
 // Measured on an H100 (bench/mixing_bench, bench/results/NOTES.md 2026-12-07, later) this made
 // the decoders' inter-token p99 worse than fixed chunks (2.90 x their p50 alone at 128 tokens
-// against 1.76 x): a step that prefills costs a large fixed part beyond its FLOPs (it runs
-// eagerly, outside the decode CUDA graph), which this model leaves out; so "tokens" is the
-// default and "cost" an option.
+// against 1.76 x): a step that prefills has a fixed cost beyond its FLOPs (it runs eagerly,
+// outside the decode CUDA graph), which this model leaves out, so smaller chunks add steps and a
+// long prompt takes longer, most likely overlapping the next one (two chunks in a step); so
+// "tokens" is the default and "cost" an option.
 //
 // Thread-safety: pure functions.
 #pragma once
