@@ -281,7 +281,8 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
       EXPECT_EQ(Answer(Completion(i, 100, false))["choices"][0]["text"],
                 want[static_cast<size_t>(i)])
           << "request " << i << " after the stopped worker resumed";
-    for (const json& r : Get("/admin/plan")["ranks"]) EXPECT_NE(r["worker"], victim);
+    const json now = Get("/admin/plan");
+    for (const json& r : now["ranks"]) EXPECT_NE(r["worker"], victim) << now.dump();
   }
 }
 
