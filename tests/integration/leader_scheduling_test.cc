@@ -125,6 +125,31 @@ class LeaderScheduling : public ::testing::Test {
     return s.text;
   }
   void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL);
+  // The texts of the kStreams 100-token completions the stream tests send, answered whole.
+  std::vector<std::string> StreamAnswers() const {
+    std::vector<std::string> want;
+    for (int i = 0; i < kStreams; ++i)
+      want.push_back(Answer(Completion(i, 100, false))["choices"][0]["text"]);
+    return want;
+  }
+  // Starts those completions streamed, one thread each, and waits (up to 30 s) until every
+  // stream has 3 events. False when one has not.
+  bool StartStreams(::tessera::testing::RawSseStream (&streams)[kStreams]) const {
+    for (int i = 0; i < kStreams; ++i) {
+      auto* s = &streams[i];
+      const int port = port_;
+      s->thread = std::thread([s, port, i] { s->Run(port, Completion(i, 100, true).dump()); });
+    }
+    const auto t0 = Clock::now();
+    auto all_have = [&](int n) {
+      for (auto& s : streams)
+        if (s.events.load() < n) return false;
+      return true;
+    };
+    while (!all_have(3) && Since(t0) < 30)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return all_have(3);
+  }
   pid_t PidOfWorker(const std::string& id) const {
     for (const json& w : json(Get("/admin/cluster")["workers"]))
       if (w["id"] == id && w["state"] == "alive") return w["pid"].get<pid_t>();
@@ -222,9 +247,7 @@ TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
 // (SIGKILL or SIGSTOP) under streams.
 void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
   Launch(/*on_leader=*/true, 1, tp + 1, tp);  // one replica and a spare
-  std::vector<std::string> want;
-  for (int i = 0; i < kStreams; ++i)
-    want.push_back(Answer(Completion(i, 100, false))["choices"][0]["text"]);
+  const std::vector<std::string> want = StreamAnswers();
   const json plan = Get("/admin/plan");
   std::string victim;
   for (const json& r : plan["ranks"])
@@ -233,19 +256,7 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
   ASSERT_GT(pid, 0) << plan.dump();
 
   ::tessera::testing::RawSseStream streams[kStreams];
-  for (int i = 0; i < kStreams; ++i) {
-    auto* s = &streams[i];
-    const int port = port_;
-    s->thread = std::thread([s, port, i] { s->Run(port, Completion(i, 100, true).dump()); });
-  }
-  const auto t0 = Clock::now();
-  auto all_have = [&](int n) {
-    for (auto& s : streams)
-      if (s.events.load() < n) return false;
-    return true;
-  };
-  while (!all_have(3) && Since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  ASSERT_TRUE(all_have(3));
+  ASSERT_TRUE(StartStreams(streams));
   const auto killed = Clock::now();
   kill(pid, signal);
   for (int i = 0; i < kStreams; ++i) {
@@ -302,24 +313,10 @@ TEST_F(LeaderScheduling, AStoppedLeaderIsReplacedAndStreamsContinueExactly) {
 // blocks all come back: nothing of the cut-off requests stays running or holds a block.
 TEST_F(LeaderScheduling, ARestartedCoordinatorAdoptsTheLeadersPlanAndNoKvBlockLeaks) {
   Launch(/*on_leader=*/true, 1, 1);
-  std::vector<std::string> want;
-  for (int i = 0; i < kStreams; ++i)
-    want.push_back(Answer(Completion(i, 100, false))["choices"][0]["text"]);
+  const std::vector<std::string> want = StreamAnswers();
   const json before = Get("/admin/plan");
   ::tessera::testing::RawSseStream streams[kStreams];
-  for (int i = 0; i < kStreams; ++i) {
-    auto* s = &streams[i];
-    const int port = port_;
-    s->thread = std::thread([s, port, i] { s->Run(port, Completion(i, 100, true).dump()); });
-  }
-  const auto t0 = Clock::now();
-  auto all_have = [&](int n) {
-    for (auto& s : streams)
-      if (s.events.load() < n) return false;
-    return true;
-  };
-  while (!all_have(3) && Since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  ASSERT_TRUE(all_have(3));
+  ASSERT_TRUE(StartStreams(streams));
   const int control = cluster_->control_port();
   cluster_->KillCoordinator();
   for (auto& s : streams) s.thread.join();
