@@ -14,15 +14,15 @@
 //       layer; the active experts' (top-k, and the shared expert) for MoE)
 //   attention FLOPs per token per key = 4 * heads * head_dim * full-attention
 //       layers (QK^T and PV, 2 FLOPs per multiply-add each)
-// The factor 2 in K's denominator is attention's lower efficiency on a GPU
-// (FlashAttention-2 runs at about half of a dense GEMM's FLOP rate on
-// Hopper; Dao 2023, "FlashAttention-2", table 1 and section 4.1). Layers
+// The factor 2 in K's denominator is an estimate of attention's lower
+// efficiency on a GPU: FlashAttention-2 reaches 50-73% of an A100's peak FLOPs
+// (Dao 2023, "FlashAttention-2"), below what cuBLAS's large GEMMs reach. Layers
 // with a sliding window attend to at most the window, so they are left out of
 // the attention term (a model whose every layer slides gets K = 0: fixed
 // chunks). Why: a decode step that also prefills a chunk late in a long prompt
 // costs more than one early in it; constant-cost chunks keep the decoding
-// sequences' inter-token latency steady (Agrawal et al. 2024, "Taming
-// Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", sec. 4.3).
+// sequences' inter-token latency steady (the idea of Agrawal et al. 2024, "Taming
+// Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve": a token budget per step).
 // Measured on an H100 (bench/mixing_bench, bench/results/NOTES.md 2026-12-07, later) this made
 // the decoders' inter-token p99 worse than fixed chunks (2.90 x their p50 alone at 128 tokens
 // against 1.76 x): a step that prefills has a fixed cost beyond its FLOPs (it runs eagerly,
