@@ -14,6 +14,9 @@
 //    (the coordinator re-sends each request with the tokens it delivered).
 //    A stopped leader that resumes afterwards is fenced: what it sends for
 //    its old plan changes no answer.
+//  - A coordinator killed and restarted adopts the leader's plan; no KV block
+//    stays taken.
+//  - Chunks by cost (scheduler.prefill_chunk_budget) answer as fixed chunks.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,6 +25,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,14 +88,17 @@ json Essence(const json& reply) {
 
 class LeaderScheduling : public ::testing::Test {
  protected:
-  void Launch(bool on_leader, int replicas, int workers, int tp = 1) {
+  void Launch(bool on_leader, int replicas, int workers, int tp = 1,
+              const std::string& scheduler_toml = "") {
     ::tessera::testing::DaemonClusterOptions o;
     o.temp_prefix = "tessera-leader";
     o.parallel_toml = fmt::format("tp = {}\npp = 1\nreplicas = {}\n", tp, replicas);
     o.admin_toml = fmt::format("port = 0\ntoken = \"{}\"\n", kToken);
     o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 1.0\n";
     o.scheduler_toml += fmt::format("runs_on = \"{}\"\n", on_leader ? "leader" : "coordinator");
+    o.scheduler_toml += scheduler_toml;
     o.workers = workers;
+    o.worker_metrics = true;
     o.worker_timeout_seconds = 3.0;
     o.ready_timeout_seconds = 60;
     o.stop_grace_seconds = 3.0;
@@ -125,6 +132,18 @@ class LeaderScheduling : public ::testing::Test {
     return s.text;
   }
   void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL);
+  // The prefill steps worker 0 ran (tessera_step_duration_seconds_count, phase "prefill",
+  // scraped from its /metrics), or -1 when the series is missing.
+  int PrefillSteps() const {
+    auto r = HttpCall(cluster_->metrics_port(0), "GET", "/metrics", "");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::istringstream lines(r.body);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("tessera_step_duration_seconds_count{", 0) == 0 &&
+          line.find("phase=\"prefill\"") != std::string::npos)
+        return std::stoi(line.substr(line.rfind(' ') + 1));
+    return -1;
+  }
   // The texts of the kStreams 100-token completions the stream tests send, answered whole.
   std::vector<std::string> StreamAnswers() const {
     std::vector<std::string> want;
@@ -305,6 +324,30 @@ TEST_F(LeaderScheduling, AKilledLeaderIsReplacedAndStreamsContinueExactly) {
 // timeout, and its requests resume on the spare.
 TEST_F(LeaderScheduling, AStoppedLeaderIsReplacedAndStreamsContinueExactly) {
   KillUnderStreams(/*tp=*/1, /*victim_rank=*/0, SIGSTOP);
+}
+
+// scheduler.prefill_chunk_budget = "cost" through the daemons: a 120-token prompt in chunks that
+// shrink with its context (K = 168 tokens for this fixture: 40, 33, 29, 18 against 40, 40, 40)
+// gives the greedy text of fixed chunks, scheduled by the coordinator and by the leader (the
+// budget travels in AssignShard.leader), and the worker counts the steps those chunks take.
+TEST_F(LeaderScheduling, ChunksByCostAnswerAsFixedChunks) {
+  json request = Completion(0, 8, false);
+  std::vector<int> prompt;
+  for (int i = 0; i < 120; ++i) prompt.push_back(3 + (i * 37) % 500);
+  request["prompt"] = prompt;
+  const std::string chunk = "prefill_chunk_tokens = 40\n";
+  Launch(/*on_leader=*/false, 1, 1, 1, chunk + "prefill_chunk_budget = \"tokens\"\n");
+  const json want = Answer(request);
+  ASSERT_FALSE(want.is_null());
+  EXPECT_EQ(PrefillSteps(), 3);
+  cluster_->Stop();
+  for (bool on_leader : {false, true}) {
+    SCOPED_TRACE(on_leader ? "leader" : "coordinator");
+    Launch(on_leader, 1, 1, 1, chunk + "prefill_chunk_budget = \"cost\"\n");
+    EXPECT_EQ(Answer(request), want);
+    EXPECT_EQ(PrefillSteps(), 4);
+    cluster_->Stop();
+  }
 }
 
 // kill -9 of the coordinator under 4 streams at runs_on = "leader": the streams die with their
