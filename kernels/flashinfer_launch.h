@@ -84,6 +84,33 @@ struct FlashInferPrefillArgs {
 cudaError_t LaunchFlashInferPrefill(DType dtype, const FlashInferPrefillArgs& args,
                                     cudaStream_t stream, std::string* error);
 
+// Prefill on Hopper: FlashInfer's FlashAttention-3 kernel (prefill_sm90.cuh: warp-specialised,
+// wgmma, built for sm_90a only, TESSERA_WITH_FLASHINFER_SM90), causal over the paged cache, whose
+// pages it loads with cp.async. Instantiated for BF16 and F16 at head_dim 128. Query tiles are
+// kFlashInferSm90TileQ rows of one query head (no packing of the GQA group); one persistent CTA
+// per SM walks the work items of a host plan (kernels/prefill_work_plan.h) whose arrays are on the
+// device: CTA c takes items work_indptr[c] .. work_indptr[c + 1] - 1, for `ctas` CTAs and `works`
+// items, and ctas must be the device's SM count (else cudaErrorInvalidValue). The plan carries
+// each sequence's q row offset, page offset and lengths, so kv.indptr and kv.last_page_len are
+// not read.
+struct FlashInferPrefillSm90Args {
+  FlashInferPagedKv kv;
+  const void* q = nullptr;
+  void* out = nullptr;
+  int32_t num_tokens = 0;  // rows of q and out
+  int32_t heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  const int32_t* work_indptr = nullptr;  // [ctas + 1]
+  // [works] each: the query tile, the sequence's first q row and page offset, its q rows and
+  // context positions, the query head, the sequence's index in the step.
+  const int32_t *qo_tile = nullptr, *qo_indptr = nullptr, *kv_indptr = nullptr, *qo_len = nullptr,
+                *kv_len = nullptr, *head = nullptr, *batch = nullptr;
+  int32_t ctas = 0, works = 0;
+};
+inline constexpr int32_t kFlashInferSm90TileQ = 128;
+cudaError_t LaunchFlashInferPrefillSm90(DType dtype, const FlashInferPrefillSm90Args& args,
+                                        cudaStream_t stream, std::string* error);
+
 // Packed query rows per prefill CTA for a step of `num_tokens` rows over `num_seqs` sequences
 // with `group` query heads per kv head: 128 when the average sequence packs more than 64 rows,
 // 16 otherwise (FlashInfer's FA2 choice, restricted to the two tiles instantiated).

@@ -3,6 +3,8 @@
 // flash-style prefill, kernels/paged_attention_cuda.cu) and their launch.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,9 @@
 #include "kernels/paged_attention.h"
 #ifdef TESSERA_WITH_FLASHINFER
 #include "kernels/flashinfer_launch.h"
+#endif
+#ifdef TESSERA_WITH_FLASHINFER_SM90
+#include "kernels/prefill_work_plan.h"
 #endif
 
 namespace tessera::kernels::cuda {
@@ -145,15 +150,93 @@ Status FlashInferDecode(const Tensor& q, const KvCacheLayer& cache, const Attent
                           "FlashInfer BatchDecodeWithPagedKVCache");
 }
 
-// Prefill: the work items (query tiles of each sequence) are planned here and uploaded.
+#ifdef TESSERA_WITH_FLASHINFER_SM90
+// Sequences with at least this many query rows in a step (one full query tile) take the Hopper
+// kernel; shorter ones (decode tokens, short chunks) the FA2 kernel, whose tiles pack a GQA
+// group's rows and so read each key once per kv head, not once per query head.
+constexpr int64_t kSm90MinTokens = kFlashInferSm90TileQ;
+
+// The Hopper prefill runs on compute capability 9.0 exactly (sm_90a code), at head_dim 128,
+// unless TESSERA_CUDA_FA3=0 (read once).
+bool Sm90PrefillOn(const Context& ctx, DType dtype, int64_t head_dim) {
+  static const bool wanted = [] {
+    const char* v = std::getenv("TESSERA_CUDA_FA3");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return wanted && ctx.props().major == 9 && ctx.props().minor == 0 && head_dim == 128 &&
+         (dtype == DType::kBF16 || dtype == DType::kF16);
+}
+
+// The Hopper prefill of the step's sequences with at least kSm90MinTokens rows: planned over
+// the device's SMs (kernels/prefill_work_plan.h) and uploaded per call.
+Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
+                             float scale, Tensor& out, Context& ctx) {
+  const int64_t block = cache.k.dim(1);
+  std::vector<PrefillWorkSeq> seqs;
+  int64_t pages = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const AttentionSeq& s = b.seqs[i];
+    const int64_t kv_len = s.start_pos + s.num_tokens;
+    if (s.num_tokens >= kSm90MinTokens)
+      seqs.push_back({static_cast<int32_t>(s.token_begin), static_cast<int32_t>(s.num_tokens),
+                      static_cast<int32_t>(pages), static_cast<int32_t>(kv_len),
+                      static_cast<int32_t>(i)});
+    pages += (kv_len + block - 1) / block;
+  }
+  if (seqs.empty()) return Status::Ok();
+  const PrefillWorkPlan plan =
+      PlanPrefillWork(seqs, q.dim(1), ctx.props().multiProcessorCount, kFlashInferSm90TileQ);
+  TESSERA_ASSIGN_OR_RETURN(Tensor dev_plan, ctx.UploadI32(plan.values));
+  FlashInferPrefillSm90Args a;
+  a.kv = PagedKvOf(cache, b);
+  a.q = q.raw();
+  a.out = out.raw();
+  a.num_tokens = static_cast<int32_t>(b.num_tokens);
+  a.heads = static_cast<int32_t>(q.dim(1));
+  a.head_dim = static_cast<int32_t>(q.dim(2));
+  a.scale = scale;
+  const int32_t* d = dev_plan.data<int32_t>();
+  a.work_indptr = d;
+  a.qo_tile = d + plan.Offset(PrefillWorkPlan::kQoTile);
+  a.qo_indptr = d + plan.Offset(PrefillWorkPlan::kQoIndptr);
+  a.kv_indptr = d + plan.Offset(PrefillWorkPlan::kKvIndptr);
+  a.qo_len = d + plan.Offset(PrefillWorkPlan::kQoLen);
+  a.kv_len = d + plan.Offset(PrefillWorkPlan::kKvLen);
+  a.head = d + plan.Offset(PrefillWorkPlan::kHead);
+  a.batch = d + plan.Offset(PrefillWorkPlan::kBatch);
+  a.ctas = static_cast<int32_t>(plan.ctas);
+  a.works = static_cast<int32_t>(plan.works);
+  std::string error;
+  return FlashInferStatus(LaunchFlashInferPrefillSm90(q.dtype(), a, ctx.stream(), &error), error,
+                          "FlashInfer BatchPrefillWithPagedKVCache (sm90)");
+}
+#endif  // TESSERA_WITH_FLASHINFER_SM90
+
+// Prefill: the work items (query tiles of each sequence) are planned here and uploaded. On
+// Hopper, sequences of at least kSm90MinTokens rows go to FlashInfer's FA3 kernel (a second
+// launch writing their rows of `out`) and the rest here.
 Status FlashInferPrefill(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
                          float scale, Tensor& out, Context& ctx) {
   const int64_t S = static_cast<int64_t>(b.seqs.size());
   const int64_t heads = q.dim(1), head_dim = q.dim(2), group = heads / cache.k.dim(2);
-  const int32_t tile = FlashInferPrefillTileQ(b.num_tokens, S, group);
+  int64_t min_sm90 = INT64_MAX;  // sequences with this many rows or more: the FA3 kernel
+#ifdef TESSERA_WITH_FLASHINFER_SM90
+  if (Sm90PrefillOn(ctx, q.dtype(), head_dim)) {
+    TESSERA_RETURN_IF_ERROR(FlashInferPrefillSm90(q, cache, b, scale, out, ctx));
+    min_sm90 = kSm90MinTokens;
+  }
+#endif
+  int64_t fa2_tokens = 0, fa2_seqs = 0;
+  for (const AttentionSeq& s : b.seqs) {
+    if (s.num_tokens >= min_sm90) continue;
+    fa2_tokens += s.num_tokens;
+    ++fa2_seqs;
+  }
+  const int32_t tile = FlashInferPrefillTileQ(fa2_tokens, fa2_seqs, group);
   // [chunk][request: N][qo_tile: N][kv_tile: N]
   std::vector<int32_t> request, qo_tile;
   for (int64_t i = 0; i < S; ++i) {
+    if (b.seqs[static_cast<size_t>(i)].num_tokens >= min_sm90) continue;
     const int64_t rows = b.seqs[static_cast<size_t>(i)].num_tokens * group;
     for (int64_t t = 0; t * tile < rows; ++t) {
       request.push_back(static_cast<int32_t>(i));

@@ -2,7 +2,8 @@
 // prefill (kernels/flashinfer_launch.h) against Tessera's CUDA kernels and the CPU reference,
 // per dtype, at head dims 64 and 128, GQA groups 1 to 8, contexts crossing block boundaries,
 // fresh and chunked prefill over a cached prefix, the split and unsplit decode, both prefill
-// query tiles, and a decode recorded as a CUDA graph replayed with other contexts.
+// query tiles, Hopper's FA3 prefill beside FA2 in one step, and a decode recorded as a CUDA
+// graph replayed with other contexts.
 #include <numeric>
 
 #include "gpu/gpu_test_util.h"
@@ -141,6 +142,13 @@ TEST_P(AttentionKernels, FlashInferPrefillMatchesTesseraAndCpu) {
     RunCase(dt, sh, 16, decode_heavy, false, seed += 10, "prefill decode-heavy");
   }
   RunCase(dt, {9, 3, 64}, 32, chunked, false, seed += 10, "prefill block 32");
+  // On Hopper at head_dim 128, sequences of 128 rows or more take the FA3 kernel
+  // (kernels/flashinfer_launch.h, LaunchFlashInferPrefillSm90) and the rest FA2 in a second
+  // launch: a long prompt of many query tiles beside a decode token and a chunk after a prefix,
+  // and a partial last tile in every sequence.
+  const std::vector<SeqSpec> long_prompt = {{0, 2100}, {3000, 1}, {50, 300}, {0, 127}};
+  RunCase(dt, {8, 2, 128}, 16, long_prompt, false, seed += 10, "prefill long");
+  RunCase(dt, {8, 8, 128}, 32, long_prompt, false, seed += 10, "prefill long block 32");
 }
 
 // A FlashInfer decode recorded as a CUDA graph (the worker's decode graphs) reads its plan
