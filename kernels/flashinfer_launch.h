@@ -91,8 +91,14 @@ cudaError_t LaunchFlashInferPrefill(DType dtype, const FlashInferPrefillArgs& ar
 // per SM walks the work items of a host plan (kernels/prefill_work_plan.h) whose arrays are on the
 // device: CTA c takes items work_indptr[c] .. work_indptr[c + 1] - 1, for `ctas` CTAs and `works`
 // items, and ctas must be the device's SM count (else cudaErrorInvalidValue). The plan carries
-// each sequence's q row offset, page offset and lengths, so kv.indptr and kv.last_page_len are
-// not read.
+// each sequence's q row offset, K/V offset and lengths, so kv.indptr and kv.last_page_len are
+// not read. Two kinds:
+//   paged (step_k == nullptr): keys and values gathered from the cache's pages with cp.async
+//     (FlashInfer's tiles of 128 query rows x 96 keys); kv_indptr is the sequence's offset in
+//     kv.indices (pages).
+//   ragged (step_k, step_v: the step's own rows, [num_tokens, kv_heads, head_dim], contiguous):
+//     for fresh prompts (start_pos 0), keys and values read with TMA (128 x 128 tiles);
+//     kv_indptr is the sequence's first row in step_k, and kv_len its rows.
 struct FlashInferPrefillSm90Args {
   FlashInferPagedKv kv;
   const void* q = nullptr;
@@ -100,6 +106,8 @@ struct FlashInferPrefillSm90Args {
   int32_t num_tokens = 0;  // rows of q and out
   int32_t heads = 0, head_dim = 0;
   float scale = 1.0f;
+  const void* step_k = nullptr;  // ragged: the step's K rows, else nullptr (paged)
+  const void* step_v = nullptr;
   const int32_t* work_indptr = nullptr;  // [ctas + 1]
   // [works] each: the query tile, the sequence's first q row and page offset, its q rows and
   // context positions, the query head, the sequence's index in the step.

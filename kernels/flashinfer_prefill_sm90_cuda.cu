@@ -1,9 +1,9 @@
-// FlashInfer's Hopper causal prefill over the paged KV cache (kernels/flashinfer_launch.h,
-// LaunchFlashInferPrefillSm90): the FlashAttention-3 kernel of flashinfer-python 0.7.4's
-// attention/hopper/prefill_sm90.cuh, at head_dim 128 for BF16 and F16, with the persistent tile
-// scheduler fed by Tessera's plan (kernels/prefill_work_plan.h, planned by the caller). Compiled
-// for sm_90a only (wgmma and register reallocation): CMake builds this file alone in
-// tessera_kernels_sm90.
+// FlashInfer's Hopper causal prefill (kernels/flashinfer_launch.h, LaunchFlashInferPrefillSm90),
+// over the paged KV cache or the step's own K/V rows (ragged): the FlashAttention-3 kernels of
+// flashinfer-python 0.7.4's attention/hopper/prefill_sm90.cuh, at head_dim 128 for BF16 and
+// F16, with the persistent tile scheduler fed by Tessera's plan (kernels/prefill_work_plan.h,
+// planned by the caller). Compiled for sm_90a only (wgmma and register reallocation): CMake
+// builds this file alone in tessera_kernels_sm90.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,14 +20,11 @@ namespace {
 
 namespace fi = ::flashinfer;
 
-template <typename T>
-cudaError_t PrefillSm90(const FlashInferPrefillSm90Args& a, cudaStream_t stream) {
-  using Params = fi::BatchPrefillPagedParams<T, T, T, int32_t>;
-  constexpr uint32_t kHeadDim = 128;
-  Params p{};
+// The fields both kinds of params share (FlashInfer's hopper/default_params.cuh).
+template <typename T, typename Params>
+void FillCommon(const FlashInferPrefillSm90Args& a, int64_t kv_row, Params& p) {
+  constexpr int64_t kHeadDim = 128;
   p.q_ptr = static_cast<T*>(const_cast<void*>(a.q));
-  p.k_ptr = static_cast<T*>(a.kv.k_cache);
-  p.v_ptr = static_cast<T*>(a.kv.v_cache);
   p.o_ptr = static_cast<T*>(a.out);
   p.lse_ptr = nullptr;
   p.work_indptr = const_cast<int32_t*>(a.work_indptr);
@@ -38,27 +35,48 @@ cudaError_t PrefillSm90(const FlashInferPrefillSm90Args& a, cudaStream_t stream)
   p.kv_lens = const_cast<int32_t*>(a.kv_len);
   p.head_indices = const_cast<int32_t*>(a.head);
   p.batch_indices = const_cast<int32_t*>(a.batch);
-  p.kv_indices = const_cast<int32_t*>(a.kv.indices);
   p.additional_params.logits_soft_cap = 0.0f;
   p.additional_params.sm_scale = a.scale;
   p.additional_params.maybe_prefix_len_ptr = nullptr;
   p.additional_params.maybe_token_pos_in_items_ptr = nullptr;
   p.additional_params.token_pos_in_items_len = 0;
   p.additional_params.maybe_max_item_len_ptr = nullptr;
-  // q [tokens, heads, head_dim] and out [tokens, heads * head_dim], contiguous; the cache
-  // [pages, block_size, kv_heads, head_dim] (NHD).
+  // q [tokens, heads, head_dim] and out [tokens, heads * head_dim], contiguous; K/V rows of
+  // kv_heads * head_dim (a cache page [block_size, kv_heads, head_dim], NHD, or the step's rows).
   p.q_stride_n = p.o_stride_n = static_cast<int64_t>(a.heads) * kHeadDim;
   p.q_stride_h = p.o_stride_h = kHeadDim;
-  p.k_stride_n = p.v_stride_n = static_cast<int64_t>(a.kv.kv_heads) * kHeadDim;
+  p.k_stride_n = p.v_stride_n = kv_row;
   p.k_stride_h = p.v_stride_h = kHeadDim;
-  p.k_page_stride = p.v_page_stride = static_cast<int64_t>(a.kv.block_size) * p.k_stride_n;
   p.nnz_qo = a.num_tokens;
   p.num_qo_heads = a.heads;
   p.num_kv_heads = a.kv.kv_heads;
   p.group_size = a.heads / a.kv.kv_heads;
-  p.page_size = a.kv.block_size;
   p.window_left = -1;
   p.causal = true;
+}
+
+template <typename T>
+cudaError_t PrefillSm90(const FlashInferPrefillSm90Args& a, cudaStream_t stream) {
+  constexpr uint32_t kHeadDim = 128;
+  const int64_t kv_row = static_cast<int64_t>(a.kv.kv_heads) * kHeadDim;
+  if (a.step_k != nullptr) {
+    fi::BatchPrefillRaggedParams<T, T, T, int32_t> p{};
+    FillCommon<T>(a, kv_row, p);
+    p.k_ptr = static_cast<T*>(const_cast<void*>(a.step_k));
+    p.v_ptr = static_cast<T*>(const_cast<void*>(a.step_v));
+    p.nnz_kv = a.num_tokens;
+    return fi::BatchPrefillWithRaggedKVCacheDispatched<
+        kHeadDim, kHeadDim, fi::MaskMode::kCausal, /*LEFT_SLIDING_WINDOW=*/false,
+        /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false, fi::StandardAttention>(p, /*enable_pdl=*/false,
+                                                                      stream);
+  }
+  fi::BatchPrefillPagedParams<T, T, T, int32_t> p{};
+  FillCommon<T>(a, kv_row, p);
+  p.k_ptr = static_cast<T*>(a.kv.k_cache);
+  p.v_ptr = static_cast<T*>(a.kv.v_cache);
+  p.kv_indices = const_cast<int32_t*>(a.kv.indices);
+  p.k_page_stride = p.v_page_stride = static_cast<int64_t>(a.kv.block_size) * kv_row;
+  p.page_size = a.kv.block_size;
   return fi::BatchPrefillWithPagedKVCacheDispatched<
       kHeadDim, kHeadDim, fi::MaskMode::kCausal, /*LEFT_SLIDING_WINDOW=*/false,
       /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false, fi::StandardAttention>(p, /*enable_pdl=*/false,

@@ -52,6 +52,16 @@ struct KvCacheLayer {
 // in the same dtype or kF8E4M3 (scales finite and > 0).
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 
+// The step's own K and V rows, as WriteKv has just written them into the cache: [tokens, kv_heads,
+// head_dim] in the compute dtype, contiguous, not owned. Optional: a kernel may read the keys of a
+// fresh prompt (a sequence with start_pos 0) from them instead of gathering them from the paged
+// cache (FlashInfer's Hopper prefill does, kernels/flashinfer_launch.h); the CPU and every other
+// kernel read the cache. Ignored when a shape or dtype does not match the step's.
+struct StepKv {
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+};
+
 // out[t, h*head_dim:(h+1)*head_dim] = softmax(cap(q[t,h] . K[b..p] * scale)) V[b..p]
 // with b = 0, or b = max(0, p - sliding_window + 1) when sliding_window > 0,
 // and cap(s) = softcap * tanh(s / softcap) when softcap > 0, else s.
@@ -61,7 +71,8 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 // Errors: kInvalidArgument on shapes, dtypes, a negative sliding_window or a
 // negative or non-finite softcap.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window = 0, float softcap = 0.0f);
+                      float scale, Tensor& out, int64_t sliding_window = 0, float softcap = 0.0f,
+                      StepKv step_kv = {});
 
 // The CUDA attention kernels (the CPU has one implementation).
 //   kFlashInfer: FlashInfer's (flashinfer-python 0.7.4's headers, kernels/flashinfer_launch.h):
@@ -93,21 +104,23 @@ bool FlashInferTakes(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_
 namespace cpu {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f);
+                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f,
+                      StepKv step_kv = {});
 }  // namespace cpu
 
 namespace cuda {
 Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch);
 // With DefaultAttentionKernels().
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f);
+                      float scale, Tensor& out, int64_t sliding_window, float softcap = 0.0f,
+                      StepKv step_kv = {});
 // With `kernels` (kFlashInfer falls back to Tessera's for a shape FlashInferTakes() refuses, a
 // sliding window, a soft-cap, or a build without FlashInfer). A decode graph records the kernels
 // of its first step: `kernels` and the batch's decode_work_items must stay the same for its batch
 // size.
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                       float scale, Tensor& out, int64_t sliding_window, float softcap,
-                      AttentionKernels kernels);
+                      AttentionKernels kernels, StepKv step_kv = {});
 }  // namespace cuda
 
 }  // namespace tessera::kernels

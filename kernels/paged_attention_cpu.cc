@@ -63,7 +63,8 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap,
+                      StepKv step_kv) {
   if (sliding_window < 0)
     return InvalidArgument("attention: sliding window " + std::to_string(sliding_window) +
                            " is negative");
@@ -71,7 +72,7 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
     return InvalidArgument("attention: soft-cap " + std::to_string(softcap) +
                            " is not a finite number >= 0");
   return TESSERA_DISPATCH(q.device(), PagedAttention, q, cache, batch, scale, out, sliding_window,
-                          softcap);
+                          softcap, step_kv);
 }
 
 namespace cpu {
@@ -141,7 +142,8 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap,
+                      StepKv /*step_kv: the CPU reads the cache*/) {
   const std::vector<AttentionSeq>& seqs = batch.seqs;
   TESSERA_RETURN_IF_ERROR(ExpectTensor(q, 3, DType::kF32, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);

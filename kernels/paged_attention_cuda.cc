@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -156,33 +157,44 @@ Status FlashInferDecode(const Tensor& q, const KvCacheLayer& cache, const Attent
 // group's rows and so read each key once per kv head, not once per query head.
 constexpr int64_t kSm90MinTokens = kFlashInferSm90TileQ;
 
-// The Hopper prefill runs on compute capability 9.0 exactly (sm_90a code), at head_dim 128,
-// unless TESSERA_CUDA_FA3=0 (read once).
-bool Sm90PrefillOn(const Context& ctx, DType dtype, int64_t head_dim) {
-  static const bool wanted = [] {
+// TESSERA_CUDA_FA3 (read once): "0" keeps prefill on FA2; "paged" uses FA3's paged kernel for
+// every sequence (not the ragged one over the step's K/V: the A/B of scripts/gpu-run); anything
+// else, or unset, both.
+enum class Sm90Mode { kOff, kPagedOnly, kOn };
+Sm90Mode Sm90ModeFromEnv() {
+  static const Sm90Mode mode = [] {
     const char* v = std::getenv("TESSERA_CUDA_FA3");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    if (v != nullptr && std::strcmp(v, "0") == 0) return Sm90Mode::kOff;
+    if (v != nullptr && std::strcmp(v, "paged") == 0) return Sm90Mode::kPagedOnly;
+    return Sm90Mode::kOn;
   }();
-  return wanted && ctx.props().major == 9 && ctx.props().minor == 0 && head_dim == 128 &&
-         (dtype == DType::kBF16 || dtype == DType::kF16);
+  return mode;
 }
 
-// The Hopper prefill of the step's sequences with at least kSm90MinTokens rows: planned over
-// the device's SMs (kernels/prefill_work_plan.h) and uploaded per call.
-Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
-                             float scale, Tensor& out, Context& ctx) {
-  const int64_t block = cache.k.dim(1);
-  std::vector<PrefillWorkSeq> seqs;
-  int64_t pages = 0;
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    const AttentionSeq& s = b.seqs[i];
-    const int64_t kv_len = s.start_pos + s.num_tokens;
-    if (s.num_tokens >= kSm90MinTokens)
-      seqs.push_back({static_cast<int32_t>(s.token_begin), static_cast<int32_t>(s.num_tokens),
-                      static_cast<int32_t>(pages), static_cast<int32_t>(kv_len),
-                      static_cast<int32_t>(i)});
-    pages += (kv_len + block - 1) / block;
+// The Hopper prefill runs on compute capability 9.0 exactly (sm_90a code), at head_dim 128.
+bool Sm90PrefillOn(const Context& ctx, DType dtype, int64_t head_dim) {
+  return Sm90ModeFromEnv() != Sm90Mode::kOff && ctx.props().major == 9 && ctx.props().minor == 0 &&
+         head_dim == 128 && (dtype == DType::kBF16 || dtype == DType::kF16);
+}
+
+// Whether `step_kv` holds the step's K/V rows as the ragged FA3 kernel reads them:
+// [num_tokens, kv_heads, head_dim] in q's dtype, on the GPU.
+bool StepKvUsable(const StepKv& step_kv, const Tensor& q, const KvCacheLayer& cache,
+                  const AttentionBatch& b) {
+  const std::vector<int64_t> shape = {b.num_tokens, cache.k.dim(2), q.dim(2)};
+  for (const Tensor* t : {step_kv.k, step_kv.v}) {
+    if (t == nullptr || !t->defined() || t->device() != Device::kCUDA || t->dtype() != q.dtype() ||
+        t->shape() != shape)
+      return false;
   }
+  return true;
+}
+
+// One Hopper launch over `seqs`: planned over the device's SMs (kernels/prefill_work_plan.h)
+// and uploaded per call; ragged (keys from the step's rows) when step_k is set, else paged.
+Status LaunchSm90(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b, float scale,
+                  Tensor& out, Context& ctx, std::span<const PrefillWorkSeq> seqs,
+                  const StepKv* ragged) {
   if (seqs.empty()) return Status::Ok();
   const PrefillWorkPlan plan =
       PlanPrefillWork(seqs, q.dim(1), ctx.props().multiProcessorCount, kFlashInferSm90TileQ);
@@ -195,6 +207,10 @@ Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const A
   a.heads = static_cast<int32_t>(q.dim(1));
   a.head_dim = static_cast<int32_t>(q.dim(2));
   a.scale = scale;
+  if (ragged != nullptr) {
+    a.step_k = ragged->k->raw();
+    a.step_v = ragged->v->raw();
+  }
   const int32_t* d = dev_plan.data<int32_t>();
   a.work_indptr = d;
   a.qo_tile = d + plan.Offset(PrefillWorkPlan::kQoTile);
@@ -208,7 +224,33 @@ Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const A
   a.works = static_cast<int32_t>(plan.works);
   std::string error;
   return FlashInferStatus(LaunchFlashInferPrefillSm90(q.dtype(), a, ctx.stream(), &error), error,
-                          "FlashInfer BatchPrefillWithPagedKVCache (sm90)");
+                          ragged ? "FlashInfer BatchPrefillWithRaggedKVCache (sm90)"
+                                 : "FlashInfer BatchPrefillWithPagedKVCache (sm90)");
+}
+
+// The Hopper prefill of the step's sequences with at least kSm90MinTokens rows: fresh prompts
+// (start_pos 0) read their keys from the step's rows when `step_kv` holds them (the ragged
+// kernel, TMA loads), the others from the cache's pages.
+Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
+                             float scale, Tensor& out, Context& ctx, const StepKv& step_kv) {
+  const int64_t block = cache.k.dim(1);
+  const bool ragged_ok = Sm90ModeFromEnv() == Sm90Mode::kOn && StepKvUsable(step_kv, q, cache, b);
+  std::vector<PrefillWorkSeq> paged, ragged;
+  int64_t pages = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const AttentionSeq& s = b.seqs[i];
+    const int64_t kv_len = s.start_pos + s.num_tokens;
+    if (s.num_tokens >= kSm90MinTokens) {
+      const bool fresh = ragged_ok && s.start_pos == 0;
+      (fresh ? ragged : paged)
+          .push_back({static_cast<int32_t>(s.token_begin), static_cast<int32_t>(s.num_tokens),
+                      static_cast<int32_t>(fresh ? s.token_begin : pages),
+                      static_cast<int32_t>(kv_len), static_cast<int32_t>(i)});
+    }
+    pages += (kv_len + block - 1) / block;
+  }
+  TESSERA_RETURN_IF_ERROR(LaunchSm90(q, cache, b, scale, out, ctx, ragged, &step_kv));
+  return LaunchSm90(q, cache, b, scale, out, ctx, paged, nullptr);
 }
 #endif  // TESSERA_WITH_FLASHINFER_SM90
 
@@ -216,13 +258,14 @@ Status FlashInferPrefillSm90(const Tensor& q, const KvCacheLayer& cache, const A
 // Hopper, sequences of at least kSm90MinTokens rows go to FlashInfer's FA3 kernel (a second
 // launch writing their rows of `out`) and the rest here.
 Status FlashInferPrefill(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& b,
-                         float scale, Tensor& out, Context& ctx) {
+                         float scale, Tensor& out, Context& ctx,
+                         [[maybe_unused]] const StepKv& step_kv) {
   const int64_t S = static_cast<int64_t>(b.seqs.size());
   const int64_t heads = q.dim(1), head_dim = q.dim(2), group = heads / cache.k.dim(2);
   int64_t min_sm90 = INT64_MAX;  // sequences with this many rows or more: the FA3 kernel
 #ifdef TESSERA_WITH_FLASHINFER_SM90
   if (Sm90PrefillOn(ctx, q.dtype(), head_dim)) {
-    TESSERA_RETURN_IF_ERROR(FlashInferPrefillSm90(q, cache, b, scale, out, ctx));
+    TESSERA_RETURN_IF_ERROR(FlashInferPrefillSm90(q, cache, b, scale, out, ctx, step_kv));
     min_sm90 = kSm90MinTokens;
   }
 #endif
@@ -292,14 +335,15 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
-                      float scale, Tensor& out, int64_t sliding_window, float softcap) {
+                      float scale, Tensor& out, int64_t sliding_window, float softcap,
+                      StepKv step_kv) {
   TESSERA_ASSIGN_OR_RETURN(AttentionKernels kernels, DefaultAttentionKernels());
-  return PagedAttention(q, cache, batch, scale, out, sliding_window, softcap, kernels);
+  return PagedAttention(q, cache, batch, scale, out, sliding_window, softcap, kernels, step_kv);
 }
 
 Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const AttentionBatch& batch,
                       float scale, Tensor& out, int64_t sliding_window, float softcap,
-                      AttentionKernels kernels) {
+                      AttentionKernels kernels, StepKv step_kv) {
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "attention query"));
   const int64_t heads = q.dim(1), head_dim = q.dim(2);
   const int64_t kv_heads = cache.k.rank() == 4 ? cache.k.dim(2) : 0;
@@ -331,10 +375,11 @@ Status PagedAttention(const Tensor& q, const KvCacheLayer& cache, const Attentio
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx->stream(), &capture));
     if (capture == cudaStreamCaptureStatusNone)
-      return FlashInferPrefill(q, cache, batch, scale, out, *ctx);
+      return FlashInferPrefill(q, cache, batch, scale, out, *ctx, step_kv);
   }
 #else
   (void)kernels;
+  (void)step_kv;
 #endif
   AttentionShape shape = ShapeOf(cache, heads, kv_heads, head_dim);
   // A window at least the longest context masks nothing.

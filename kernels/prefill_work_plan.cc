@@ -64,7 +64,7 @@ PrefillWorkPlan PlanPrefillWork(std::span<const PrefillWorkSeq> seqs, int64_t he
       const PrefillWorkSeq& q = seqs[static_cast<size_t>(it.seq)];
       v[plan.Offset(PrefillWorkPlan::kQoTile) + w] = it.tile;
       v[plan.Offset(PrefillWorkPlan::kQoIndptr) + w] = q.q_begin;
-      v[plan.Offset(PrefillWorkPlan::kKvIndptr) + w] = q.kv_page_begin;
+      v[plan.Offset(PrefillWorkPlan::kKvIndptr) + w] = q.kv_begin;
       v[plan.Offset(PrefillWorkPlan::kQoLen) + w] = q.q_len;
       v[plan.Offset(PrefillWorkPlan::kKvLen) + w] = q.kv_len;
       v[plan.Offset(PrefillWorkPlan::kHead) + w] = it.head;

@@ -25,16 +25,17 @@ namespace tessera::kernels {
 
 // One sequence of the step as the plan sees it.
 struct PrefillWorkSeq {
-  int32_t q_begin = 0;        // first query row of the sequence in the step's q / out
-  int32_t q_len = 0;          // query rows (>= 0; 0: the sequence has no work)
-  int32_t kv_page_begin = 0;  // offset of its block table in the step's page indices
-  int32_t kv_len = 0;         // context positions, these rows included (>= q_len)
-  int32_t batch = 0;          // the sequence's index in the step (FlashInfer's batch_idx)
+  int32_t q_begin = 0;   // first query row of the sequence in the step's q / out
+  int32_t q_len = 0;     // query rows (>= 0; 0: the sequence has no work)
+  int32_t kv_begin = 0;  // its keys: the offset of its block table in the step's page
+                         // indices (paged), or its first row of the step's K/V (ragged)
+  int32_t kv_len = 0;    // context positions, these rows included (>= q_len)
+  int32_t batch = 0;     // the sequence's index in the step (FlashInfer's batch_idx)
 };
 
 // The plan, packed as the kernel's eight I32 arrays in one buffer (`values`), W = works:
 //   work_indptr [ctas + 1], then qo_tile, qo_indptr, kv_indptr, qo_len, kv_len, head, batch,
-//   each [W]. qo_indptr and kv_indptr of an item are its sequence's q_begin and kv_page_begin.
+//   each [W]. qo_indptr and kv_indptr of an item are its sequence's q_begin and kv_begin.
 struct PrefillWorkPlan {
   int64_t ctas = 0, works = 0;
   int64_t max_cta_cost = 0, total_cost = 0;  // in key positions (see above)

@@ -67,7 +67,8 @@ void RunCase(DType dt, Shape sh, int64_t block, std::vector<SeqSpec> specs, bool
   kernels::KvCacheLayer dev_cache{Up(g, kc.raw), Up(g, vc.raw)};
   auto batch = kernels::MakeAttentionBatch(as, tokens, block, num_blocks, g, work_items);
   ASSERT_TRUE(batch.ok()) << batch.status().ToString();
-  Status s = kernels::WriteKv(dev_cache, Up(g, k.raw), Up(g, v.raw), *batch);
+  const Tensor kd = Up(g, k.raw), vd = Up(g, v.raw);
+  Status s = kernels::WriteKv(dev_cache, kd, vd, *batch);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(Down(g, dev_cache.k), Vec(cpu_cache.k)) << label << ": K cache after WriteKv";
   EXPECT_EQ(Down(g, dev_cache.v), Vec(cpu_cache.v)) << label << ": V cache after WriteKv";
@@ -77,6 +78,13 @@ void RunCase(DType dt, Shape sh, int64_t block, std::vector<SeqSpec> specs, bool
   s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_fi, 0, 0.0f,
                                     kernels::AttentionKernels::kFlashInfer);
   ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
+  // With the step's K/V rows beside the cache, as a model step passes them: on Hopper, fresh
+  // prompts of 128 rows or more read their keys from them (FA3's ragged kernel).
+  Tensor out_step = Dev(g, {tokens, sh.heads * sh.head_dim}, dt);
+  s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_step, 0, 0.0f,
+                                    kernels::AttentionKernels::kFlashInfer,
+                                    kernels::StepKv{&kd, &vd});
+  ASSERT_TRUE(s.ok()) << label << " (step K/V): " << s.ToString();
   s = kernels::cuda::PagedAttention(qd, dev_cache, *batch, scale, out_ts, 0, 0.0f,
                                     kernels::AttentionKernels::kTessera);
   ASSERT_TRUE(s.ok()) << label << ": " << s.ToString();
@@ -89,6 +97,7 @@ void RunCase(DType dt, Shape sh, int64_t block, std::vector<SeqSpec> specs, bool
   ExpectClose(fi, Vec(ref), dt, std::string("flashinfer ") + what);
   ExpectClose(ts, Vec(ref), dt, std::string("tessera    ") + what);
   ExpectClose(fi, ts, dt, std::string("fi vs ts    ") + what);
+  ExpectClose(Down(g, out_step), Vec(ref), dt, std::string("fi step K/V ") + what);
 }
 
 const Shape kShapes[] = {

@@ -427,9 +427,11 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   const double mscale = config_.rope_scaling.attention_factor;
   float scale = static_cast<float>(config_.AttentionScale());
   if (mscale != 1.0) scale = static_cast<float>(scale * mscale * mscale);
+  // The step's K/V rows ride along: a fresh prompt's attention may read them instead of the
+  // cache's pages (FlashInfer's Hopper prefill, kernels/paged_attention.h StepKv).
   TESSERA_RETURN_IF_ERROR(kernels::PagedAttention(
       q3, cache.layer(local), in.attention, scale, attn, config_.LayerSlidingWindow(layer),
-      static_cast<float>(config_.attn_logit_softcapping)));
+      static_cast<float>(config_.attn_logit_softcapping), kernels::StepKv{&k3, &v3}));
   TESSERA_ASSIGN_OR_RETURN(Tensor o, Alloc({tokens, hidden}));
   TESSERA_RETURN_IF_ERROR(Project(attn, w.o_proj, w.o_scales, Tensor(), o));
   TESSERA_RETURN_IF_ERROR(AllReduce(o, "attention", layer));

@@ -54,7 +54,7 @@ TEST(PrefillWorkPlan, EveryTileOfEveryHeadOnceWithItsSequence) {
     EXPECT_GE(head, 0);
     EXPECT_LT(head, 4);
     EXPECT_EQ(seen.qo_indptr, s.q_begin);
-    EXPECT_EQ(seen.kv_indptr, s.kv_page_begin);
+    EXPECT_EQ(seen.kv_indptr, s.kv_begin);
     EXPECT_EQ(seen.qo_len, s.q_len);
     EXPECT_EQ(seen.kv_len, s.kv_len);
   }
