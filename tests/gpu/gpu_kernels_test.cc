@@ -93,12 +93,18 @@ TEST(SkinnyGemm, EveryRowCountMatchesCpu) {
 // add + RMSNorm, GEMM into gate|up, the fused SwiGLU, RoPE of q and k, and the argmax of a final
 // f32 projection.
 TEST(Pdl, ChainedDecodeKernelsMatchTheSynchronizedChain) {
-  // gpu-run's tests stage sets TESSERA_CUDA_PDL=1 (PDL is opt-in).
+  // PDL is on by default on compute capability 9.0 and later (kernels/pdl_cuda.cu);
+  // TESSERA_CUDA_PDL=0 turns it off, and then the chain runs without it.
   const char* env = std::getenv("TESSERA_CUDA_PDL");
-  const bool on = env != nullptr && std::string(env) == "1";
+  Gpu(DType::kBF16);  // the device is set
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const bool on = (env == nullptr || std::string(env) != "0") && major >= 9;
   for (DType dt : {DType::kBF16, DType::kF16}) {
     kernels::Backend& g = Gpu(dt);
-    EXPECT_EQ(kernels::cuda::PdlEnabled(), on) << "TESSERA_CUDA_PDL=1 on an sm_90 device";
+    EXPECT_EQ(kernels::cuda::PdlEnabled(), on)
+        << "PDL on unless TESSERA_CUDA_PDL=0, on a compute capability 9.0 or later device";
     const int64_t hidden = 4096, inter = 2048, heads = 32, hd = 128;
     const Tensor w_sq = Up(g, Random({hidden, hidden}, 61, dt, 1.0f / 64).raw);
     const Tensor w_gu = Up(g, Random({2 * inter, hidden}, 62, dt, 1.0f / 64).raw);
