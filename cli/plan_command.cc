@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/admin_reply.h"
 #include "cli/commands.h"
@@ -43,7 +44,18 @@ struct PlanArgs {
   bool show_cluster = false;
   std::string cluster_url;  // --cluster: ask a running coordinator instead
   std::string token;
+  // The dry-run options given on the command line (AddPlanCommand): --cluster refuses them, as
+  // they would shape a plan it does not make.
+  std::vector<std::string> dry_run_options_given;
 };
+
+// The options that shape a dry run (everything but --cluster and --token).
+const char* const kDryRunOptions[] = {"--model",         "--topology",      "--objective",
+                                      "--max-context",   "--min-kv-tokens", "--gpu-memory-fraction",
+                                      "--dtype",         "--quantization",  "--kv-cache-dtype",
+                                      "--prompt-tokens", "--output-tokens", "--max-batch",
+                                      "--max-pp",        "--top",           "--allow-cross-node-tp",
+                                      "--no-pcie-tp",    "--show-cluster"};
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "tessera: error: %s\n", s.ToString().c_str());
@@ -78,9 +90,14 @@ int RunClusterPlan(const PlanArgs& a) {
 
 int RunPlan(const PlanArgs& a) {
   if (!a.cluster_url.empty()) {
-    if (!a.model.empty() || !a.topology.empty())
-      return Fail(
-          InvalidArgument("--cluster asks a running coordinator; drop --model and --topology"));
+    if (!a.dry_run_options_given.empty()) {
+      std::string given;
+      for (const std::string& o : a.dry_run_options_given) given += (given.empty() ? "" : ", ") + o;
+      return Fail(InvalidArgument("--cluster prints the running coordinator's plan, which " +
+                                  given +
+                                  " would not change (they shape a dry run): drop them, or drop "
+                                  "--cluster for a dry run"));
+    }
     return RunClusterPlan(a);
   }
   if (a.model.empty() || a.topology.empty())
@@ -175,7 +192,11 @@ Subcommand AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--allow-cross-node-tp", a->cross_node_tp, "let tp groups span hosts");
   cmd->add_flag("--no-pcie-tp", a->no_pcie_tp, "keep tp groups inside NVLink islands");
   cmd->add_flag("--show-cluster", a->show_cluster, "print the cluster model first");
-  return {cmd, [a] { return RunPlan(*a); }};
+  return {cmd, [a, cmd] {
+            for (const char* name : kDryRunOptions)
+              if (cmd->count(name) > 0) a->dry_run_options_given.push_back(name);
+            return RunPlan(*a);
+          }};
 }
 
 }  // namespace tessera::cli

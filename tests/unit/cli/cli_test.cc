@@ -147,6 +147,19 @@ TEST(Cli, HelpVersionAndUsageErrors) {
   EXPECT_EQ(bad_count.exit_code, 1);
   EXPECT_NE(bad_count.err.find("--tp lists 2 stages but --pp is 3"), std::string::npos)
       << bad_count.err;
+  // `plan --cluster` prints the running plan: dry-run options beside it are refused, named,
+  // before any call (port 1 would refuse the connection), not silently ignored.
+  CliRun cluster_and_dry_run =
+      Tessera("plan --cluster 127.0.0.1:1 --kv-cache-dtype fp8 --max-batch 8");
+  EXPECT_EQ(cluster_and_dry_run.exit_code, 1);
+  EXPECT_NE(cluster_and_dry_run.err.find("--cluster prints the running coordinator's plan, which "
+                                         "--kv-cache-dtype, --max-batch would not change"),
+            std::string::npos)
+      << cluster_and_dry_run.err;
+  CliRun cluster_and_model = Tessera("plan --cluster 127.0.0.1:1 --model /tmp");
+  EXPECT_EQ(cluster_and_model.exit_code, 1);
+  EXPECT_NE(cluster_and_model.err.find("which --model would not change"), std::string::npos)
+      << cluster_and_model.err;
 }
 
 TEST(Cli, ModelErrorsNameTheFile) {
