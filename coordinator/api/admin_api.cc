@@ -58,7 +58,7 @@ void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<
   auto parsed = ParsePlanRequest(req.body);
   if (!parsed.ok()) {
     res->SendError(
-        400, parsed.status().message(), std::nullopt,
+        400, parsed.status().message(), PlanRequestErrorParam(parsed.status()),
         parsed.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
     return;
   }

@@ -1,6 +1,7 @@
 #include "coordinator/api/plan_json.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "common/base/json_parse.h"
 
@@ -13,6 +14,25 @@ namespace {
 // above any real layout; the planner then checks what the model allows).
 constexpr int64_t kMaxLayoutDegree = 1 << 20;
 }  // namespace
+
+std::optional<std::string> PlanRequestErrorParam(const Status& error) {
+  const std::string& m = error.message();
+  static const std::string kUnknown = "request body: unknown field '";
+  if (m.rfind(kUnknown, 0) == 0) {
+    const size_t end = m.find('\'', kUnknown.size());
+    if (end == std::string::npos) return std::nullopt;
+    return m.substr(kUnknown.size(), end - kUnknown.size());
+  }
+  const size_t colon = m.find(": ");
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  const std::string field = m.substr(0, colon);
+  // A field path: letters, digits, '_' and an index; "request body" is the whole body.
+  for (char c : field)
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '[' || c == ']'))
+      return std::nullopt;
+  return field;
+}
 
 StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
   json j;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/base/status.h"
@@ -27,6 +28,12 @@ namespace tessera {
 // is mixed with tp / pp, objective is unknown, or replica is not an integer
 // >= 0.
 StatusOr<PlanRequest> ParsePlanRequest(const std::string& body);
+
+// The request field an error of ParsePlanRequest names, for the error body's "param": the text
+// before its first ": " ("tp", "tp[1]", "layers_per_stage[0]", "replica", ...), or the unknown
+// field of "request body: unknown field 'X' ..."; nullopt for an error of the body as a whole
+// (not JSON, not an object) or a message of another form.
+std::optional<std::string> PlanRequestErrorParam(const Status& error);
 
 // {"tp","tp_per_stage","pp","layers_per_stage"} of a layout: tp is 0 when
 // the stages differ in tp; tp_per_stage lists every stage's tp.

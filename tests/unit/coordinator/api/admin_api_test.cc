@@ -169,6 +169,32 @@ TEST_F(AdminApiTest, ARefusedApplyAnswers409) {
   EXPECT_NE(reply.body.find("conflict"), std::string::npos) << reply.body;
 }
 
+// A body the parser refuses answers 400 whose error names the request field in "param" (the
+// OpenAI error shape), or null when the body as a whole is wrong; nothing is applied.
+TEST_F(AdminApiTest, ABadBodyAnswers400NamingTheField) {
+  const struct {
+    const char* body;
+    json param;
+  } cases[] = {
+      {R"({"tp": 0, "pp": 1})", "tp"},
+      {R"({"tp": [2, 0], "pp": 2})", "tp[1]"},
+      {R"({"tp": 1, "pp": 2, "layers_per_stage": "3,3"})", "layers_per_stage"},
+      {R"({"tp": 1, "replica": -1})", "replica"},
+      {R"({"tp": 1, "tpp": 2})", "tpp"},
+      {R"({"auto": "yes"})", "auto"},
+      {R"([1, 2])", nullptr},
+      {R"({"tp": )", nullptr},
+  };
+  for (const auto& c : cases) {
+    const HttpReply reply = HttpCall(server_->port(), "POST", "/admin/plan", c.body, "tok");
+    ASSERT_EQ(reply.status, 400) << c.body << ": " << reply.body;
+    const json error = json::parse(reply.body)["error"];
+    EXPECT_EQ(error["param"], c.param) << c.body << ": " << reply.body;
+    EXPECT_EQ(error["code"], "invalid_plan") << reply.body;
+  }
+  EXPECT_EQ(plans_.applied_tp, 0);
+}
+
 TEST_F(AdminApiTest, ADryRunAnswersTheTypedChangeAsJson) {
   const HttpReply reply =
       HttpCall(server_->port(), "POST", "/admin/plan?dry_run=true", R"({"tp": 2, "pp": 1})", "tok");
