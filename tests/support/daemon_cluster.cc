@@ -229,6 +229,15 @@ Status DaemonCluster::RestartCoordinator() {
                           dir_ + "/ports" + std::to_string(coordinator_starts_ + 1) + ".json");
 }
 
+Status DaemonCluster::RestartCoordinatorAndWaitReady(double timeout_seconds) {
+  const int control = control_port();
+  TESSERA_RETURN_IF_ERROR(RestartCoordinator());
+  if (control_port() != control)
+    return Internal(fmt::format("the restarted coordinator took control port {}, not {}",
+                                control_port(), control));
+  return WaitReady(timeout_seconds);
+}
+
 std::optional<int> DaemonCluster::WaitForExit(pid_t pid, double timeout_seconds) {
   const auto deadline = After(timeout_seconds);
   int status = 0;

@@ -150,6 +150,9 @@ class DaemonCluster {
   // log is coordinator<N>.log, its ports file ports<N>.json (ports() then
   // has the new ports). Errors: no ports file. Does not wait for readiness.
   Status RestartCoordinator();
+  // RestartCoordinator, then WaitReady(timeout_seconds). Errors: RestartCoordinator's; a new
+  // control port (the workers would not find it); not ready in time.
+  Status RestartCoordinatorAndWaitReady(double timeout_seconds);
   // Waits up to `timeout_seconds` for `pid` (one of this cluster's) to exit
   // and reaps it; its wait status, or nullopt when it was still running
   // (then it is SIGKILLed and reaped). The pid is no longer stopped by Stop().
