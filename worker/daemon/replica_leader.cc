@@ -23,7 +23,8 @@ ReplicaLeader::ReplicaLeader(const ModelConfig& model, const Tokenizer* tokenize
     : plan_version_(options.plan_version),
       send_(std::move(send)),
       allocator_(kv_blocks),
-      free_kv_blocks_(allocator_.num_free()) {
+      free_kv_blocks_(allocator_.num_free()),
+      sent_free_kv_blocks_(allocator_.num_free()) {
   options.on_output_batch = [this] { FlushFromOutput(); };
   scheduler_ = std::make_unique<Scheduler>(model, executor, &allocator_, block_size, tokenizer,
                                            std::move(options));
@@ -163,6 +164,10 @@ void ReplicaLeader::FlushFromOutput() {
 
 bool ReplicaLeader::busy() const {
   if (scheduler_->waiting() > 0 || scheduler_->running() > 0) return true;
+  // The load now (nothing waits or runs) against the one last sent.
+  if (allocator_.num_free() != sent_free_kv_blocks_.load() || sent_waiting_.load() != 0 ||
+      sent_running_.load() != 0)
+    return true;
   // The output thread may have made updates (a finish) after the last flush.
   MutexLock lock(&mu_);
   return !pending_.empty();
@@ -180,7 +185,8 @@ Status ReplicaLeader::Flush(bool force) {
   control::RequestUpdates* out = e.mutable_request_updates();
   {
     MutexLock lock(&mu_);
-    if (pending_.empty()) return Status::Ok();
+    // Nothing to send, unless the owner flushes a load the coordinator has not been told.
+    if (pending_.empty() && !(force && LoadUnsent())) return Status::Ok();
     for (control::RequestUpdate& u : pending_) *out->add_updates() = std::move(u);
     pending_.clear();
     pending_index_.clear();
@@ -188,9 +194,14 @@ Status ReplicaLeader::Flush(bool force) {
   last_flush_ = now;
   out->set_plan_version(plan_version_);
   control::LeaderLoad* load = out->mutable_load();
-  load->set_waiting(waiting_.load());
-  load->set_running(running_.load());
-  load->set_free_kv_blocks(static_cast<uint64_t>(free_kv_blocks_.load()));
+  const uint64_t waiting = waiting_.load(), running = running_.load();
+  const int64_t free_blocks = free_kv_blocks_.load();
+  load->set_waiting(waiting);
+  load->set_running(running);
+  load->set_free_kv_blocks(static_cast<uint64_t>(free_blocks));
+  sent_waiting_ = waiting;
+  sent_running_ = running;
+  sent_free_kv_blocks_ = free_blocks;
   load->set_kv_blocks(static_cast<uint64_t>(allocator_.num_blocks()));
   load->set_preemptions(static_cast<uint64_t>(preemptions_.load()));
   load->set_prefix_cache_query_tokens(static_cast<uint64_t>(prefix_query_tokens_.load()));

@@ -86,7 +86,8 @@ class ReplicaLeader {
   // whether there was work. Errors: the executor's (the sequences it ran
   // have finished with an error update) or the send's.
   StatusOr<bool> Step();
-  // Requests queued or running, or updates not sent yet: Step has work.
+  // Requests queued or running, updates not sent yet, or free KV blocks the coordinator has
+  // not been told of: Step has work. Owner thread.
   bool busy() const EXCLUDES(mu_);
   uint64_t plan_version() const { return plan_version_; }
 
@@ -110,6 +111,18 @@ class ReplicaLeader {
   // from the output thread (the allocator is the owner's; the scheduler may
   // be going away while the output thread finishes).
   std::atomic<int64_t> free_kv_blocks_{0};
+  // The load the last send told the coordinator. A finish the output thread sends carries the
+  // load noted before the scheduler ended that sequence and freed its blocks: until a send has
+  // told the coordinator the load it has now, the leader is busy (busy()), and the owner's
+  // Flush sends the load even without updates. Else the router would see a running sequence
+  // and blocks held by nothing for as long as the leader stays idle.
+  std::atomic<int64_t> sent_free_kv_blocks_{0};
+  std::atomic<uint64_t> sent_waiting_{0}, sent_running_{0};
+  // Whether the noted load differs from the one last sent.
+  bool LoadUnsent() const {
+    return free_kv_blocks_.load() != sent_free_kv_blocks_.load() ||
+           waiting_.load() != sent_waiting_.load() || running_.load() != sent_running_.load();
+  }
   std::atomic<uint64_t> waiting_{0}, running_{0};
   std::atomic<int64_t> preemptions_{0}, prefix_query_tokens_{0}, prefix_hit_tokens_{0};
   // Owner thread: the load figures above, now.
