@@ -14,7 +14,7 @@
 //
 // Usage: tessera_bench --model DIR [--tp 1|2] [--batches 1,16,64]
 //        [--prompt-len 128] [--new-tokens 64] [--prefill-len 1024] [--prefill-batch 4]
-//        [--prefill-chunk N]
+//        [--prefill-chunk N] [--quantization fp8] [--kv-cache-dtype auto|fp8]
 #include <cuda_runtime_api.h>
 #include <sys/resource.h>
 
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/engine/engine.h"
+#include "common/format/kv_cache_dtype.h"
 #include "common/format/quantization.h"
 #include "common/net/file_store.h"
 #include "kernels/backend.h"
@@ -49,7 +50,8 @@ struct Args {
   int prefill_len = 1024;
   int prefill_batch = 4;
   int prefill_chunk = 0;  // prompt tokens per sequence per prefill step; 0 = --prefill-len
-  QuantMethod quantization = QuantMethod::kNone;  // --quantization fp8: online FP8 at load
+  QuantMethod quantization = QuantMethod::kNone;      // --quantization fp8: online FP8 at load
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // --kv-cache-dtype fp8: e4m3, scale 1
 };
 
 std::vector<GenerationRequest> Requests(int n, int len, int new_tokens, int64_t vocab,
@@ -128,7 +130,7 @@ Status RunRank(const Args& a, int r, Store* store) {
   for (int b : a.batches) blocks = std::max(blocks, blocks_for(b, a.prompt_len + a.new_tokens + 1));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
                            KvCache::Create(*backend, lay.num_layers(), blocks, block,
-                                           lay.kv_heads_local, config.head_dim));
+                                           lay.kv_heads_local, config.head_dim, a.kv_cache_dtype));
   PipelineLinks links;
   links.tp_rank = r;
   links.tp = comm.get();
@@ -184,10 +186,10 @@ Status RunRank(const Args& a, int r, Store* store) {
       std::printf(
           "{\"engine\":\"tessera\",\"tp\":%d,\"what\":\"decode\",\"batch\":%d,\"prompt\":%d,"
           "\"new_tokens\":%d,\"ms_per_step\":%.4f,\"tokens_per_s\":%.1f,\"weight_bytes_per_gpu\":%"
-          "lld}\n",
+          "lld,\"kv_cache_dtype\":\"%s\"}\n",
           a.tp, b, a.prompt_len, a.new_tokens, 1e3 * s.decode_seconds / steps,
           static_cast<double>(s.decode_tokens) / s.decode_seconds,
-          static_cast<long long>(loaded.weight_bytes));
+          static_cast<long long>(loaded.weight_bytes), DTypeName(cache->dtype()));
     std::fflush(stdout);
   }
   const kernels::MemoryStats after = backend->memory_stats();
@@ -229,6 +231,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       a.quantization = *q;
+    } else if (k == "--kv-cache-dtype") {
+      auto d = tessera::ParseKvCacheDType(v, "--kv-cache-dtype");
+      if (!d.ok()) {
+        std::fprintf(stderr, "tessera_bench: %s\n", d.status().ToString().c_str());
+        return 2;
+      }
+      a.kv_cache_dtype = *d;
     } else if (k == "--batches") {
       a.batches.clear();
       std::stringstream ss(v);
