@@ -44,18 +44,11 @@ struct PlanArgs {
   bool show_cluster = false;
   std::string cluster_url;  // --cluster: ask a running coordinator instead
   std::string token;
-  // The dry-run options given on the command line (AddPlanCommand): --cluster refuses them, as
-  // they would shape a plan it does not make.
+  // The dry-run options given on the command line (AddPlanCommand: every option of the
+  // subcommand but --cluster, --token and --help): --cluster refuses them, as they would shape
+  // a plan it does not make.
   std::vector<std::string> dry_run_options_given;
 };
-
-// The options that shape a dry run (everything but --cluster and --token).
-const char* const kDryRunOptions[] = {"--model",         "--topology",      "--objective",
-                                      "--max-context",   "--min-kv-tokens", "--gpu-memory-fraction",
-                                      "--dtype",         "--quantization",  "--kv-cache-dtype",
-                                      "--prompt-tokens", "--output-tokens", "--max-batch",
-                                      "--max-pp",        "--top",           "--allow-cross-node-tp",
-                                      "--no-pcie-tp",    "--show-cluster"};
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "tessera: error: %s\n", s.ToString().c_str());
@@ -156,10 +149,12 @@ Subcommand AddPlanCommand(CLI::App& app) {
   cmd->add_option("--model", a->model, "a model's config.json, or its directory");
   cmd->add_option("--topology", a->topology,
                   "a topology file (TOML, docs/topology.md; or tessera topo --json)");
-  cmd->add_option("--cluster", a->cluster_url,
-                  "instead: a running coordinator's admin URL (http://HOST:PORT); prints its plan "
-                  "and reasoning");
-  cmd->add_option("--token", a->token, "admin bearer token for --cluster");
+  const CLI::Option* cluster =
+      cmd->add_option("--cluster", a->cluster_url,
+                      "instead: a running coordinator's admin URL (http://HOST:PORT); prints its "
+                      "plan and reasoning");
+  const CLI::Option* token =
+      cmd->add_option("--token", a->token, "admin bearer token for --cluster");
   cmd->add_option("--objective", a->objective, "latency or throughput")
       ->check(CLI::IsMember({"latency", "throughput"}));
   cmd->add_option("--max-context", a->max_context,
@@ -192,9 +187,13 @@ Subcommand AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--allow-cross-node-tp", a->cross_node_tp, "let tp groups span hosts");
   cmd->add_flag("--no-pcie-tp", a->no_pcie_tp, "keep tp groups inside NVLink islands");
   cmd->add_flag("--show-cluster", a->show_cluster, "print the cluster model first");
-  return {cmd, [a, cmd] {
-            for (const char* name : kDryRunOptions)
-              if (cmd->count(name) > 0) a->dry_run_options_given.push_back(name);
+  // Every other option shapes a dry run, so --cluster refuses it: the registrations above are
+  // the one list of them.
+  return {cmd, [a, cmd, cluster, token] {
+            for (const CLI::Option* opt : cmd->get_options())
+              if (opt != cluster && opt != token && opt != cmd->get_help_ptr() &&
+                  opt != cmd->get_help_all_ptr() && opt->count() > 0)
+                a->dry_run_options_given.push_back(opt->get_name());
             return RunPlan(*a);
           }};
 }

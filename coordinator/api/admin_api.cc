@@ -57,9 +57,10 @@ void SendPlanApplyResult(Responder& res, const PlanApplyResult& result) {
 void HandlePlanPost(PlanControl& plans, const HttpRequest& req, std::shared_ptr<Responder> res) {
   auto parsed = ParsePlanRequest(req.body);
   if (!parsed.ok()) {
+    const PlanRequestError& refused = parsed.error();
     res->SendError(
-        400, parsed.status().message(), PlanRequestErrorParam(parsed.status()),
-        parsed.status().code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
+        400, refused.status.message(), refused.param,
+        refused.status.code() == StatusCode::kUnimplemented ? "not_supported" : "invalid_plan");
     return;
   }
   auto proposal = plans.Propose(*parsed);

@@ -1,7 +1,7 @@
 #include "coordinator/api/plan_json.h"
 
 #include <algorithm>
-#include <cctype>
+#include <utility>
 
 #include "common/base/json_parse.h"
 
@@ -13,105 +13,100 @@ namespace {
 // The largest tp or pp a plan request may name (a bound on the input, far
 // above any real layout; the planner then checks what the model allows).
 constexpr int64_t kMaxLayoutDegree = 1 << 20;
+
+// A refusal of the field `param` (nullopt: the body as a whole).
+PlanRequestError Refuse(std::optional<std::string> param, std::string message) {
+  return {InvalidArgument(std::move(message)), std::move(param)};
+}
 }  // namespace
 
-std::optional<std::string> PlanRequestErrorParam(const Status& error) {
-  const std::string& m = error.message();
-  static const std::string kUnknown = "request body: unknown field '";
-  if (m.rfind(kUnknown, 0) == 0) {
-    const size_t end = m.find('\'', kUnknown.size());
-    if (end == std::string::npos) return std::nullopt;
-    return m.substr(kUnknown.size(), end - kUnknown.size());
-  }
-  const size_t colon = m.find(": ");
-  if (colon == std::string::npos || colon == 0) return std::nullopt;
-  const std::string field = m.substr(0, colon);
-  // A field path: letters, digits, '_' and an index; "request body" is the whole body.
-  for (char c : field)
-    if (!(std::islower(static_cast<unsigned char>(c)) ||
-          std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '[' || c == ']'))
-      return std::nullopt;
-  return field;
-}
-
-StatusOr<PlanRequest> ParsePlanRequest(const std::string& body) {
+PlanRequestOr ParsePlanRequest(const std::string& body) {
   json j;
   JsonParseError error;
   if (!ParseJsonBounded(body, kMaxRequestJsonDepth, &j, &error))
-    return InvalidArgument("request body: not valid JSON: " + error.message);
-  if (!j.is_object()) return InvalidArgument("request body: must be a JSON object");
+    return Refuse(std::nullopt, "request body: not valid JSON: " + error.message);
+  if (!j.is_object()) return Refuse(std::nullopt, "request body: must be a JSON object");
   static const std::vector<std::string> kKnown = {"tp",   "pp",        "layers_per_stage",
                                                   "auto", "objective", "replica"};
   for (const auto& [key, value] : j.items())
     if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end())
-      return InvalidArgument("request body: unknown field '" + key +
+      return Refuse(key, "request body: unknown field '" + key +
                              "' (known: tp, pp, layers_per_stage, auto, objective, replica)");
   PlanRequest r;
   if (j.contains("replica")) {
     const json& v = j["replica"];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLayoutDegree)
-      return InvalidArgument("replica: must be an integer >= 0 (a replica's index), got " +
-                             ShowJsonValue(v));
+      return Refuse("replica", "replica: must be an integer >= 0 (a replica's index), got " +
+                                   ShowJsonValue(v));
     r.replica = v.get<int>();
   }
   if (j.contains("auto")) {
-    if (!j["auto"].is_boolean()) return InvalidArgument("auto: must be true or false");
+    if (!j["auto"].is_boolean()) return Refuse("auto", "auto: must be true or false");
     r.auto_plan = j["auto"].get<bool>();
   }
   if (j.contains("tp") && j["tp"].is_array()) {
     const json& v = j["tp"];
-    if (v.empty()) return InvalidArgument("tp: a list needs one entry per stage, got []");
+    if (v.empty()) return Refuse("tp", "tp: a list needs one entry per stage, got []");
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 ||
-          v[i].get<int64_t>() > kMaxLayoutDegree)
-        return InvalidArgument("tp[" + std::to_string(i) + "]: must be an integer from 1 to " +
-                               std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v[i]));
+          v[i].get<int64_t>() > kMaxLayoutDegree) {
+        const std::string field = "tp[" + std::to_string(i) + "]";
+        return Refuse(field, field + ": must be an integer from 1 to " +
+                                 std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v[i]));
+      }
       r.tp_per_stage.push_back(v[i].get<int>());
     }
   }
-  auto positive = [&](const char* key, int& out) -> Status {
-    if (!j.contains(key)) return Status::Ok();
+  // The refusal of `key` when it is given and not an integer from 1 to kMaxLayoutDegree.
+  auto positive = [&](const char* key, int& out) -> std::optional<PlanRequestError> {
+    if (!j.contains(key)) return std::nullopt;
     const json& v = j[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLayoutDegree)
-      return InvalidArgument(std::string(key) + ": must be an integer from 1 to " +
+      return Refuse(key, std::string(key) + ": must be an integer from 1 to " +
                              std::to_string(kMaxLayoutDegree) + ", got " + ShowJsonValue(v));
     out = v.get<int>();
-    return Status::Ok();
+    return std::nullopt;
   };
-  if (r.tp_per_stage.empty()) TESSERA_RETURN_IF_ERROR(positive("tp", r.tp));
-  TESSERA_RETURN_IF_ERROR(positive("pp", r.pp));
+  if (r.tp_per_stage.empty()) {
+    if (auto refused = positive("tp", r.tp)) return *std::move(refused);
+  }
+  if (auto refused = positive("pp", r.pp)) return *std::move(refused);
   if (j.contains("layers_per_stage")) {
     const json& v = j["layers_per_stage"];
-    if (!v.is_array()) return InvalidArgument("layers_per_stage: must be a list of integers");
+    if (!v.is_array())
+      return Refuse("layers_per_stage", "layers_per_stage: must be a list of integers");
     for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer())
-        return InvalidArgument("layers_per_stage[" + std::to_string(i) +
-                               "]: must be an integer, got " + ShowJsonValue(v[i]));
+      if (!v[i].is_number_integer()) {
+        const std::string field = "layers_per_stage[" + std::to_string(i) + "]";
+        return Refuse(field, field + ": must be an integer, got " + ShowJsonValue(v[i]));
+      }
       r.layers_per_stage.push_back(v[i].get<int>());
     }
   }
   if (r.auto_plan) {
     if (r.tp || !r.tp_per_stage.empty() || r.pp || !r.layers_per_stage.empty())
-      return InvalidArgument("auto: give either \"auto\": true or tp / pp / layers_per_stage");
+      return Refuse("auto", "auto: give either \"auto\": true or tp / pp / layers_per_stage");
     if (j.contains("objective")) {
       if (!j["objective"].is_string())
-        return InvalidArgument("objective: must be \"latency\" or \"throughput\"");
+        return Refuse("objective", "objective: must be \"latency\" or \"throughput\"");
       auto o = ParseObjective(j["objective"].get<std::string>());
-      if (!o.ok()) return o.status();  // names the value and the choices
+      if (!o.ok()) return PlanRequestError{o.status(), "objective"};  // names value and choices
       r.objective = *o;
     }
     return r;
   }
-  if (j.contains("objective")) return InvalidArgument("objective: only with \"auto\": true");
+  if (j.contains("objective")) return Refuse("objective", "objective: only with \"auto\": true");
   if (!r.tp_per_stage.empty()) {
     const int stages = static_cast<int>(r.tp_per_stage.size());
     if (r.pp && r.pp != stages)
-      return InvalidArgument("pp: " + std::to_string(r.pp) + " differs from the " +
-                             std::to_string(stages) + " entries of the tp list");
+      return Refuse("pp", "pp: " + std::to_string(r.pp) + " differs from the " +
+                              std::to_string(stages) + " entries of the tp list");
     r.pp = stages;
     return r;
   }
-  if (!r.tp || !r.pp) return InvalidArgument("tp, pp: both are required (or \"auto\": true)");
+  // Both are named in the message; param is the one missing (tp when both are).
+  if (!r.tp || !r.pp)
+    return Refuse(r.tp ? "pp" : "tp", "tp, pp: both are required (or \"auto\": true)");
   return r;
 }
 

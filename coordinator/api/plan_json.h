@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/base/status.h"
 #include "common/model/parallel_config.h"
@@ -20,20 +21,47 @@
 
 namespace tessera {
 
-// Parses a POST /admin/plan body (the forms of PlanRequest). Errors (the
-// message names the field): kInvalidArgument when the body is not a JSON
-// object, has an unknown field, tp / pp are not integers >= 1, tp is an
-// empty list or has an entry that is not an integer >= 1, pp differs from
-// the length of a tp list, layers_per_stage is not a list of integers, auto
-// is mixed with tp / pp, objective is unknown, or replica is not an integer
-// >= 0.
-StatusOr<PlanRequest> ParsePlanRequest(const std::string& body);
+// Why ParsePlanRequest refused a body: the error and, typed, the request
+// field it is about, which POST /admin/plan's error body carries as "param".
+struct PlanRequestError {
+  Status status;  // kInvalidArgument; the message names the field and what is wrong with it
+  // The field at fault: "tp", "tp[1]", "pp", "layers_per_stage", "layers_per_stage[0]",
+  // "auto", "objective", "replica", or an unknown field's name; nullopt when the body as a
+  // whole is wrong (not JSON, not a JSON object).
+  std::optional<std::string> param;
+};
 
-// The request field an error of ParsePlanRequest names, for the error body's "param": the text
-// before its first ": " ("tp", "tp[1]", "layers_per_stage[0]", "replica", ...), or the unknown
-// field of "request body: unknown field 'X' ..."; nullopt for an error of the body as a whole
-// (not JSON, not an object) or a message of another form.
-std::optional<std::string> PlanRequestErrorParam(const Status& error);
+// A parsed PlanRequest or the PlanRequestError that explains why there is none.
+class [[nodiscard]] PlanRequestOr {
+ public:
+  PlanRequestOr(PlanRequest request) : request_(std::move(request)) {}  // NOLINT: implicit
+  PlanRequestOr(PlanRequestError error) : error_(std::move(error)) {}   // NOLINT: implicit
+  bool ok() const { return request_.has_value(); }
+  // Precondition for each: ok() for the request, !ok() for the error.
+  const PlanRequestError& error() const { return error_; }
+  PlanRequest& value() & { return *request_; }
+  const PlanRequest& value() const& { return *request_; }
+  PlanRequest&& value() && { return std::move(*request_); }
+  PlanRequest* operator->() { return &*request_; }
+  const PlanRequest* operator->() const { return &*request_; }
+  PlanRequest& operator*() & { return *request_; }
+  const PlanRequest& operator*() const& { return *request_; }
+
+ private:
+  PlanRequestError error_;
+  std::optional<PlanRequest> request_;
+};
+
+// Parses a POST /admin/plan body (the forms of PlanRequest). Errors
+// (kInvalidArgument, the message naming the field, `param` the field):
+// the body is not a JSON object (no param), has an unknown field (its
+// name), tp / pp are not integers >= 1, tp is an empty list or has an entry
+// that is not an integer >= 1 ("tp[i]"), pp differs from the length of a tp
+// list, tp or pp is missing (the missing one), layers_per_stage is not a
+// list of integers, auto is not a boolean or is mixed with tp / pp,
+// objective is unknown or given without auto, or replica is not an integer
+// >= 0.
+PlanRequestOr ParsePlanRequest(const std::string& body);
 
 // {"tp","tp_per_stage","pp","layers_per_stage"} of a layout: tp is 0 when
 // the stages differ in tp; tp_per_stage lists every stage's tp.

@@ -1,9 +1,9 @@
 // Faults a test can make a worker commit (issue #31), so the coordinator's
 // handling of them is tested on real daemons. Only the test build's worker,
-// tessera-worker-failpoints (tests/CMakeLists.txt: worker/daemon/main.cc
-// compiled with TESSERA_FAILPOINTS), reads them, from its environment
-// (ParseWorkerFailpoints); tessera-worker has no way to set them, and with
-// the defaults nothing changes.
+// tessera-worker-failpoints (tests/support/worker_failpoints_main.cc: the
+// worker program of worker_program.h with its own main()), reads them, from
+// its environment (ParseWorkerFailpoints); tessera-worker has no way to set
+// them, and with the defaults nothing changes.
 //
 //   TESSERA_FAILPOINT_IGNORE_ASSIGN=1   register and heartbeat, never take an
 //                                       AssignShard (a stale key's process,

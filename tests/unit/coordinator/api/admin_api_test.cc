@@ -182,6 +182,8 @@ TEST_F(AdminApiTest, ABadBodyAnswers400NamingTheField) {
       {R"({"tp": 1, "replica": -1})", "replica"},
       {R"({"tp": 1, "tpp": 2})", "tpp"},
       {R"({"auto": "yes"})", "auto"},
+      {R"({"auto": true, "objective": "cost"})", "objective"},
+      {R"({"tp": 2})", "pp"},
       {R"([1, 2])", nullptr},
       {R"({"tp": )", nullptr},
   };
