@@ -287,6 +287,9 @@ void CoordinatorDaemon::Stop() {
     state_.stopping = true;
   }
   state_.cv.notify_all();
+  // The waits on the control server's events (placement, a re-plan's
+  // liveness checks) look at `stopping` too.
+  if (control_) control_->activity().Notify();
   // The loops first (a plan change waiting for its pause returns), then the
   // runners.
   if (replicas_) replicas_->Stop();
