@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <thread>
 
 #include "common/base/logging.h"
 #include "common/metrics/metric_catalog.h"
@@ -36,6 +35,10 @@ ListenerPorts CoordinatorDaemon::ports() const {
 }
 
 namespace {
+
+// How long Stop waits for the workers it told to shut down to go (close
+// their control connections) before it closes the control plane.
+constexpr std::chrono::milliseconds kShutdownGrace{200};
 
 // `layout` against `model`; an error names the key of `prefix` it is about
 // (pp=3 over 2 layers: <prefix>.pp), where it was set, and the model.
@@ -287,6 +290,9 @@ void CoordinatorDaemon::Stop() {
     state_.stopping = true;
   }
   state_.cv.notify_all();
+  // The waits on the control server's events (placement, a re-plan's
+  // liveness checks) look at `stopping` too.
+  if (control_) control_->activity().Notify();
   // The loops first (a plan change waiting for its pause returns), then the
   // runners.
   if (replicas_) replicas_->Stop();
@@ -295,12 +301,25 @@ void CoordinatorDaemon::Stop() {
     std::vector<std::string> ids;
     for (const ControlWorkerInfo& w : control_->Workers())
       if (w.alive) ids.push_back(w.worker_id);
+    WorkerActivity& activity = control_->activity();
+    uint64_t seen = activity.generation();
     for (const std::string& id : ids) {
       control::Envelope e;
       e.mutable_shutdown()->set_reason("coordinator stopping");
       control_->Send(id, std::move(e)).IgnoreError();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Until they went (each closed its connection, or was declared lost), at
+    // most kShutdownGrace: a closed connection is an event of the control
+    // server, so this returns as soon as the last one exits.
+    const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+    while (!ids.empty()) {
+      std::vector<std::string> staying;
+      for (const ControlWorkerInfo& w : control_->WorkersOf(ids))
+        if (w.alive && !w.connection_closed) staying.push_back(w.worker_id);
+      ids.swap(staying);
+      if (ids.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      seen = activity.WaitChange(seen, deadline);
+    }
   }
   if (api_) api_->Stop();
   if (admin_) admin_->Stop();

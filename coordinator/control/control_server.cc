@@ -182,11 +182,25 @@ bool ControlServer::DeclareLost(const std::string& worker_id, const std::string&
     Impl::Record& rec = s.records[it->second];
     if (!rec.alive) return false;
     rec.alive = false;
+    rec.watched = false;
     rec.lost_at = Clock::now();
   }
   ++s.counters.workers_lost;
   TESSERA_LOG_WARN(kLog, "worker '{}' declared lost: {}", worker_id, reason);
+  s.activity.Notify();
   return true;
+}
+
+WorkerActivity& ControlServer::activity() const { return impl_->activity; }
+
+void ControlServer::Watch(const std::vector<std::string>& worker_ids) {
+  Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.registry_mu);
+  for (const std::string& id : worker_ids) {
+    auto it = s.by_worker_id.find(id);
+    if (it != s.by_worker_id.end() && s.records[it->second].alive)
+      s.records[it->second].watched = true;
+  }
 }
 
 Status ControlServer::Send(const std::string& worker_id, control::Envelope envelope) {
@@ -409,6 +423,8 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
   const char* body = EnvelopeBodyName(envelope);
   Status reason;
   bool unknown = false;  // not registered, or declared lost
+  // A watched worker spoke: an event, once the callbacks below ran.
+  NotifyAtExit notify(&activity);
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     auto it = by_identity.find(identity);
@@ -435,6 +451,10 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
       } else {
         rec.Heard(Clock::now(), fd);
         ++rec.messages_received;
+        if (rec.watched) {
+          rec.watched = false;
+          notify.Arm();
+        }
       }
     }
   }
@@ -489,6 +509,9 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
                                          int fd, control::Envelope envelope) {
   const std::string requested = envelope.worker_id();
   const Clock::time_point now = Clock::now();
+  // A registration (or a watched worker's retry) is an event, once the
+  // callbacks below ran: on_message's (WorkerEvents) included.
+  NotifyAtExit notify(&activity);
   std::string worker_id;
   bool retry = false;
   std::string refusal;
@@ -512,6 +535,10 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
         retry = true;
         worker_id = rec.worker_id;
         rec.Heard(now, fd);
+        if (rec.watched) {
+          rec.watched = false;
+          notify.Arm();
+        }
       } else {
         refusal = "this peer is registered as '" + rec.worker_id +
                   "' and cannot register again as '" + requested + "'";
@@ -632,6 +659,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
     return;
   }
   ++counters.registrations_accepted;
+  notify.Arm();
   const control::Register& reg = envelope.register_worker();
   TESSERA_LOG_INFO(kLog, "registered worker '{}' (peer {}, host {}, pid {}, {} device(s){})",
                    worker_id, PrintableIdentity(identity), reg.host(), reg.pid(),

@@ -49,6 +49,11 @@
 //    kept. A lost record is forgotten after
 //    forget_lost_after (`on_worker_forgotten(worker_id)`): Workers() no
 //    longer lists it.
+//  - Events (activity(), worker_activity.h): a registration, a loss, a
+//    closed connection, and the next message of a watched worker (Watch)
+//    advance the activity's generation, after their callbacks ran, so
+//    threads wait for them instead of polling Workers(). Other messages
+//    are no event (a fleet's steps wake nobody).
 //
 // Threading: one thread (started by Start) owns the ROUTER socket and runs a
 // poll loop; the callbacks run on that thread, one at a time, and must not
@@ -70,6 +75,7 @@
 #include "common/config/daemon_config.h"
 #include "common/wire/control.pb.h"
 #include "common/wire/control_codec.h"
+#include "coordinator/control/worker_activity.h"
 
 namespace tessera {
 
@@ -176,6 +182,9 @@ struct ControlWorkerInfo {
   std::shared_ptr<const control::Register> registration;
   std::string curve_public_key;  // the Z85 key it authenticated with ("" without CURVE)
   bool alive = true;             // false once declared lost
+  // Its control connection closed (the worker exited or was cut off) and
+  // nothing was heard from it since on another.
+  bool connection_closed = false;
   double seconds_since_last_message = 0;
   uint64_t messages_received = 0;  // valid messages, including Register
 };
@@ -226,6 +235,15 @@ class ControlServer {
   // `reason`. Does not call on_worker_lost: the caller acts on the loss.
   // Returns false when no such worker is registered or it was lost already.
   bool DeclareLost(const std::string& worker_id, const std::string& reason);
+
+  // The events of this server's workers (see Events above), to wait on.
+  WorkerActivity& activity() const;
+  // Watches `worker_ids`: the next valid message from each advances
+  // activity() (once; a later message is no event unless watched again).
+  // For a thread that waits until given workers speak; their losses are
+  // events anyway. Ids with no live record are skipped. Thread-safe,
+  // O(k log n) for k ids of n workers.
+  void Watch(const std::vector<std::string>& worker_ids);
 
   // Stops the owner thread and closes the socket, delivering queued messages
   // for up to options.linger. Idempotent. Not from a callback.

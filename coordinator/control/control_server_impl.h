@@ -66,6 +66,8 @@ struct ControlServer::Impl {
     Clock::time_point last_seen;
     Clock::time_point lost_at;  // when declared lost (alive == false)
     uint64_t messages_received = 0;
+    // ControlServer::Watch asked for an event on its next valid message.
+    bool watched = false;
     // The connection (its file descriptor in libzmq, ZMQ_SRCFD) its last
     // valid message came on; -1 unknown or closed.
     int fd = -1;
@@ -121,6 +123,8 @@ struct ControlServer::Impl {
   std::atomic<uint64_t> next_seq{1};
   Counters counters;
 
+  // The events of the workers (ControlServer::activity).
+  WorkerActivity activity;
   // Registry: written only by the owner thread, read by Send / Workers.
   mutable std::mutex registry_mu;
   std::vector<Record> records;                           // registration order
@@ -173,6 +177,7 @@ struct ControlServer::Impl {
     info.registration = r.registration;
     info.curve_public_key = r.curve_key;
     info.alive = r.alive;
+    info.connection_closed = r.connection_closed;
     info.seconds_since_last_message = std::chrono::duration<double>(now - r.last_seen).count();
     info.messages_received = r.messages_received;
     return info;
@@ -181,6 +186,22 @@ struct ControlServer::Impl {
   // Returns the worker ids removed. Caller holds registry_mu.
   std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
   Status Enqueue(Outgoing out);
+  // Notifies `activity` when it goes out of scope, if armed: after the
+  // callbacks of an event ran, also when one threw.
+  class NotifyAtExit {
+   public:
+    explicit NotifyAtExit(WorkerActivity* activity) : activity_(activity) {}
+    ~NotifyAtExit() {
+      if (armed_) activity_->Notify();
+    }
+    NotifyAtExit(const NotifyAtExit&) = delete;
+    NotifyAtExit& operator=(const NotifyAtExit&) = delete;
+    void Arm() { armed_ = true; }
+
+   private:
+    WorkerActivity* activity_;
+    bool armed_ = false;
+  };
   std::chrono::milliseconds LostAfter() const {
     return options.heartbeat_interval * options.heartbeat_miss_limit;
   }

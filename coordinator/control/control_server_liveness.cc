@@ -33,6 +33,9 @@ void ControlServer::Impl::HandleMonitor() {
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
     if (kind != ZMQ_EVENT_DISCONNECTED) continue;
     const Clock::time_point now = Clock::now();
+    // A registered worker's connection closing is an event (a stopping
+    // coordinator waits for its workers to go: CoordinatorDaemon::Stop).
+    NotifyAtExit notify(&activity);
     std::lock_guard<std::mutex> lock(registry_mu);
     for (Record& rec : records) {
       if (!rec.alive || rec.fd < 0 || rec.fd != static_cast<int>(value)) continue;
@@ -41,6 +44,7 @@ void ControlServer::Impl::HandleMonitor() {
       rec.connection_closed = true;
       rec.closed_at = now;
       ++counters.connections_closed;
+      notify.Arm();
       TESSERA_LOG_INFO(kLog,
                        "the control connection of worker '{}' closed; it is lost unless heard "
                        "from within {:.1f} s",
@@ -58,6 +62,7 @@ std::vector<std::pair<std::string, ControlWorkerLoss>> ControlServer::Impl::Mark
     std::optional<ControlWorkerLoss> loss = lost_now(rec);
     if (!loss) continue;
     rec.alive = false;
+    rec.watched = false;
     rec.lost_at = now;
     lost.emplace_back(rec.worker_id, std::move(*loss));
   }
@@ -73,6 +78,8 @@ void ControlServer::Impl::CheckLiveness() {
   const auto grace = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(kClosedConnectionGraceSeconds));
   std::vector<std::pair<std::string, ControlWorkerLoss>> lost;
+  // Losses are events, once on_worker_lost ran for each.
+  NotifyAtExit notify(&activity);
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     lost = MarkLostLocked(now, [&](const Record& rec) -> std::optional<ControlWorkerLoss> {
@@ -100,6 +107,7 @@ void ControlServer::Impl::CheckLiveness() {
       TESSERA_LOG_ERROR(kLog, "on_worker_forgotten('{}') threw: {}", id, e.what());
     }
   }
+  if (!lost.empty()) notify.Arm();
   for (const auto& [id, loss] : lost) {
     ++counters.workers_lost;
     const double silent = std::chrono::duration<double>(now - loss.since).count();

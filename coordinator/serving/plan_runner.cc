@@ -385,26 +385,34 @@ void PlanRunner::ReleaseReturningWorkers() {
 
 bool PlanRunner::SettleAccusations(const PlanJob& job) {
   bool declared = false;
+  WorkerActivity& activity = control_->activity();
   for (const auto& [worker, at] : job.accused) {
     const auto deadline = at + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                    std::chrono::duration<double>(kAccusedSilenceSeconds));
+    // Its next message, or its loss, is an event of the control server: the
+    // wait below ends on it, or at the deadline (the stop notifies too).
+    control_->Watch({worker});
     bool spoke = false, known = false;
     while (true) {
+      const uint64_t seen = activity.generation();  // before the check: no event is missed
       const double since_accused =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
       known = false;
-      for (const ControlWorkerInfo& w : control_->Workers()) {
-        if (w.worker_id != worker || !w.alive) continue;
+      for (const ControlWorkerInfo& w : control_->WorkersOf({worker})) {
+        if (!w.alive) continue;
         known = true;
         spoke = w.seconds_since_last_message < since_accused;
       }
-      MutexLock lock(&state_.mu);
-      // An Error of its own (state failed) says it is alive and broke its
-      // communicator itself, whenever that Error arrived.
-      auto st = state_.states.find(worker);
-      spoke |= st != state_.states.end() && st->second == control::WORKER_STATE_FAILED;
-      if (!known || spoke || std::chrono::steady_clock::now() >= deadline || state_.stopping) break;
-      state_.cv.wait_for(state_.mu, std::chrono::milliseconds(5));
+      {
+        MutexLock lock(&state_.mu);
+        // An Error of its own (state failed) says it is alive and broke its
+        // communicator itself, whenever that Error arrived.
+        auto st = state_.states.find(worker);
+        spoke |= st != state_.states.end() && st->second == control::WORKER_STATE_FAILED;
+        if (!known || spoke || std::chrono::steady_clock::now() >= deadline || state_.stopping)
+          break;
+      }
+      activity.WaitChange(seen, deadline);
     }
     if (!known || spoke) continue;  // lost already, or alive
     const std::string reason = "a survivor saw its connection break and it stayed silent";
@@ -422,16 +430,32 @@ void PlanRunner::AwaitLiveness(std::chrono::steady_clock::time_point since) {
   // has been heard from after `since`, or was declared lost (at most one
   // heartbeat timeout), so the re-plan does not place a rank on a dead one.
   const double limit = config_.heartbeat.timeout_seconds + 2 * config_.heartbeat.interval_seconds;
-  while (SecondsSince(since) < limit) {
-    bool settled = true;
+  const auto deadline = since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(limit));
+  WorkerActivity& activity = control_->activity();
+  // The live workers not heard from since `since`, watched: the next message
+  // of each, and any loss, is an event, so this waits on events, and each
+  // check reads only the workers still awaited.
+  std::vector<std::string> pending;
+  {
     const double elapsed = SecondsSince(since);
     for (const ControlWorkerInfo& w : control_->Workers())
-      if (w.alive && w.seconds_since_last_message >= elapsed) settled = false;
-    if (settled) return;
-    MutexLock lock(&state_.mu);
-    if (state_.cv.wait_for(state_.mu, std::chrono::milliseconds(20),
-                           [&]() REQUIRES(state_.mu) { return state_.stopping; }))
-      return;
+      if (w.alive && w.seconds_since_last_message >= elapsed) pending.push_back(w.worker_id);
+  }
+  control_->Watch(pending);
+  while (!pending.empty()) {
+    const uint64_t seen = activity.generation();  // before the check: no event is missed
+    const double elapsed = SecondsSince(since);
+    std::vector<std::string> silent;
+    for (const ControlWorkerInfo& w : control_->WorkersOf(pending))
+      if (w.alive && w.seconds_since_last_message >= elapsed) silent.push_back(w.worker_id);
+    pending.swap(silent);
+    if (pending.empty() || elapsed >= limit) return;
+    {
+      MutexLock lock(&state_.mu);
+      if (state_.stopping) return;
+    }
+    activity.WaitChange(seen, deadline);
   }
 }
 

@@ -162,10 +162,13 @@ class PlanRunner : public PlanControl {
   void PlanLoop();
   void RunJob(PlanJob job);
   ParallelConfig Wanted() const EXCLUDES(state_.mu);
-  // Waits until every worker was heard from after `since` or declared lost.
-  void AwaitLiveness(std::chrono::steady_clock::time_point since);
+  // Waits until every worker was heard from after `since` or declared lost
+  // (at most a heartbeat timeout), on the control server's events
+  // (WorkerActivity: it watches the silent ones), not on a timer.
+  void AwaitLiveness(std::chrono::steady_clock::time_point since) EXCLUDES(state_.mu);
   // Declares lost the accused workers of `job` that stayed silent (and
-  // fails their steps); true if any was.
+  // fails their steps); true if any was. Waits on the control server's
+  // events for each accused worker's next message.
   bool SettleAccusations(const PlanJob& job) EXCLUDES(state_.mu);
   // After the last queued re-plan: the returning workers become usable.
   void ReleaseReturningWorkers() EXCLUDES(state_.mu);

@@ -12,6 +12,11 @@ namespace tessera {
 
 namespace {
 
+// How long the workers' registrations must pause before PlaceAll adopts the
+// plans they hold when parallel.replicas = 0 (how many to adopt is then
+// up to who registered).
+constexpr std::chrono::milliseconds kRegistrationBatch{100};
+
 RouterOptions RouterOptionsFor(const ReplicaSet::Context& c) {
   RouterOptions o;
   o.block_size = c.config->kv_cache.block_size;
@@ -64,14 +69,19 @@ void ReplicaSet::PlaceAll() {
   };
   // 1. Wait for the workers, or (after a coordinator restart) for workers
   //    re-registering with the complete plans they hold.
+  //    Each pass runs on an event of the control server (a registration, a
+  //    loss: WorkerActivity), not on a timer.
   std::vector<ControlWorkerInfo> infos;
   std::vector<ReplicaStart> held;
+  WorkerActivity& activity = c_.control->activity();
+  uint64_t seen = activity.generation();
+  // The last event: an adoption that any registration could grow waits for
+  // a quiet kRegistrationBatch after it.
+  auto last_event = std::chrono::steady_clock::now();
   while (true) {
     {
       MutexLock lock(&state.mu);
-      if (state.cv.wait_for(state.mu, std::chrono::milliseconds(100),
-                            [&]() REQUIRES(state.mu) { return state.stopping; }))
-        return;
+      if (state.stopping) return;
     }
     const std::vector<ControlWorkerInfo> all = c_.control->Workers();
     const std::vector<std::string> usable = state.UsableWorkers(all);
@@ -88,12 +98,25 @@ void ReplicaSet::PlaceAll() {
     for (const ReplicaStart& h : held) in_held += h.ranks.size();
     const bool adopt = !held.empty() &&
                        (wanted > 0 ? static_cast<int>(held.size()) >= wanted : in_held == holding);
+    // With parallel.replicas = 0 the adopted plans are those of the workers
+    // registered so far: a restarted coordinator's workers re-register
+    // within moments of each other, so it decides once they paused for
+    // kRegistrationBatch, or it could adopt fewer replicas than there are.
+    const auto quiet_from = last_event + kRegistrationBatch;
+    if (adopt && wanted == 0 && std::chrono::steady_clock::now() < quiet_from) {
+      if (activity.WaitChange(seen, quiet_from) != seen)
+        last_event = std::chrono::steady_clock::now();
+      seen = activity.generation();
+      continue;
+    }
     if (adopt) {
       if (wanted > 0) held.resize(static_cast<size_t>(wanted));
       break;
     }
     held.clear();
     if (static_cast<int>(infos.size()) >= c_.expected_workers) break;
+    seen = activity.WaitChange(seen);
+    last_event = std::chrono::steady_clock::now();
   }
   // 2. Place: the adopted plans' ranks, or the planner's placement of every
   //    replica (nothing is assigned unless the layout fits).

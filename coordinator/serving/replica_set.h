@@ -152,6 +152,8 @@ class ReplicaSet : public RequestSink, public PlanControl {
     bool cancelled = false;
   };
 
+  // The placement thread: waits for the workers (on the control server's
+  // registrations and losses, WorkerActivity), then places every replica.
   void PlaceAll();
   std::vector<ReplicaLoad> Loads(int exclude = -1) const EXCLUDES(routes_mu_);
   RequestCallbacks Wrap(const RequestCallbacks& inner, std::shared_ptr<Route> route)
