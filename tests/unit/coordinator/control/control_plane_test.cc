@@ -261,7 +261,10 @@ TEST(ControlPlane, RegisterRefusedByTheHook) {
 
 TEST(ControlPlane, HeartbeatsKeepAWorkerAlive) {
   ServerLog slog;
-  ControlServer server(ServerOptions(&slog, milliseconds(50), 4));
+  // A 50 ms interval and a loss window of 10 beats (500 ms): the window must hold a
+  // scheduling stall of the client's heartbeat thread on a loaded machine (a 200 ms window
+  // declared it lost once, at a load of 7 on 2 cores), and still be far below the observation.
+  ControlServer server(ServerOptions(&slog, milliseconds(50), 10));
   StatusOr<std::string> endpoint = server.Start("tcp://127.0.0.1:*");
   ASSERT_TRUE(endpoint.ok());
   ClientLog clog;
@@ -274,12 +277,12 @@ TEST(ControlPlane, HeartbeatsKeepAWorkerAlive) {
   client.SetHeartbeat(hb);
   ASSERT_TRUE(client.Register(ValidRegisterBody()).ok());
   ASSERT_TRUE(client.WaitRegistered(milliseconds(3000)).ok());
-  // Three times the 200 ms loss window.
-  std::this_thread::sleep_for(milliseconds(600));
+  // Three times the 500 ms loss window.
+  std::this_thread::sleep_for(milliseconds(1500));
   EXPECT_EQ(slog.Lost(), 0u);
   const size_t beats = slog.Count(Envelope::kHeartbeat);
-  EXPECT_GE(beats, 6u) << "600 ms at a 50 ms interval";
-  EXPECT_LE(beats, 16u);
+  EXPECT_GE(beats, 10u) << "1500 ms at a 50 ms interval";
+  EXPECT_LE(beats, 40u);
   std::optional<Envelope> last = slog.Last(Envelope::kHeartbeat);
   ASSERT_TRUE(last.has_value());
   EXPECT_EQ(last->worker_id(), "worker-0");
@@ -289,7 +292,7 @@ TEST(ControlPlane, HeartbeatsKeepAWorkerAlive) {
   std::vector<ControlWorkerInfo> workers = server.Workers();
   ASSERT_EQ(workers.size(), 1u);
   EXPECT_TRUE(workers[0].alive);
-  EXPECT_LT(workers[0].seconds_since_last_message, 0.2);
+  EXPECT_LT(workers[0].seconds_since_last_message, 0.5);
   // The client counts a heartbeat after its send returns, so the server may
   // hold one it has not counted yet (TSan once showed 12 vs 13): compare once
   // its thread stopped.
