@@ -1,7 +1,6 @@
 #include "kernels/attention_meta.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 namespace tessera::kernels {
@@ -23,21 +22,8 @@ AttentionMetaLayout MetaLayoutFor(int64_t T, int64_t S, int64_t P) {
   return m;
 }
 
-int64_t DecodeSplitMinContext() {
-  static const int64_t min_context = [] {
-    const char* v = std::getenv("TESSERA_CUDA_DECODE_SPLIT_MIN_CONTEXT");
-    if (v == nullptr || *v == '\0') return int64_t{512};
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    return end != nullptr && *end == '\0' && n >= 0 ? static_cast<int64_t>(n) : int64_t{512};
-  }();
-  return min_context;
-}
-
-int64_t DecodeWorkItems(int64_t num_seqs, int64_t kv_heads, int64_t multiprocessors,
-                        int64_t context_bucket) {
+int64_t DecodeWorkItems(int64_t num_seqs, int64_t kv_heads, int64_t multiprocessors) {
   if (multiprocessors <= 0 || kv_heads <= 0) return num_seqs;
-  if (context_bucket <= DecodeSplitMinContext()) return num_seqs;
   const int64_t target = 2 * multiprocessors;  // CTAs: two waves
   if (num_seqs * kv_heads >= target) return num_seqs;
   return std::max(num_seqs, (target + kv_heads - 1) / kv_heads);

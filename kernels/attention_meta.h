@@ -67,18 +67,10 @@ struct AttentionBatch {
 // FlashInfer's decode work split: how many work items (CTAs per kv head) a decode step of
 // `num_seqs` sequences gets on a device of `multiprocessors` SMs with `kv_heads` kv heads per rank.
 // num_seqs when the sequences alone fill two waves (or the device is not a GPU: multiprocessors
-// 0), or when `context_bucket` (DecodeContextBucket of the longest context; positions) is at most
-// DecodeSplitMinContext(): a short context is read faster by one CTA per sequence and kv head
-// than split, whose merge kernel costs a fixed few microseconds per layer. Otherwise enough items
-// for two waves, so long contexts are split (flash-decoding, Dao et al. 2023). A function of its
-// arguments only, so a decode graph recorded for a batch size and context bucket keeps its grid.
-int64_t DecodeWorkItems(int64_t num_seqs, int64_t kv_heads, int64_t multiprocessors,
-                        int64_t context_bucket = INT64_MAX);
-
-// Context buckets (positions) up to which a decode step is not split: 512, or
-// TESSERA_CUDA_DECODE_SPLIT_MIN_CONTEXT from the environment (0: split whenever the sequences
-// leave the device less than two waves, the rule before; read once).
-int64_t DecodeSplitMinContext();
+// 0); otherwise enough items for two waves, so long contexts are split (flash-decoding, Dao et
+// al. 2023). A function of its arguments only, so a decode graph recorded for a batch size keeps
+// its grid.
+int64_t DecodeWorkItems(int64_t num_seqs, int64_t kv_heads, int64_t multiprocessors);
 
 // The positions per decode work item for contexts `kv_lens` with at most `work_items` items:
 // the smallest multiple of block_size, at least kMinDecodeChunk, for which

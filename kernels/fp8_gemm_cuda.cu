@@ -18,14 +18,10 @@
 // chooses).
 #include <cuda_fp8.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
-#include "kernels/fp8_bits.h"
 #include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
@@ -62,35 +58,22 @@ __device__ __forceinline__ float2 Pair(uint32_t bits, __half*) {
   return __half22float2(*reinterpret_cast<const __half2*>(&bits));
 }
 
-// 2^120, what Fp8QuadScaled's values are short of, in two halves: each 16-weight partial sum
-// is multiplied by one half and its scale by the other, so neither the sum (tiny partial sums
-// would go subnormal in the 2^-120 domain) nor a large scale times 2^120 leaves fp32's range.
-constexpr float kFp8IntHalfUnscale = 0x1p60f;  // squared: kFp8QuadUnscale
-
-// 16 elements of x (two 16-byte words of T) dotted with 16 e4m3 weights. kIntCvt: the weights
-// by integer operations (kernels/fp8_bits.h Fp8QuadScaled, which says why), so the sum is 2^-120
-// times the dot product; else by the hardware's e4m3x2 -> f16x2 conversion (Fp8Pair), exact.
-template <typename T, bool kIntCvt>
+// 16 elements of x (two 16-byte words of T) dotted with 16 e4m3 weights.
+template <typename T>
 __device__ __forceinline__ float Dot16(uint4 xa, uint4 xb, uint4 wv) {
   const uint32_t xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   const uint32_t ws[4] = {wv.x, wv.y, wv.z, wv.w};
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float wf[4];
-    if constexpr (kIntCvt) {
-      Fp8QuadScaled(ws[i], wf);
-    } else {
-      const float2 w01 = Fp8Pair(static_cast<uint16_t>(ws[i] & 0xffffu));
-      const float2 w23 = Fp8Pair(static_cast<uint16_t>(ws[i] >> 16));
-      wf[0] = w01.x, wf[1] = w01.y, wf[2] = w23.x, wf[3] = w23.y;
-    }
+    const float2 w01 = Fp8Pair(static_cast<uint16_t>(ws[i] & 0xffffu));
+    const float2 w23 = Fp8Pair(static_cast<uint16_t>(ws[i] >> 16));
     const float2 x01 = Pair(xs[2 * i], static_cast<T*>(nullptr));
     const float2 x23 = Pair(xs[2 * i + 1], static_cast<T*>(nullptr));
-    acc = fmaf(x01.x, wf[0], acc);
-    acc = fmaf(x01.y, wf[1], acc);
-    acc = fmaf(x23.x, wf[2], acc);
-    acc = fmaf(x23.y, wf[3], acc);
+    acc = fmaf(x01.x, w01.x, acc);
+    acc = fmaf(x01.y, w01.y, acc);
+    acc = fmaf(x23.x, w23.x, acc);
+    acc = fmaf(x23.y, w23.y, acc);
   }
   return acc;
 }
@@ -98,7 +81,7 @@ __device__ __forceinline__ float Dot16(uint4 xa, uint4 xb, uint4 wv) {
 // Grid and k split as SkinnyGemmKernel (kernels/skinny_gemm_cuda.cu). Requires k % 16 == 0,
 // 16-byte aligned x and w rows, and (block scales) cols_per_scale % 16 == 0 and
 // col_phase % 16 == 0, so that each 16-weight chunk lies in one scale block (the launcher checks).
-template <typename T, typename To, int M, int kSplit, bool kIntCvt>
+template <typename T, typename To, int M, int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     Fp8SkinnyGemmKernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
                         const float* __restrict__ scales, int scale_cols, int cols_per_scale,
@@ -151,19 +134,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + kStride * u;
       if (c >= chunks) break;
-      constexpr float kUnscale = kIntCvt ? kFp8IntHalfUnscale : 1.0f;
       float s[kRowsPerWarp];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r)
-        s[r] = kUnscale *
-               (per_row ? 1.0f : __ldg(srow[r] + (c * kChunk + col_phase) / cols_per_scale));
+        s[r] = per_row ? 1.0f : __ldg(srow[r] + (c * kChunk + col_phase) / cols_per_scale);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const uint4 xa = LoadCoherent(xrow + m * x_words + 2 * c);
         const uint4 xb = LoadCoherent(xrow + m * x_words + 2 * c + 1);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r)
-          acc[m][r] = fmaf(s[r], kUnscale * Dot16<T, kIntCvt>(xa, xb, wv[u][r]), acc[m][r]);
+          acc[m][r] = fmaf(s[r], Dot16<T>(xa, xb, wv[u][r]), acc[m][r]);
       }
     }
   }
@@ -204,44 +185,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 constexpr int64_t kTargetWarps = 132 * 32;
 
-// TESSERA_CUDA_FP8_CVT=hw: the skinny kernel converts weights with the hardware's e4m3x2 ->
-// f16x2 conversion instead of integer operations (the A/B's baseline).
-bool Fp8HardwareConversion() {
-  static const bool hw = [] {
-    const char* v = std::getenv("TESSERA_CUDA_FP8_CVT");
-    return v != nullptr && std::strcmp(v, "hw") == 0;
-  }();
-  return hw;
-}
-
-template <typename T, typename To, int M, int kSplit, bool kIntCvt>
+template <typename T, typename To, int M, int kSplit>
 cudaError_t LaunchSplit(const Fp8GemmArgs& a, cudaStream_t stream) {
   const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block);
-  return LaunchWithPdl(/*pdl=*/true, Fp8SkinnyGemmKernel<T, To, M, kSplit, kIntCvt>, dim3(blocks),
+  return LaunchWithPdl(/*pdl=*/true, Fp8SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
                        dim3(kWarpsPerBlock * 32), 0, stream, static_cast<const T*>(a.x),
                        static_cast<const uint8_t*>(a.w), a.scales, static_cast<int>(a.scale_cols),
                        static_cast<int>(a.cols_per_scale), static_cast<int>(a.col_phase),
                        static_cast<const T*>(a.bias), static_cast<To*>(a.y), a.n, a.k);
 }
 
-template <typename T, typename To, int M, bool kIntCvt>
-cudaError_t LaunchCvt(const Fp8GemmArgs& a, cudaStream_t stream) {
-  const int64_t warps = (a.n + kRowsPerWarp - 1) / kRowsPerWarp;
-  if (warps * 2 > kTargetWarps || a.k < kChunk * 32 * 2 * kUnroll)
-    return LaunchSplit<T, To, M, 1, kIntCvt>(a, stream);
-  if (warps * 4 > kTargetWarps || a.k < kChunk * 32 * 4 * kUnroll)
-    return LaunchSplit<T, To, M, 2, kIntCvt>(a, stream);
-  return LaunchSplit<T, To, M, 4, kIntCvt>(a, stream);
-}
-
-// The hardware conversion stays built for bf16 in and out only, the decode projections of a
-// bf16 model: the baseline of gpu-run's A/B (TESSERA_CUDA_FP8_CVT=hw).
 template <typename T, typename To, int M>
 cudaError_t Launch(const Fp8GemmArgs& a, cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<To, __nv_bfloat16>)
-    if (Fp8HardwareConversion()) return LaunchCvt<T, To, M, false>(a, stream);
-  return LaunchCvt<T, To, M, true>(a, stream);
+  const int64_t warps = (a.n + kRowsPerWarp - 1) / kRowsPerWarp;
+  if (warps * 2 > kTargetWarps || a.k < kChunk * 32 * 2 * kUnroll)
+    return LaunchSplit<T, To, M, 1>(a, stream);
+  if (warps * 4 > kTargetWarps || a.k < kChunk * 32 * 4 * kUnroll)
+    return LaunchSplit<T, To, M, 2>(a, stream);
+  return LaunchSplit<T, To, M, 4>(a, stream);
 }
 
 template <typename T, typename To, int... Ms>

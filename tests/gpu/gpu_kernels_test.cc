@@ -611,8 +611,7 @@ TEST(Fp8Linear, SkinnyAndDequantizedPathsMatchCpu) {
   }
 }
 
-// The skinny kernel converts e4m3 by integer operations (kernels/fp8_bits.h) and takes the
-// 2^-120 it leaves back in two halves: every finite code (subnormals, both zeros, +-448) in
+// The skinny kernel's e4m3 conversion: every finite code (subnormals, both zeros, +-448) in
 // every row, with row scales far below and far above 1, against the CPU's exact dequantization
 // in fp32, for 1, 3 and 8 tokens.
 TEST(Fp8Linear, EveryCodeWithTinyAndHugeScalesMatchesCpu) {

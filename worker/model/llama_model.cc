@@ -140,10 +140,9 @@ Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInput
   in.local_inv_freq = local_inv_freq_dev_;
   std::vector<kernels::AttentionSeq> seqs;
   seqs.reserve(batch.seqs.size());
-  int64_t begin = 0, max_context = 0;
+  int64_t begin = 0;
   for (const SeqStep& s : batch.seqs) {
     const int64_t end = begin + s.num_tokens;
-    max_context = std::max<int64_t>(max_context, static_cast<int64_t>(s.start_pos) + s.num_tokens);
     const int64_t seq_len =
         std::max<int64_t>(static_cast<int64_t>(s.start_pos) + s.num_tokens, s.prompt_len);
     // Dynamic NTK rope changes inv_freq once a sequence outgrows
@@ -172,10 +171,9 @@ Status LlamaModel::PrepareStep(const StepBatch& batch, KvCache& cache, StepInput
   if (begin != tokens)
     return InvalidArgument("forward: sequences cover " + std::to_string(begin) +
                            " tokens, batch has " + std::to_string(tokens));
-  // As a decode graph of this shape splits (GraphForward): by the context bucket.
-  const int64_t work_items = kernels::DecodeWorkItems(
-      static_cast<int64_t>(seqs.size()), weights_.layout.kv_heads_local,
-      backend_->multiprocessors(), kernels::DecodeContextBucket(max_context));
+  const int64_t work_items =
+      kernels::DecodeWorkItems(static_cast<int64_t>(seqs.size()), weights_.layout.kv_heads_local,
+                               backend_->multiprocessors());
   TESSERA_ASSIGN_OR_RETURN(in.attention,
                            kernels::MakeAttentionBatch(std::move(seqs), tokens, cache.block_size(),
                                                        cache.num_blocks(), *backend_, work_items));
@@ -270,22 +268,20 @@ Status LlamaModel::GraphForward(const StepBatch& batch, const Tensor& hidden_in,
   const int64_t block_size = cache.block_size();
   std::vector<kernels::AttentionSeq> seqs;
   seqs.reserve(batch.seqs.size());
-  int64_t begin = 0, max_context = 0;
+  int64_t begin = 0;
   for (const SeqStep& s : batch.seqs) {
     seqs.push_back({begin, 1, s.start_pos,
                     std::span<const int32_t>(s.block_table.data(), s.block_table.size())});
-    max_context = std::max<int64_t>(max_context, static_cast<int64_t>(s.start_pos) + 1);
     ++begin;
   }
-  // The decode work split depends on B and the context bucket alone, both in
-  // the graph's key, so its grid and the size of its input buffer stay those
-  // of its first step.
-  const int64_t bucket = kernels::DecodeContextBucket(max_context);
+  // The decode work split depends on B alone, so the graph's grid and the
+  // size of its input buffer stay those of its first step.
   const int64_t work_items =
-      kernels::DecodeWorkItems(B, lay.kv_heads_local, backend_->multiprocessors(), bucket);
+      kernels::DecodeWorkItems(B, lay.kv_heads_local, backend_->multiprocessors());
   TESSERA_ASSIGN_OR_RETURN(
       kernels::AttentionBatch ab,
       kernels::CheckAttentionBatch(std::move(seqs), B, block_size, cache.num_blocks(), work_items));
+  const int64_t bucket = kernels::DecodeContextBucket(ab.max_context);
   const int64_t table_capacity = B * ((bucket + block_size - 1) / block_size);
   const std::vector<int32_t> meta = kernels::PackAttentionMeta(ab, block_size, table_capacity);
   const int64_t meta_len = static_cast<int64_t>(meta.size());

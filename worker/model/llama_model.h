@@ -38,9 +38,8 @@
 // context bucket, KV cache); the bucket is the smallest power of two >= 256
 // holding the longest context, and fixes Tessera's attention kernel's split
 // of the context (FlashInfer's split is planned per step on the host into
-// DecodeWorkItems(B, bucket) work items, a number fixed per batch size and
-// bucket: no split up to DecodeSplitMinContext(); it travels in the input
-// buffer). The step's token ids, positions and block tables are copied
+// DecodeWorkItems(B) work items, a number fixed per batch size, and travels
+// in the input buffer). The step's token ids, positions and block tables are copied
 // into the graph's fixed input buffer (one host-to-device copy), the graph
 // is replayed, and the output is copied out: no host synchronisation. The
 // first step of a shape runs eagerly and is then recorded. Steps with

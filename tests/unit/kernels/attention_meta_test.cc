@@ -39,20 +39,6 @@ TEST(AttentionMeta, DecodeWorkItemsFillTwoWaves) {
   EXPECT_EQ(DecodeWorkItems(100, 3, 132), 100);  // 300 >= 264
 }
 
-// Short contexts (a bucket up to DecodeSplitMinContext(), 512 unless the environment says
-// otherwise) are not split: one work item per sequence, so no merge kernel runs.
-TEST(AttentionMeta, ShortContextBucketsAreNotSplit) {
-  if (std::getenv("TESSERA_CUDA_DECODE_SPLIT_MIN_CONTEXT") == nullptr) {
-    ASSERT_EQ(DecodeSplitMinContext(), 512);
-  }
-  const int64_t min = DecodeSplitMinContext();
-  EXPECT_EQ(DecodeWorkItems(1, 32, 132, min), 1);
-  EXPECT_EQ(DecodeWorkItems(16, 8, 132, min), 16);
-  EXPECT_EQ(DecodeWorkItems(1, 32, 132, 2 * min + 1), 9);  // longer: two waves, as before
-  EXPECT_EQ(DecodeWorkItems(16, 8, 132, 2 * min + 1), 33);
-  EXPECT_EQ(DecodeWorkItems(1, 32, 132), 9);  // no bucket given: the rule before
-}
-
 TEST(AttentionMeta, DecodeChunkIsTheSmallestThatFits) {
   const std::vector<int64_t> one = {1000};
   EXPECT_EQ(DecodeChunk(one, 1, 16), 1008);  // no split: the context rounded up to a block
