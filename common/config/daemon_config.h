@@ -396,8 +396,8 @@ struct SchedulerSection {
   // workers. "leader": in the replica's leader worker (stage 0, tp rank 0),
   // which runs its own steps; the coordinator routes each request to a
   // replica and relays its progress, and keeps each request's tokens so
-  // that a request resumes on the next plan. "leader" serves pp 1
-  // replicas (any tp) in this version (parallel.mode = "explicit", pp = 1).
+  // that a request resumes on the next plan. "leader" serves any explicit
+  // layout (any tp and pp) in this version (parallel.mode = "explicit").
   SchedulerHost runs_on = SchedulerHost::kCoordinator;
 };
 

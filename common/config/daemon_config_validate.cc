@@ -455,16 +455,12 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                fmt::format("must be >= {} ({}), got {}", key, v, s.max_batch_tokens));
   }
 
-  if (s.runs_on == SchedulerHost::kLeader) {
-    const ParallelSection& p = c.parallel;
-    bool one_stage = p.mode == ParallelMode::kExplicit && p.pp == 1 && p.tp_per_stage.empty();
-    for (const ReplicaOverride& o : p.replica_overrides)
-      one_stage = one_stage && o.layout.pp == 1 && o.layout.tp_per_stage.empty();
-    if (!one_stage)
-      return Bad(c, "scheduler.runs_on",
-                 "\"leader\" serves pp 1 replicas (any tp) in this version: set parallel.mode = "
-                 "\"explicit\" with pp = 1 (and no replica_override with pp > 1), or runs_on = "
-                 "\"coordinator\"");
+  if (s.runs_on == SchedulerHost::kLeader && c.parallel.mode != ParallelMode::kExplicit) {
+    // Any explicit layout (pp > 1 included, a tp per stage, replica overrides); the planner's
+    // layouts are not served by leaders in this version.
+    return Bad(c, "scheduler.runs_on",
+               "\"leader\" needs parallel.mode = \"explicit\" in this version (any tp and pp), "
+               "or runs_on = \"coordinator\"");
   }
 
   // [worker]

@@ -191,6 +191,9 @@ Status ValidateAssignShard(const control::AssignShard& a) {
     return InvalidArgument("kv_cache_dtype '" + a.kv_cache_dtype() + "' is not \"\" or \"fp8\"");
   if (a.kv_block_size() == 0) return InvalidArgument("kv_block_size is 0");
   if (a.kv_num_blocks() == 0) return InvalidArgument("kv_num_blocks is 0");
+  if (a.tokens_to_leader() && (a.pp() < 2 || a.stage() + 1 != a.pp()))
+    return InvalidArgument("tokens_to_leader is set on stage " + Num(a.stage()) + " of pp " +
+                           Num(a.pp()) + " (only the last stage of a pp > 1 plan returns tokens)");
   switch (a.rendezvous_case()) {
     case control::AssignShard::kGloo: {
       const control::GlooRendezvous& g = a.gloo();
@@ -600,6 +603,80 @@ StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message) {
   batch.finished_seq_ids.assign(message.finished_seq_ids().begin(),
                                 message.finished_seq_ids().end());
   return batch;
+}
+
+void SampledTokensToProto(const StepBatch& batch, const std::vector<SampledToken>& tokens,
+                          control::StepResult* out) {
+  size_t k = 0;
+  for (const SeqStep& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    const SampledToken& sampled = tokens[k++];
+    control::SampledToken* t = out->add_tokens();
+    t->set_seq_id(s.seq_id);
+    t->set_token_id(sampled.token_id);
+    for (const SampledToken& p : sampled.prompt_logprobs) {
+      control::PromptTokenLogprob* m = t->add_prompt_logprobs();
+      m->set_token_id(p.token_id);
+      m->set_logprob(p.logprob);
+      for (const TopLogprob& top : p.top) {
+        control::TokenLogprob* e = m->add_top_logprobs();
+        e->set_token_id(top.token_id);
+        e->set_logprob(top.logprob);
+      }
+    }
+    if (!sampled.has_logprobs) continue;
+    t->set_has_logprobs(true);
+    t->set_logprob(sampled.logprob);
+    for (const TopLogprob& top : sampled.top) {
+      control::TokenLogprob* e = t->add_top_logprobs();
+      e->set_token_id(top.token_id);
+      e->set_logprob(top.logprob);
+    }
+  }
+}
+
+StatusOr<std::vector<SampledToken>> SampledTokensFromProto(const control::StepResult& result,
+                                                           size_t wanted, int64_t vocab_size) {
+  if (static_cast<size_t>(result.tokens_size()) != wanted)
+    return InvalidArgument("step_result has " + SNum(result.tokens_size()) + " tokens for " +
+                           Num(wanted) + " sampled sequences");
+  auto outside = [&](int32_t id) { return id < 0 || id >= vocab_size; };
+  std::vector<SampledToken> tokens(wanted);
+  for (size_t i = 0; i < wanted; ++i) {
+    const control::SampledToken& t = result.tokens(static_cast<int>(i));
+    const std::string at = Idx("tokens", i) + " (seq_id " + SNum(t.seq_id()) + ")";
+    SampledToken& out = tokens[i];
+    out.token_id = t.token_id();
+    if (IsFailedToken(t.token_id())) continue;  // no token, no log-probabilities
+    if (outside(t.token_id()))
+      return InvalidArgument(at + ": token_id " + SNum(t.token_id()) + " is outside the vocab of " +
+                             SNum(vocab_size));
+    for (const control::PromptTokenLogprob& p : t.prompt_logprobs()) {
+      SampledToken e;
+      e.token_id = p.token_id();
+      e.has_logprobs = true;
+      e.logprob = p.logprob();
+      bool bad = outside(e.token_id);
+      for (const control::TokenLogprob& top : p.top_logprobs()) {
+        bad = bad || outside(top.token_id());
+        e.top.push_back({top.token_id(), top.logprob()});
+      }
+      if (bad)
+        return InvalidArgument(at + ": a prompt log-probability is outside the vocab of " +
+                               SNum(vocab_size));
+      out.prompt_logprobs.push_back(std::move(e));
+    }
+    if (!t.has_logprobs()) continue;
+    out.has_logprobs = true;
+    out.logprob = t.logprob();
+    for (const control::TokenLogprob& top : t.top_logprobs()) {
+      if (outside(top.token_id()))
+        return InvalidArgument(at + ": top token " + SNum(top.token_id()) +
+                               " is outside the vocab of " + SNum(vocab_size));
+      out.top.push_back({top.token_id(), top.logprob()});
+    }
+  }
+  return tokens;
 }
 
 control::Error StatusToError(const Status& status, uint64_t in_reply_to_seq) {

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "common/base/sampled_token.h"
 #include "common/base/sampling_params.h"
 #include "common/base/status.h"
 #include "common/wire/control.pb.h"
@@ -77,7 +79,8 @@ bool IsValidWorkerId(std::string_view id);
 //      kv_block_size 0; kv_num_blocks 0; no rendezvous; gloo with empty
 //      store_host or key_prefix, a port outside 1..65535 or a store_key
 //      not 32 bytes; nccl ids not
-//      kNcclUniqueIdBytes long;
+//      kNcclUniqueIdBytes long; tokens_to_leader on a rank not of the last
+//      stage, or at pp 1;
 //    - load_progress: plan_version 0; bytes_done > bytes_total; seconds
 //      negative or not finite;
 //    - loaded: plan_version 0; load_seconds negative or not finite;
@@ -122,6 +125,19 @@ StatusOr<StepBatch> StepBatchFromProto(const control::StepBatch& message);
 // validate: ValidateEnvelope has.
 SamplingParams SamplingParamsFromProto(const control::SamplingParams& message);
 void SamplingParamsToProto(const SamplingParams& params, control::SamplingParams* out);
+
+// The sampled tokens of one micro-batch -> `out`'s tokens (plan_version and
+// micro_batch_id are the caller's): one entry per want_logits sequence of
+// `batch`, in batch order, with its seq_id, log-probabilities and prompt
+// log-probabilities. `tokens` has one entry per want_logits sequence.
+void SampledTokensToProto(const StepBatch& batch, const std::vector<SampledToken>& tokens,
+                          control::StepResult* out);
+// The reverse, for a StepResult that ValidateEnvelope accepted: `wanted`
+// tokens (the micro-batch's want_logits count), each id (the non-finite-logits
+// token aside) and every log-probability's token below `vocab_size`.
+// Errors: kInvalidArgument naming the count or the token at fault.
+StatusOr<std::vector<SampledToken>> SampledTokensFromProto(const control::StepResult& result,
+                                                           size_t wanted, int64_t vocab_size);
 
 // Status <-> control::Error (codes map one to one; an OK status has no
 // Error and maps to ERROR_CODE_INTERNAL with message "OK").

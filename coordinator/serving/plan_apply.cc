@@ -233,6 +233,8 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
     // Every stage-0 rank learns the replica schedules itself: tp rank 0
     // leads, the others run what it broadcasts.
     if (leader_ && a.stage == 0) *s->mutable_leader() = *leader_;
+    // With pp > 1 the last stage returns its tokens to the leader, not here.
+    if (leader_ && parallel.pp > 1 && a.stage == parallel.pp - 1) s->set_tokens_to_leader(true);
     control::GlooRendezvous* g = s->mutable_gloo();
     g->set_store_host(StoreHostFor(a.data_address));
     g->set_store_port(static_cast<uint32_t>(store_->port()));

@@ -8,6 +8,11 @@
 //    when the coordinator schedules and when each replica's leader does.
 //  - At tp 2 the leader sends each micro-batch to its tp peer, with the
 //    same answers as the coordinator's scheduling.
+//  - At pp 2 and tp 2 x pp 2 the leader drives the pipeline and the tokens
+//    return to it from the last stage, with the same answers (streamed and
+//    not, log-probabilities included) as the coordinator's scheduling; a
+//    pp 2 replica's leader or last stage killed under streams is replaced
+//    as above.
 //  - A leader killed (SIGKILL) or stopped (SIGSTOP: it stops heartbeating,
 //    its sockets stay open) under streams: its replica re-plans onto the
 //    spare, and every stream completes with exactly the undisturbed text
@@ -89,10 +94,10 @@ json Essence(const json& reply) {
 class LeaderScheduling : public ::testing::Test {
  protected:
   void Launch(bool on_leader, int replicas, int workers, int tp = 1,
-              const std::string& scheduler_toml = "") {
+              const std::string& scheduler_toml = "", int pp = 1) {
     ::tessera::testing::DaemonClusterOptions o;
     o.temp_prefix = "tessera-leader";
-    o.parallel_toml = fmt::format("tp = {}\npp = 1\nreplicas = {}\n", tp, replicas);
+    o.parallel_toml = fmt::format("tp = {}\npp = {}\nreplicas = {}\n", tp, pp, replicas);
     o.admin_toml = fmt::format("port = 0\ntoken = \"{}\"\n", kToken);
     o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 1.0\n";
     o.scheduler_toml += fmt::format("runs_on = \"{}\"\n", on_leader ? "leader" : "coordinator");
@@ -131,7 +136,8 @@ class LeaderScheduling : public ::testing::Test {
     EXPECT_EQ(s.done_markers, 1);
     return s.text;
   }
-  void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL);
+  void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL, int pp = 1);
+  void ComparePipelined(int tp);
   // The prefill steps worker 0 ran (tessera_step_duration_seconds_count, phase "prefill",
   // scraped from its /metrics), or -1 when the series is missing.
   int PrefillSteps() const {
@@ -262,10 +268,48 @@ TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
   EXPECT_EQ(StreamText(Completion(1, 24, true)), want_stream);
 }
 
+// pp 2: the leader drives both stages; the last stage's sampling rank returns each
+// micro-batch's tokens (with their log-probabilities) to it. With tp 2 x pp 2 its stage-0 tp
+// peer passes its hidden states on to its own stage-1 rank. The answers, streamed and not,
+// equal the coordinator's scheduling of the same layout.
+void LeaderScheduling::ComparePipelined(int tp) {
+  const std::vector<json> requests = Requests();
+  std::vector<json> want;
+  std::vector<std::string> want_streams;
+  Launch(/*on_leader=*/false, 1, 2 * tp, tp, "", /*pp=*/2);
+  for (const json& r : requests) want.push_back(Answer(r));
+  for (int i = 0; i < 2; ++i) want_streams.push_back(StreamText(Completion(i, 24, true)));
+  cluster_->Stop();
+
+  Launch(/*on_leader=*/true, 1, 2 * tp, tp, "", /*pp=*/2);
+  const json plan = Get("/admin/plan");
+  EXPECT_EQ(plan["ranks"].size(), static_cast<size_t>(2 * tp)) << plan.dump();
+  for (size_t i = 0; i < requests.size(); ++i)
+    EXPECT_EQ(Answer(requests[i]), want[i]) << requests[i].dump();
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(StreamText(Completion(i, 24, true)), want_streams[static_cast<size_t>(i)]);
+  // Several requests at once: micro-batches overlap in the pipeline.
+  const std::vector<std::string> streams = StreamAnswers();
+  ::tessera::testing::RawSseStream running[kStreams];
+  ASSERT_TRUE(StartStreams(running));
+  for (int i = 0; i < kStreams; ++i) {
+    running[i].thread.join();
+    EXPECT_EQ(running[i].error, "") << "stream " << i;
+    EXPECT_EQ(running[i].text, streams[static_cast<size_t>(i)]) << "stream " << i;
+  }
+  const json replica = Get("/admin/cluster")["replicas"][0];
+  EXPECT_EQ(replica["load"]["waiting"], 0) << replica.dump();
+  EXPECT_EQ(replica["load"]["running"], 0) << replica.dump();
+}
+
+TEST_F(LeaderScheduling, APp2ReplicaAnswersAsTheCoordinatorsDoes) { ComparePipelined(1); }
+
+TEST_F(LeaderScheduling, ATp2Pp2ReplicaAnswersAsTheCoordinatorsDoes) { ComparePipelined(2); }
+
 // One replica of `tp` and a spare; the worker of `victim_rank` gets `signal`
 // (SIGKILL or SIGSTOP) under streams.
-void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
-  Launch(/*on_leader=*/true, 1, tp + 1, tp);  // one replica and a spare
+void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal, int pp) {
+  Launch(/*on_leader=*/true, 1, tp * pp + 1, tp, "", pp);  // one replica and a spare
   const std::vector<std::string> want = StreamAnswers();
   const json plan = Get("/admin/plan");
   std::string victim;
@@ -286,8 +330,8 @@ void LeaderScheduling::KillUnderStreams(int tp, int victim_rank, int signal) {
     EXPECT_EQ(s.finish_reason, "length") << "stream " << i;
     EXPECT_EQ(s.text, want[static_cast<size_t>(i)]) << "stream " << i;
   }
-  std::printf("tp %d: streams completed %.2f s after signal %d to rank %d\n", tp, Since(killed),
-              signal, victim_rank);
+  std::printf("tp %d x pp %d: streams completed %.2f s after signal %d to rank %d\n", tp, pp,
+              Since(killed), signal, victim_rank);
   // The spare took the victim's rank, and the new plan took over the
   // running requests.
   json after = Get("/admin/plan");
@@ -398,6 +442,16 @@ TEST_F(LeaderScheduling, ARestartedCoordinatorAdoptsTheLeadersPlanAndNoKvBlockLe
 // re-plans, and the leader's requests resume on the new plan.
 TEST_F(LeaderScheduling, AKilledTpPeerIsReplacedAndStreamsContinueExactly) {
   KillUnderStreams(/*tp=*/2, /*victim_rank=*/1);
+}
+
+// pp 2: the leader dies, or the last stage that returns its tokens; either way the replica
+// re-plans onto the spare and the leader's requests resume exactly.
+TEST_F(LeaderScheduling, AKilledPp2LeaderIsReplacedAndStreamsContinueExactly) {
+  KillUnderStreams(/*tp=*/1, /*victim_rank=*/0, SIGKILL, /*pp=*/2);
+}
+
+TEST_F(LeaderScheduling, AKilledLastStageOfAPp2ReplicaIsReplacedAndStreamsContinueExactly) {
+  KillUnderStreams(/*tp=*/1, /*victim_rank=*/1, SIGKILL, /*pp=*/2);
 }
 
 }  // namespace

@@ -459,7 +459,11 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   links.next = (*pg)->next_stage_links();
   if (metrics_)
     for (Communicator*& c : links.next) c = metrics_->Wrap(c);
-  links.ret = {};  // tokens go to the coordinator
+  // Tokens go to the coordinator, or with pp > 1 in a replica that schedules itself from
+  // last-stage tp rank 0 to the leader (AssignShard.tokens_to_leader): the leader receives
+  // them on its return link; its tp peers need none (they run what it broadcasts).
+  const bool leads = assign.has_leader() && links.stage == 0 && links.tp_rank == 0;
+  if (links.pp > 1 && leads) links.ret = (*pg)->return_links();
   // The micro-batch ids of the Steps in flight, oldest first: the pipeline is
   // FIFO, so the last stage answers them in order.
   uint64_t next_result = 0;
@@ -469,32 +473,7 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
     control::StepResult* r = e.mutable_step_result();
     r->set_plan_version(assign.plan_version());
     r->set_micro_batch_id(next_result++);
-    size_t k = 0;
-    for (const SeqStep& s : batch.seqs) {
-      if (!s.want_logits) continue;
-      const SampledToken& sampled = tokens[k++];
-      control::SampledToken* t = r->add_tokens();
-      t->set_seq_id(s.seq_id);
-      t->set_token_id(sampled.token_id);
-      for (const SampledToken& p : sampled.prompt_logprobs) {
-        control::PromptTokenLogprob* m = t->add_prompt_logprobs();
-        m->set_token_id(p.token_id);
-        m->set_logprob(p.logprob);
-        for (const TopLogprob& top : p.top) {
-          control::TokenLogprob* e = m->add_top_logprobs();
-          e->set_token_id(top.token_id);
-          e->set_logprob(top.logprob);
-        }
-      }
-      if (!sampled.has_logprobs) continue;
-      t->set_has_logprobs(true);
-      t->set_logprob(sampled.logprob);
-      for (const TopLogprob& top : sampled.top) {
-        control::TokenLogprob* e = t->add_top_logprobs();
-        e->set_token_id(top.token_id);
-        e->set_logprob(top.logprob);
-      }
-    }
+    SampledTokensToProto(batch, tokens, r);
     return client.Send(std::move(e));
   };
   const bool last = links.stage == links.pp - 1;
@@ -503,11 +482,39 @@ Status WorkerDaemon::ServePlan(ControlClient& client, control::Heartbeat& hb,
   GrammarSource grammar = ModelGrammarSource(held_model_path_, loaded->model->config().vocab_size,
                                              options_.grammar_library);
   if (links.stage > 0) {
+    // A replica that schedules itself with pp > 1: the sampling rank returns each
+    // micro-batch's tokens to the leader (stage 0, tp rank 0), the first receiver of its
+    // return links (stage_handoff.h: receiver 0 hears from sender 0), as an Envelope with a
+    // StepResult.
+    std::unique_ptr<AsyncSender> to_leader;
+    TokenSink sink = last ? TokenSink(send_result) : TokenSink();
+    if (last && assign.tokens_to_leader()) {
+      sink = [](const StepBatch&, const std::vector<SampledToken>&) { return Status::Ok(); };
+      const std::vector<Communicator*> ret = (*pg)->return_links();
+      if (links.tp_rank == 0) {
+        if (ret.empty()) return fail(Internal(who + ": no return link to the replica's leader"));
+        to_leader = std::make_unique<AsyncSender>(std::vector<Communicator*>{ret.front()}, 0,
+                                                  static_cast<size_t>(links.pp + 2));
+        sink = [&](const StepBatch& batch, const std::vector<SampledToken>& tokens) -> Status {
+          control::Envelope e;
+          e.set_protocol_version(kControlProtocolVersion);
+          e.set_worker_id(id);
+          control::StepResult* r = e.mutable_step_result();
+          r->set_plan_version(assign.plan_version());
+          r->set_micro_batch_id(next_result++);
+          SampledTokensToProto(batch, tokens, r);
+          TESSERA_ASSIGN_OR_RETURN(std::string bytes, EncodeEnvelope(e));
+          return to_leader->Enqueue(std::vector<uint8_t>(bytes.begin(), bytes.end()))
+              .WithContext("tokens to the replica's leader");
+        };
+      }
+    }
     // Returns OK when stage 0 passes the end of the plan down the pipeline.
     step_watch_.BeginStep();  // waiting in its receive between micro-batches
-    Status s = ServeStage(*loaded->model, cache, links, {},
-                          last ? TokenSink(send_result) : TokenSink(), grammar);
+    Status s = ServeStage(*loaded->model, cache, links, {}, sink, grammar);
     step_watch_.EndStep();
+    // The leader takes every micro-batch's tokens before it ends the plan.
+    if (s.ok() && to_leader) s = to_leader->Flush().WithContext("tokens to the replica's leader");
     return s.ok() ? s : fail(s);
   }
   SequenceSamplers samplers(grammar);

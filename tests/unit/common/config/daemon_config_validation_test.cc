@@ -34,13 +34,11 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "parallel.mode = \"explicit\""},
       {"[parallel]\ntp = 0\n", "x.toml:2:6: parallel.tp: must be >= 1, got 0"},
       {"[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:2:11: scheduler.runs_on: \"leader\" serves pp 1 replicas (any tp) in this version: "
-       "set parallel.mode = \"explicit\" with pp = 1 (and no replica_override with pp > 1), or "
-       "runs_on = \"coordinator\""},
-      {"[parallel]\ntp = 2\npp = 2\n[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:5:11: scheduler.runs_on: \"leader\" serves pp 1 replicas (any tp) in this version: "
-       "set parallel.mode = \"explicit\" with pp = 1 (and no replica_override with pp > 1), or "
-       "runs_on = \"coordinator\""},
+       "x.toml:2:11: scheduler.runs_on: \"leader\" needs parallel.mode = \"explicit\" in this "
+       "version (any tp and pp), or runs_on = \"coordinator\""},
+      {"[parallel]\nmode = \"auto\"\n[scheduler]\nruns_on = \"leader\"\n",
+       "x.toml:4:11: scheduler.runs_on: \"leader\" needs parallel.mode = \"explicit\" in this "
+       "version (any tp and pp), or runs_on = \"coordinator\""},
       {"[scheduler]\nruns_on = \"worker\"\n",
        "x.toml:2:11: scheduler.runs_on: must be one of \"coordinator\", \"leader\", got "
        "\"worker\""},
@@ -257,6 +255,18 @@ TEST(DaemonConfigValidation, ValuesAtTheirBoundsAreAccepted) {
       "[admin]\nport = 0\n",
       "x.toml");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+// A replica's leader drives any explicit layout: pp > 1, a tp per stage, replica overrides.
+TEST(DaemonConfigValidation, LeaderSchedulingTakesEveryExplicitLayout) {
+  for (const char* parallel :
+       {"tp = 1\npp = 2\n", "tp = 2\npp = 2\n", "tp = [2, 1]\npp = 2\n",
+        "tp = 1\npp = 1\nreplicas = 2\n[[parallel.replica_override]]\nreplica = 1\ntp = 1\n"
+        "pp = 2\n"}) {
+    StatusOr<DaemonConfig> c = ParseDaemonConfig(
+        std::string("[scheduler]\nruns_on = \"leader\"\n[parallel]\n") + parallel, "x.toml");
+    EXPECT_TRUE(c.ok()) << parallel << c.status().ToString();
+  }
 }
 
 }  // namespace

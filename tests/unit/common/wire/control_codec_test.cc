@@ -248,6 +248,16 @@ std::vector<InvalidCase> InvalidCases() {
        "kv_num_blocks is 0"},
       {"no rendezvous", ValidAssignShard, [=](Envelope& e) { as(e)->clear_gloo(); }, kIA,
        "no rendezvous"},
+      {"tokens_to_leader off the last stage", ValidAssignShard,
+       [=](Envelope& e) {
+         control::AssignShard* a = as(e);
+         a->set_stage(0);
+         a->set_world_rank(1);
+         a->set_first_layer(0);
+         a->set_end_layer(3);
+         a->set_tokens_to_leader(true);
+       },
+       kIA, "tokens_to_leader is set on stage 0 of pp 2"},
       {"gloo host", ValidAssignShard,
        [=](Envelope& e) { as(e)->mutable_gloo()->clear_store_host(); }, kIA,
        "gloo.store_host is empty"},
@@ -476,6 +486,60 @@ TEST(ControlCodec, StepBatchConversionRoundTrips) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("sum to 3 but batch.token_ids has 4"), std::string::npos)
       << bad.status().ToString();
+}
+
+// The tokens a last stage returns to its replica's leader (AssignShard.tokens_to_leader): one
+// per want_logits sequence, with log-probabilities and prompt log-probabilities, back as sent.
+TEST(ControlCodec, SampledTokensRoundTripThroughAStepResult) {
+  StepBatch b;
+  for (int64_t id : {7, 8, 9}) {
+    SeqStep s;
+    s.seq_id = id;
+    s.want_logits = id != 8;
+    b.seqs.push_back(s);
+  }
+  std::vector<SampledToken> sent(2);
+  sent[0].token_id = 5;
+  sent[0].has_logprobs = true;
+  sent[0].logprob = -0.25f;
+  sent[0].top = {{5, -0.25f}, {3, -2.0f}};
+  SampledToken prompt;
+  prompt.token_id = 4;
+  prompt.has_logprobs = true;
+  prompt.logprob = -1.5f;
+  prompt.top = {{2, -0.5f}};
+  sent[0].prompt_logprobs = {prompt};
+  sent[1].token_id = kNonFiniteLogitsToken;
+  control::StepResult r;
+  SampledTokensToProto(b, sent, &r);
+  ASSERT_EQ(r.tokens_size(), 2);
+  EXPECT_EQ(r.tokens(0).seq_id(), 7);
+  EXPECT_EQ(r.tokens(1).seq_id(), 9);
+  StatusOr<std::vector<SampledToken>> back = SampledTokensFromProto(r, 2, 10);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[0].token_id, 5);
+  EXPECT_TRUE((*back)[0].has_logprobs);
+  EXPECT_EQ((*back)[0].logprob, -0.25f);
+  ASSERT_EQ((*back)[0].top.size(), 2u);
+  EXPECT_EQ((*back)[0].top[1].token_id, 3);
+  EXPECT_EQ((*back)[0].top[1].logprob, -2.0f);
+  ASSERT_EQ((*back)[0].prompt_logprobs.size(), 1u);
+  EXPECT_EQ((*back)[0].prompt_logprobs[0].token_id, 4);
+  EXPECT_EQ((*back)[0].prompt_logprobs[0].logprob, -1.5f);
+  EXPECT_EQ((*back)[0].prompt_logprobs[0].top.size(), 1u);
+  EXPECT_EQ((*back)[1].token_id, kNonFiniteLogitsToken);
+  EXPECT_FALSE((*back)[1].has_logprobs);
+  // The count and the vocab are checked.
+  StatusOr<std::vector<SampledToken>> short_count = SampledTokensFromProto(r, 3, 10);
+  ASSERT_FALSE(short_count.ok());
+  EXPECT_NE(short_count.status().message().find("2 tokens for 3 sampled sequences"),
+            std::string::npos)
+      << short_count.status().ToString();
+  StatusOr<std::vector<SampledToken>> small_vocab = SampledTokensFromProto(r, 2, 4);
+  ASSERT_FALSE(small_vocab.ok());
+  EXPECT_NE(small_vocab.status().message().find("tokens[0] (seq_id 7): token_id 5 is outside"),
+            std::string::npos)
+      << small_vocab.status().ToString();
 }
 
 TEST(ControlCodec, StatusAndErrorMapOneToOne) {
