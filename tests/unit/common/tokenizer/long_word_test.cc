@@ -1,12 +1,14 @@
 // Tokenizing one long word stays linear in its length (issue #31: a client's
 // 3.9 MB single-word prompt took seconds of coordinator CPU): for every
 // fixture tokenizer and several kinds of word (letters, digits, punctuation,
-// a whitespace run, multi-byte letters), four times the bytes take about
-// four times as long (measured 1.4-7.7x from 256 KiB to 1 MiB: BPE's merge
-// heap adds a log factor; the bound, 10x, is well below the 16x of quadratic
-// work). The time is the encoding thread's CPU time, so that other processes
-// on a busy host (ctest -j, a build beside it) do not count: wall time there
-// once gave 16 ms for 256 KiB and 216 ms for 1 MiB.
+// a whitespace run, multi-byte letters), eight times the bytes take about
+// eight times as long (BPE's merge heap adds a log factor). The bound, 24x, is
+// far from both: linear work measured 1.4-7.7x over a 4x step (256 KiB to
+// 1 MiB) and once 10.5x with a load of 7 on 2 cores evicting its caches, which
+// failed the 10x bound of a 4x step; quadratic work would take 64x. The time
+// is the encoding thread's CPU time, so that other processes on a busy host
+// (ctest -j, a build beside it) do not count: wall time there once gave 16 ms
+// for 256 KiB and 216 ms for 1 MiB.
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -55,7 +57,7 @@ TEST(LongWord, EncodingTimeGrowsLinearly) {
       {"letters", "a"}, {"digits", "7"},  {"punctuation", "!"},
       {"spaces", " "},  {"mixed", "ab1"}, {"multibyte", "\xc3\xa9"}};
   // Above the CPU caches' sizes, so both sizes run from memory alike.
-  constexpr size_t kSmall = 256 * 1024, kLarge = 4 * kSmall;
+  constexpr size_t kSmall = 256 * 1024, kLarge = 8 * kSmall;
   for (const std::string& dir : dirs) {
     auto tokenizer = Tokenizer::Load(dir);
     ASSERT_TRUE(tokenizer.ok()) << dir << ": " << tokenizer.status().ToString();
@@ -68,9 +70,9 @@ TEST(LongWord, EncodingTimeGrowsLinearly) {
                   small * 1e3, kSmall / 1024, large * 1e3, kLarge / 1024);
       // Below a millisecond the clock's noise dominates: then only a bound.
       if (small > 1e-3)
-        EXPECT_LE(large / small, 10.0) << dir << " " << name;
+        EXPECT_LE(large / small, 24.0) << dir << " " << name;
       else
-        EXPECT_LE(large, 0.05) << dir << " " << name;
+        EXPECT_LE(large, 0.1) << dir << " " << name;
     }
   }
 }
