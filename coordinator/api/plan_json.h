@@ -31,25 +31,19 @@ struct PlanRequestError {
   std::optional<std::string> param;
 };
 
-// A parsed PlanRequest or the PlanRequestError that explains why there is none.
-class [[nodiscard]] PlanRequestOr {
+// A parsed PlanRequest or the PlanRequestError that explains why there is none: a
+// StatusOr<PlanRequest> (its accessors and preconditions) that also keeps the field at fault.
+class [[nodiscard]] PlanRequestOr : public StatusOr<PlanRequest> {
  public:
-  PlanRequestOr(PlanRequest request) : request_(std::move(request)) {}  // NOLINT: implicit
-  PlanRequestOr(PlanRequestError error) : error_(std::move(error)) {}   // NOLINT: implicit
-  bool ok() const { return request_.has_value(); }
-  // Precondition for each: ok() for the request, !ok() for the error.
-  const PlanRequestError& error() const { return error_; }
-  PlanRequest& value() & { return *request_; }
-  const PlanRequest& value() const& { return *request_; }
-  PlanRequest&& value() && { return std::move(*request_); }
-  PlanRequest* operator->() { return &*request_; }
-  const PlanRequest* operator->() const { return &*request_; }
-  PlanRequest& operator*() & { return *request_; }
-  const PlanRequest& operator*() const& { return *request_; }
+  PlanRequestOr(PlanRequest request)  // NOLINT: implicit
+      : StatusOr<PlanRequest>(std::move(request)) {}
+  PlanRequestOr(PlanRequestError error)  // NOLINT: implicit
+      : StatusOr<PlanRequest>(std::move(error.status)), param_(std::move(error.param)) {}
+  // Precondition: !ok().
+  PlanRequestError error() const { return {status(), param_}; }
 
  private:
-  PlanRequestError error_;
-  std::optional<PlanRequest> request_;
+  std::optional<std::string> param_;
 };
 
 // Parses a POST /admin/plan body (the forms of PlanRequest). Errors
