@@ -130,6 +130,10 @@ cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int64_t num_r
                              size_t row_bytes, void* out, cudaStream_t stream);
 
 // The MoE layer (kernels/moe_routing.h, kernels/moe_experts.h; one launch each).
+// The CUDA-core kernels below (not the tensor-core ones) launch with PDL (kernels/pdl.cuh) in
+// steps of at most kPdlMaxTokens tokens, as the dense decode kernels do; MoePdl(tokens) says
+// whether, and TESSERA_CUDA_MOE_PDL=0 in the environment turns it off for them alone (A/B runs).
+bool MoePdl(int64_t tokens);
 // Router top-k: logits F32 [tokens, experts] -> ids I32, weights F32 [tokens, top_k].
 cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
@@ -149,12 +153,13 @@ cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int6
 cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
                             const int32_t* expert_rows, const int32_t* active,
                             const int32_t* slot_token, void* act, int64_t grid_experts,
-                            int64_t hidden, int64_t inter, bool vec, cudaStream_t stream);
-// y[s] = act[s] down_e^T, y [slots, hidden].
+                            int64_t hidden, int64_t inter, bool vec, int64_t tokens,
+                            cudaStream_t stream);
+// y[s] = act[s] down_e^T, y [slots, hidden]. `tokens`: the step's tokens (for MoePdl).
 cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
                           const int32_t* expert_rows, const int32_t* active, void* y,
                           int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
-                          cudaStream_t stream);
+                          int64_t tokens, cudaStream_t stream);
 // The same two products on tensor cores (kernels/moe_experts_tc_cuda.cu), for many pairs per
 // expert: bf16 or fp16, hidden and inter multiples of 32 (MoeTcShapeOk), rows 16-byte aligned
 // (the `vec` condition above). `wide_m`: 64 slots per block pass instead of 16.

@@ -85,7 +85,7 @@ Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeR
       LaunchMoeGateUp(x.dtype(), x.raw(), table.pointers.data<int64_t>(),
                       routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(),
                       routing.slot_token.data<int32_t>(), act.raw(), GridExperts(table, act.dim(0)),
-                      table.hidden, table.intermediate, vec, ctx->stream()),
+                      table.hidden, table.intermediate, vec, x.dim(0), ctx->stream()),
       "MoeExpertGemmKernel (gate|up)");
   return Status::Ok();
 }
@@ -110,7 +110,7 @@ Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeR
       LaunchMoeDown(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
                     routing.expert_rows.data<int32_t>(), routing.active.data<int32_t>(), y.raw(),
                     GridExperts(table, y.dim(0)), table.hidden, table.intermediate, vec,
-                    ctx->stream()),
+                    routing.token_slot.dim(0), ctx->stream()),
       "MoeExpertGemmKernel (down)");
   return Status::Ok();
 }

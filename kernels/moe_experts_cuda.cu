@@ -29,6 +29,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -133,6 +134,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                         const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
                         int64_t n) {
+  PdlWait();  // kernels/pdl.cuh: active, the rows and `in` come from the kernels before
+  PdlLaunchDependents();
   if (static_cast<int>(blockIdx.y) >= active[0]) return;
   const int64_t e = active[1 + blockIdx.y];
   const int begin = expert_rows[e], end = expert_rows[e + 1];
@@ -161,9 +164,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 }
 
 template <typename T, bool kGated>
-void LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* expert_rows,
+cudaError_t LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* expert_rows,
                       const int32_t* active, const int32_t* slot_token, void* out,
-                      int64_t grid_experts, int64_t k, int64_t n, bool vec, cudaStream_t stream) {
+                      int64_t grid_experts, int64_t k, int64_t n, bool vec, bool pdl,
+                      cudaStream_t stream) {
   const int64_t cols_per_block = kGated ? kWarps : 2 * kWarps;
   const dim3 grid(static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block),
                   static_cast<unsigned>(grid_experts));
@@ -171,11 +175,10 @@ void LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* exper
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   if (vec)
-    MoeExpertGemmKernel<T, kVec, kGated>
-        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
-  else
-    MoeExpertGemmKernel<T, 1, kGated>
-        <<<grid, kWarps * 32, 0, stream>>>(x, table, expert_rows, active, slot_token, y, k, n);
+    return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, kVec, kGated>, grid, dim3(kWarps * 32), 0,
+                         stream, x, table, expert_rows, active, slot_token, y, k, n);
+  return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, 1, kGated>, grid, dim3(kWarps * 32), 0, stream,
+                       x, table, expert_rows, active, slot_token, y, k, n);
 }
 
 template <typename T>
@@ -184,6 +187,8 @@ __global__ void MoeCombineKernel(const T* __restrict__ y, const int32_t* __restr
                                  const T* __restrict__ shared,
                                  const float* __restrict__ shared_gate, T* __restrict__ out,
                                  int64_t hidden) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   const int64_t t = blockIdx.x;
   const float g = shared != nullptr ? 1.0f / (1.0f + expf(-shared_gate[t])) : 0.0f;
   for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
@@ -202,23 +207,28 @@ __global__ void MoeCombineKernel(const T* __restrict__ y, const int32_t* __restr
 cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
                             const int32_t* expert_rows, const int32_t* active,
                             const int32_t* slot_token, void* act, int64_t grid_experts,
-                            int64_t hidden, int64_t inter, bool vec, cudaStream_t stream) {
+                            int64_t hidden, int64_t inter, bool vec, int64_t tokens,
+                            cudaStream_t stream) {
   if (grid_experts < 1 || grid_experts > 65535 || inter < 1) return cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorInvalidValue;
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token, act,
-                                                 grid_experts, hidden, inter, vec, stream));
-  return cudaGetLastError();
+                       err = LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token,
+                                                       act, grid_experts, hidden, inter, vec,
+                                                       MoePdl(tokens), stream));
+  return err;
 }
 
 cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
                           const int32_t* expert_rows, const int32_t* active, void* y,
                           int64_t grid_experts, int64_t hidden, int64_t inter, bool vec,
-                          cudaStream_t stream) {
+                          int64_t tokens, cudaStream_t stream) {
   if (grid_experts < 1 || grid_experts > 65535 || hidden < 1) return cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorInvalidValue;
   TESSERA_FLOAT_SWITCH(dtype, T,
-                       LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y,
-                                                  grid_experts, inter, hidden, vec, stream));
-  return cudaGetLastError();
+                       err = LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y,
+                                                        grid_experts, inter, hidden, vec,
+                                                        MoePdl(tokens), stream));
+  return err;
 }
 
 cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_slot,
@@ -227,12 +237,14 @@ cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_sl
                              cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   const int threads = hidden >= 256 ? 256 : 128;
+  cudaError_t err = cudaErrorInvalidValue;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
-      MoeCombineKernel<T><<<static_cast<unsigned>(tokens), threads, 0, stream>>>(
-          static_cast<const T*>(y), token_slot, weights, top_k, static_cast<const T*>(shared),
-          shared_gate, static_cast<T*>(out), hidden));
-  return cudaGetLastError();
+      err = LaunchWithPdl(MoePdl(tokens), MoeCombineKernel<T>, dim3(static_cast<unsigned>(tokens)),
+                          dim3(threads), 0, stream, static_cast<const T*>(y), token_slot, weights,
+                          top_k, static_cast<const T*>(shared), shared_gate, static_cast<T*>(out),
+                          hidden));
+  return err;
 }
 
 }  // namespace tessera::kernels::cuda

@@ -18,8 +18,12 @@
 // capturable as a CUDA graph.
 #include <climits>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
@@ -47,6 +51,8 @@ __global__ void __launch_bounds__(kTopKThreads)
   __shared__ float scratch[32];
   __shared__ float best_v[kTopKThreads / 32];
   __shared__ int best_i[kTopKThreads / 32];
+  PdlWait();  // kernels/pdl.cuh: the router's logits come from the kernel before
+  PdlLaunchDependents();
   const int64_t t = blockIdx.x;
   const float* row = logits + t * experts;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -104,6 +110,8 @@ __global__ void __launch_bounds__(kSortThreads)
                   int64_t expert_begin, int64_t experts, int32_t* __restrict__ expert_rows,
                   int32_t* __restrict__ slot_token, int32_t* __restrict__ token_slot,
                   int32_t* __restrict__ active, unsigned long long* __restrict__ token_totals) {
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
   extern __shared__ int32_t shared[];
   int32_t* count = shared;           // [experts]
   int32_t* next = shared + experts;  // [experts]
@@ -143,14 +151,22 @@ __global__ void __launch_bounds__(kSortThreads)
 
 }  // namespace
 
+bool MoePdl(int64_t tokens) {
+  static const bool wanted = [] {
+    const char* v = std::getenv("TESSERA_CUDA_MOE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return wanted && tokens <= kPdlMaxTokens;
+}
+
 cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, int32_t* ids, float* weights, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const size_t shared = static_cast<size_t>(experts) * sizeof(float);
   if (top_k < 1 || top_k > experts || shared > 48 * 1024) return cudaErrorInvalidValue;
-  MoeTopKKernel<<<static_cast<unsigned>(tokens), kTopKThreads, shared, stream>>>(
-      logits, experts, static_cast<int>(top_k), renormalize, ids, weights);
-  return cudaGetLastError();
+  return LaunchWithPdl(MoePdl(tokens), MoeTopKKernel, dim3(static_cast<unsigned>(tokens)),
+                       dim3(kTopKThreads), shared, stream, logits, experts, static_cast<int>(top_k),
+                       renormalize, ids, weights);
 }
 
 cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int64_t expert_begin,
@@ -159,10 +175,9 @@ cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int6
                           cudaStream_t stream) {
   const size_t shared = 2 * static_cast<size_t>(experts) * sizeof(int32_t);
   if (experts < 1 || top_k < 1 || shared > 48 * 1024) return cudaErrorInvalidValue;
-  MoeSortKernel<<<1, kSortThreads, shared, stream>>>(
-      ids, pairs, top_k, expert_begin, experts, expert_rows, slot_token, token_slot, active,
-      reinterpret_cast<unsigned long long*>(token_totals));
-  return cudaGetLastError();
+  return LaunchWithPdl(MoePdl(pairs / top_k), MoeSortKernel, dim3(1), dim3(kSortThreads), shared,
+                       stream, ids, pairs, top_k, expert_begin, experts, expert_rows, slot_token,
+                       token_slot, active, reinterpret_cast<unsigned long long*>(token_totals));
 }
 
 }  // namespace tessera::kernels::cuda
