@@ -137,6 +137,16 @@ bool MoePdl(int64_t tokens);
 // Router top-k: logits F32 [tokens, experts] -> ids I32, weights F32 [tokens, top_k].
 cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
+// The top-k and the sort below in one launch, for a small step: at most kPdlMaxTokens tokens,
+// 512 router experts, 256 pairs and 1024 held experts (MoeRouteApplies; TESSERA_CUDA_MOE_FUSED_ROUTE=0
+// in the environment says no, for A/B runs). Outputs as LaunchMoeTopK's and LaunchMoeSort's, with
+// the slots of an expert in pair order.
+bool MoeRouteApplies(int64_t tokens, int64_t experts, int64_t top_k, int64_t held);
+cudaError_t LaunchMoeRoute(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
+                           bool renormalize, int64_t expert_begin, int64_t held, int32_t* ids,
+                           float* weights, int32_t* expert_rows, int32_t* slot_token,
+                           int32_t* token_slot, int32_t* active, int64_t* token_totals,
+                           cudaStream_t stream);
 // Sort of the (token, k) pairs of ids [pairs / top_k, top_k] by held expert
 // [expert_begin, expert_begin + experts): expert_rows [experts + 1], slot_token [pairs],
 // token_slot [pairs], active [experts + 1] (count, then the active experts); token_totals (I64

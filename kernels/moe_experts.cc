@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/moe_routing.h"
 
 namespace tessera::kernels {
 
@@ -128,8 +129,11 @@ Status CheckMoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor&
   return Status::Ok();
 }
 
-Status MoeSortByExpert(Backend& backend, const Tensor& expert_ids, int64_t expert_begin,
-                       int64_t expert_end, MoeRouting& routing, Tensor* token_totals) {
+namespace {
+
+// MoeSortByExpert's checks, then `routing` allocated for ids of `ids_shape` [T, K].
+Status PrepareRouting(Backend& backend, const Tensor& expert_ids, int64_t expert_begin,
+                      int64_t expert_end, MoeRouting& routing, const Tensor* token_totals) {
   TESSERA_RETURN_IF_ERROR(ExpectTensor(expert_ids, 2, DType::kI32, "moe expert ids"));
   if (expert_ids.device() != backend.device())
     return InvalidArgument("moe expert ids " + expert_ids.Describe() + " are not on " +
@@ -147,8 +151,27 @@ Status MoeSortByExpert(Backend& backend, const Tensor& expert_ids, int64_t exper
   TESSERA_ASSIGN_OR_RETURN(routing.slot_token, backend.Allocate({expert_ids.numel()}, DType::kI32));
   TESSERA_ASSIGN_OR_RETURN(routing.token_slot, backend.Allocate(expert_ids.shape(), DType::kI32));
   TESSERA_ASSIGN_OR_RETURN(routing.active, backend.Allocate({experts + 1}, DType::kI32));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MoeSortByExpert(Backend& backend, const Tensor& expert_ids, int64_t expert_begin,
+                       int64_t expert_end, MoeRouting& routing, Tensor* token_totals) {
+  TESSERA_RETURN_IF_ERROR(
+      PrepareRouting(backend, expert_ids, expert_begin, expert_end, routing, token_totals));
   return TESSERA_DISPATCH(expert_ids.device(), MoeSortByExpert, expert_ids, expert_begin,
                           expert_end, routing, token_totals);
+}
+
+Status MoeRoute(Backend& backend, const Tensor& router_logits, int64_t top_k, bool renormalize,
+                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
+                MoeRouting& routing, Tensor* token_totals) {
+  TESSERA_RETURN_IF_ERROR(CheckMoeTopK(router_logits, top_k, expert_ids, weights));
+  TESSERA_RETURN_IF_ERROR(
+      PrepareRouting(backend, expert_ids, expert_begin, expert_end, routing, token_totals));
+  return TESSERA_DISPATCH(router_logits.device(), MoeRoute, router_logits, top_k, renormalize,
+                          expert_begin, expert_end, expert_ids, weights, routing, token_totals);
 }
 
 Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeRouting& routing,

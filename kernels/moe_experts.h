@@ -85,6 +85,14 @@ struct MoeRouting {
 // them); the CPU path returns kInvalidArgument naming it.
 Status MoeSortByExpert(Backend& backend, const Tensor& expert_ids, int64_t expert_begin,
                        int64_t expert_end, MoeRouting& routing, Tensor* token_totals);
+// MoeTopK (kernels/moe_routing.h) of router_logits F32 [T, E] into expert_ids and weights, then
+// MoeSortByExpert of those ids into `routing`, as one call. On CUDA a step of at most 8 tokens
+// (at most 512 router experts, 256 pairs, 1024 held experts) runs both in one launch
+// (kernels/moe_routing_cuda.cu MoeRouteKernel: one block, a warp per token), with an expert's
+// slots in pair order; other steps, and the CPU, run the two operations. Errors: those of the two.
+Status MoeRoute(Backend& backend, const Tensor& router_logits, int64_t top_k, bool renormalize,
+                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
+                MoeRouting& routing, Tensor* token_totals);
 Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeRouting& routing,
                         Tensor& act);
 Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,
@@ -95,6 +103,9 @@ Status MoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor& weig
 namespace cpu {
 Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t expert_end,
                        MoeRouting& routing, Tensor* token_totals);
+Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
+                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
+                MoeRouting& routing, Tensor* token_totals);
 Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeRouting& routing,
                         Tensor& act);
 Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,
@@ -105,6 +116,9 @@ Status MoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor& weig
 namespace cuda {
 Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t expert_end,
                        MoeRouting& routing, Tensor* token_totals);
+Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
+                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
+                MoeRouting& routing, Tensor* token_totals);
 Status MoeGroupedGateUp(const Tensor& x, const MoeExpertTable& table, const MoeRouting& routing,
                         Tensor& act);
 Status MoeGroupedDown(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,

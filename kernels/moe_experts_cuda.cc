@@ -7,6 +7,7 @@
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/moe_experts.h"
+#include "kernels/moe_routing.h"
 
 namespace tessera::kernels::cuda {
 
@@ -61,6 +62,27 @@ Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t e
           routing.token_slot.data<int32_t>(), routing.active.data<int32_t>(),
           token_totals != nullptr ? token_totals->data<int64_t>() : nullptr, ctx->stream()),
       "MoeSortKernel");
+  return Status::Ok();
+}
+
+Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
+                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
+                MoeRouting& routing, Tensor* token_totals) {
+  const int64_t tokens = router_logits.dim(0), experts = router_logits.dim(1);
+  const int64_t held = expert_end - expert_begin;
+  if (!MoeRouteApplies(tokens, experts, top_k, held)) {
+    TESSERA_RETURN_IF_ERROR(MoeTopK(router_logits, top_k, renormalize, expert_ids, weights));
+    return MoeSortByExpert(expert_ids, expert_begin, expert_end, routing, token_totals);
+  }
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeRoute(router_logits.data<float>(), tokens, experts, top_k, renormalize,
+                     expert_begin, held, expert_ids.data<int32_t>(), weights.data<float>(),
+                     routing.expert_rows.data<int32_t>(), routing.slot_token.data<int32_t>(),
+                     routing.token_slot.data<int32_t>(), routing.active.data<int32_t>(),
+                     token_totals != nullptr ? token_totals->data<int64_t>() : nullptr,
+                     ctx->stream()),
+      "MoeRouteKernel");
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 // on new routings. The fixtures (Models.FixturesOnCudaMatchTransformers,
 // DecodeGraphs.*, Nccl.TensorParallelFixturesMatchTp1) run the MoE models.
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda_launch.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_routing.h"
 #include "support/moe_reference.h"
@@ -66,6 +67,78 @@ TEST(MoeRouterKernels, TopKMatchesCpu) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
+// The fused top-k + sort of small steps (MoeRouteKernel) gives the CPU's top-k and sort bit for
+// bit (the ids, the routing, an expert's slots in pair order), and its weights within rounding;
+// steps past its limits run the two kernels.
+TEST(MoeRouterKernels, FusedRouteMatchesTheCpusTopKAndSort) {
+  kernels::Backend& g = Gpu(DType::kF32);
+  struct Shape {
+    int64_t tokens, experts, top_k, begin, end;
+  };
+  const Shape shapes[] = {{1, 8, 2, 0, 8},       {1, 128, 8, 0, 128},  {3, 128, 8, 32, 96},
+                          {8, 128, 8, 0, 128},   {8, 60, 4, 7, 53},    {5, 6, 1, 0, 6},
+                          {2, 300, 6, 100, 300}, {8, 512, 32, 0, 512}, {9, 128, 8, 0, 128},
+                          {4, 1000, 2, 0, 1000}};
+  uint64_t seed = 70;
+  for (const Shape sh : shapes) {
+    for (bool renorm : {false, true}) {
+      const std::string what = std::to_string(sh.tokens) + " tokens, top-" +
+                               std::to_string(sh.top_k) + " of " + std::to_string(sh.experts) +
+                               " held [" + std::to_string(sh.begin) + ", " +
+                               std::to_string(sh.end) + ")" + (renorm ? " renormalized" : "");
+      const bool fused =
+          kernels::cuda::MoeRouteApplies(sh.tokens, sh.experts, sh.top_k, sh.end - sh.begin);
+      EXPECT_EQ(fused, sh.tokens <= 8 && sh.experts <= 512) << what;
+      const Tensor logits = RouterLogits(sh.tokens, sh.experts, seed++);
+      const int64_t held = sh.end - sh.begin;
+      Tensor ids = Tensor::Empty({sh.tokens, sh.top_k}, DType::kI32);
+      Tensor w = Tensor::Empty({sh.tokens, sh.top_k});
+      Tensor totals = Tensor::Zeros({held}, DType::kI64);
+      kernels::MoeRouting want;
+      ASSERT_TRUE(kernels::MoeRoute(kernels::CpuBackend(), logits, sh.top_k, renorm, sh.begin,
+                                    sh.end, ids, w, want, &totals)
+                      .ok());
+      Tensor ids_dev = Dev(g, {sh.tokens, sh.top_k}, DType::kI32);
+      Tensor w_dev = Dev(g, {sh.tokens, sh.top_k}, DType::kF32);
+      Tensor totals_dev = Up(g, Tensor::Zeros({held}, DType::kI64));
+      kernels::MoeRouting got;
+      Status s = kernels::MoeRoute(g, Up(g, logits), sh.top_k, renorm, sh.begin, sh.end, ids_dev,
+                                   w_dev, got, &totals_dev);
+      ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
+      auto got_ids = g.ToHost(ids_dev);
+      auto rows = g.ToHost(got.expert_rows);
+      auto token_slot = g.ToHost(got.token_slot);
+      auto slot_token = g.ToHost(got.slot_token);
+      auto active = g.ToHost(got.active);
+      auto got_totals = g.ToHost(totals_dev);
+      ASSERT_TRUE(got_ids.ok() && rows.ok() && token_slot.ok() && slot_token.ok() && active.ok() &&
+                  got_totals.ok());
+      auto expect_same = [&](const Tensor& a, const Tensor& b, int64_t n, const char* name) {
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(a.data<int32_t>()[i], b.data<int32_t>()[i]) << what << ": " << name << " " << i;
+      };
+      expect_same(*got_ids, ids, ids.numel(), "id");
+      expect_same(*rows, want.expert_rows, held + 1, "expert_rows");
+      const int32_t held_pairs = want.expert_rows.data<int32_t>()[held];
+      if (fused) {  // pair order inside an expert, as the CPU's
+        expect_same(*token_slot, want.token_slot, ids.numel(), "token_slot");
+        expect_same(*slot_token, want.slot_token, held_pairs, "slot_token");
+      }
+      for (int64_t i = 0; i < ids.numel(); ++i) {  // either order: each pair's slot is its own
+        const int32_t sl = token_slot->data<int32_t>()[i];
+        ASSERT_EQ(sl < 0, want.token_slot.data<int32_t>()[i] < 0) << what << " pair " << i;
+        if (sl >= 0) {
+          ASSERT_EQ(slot_token->data<int32_t>()[sl], i / sh.top_k) << what << " pair " << i;
+        }
+      }
+      expect_same(*active, want.active, 1 + want.active.data<int32_t>()[0], "active");
+      for (int64_t e = 0; e < held; ++e)
+        ASSERT_EQ(got_totals->data<int64_t>()[e], totals.data<int64_t>()[e]) << what << " " << e;
+      ExpectClose(Down(g, w_dev), Vec(w), DType::kF32, what + " weights");
+    }
+  }
+}
+
 struct GroupedCase {
   int64_t tokens, hidden, inter, experts, top_k, expert_begin, expert_end;
   bool shared;
@@ -118,6 +191,7 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
       {5, 64, 48, 8, 2, 2, 6, false},    // a few tokens, experts [2, 6) held (ep)
       {37, 128, 64, 6, 3, 0, 6, true},   // prefill: > 4 pairs per expert, shared expert
       {3, 40, 18, 5, 1, 1, 4, true},     // top-1; I = 18: rows off 16 bytes, the scalar loads
+      {2, 36, 16, 4, 2, 0, 4, true},     // H = 36: the scalar combine in bf16 and fp16
       {9, 96, 36, 16, 8, 0, 16, false},  // top-8
       // Many pairs per expert: the tensor-core kernels (moe_experts_tc_cuda.cu), with
       // column tiles cut by n (96 of 64-column tiles) and slot tiles cut by each expert's count.

@@ -126,11 +126,10 @@ Status DeviceMoe(const ModelConfig& config, const LayerWeights& w, kernels::Back
     TESSERA_RETURN_IF_ERROR(kernels::Linear(x, w.router, Tensor(), logits));
     TESSERA_ASSIGN_OR_RETURN(Tensor ids, backend.Allocate({tokens, k}, DType::kI32));
     TESSERA_ASSIGN_OR_RETURN(weights, backend.Allocate({tokens, k}, DType::kF32));
-    TESSERA_RETURN_IF_ERROR(kernels::MoeTopK(logits, k, config.norm_topk_prob, ids, weights));
     const int64_t first = w.experts.front().expert;
-    TESSERA_RETURN_IF_ERROR(kernels::MoeSortByExpert(backend, ids, first,
-                                                     first + static_cast<int64_t>(w.experts.size()),
-                                                     routing, dev.token_totals));
+    TESSERA_RETURN_IF_ERROR(kernels::MoeRoute(backend, logits, k, config.norm_topk_prob, first,
+                                              first + static_cast<int64_t>(w.experts.size()), ids,
+                                              weights, routing, dev.token_totals));
     TESSERA_ASSIGN_OR_RETURN(Tensor act,
                              backend.Allocate({tokens * k, dev.table.intermediate}, x.dtype()));
     TESSERA_RETURN_IF_ERROR(kernels::MoeGroupedGateUp(x, dev.table, routing, act));

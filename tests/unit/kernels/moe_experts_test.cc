@@ -74,6 +74,37 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
 }
 
+TEST(MoeExperts, RouteIsTheTopKThenTheSort) {
+  Tensor logits = Random({6, 9}, 3);
+  Tensor ids = Tensor::Empty({6, 2}, DType::kI32), w = Tensor::Empty({6, 2});
+  Tensor want_ids = Tensor::Empty({6, 2}, DType::kI32), want_w = Tensor::Empty({6, 2});
+  ASSERT_TRUE(MoeTopK(logits, 2, false, want_ids, want_w).ok());
+  MoeRouting want, got;
+  Tensor want_totals = Tensor::Zeros({5}, DType::kI64), got_totals = Tensor::Zeros({5}, DType::kI64);
+  ASSERT_TRUE(MoeSortByExpert(CpuBackend(), want_ids, 2, 7, want, &want_totals).ok());
+  ASSERT_TRUE(MoeRoute(CpuBackend(), logits, 2, false, 2, 7, ids, w, got, &got_totals).ok());
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::equal(a.data<int32_t>(), a.data<int32_t>() + a.numel(),
+                                                b.data<int32_t>());
+  };
+  EXPECT_TRUE(same(ids, want_ids));
+  EXPECT_TRUE(std::equal(w.data<float>(), w.data<float>() + w.numel(), want_w.data<float>()));
+  EXPECT_TRUE(same(got.expert_rows, want.expert_rows));
+  EXPECT_TRUE(same(got.token_slot, want.token_slot));
+  const int32_t* want_active = want.active.data<int32_t>();
+  ASSERT_GT(want_active[0], 0);
+  EXPECT_TRUE(std::equal(want_active, want_active + 1 + want_active[0], got.active.data<int32_t>()));
+  EXPECT_TRUE(std::equal(got_totals.data<int64_t>(), got_totals.data<int64_t>() + 5,
+                         want_totals.data<int64_t>()));
+  // The top-k's and the sort's errors, each naming its tensor.
+  Tensor short_ids = Tensor::Empty({6, 1}, DType::kI32);
+  Status s = MoeRoute(CpuBackend(), logits, 2, false, 0, 9, short_ids, w, got, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  s = MoeRoute(CpuBackend(), logits, 2, false, 4, 4, ids, w, got, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("held experts [4, 4)"), std::string::npos) << s.ToString();
+}
+
 TEST(MoeExperts, SortGivesEachHeldExpertItsPairsInTokenOrder) {
   const Case c = MakeCase();
   MoeRouting r;
