@@ -138,9 +138,9 @@ bool MoePdl(int64_t tokens);
 cudaError_t LaunchMoeTopK(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
 // The top-k and the sort below in one launch, for a small step: at most kPdlMaxTokens tokens,
-// 512 router experts, 256 pairs and 1024 held experts (MoeRouteApplies; TESSERA_CUDA_MOE_FUSED_ROUTE=0
-// in the environment says no, for A/B runs). Outputs as LaunchMoeTopK's and LaunchMoeSort's, with
-// the slots of an expert in pair order.
+// 512 router experts, 256 pairs and 1024 held experts (MoeRouteApplies;
+// TESSERA_CUDA_MOE_FUSED_ROUTE=0 in the environment says no, for A/B runs). Outputs as
+// LaunchMoeTopK's and LaunchMoeSort's, with the slots of an expert in pair order.
 bool MoeRouteApplies(int64_t tokens, int64_t experts, int64_t top_k, int64_t held);
 cudaError_t LaunchMoeRoute(const float* logits, int64_t tokens, int64_t experts, int64_t top_k,
                            bool renormalize, int64_t expert_begin, int64_t held, int32_t* ids,

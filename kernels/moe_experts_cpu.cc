@@ -136,9 +136,9 @@ Status MoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor& weig
   return Status::Ok();
 }
 
-Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
-                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
-                MoeRouting& routing, Tensor* token_totals) {
+Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize, int64_t expert_begin,
+                int64_t expert_end, Tensor& expert_ids, Tensor& weights, MoeRouting& routing,
+                Tensor* token_totals) {
   TESSERA_RETURN_IF_ERROR(MoeTopK(router_logits, top_k, renormalize, expert_ids, weights));
   return MoeSortByExpert(expert_ids, expert_begin, expert_end, routing, token_totals);
 }

@@ -65,9 +65,9 @@ Status MoeSortByExpert(const Tensor& expert_ids, int64_t expert_begin, int64_t e
   return Status::Ok();
 }
 
-Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
-                int64_t expert_begin, int64_t expert_end, Tensor& expert_ids, Tensor& weights,
-                MoeRouting& routing, Tensor* token_totals) {
+Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize, int64_t expert_begin,
+                int64_t expert_end, Tensor& expert_ids, Tensor& weights, MoeRouting& routing,
+                Tensor* token_totals) {
   const int64_t tokens = router_logits.dim(0), experts = router_logits.dim(1);
   const int64_t held = expert_end - expert_begin;
   if (!MoeRouteApplies(tokens, experts, top_k, held)) {
@@ -76,8 +76,8 @@ Status MoeRoute(const Tensor& router_logits, int64_t top_k, bool renormalize,
   }
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   TESSERA_CUDA_LAUNCH_CHECK(
-      LaunchMoeRoute(router_logits.data<float>(), tokens, experts, top_k, renormalize,
-                     expert_begin, held, expert_ids.data<int32_t>(), weights.data<float>(),
+      LaunchMoeRoute(router_logits.data<float>(), tokens, experts, top_k, renormalize, expert_begin,
+                     held, expert_ids.data<int32_t>(), weights.data<float>(),
                      routing.expert_rows.data<int32_t>(), routing.slot_token.data<int32_t>(),
                      routing.token_slot.data<int32_t>(), routing.active.data<int32_t>(),
                      token_totals != nullptr ? token_totals->data<int64_t>() : nullptr,

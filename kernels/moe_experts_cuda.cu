@@ -25,6 +25,9 @@
 // and up_proj outputs are), then act = silu(g) * u is rounded once: SwiGLU
 // fused into the grouped GEMM. Down: a warp owns two hidden columns.
 // Combine: one block per token sums its pairs in k order in fp32.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "kernels/cuda_common.cuh"
@@ -127,58 +130,83 @@ __device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* 
 
 // Gated: in = x [tokens, k = hidden] gathered through slot_token, out = act
 // [slots, n = inter], a warp per column. Plain: in = act [slots, k = inter],
-// out = y [slots, n = hidden], a warp per two columns.
+// out = y [slots, n = hidden], a warp per two columns. A block takes `iters`
+// tiles of kWarps such column groups in turn: the chain of reads before a
+// warp's first weight load (active -> the expert -> its rows and table entry)
+// is paid once per block, not once per tile (decode's short rows: a warp per
+// two 1.5 KiB rows of Qwen3-MoE's down projection left the kernel at 44% of
+// the bandwidth, bench/results/NOTES.md 2026-12-07g).
 template <typename T, int V, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     MoeExpertGemmKernel(const T* __restrict__ in, const int64_t* __restrict__ table,
                         const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
-                        int64_t n) {
+                        int64_t n, int iters) {
   PdlWait();  // kernels/pdl.cuh: active, the rows and `in` come from the kernels before
   PdlLaunchDependents();
   if (static_cast<int>(blockIdx.y) >= active[0]) return;
   const int64_t e = active[1 + blockIdx.y];
   const int begin = expert_rows[e], end = expert_rows[e + 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t col = kGated ? tile : 2 * tile;
-  if (col >= n) return;
-  const T *w0, *w1;
-  if (kGated) {
-    w0 = Address<T>(table, e, 0) + col * k;
-    w1 = Address<T>(table, e, 1) + col * k;
-  } else {
-    const T* down = Address<T>(table, e, 2);
-    w0 = down + col * k;
-    w1 = down + (col + 1 < n ? col + 1 : col) * k;  // a last odd column repeats; not stored
+  const T* gate = Address<T>(table, e, kGated ? 0 : 2);
+  const T* up = kGated ? Address<T>(table, e, 1) : gate;
+  for (int it = 0; it < iters; ++it) {
+    const int64_t tile = (static_cast<int64_t>(blockIdx.x) * iters + it) * kWarps + warp;
+    const int64_t col = kGated ? tile : 2 * tile;
+    if (col >= n) return;
+    const T* w0 = gate + col * k;
+    // Plain: a last odd column repeats (not stored).
+    const T* w1 = kGated ? up + col * k : gate + (col + 1 < n ? col + 1 : col) * k;
+    for (int s0 = begin; s0 < end; s0 += kMaxRows) {
+      const int rows = end - s0 < kMaxRows ? end - s0 : kMaxRows;
+      if (rows == 1)
+        Pass<T, V, kGated, 1>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+      else if (rows == 2)
+        Pass<T, V, kGated, 2>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+      else
+        Pass<T, V, kGated, kMaxRows>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+    }
   }
-  for (int s0 = begin; s0 < end; s0 += kMaxRows) {
-    const int rows = end - s0 < kMaxRows ? end - s0 : kMaxRows;
-    if (rows == 1)
-      Pass<T, V, kGated, 1>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
-    else if (rows == 2)
-      Pass<T, V, kGated, 2>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
-    else
-      Pass<T, V, kGated, kMaxRows>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
-  }
+}
+
+// Tiles per block: enough for about kWarpBytes of weights per warp, while the grid keeps at
+// least kMinTileBlocks blocks per expert; TESSERA_CUDA_MOE_ITERS=N in the environment fixes it
+// (A/B runs; 1 is one tile per block, the kernel before 2026-12-07g).
+constexpr int64_t kWarpBytes = 12 * 1024;
+constexpr int64_t kMinTileBlocks = 16;
+constexpr int kMaxIters = 8;
+
+int TileIters(int64_t n, int64_t cols_per_block, int64_t row_bytes) {
+  static const int fixed = [] {
+    const char* v = std::getenv("TESSERA_CUDA_MOE_ITERS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (fixed >= 1) return fixed;
+  int iters = static_cast<int>(std::min<int64_t>(
+      kMaxIters, std::max<int64_t>(1, (kWarpBytes + 2 * row_bytes - 1) / (2 * row_bytes))));
+  while (iters > 1 && (n + cols_per_block * iters - 1) / (cols_per_block * iters) < kMinTileBlocks)
+    --iters;
+  return iters;
 }
 
 template <typename T, bool kGated>
 cudaError_t LaunchExpertGemm(const void* in, const int64_t* table, const int32_t* expert_rows,
-                      const int32_t* active, const int32_t* slot_token, void* out,
-                      int64_t grid_experts, int64_t k, int64_t n, bool vec, bool pdl,
-                      cudaStream_t stream) {
+                             const int32_t* active, const int32_t* slot_token, void* out,
+                             int64_t grid_experts, int64_t k, int64_t n, bool vec, bool pdl,
+                             cudaStream_t stream) {
   const int64_t cols_per_block = kGated ? kWarps : 2 * kWarps;
-  const dim3 grid(static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block),
+  const int iters = TileIters(n, cols_per_block, k * static_cast<int64_t>(sizeof(T)));
+  const int64_t span = cols_per_block * iters;
+  const dim3 grid(static_cast<unsigned>((n + span - 1) / span),
                   static_cast<unsigned>(grid_experts));
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   if (vec)
     return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, kVec, kGated>, grid, dim3(kWarps * 32), 0,
-                         stream, x, table, expert_rows, active, slot_token, y, k, n);
+                         stream, x, table, expert_rows, active, slot_token, y, k, n, iters);
   return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, 1, kGated>, grid, dim3(kWarps * 32), 0, stream,
-                       x, table, expert_rows, active, slot_token, y, k, n);
+                       x, table, expert_rows, active, slot_token, y, k, n, iters);
 }
 
 template <typename T>
@@ -202,6 +230,56 @@ __global__ void MoeCombineKernel(const T* __restrict__ y, const int32_t* __restr
   }
 }
 
+// The combine with 16-byte loads: grid (tokens, column chunks / kCombineThreads), a thread per
+// 16 bytes of a token's output row. The token's slots and weights are read once into shared
+// memory, so the y rows of its pairs are independent loads; each sum runs in k order in fp32, as
+// MoeCombineKernel's (the same bits).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineMaxK = 64;
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads)
+    MoeCombineVecKernel(const T* __restrict__ y, const int32_t* __restrict__ token_slot,
+                        const float* __restrict__ weights, int64_t top_k,
+                        const T* __restrict__ shared, const float* __restrict__ shared_gate,
+                        T* __restrict__ out, int64_t hidden) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  using P = Pack<T, V>;
+  __shared__ int32_t slots[kCombineMaxK];
+  __shared__ float scales[kCombineMaxK];
+  PdlWait();  // kernels/pdl.cuh
+  PdlLaunchDependents();
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < top_k; j += blockDim.x) {
+    slots[j] = token_slot[t * top_k + j];
+    scales[j] = weights[t * top_k + j];
+  }
+  __syncthreads();
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
+  if (c * V >= hidden) return;
+  float acc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = 0.0f;
+#pragma unroll 4
+  for (int64_t j = 0; j < top_k; ++j) {
+    const int32_t slot = slots[j];
+    if (slot < 0) continue;
+    const P row = reinterpret_cast<const P*>(y + static_cast<int64_t>(slot) * hidden)[c];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = fmaf(scales[j], ToF(row.v[v]), acc[v]);
+  }
+  if (shared != nullptr) {
+    const float g = 1.0f / (1.0f + expf(-shared_gate[t]));
+    const P row = reinterpret_cast<const P*>(shared + t * hidden)[c];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = fmaf(g, ToF(row.v[v]), acc[v]);
+  }
+  P o;
+#pragma unroll
+  for (int v = 0; v < V; ++v) o.v[v] = FromF<T>(acc[v]);
+  reinterpret_cast<P*>(out + t * hidden)[c] = o;
+}
+
 }  // namespace
 
 cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
@@ -211,10 +289,10 @@ cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
                             cudaStream_t stream) {
   if (grid_experts < 1 || grid_experts > 65535 || inter < 1) return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  TESSERA_FLOAT_SWITCH(dtype, T,
-                       err = LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token,
-                                                       act, grid_experts, hidden, inter, vec,
-                                                       MoePdl(tokens), stream));
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      err = LaunchExpertGemm<T, true>(x, table, expert_rows, active, slot_token, act, grid_experts,
+                                      hidden, inter, vec, MoePdl(tokens), stream));
   return err;
 }
 
@@ -224,10 +302,10 @@ cudaError_t LaunchMoeDown(DType dtype, const void* act, const int64_t* table,
                           int64_t tokens, cudaStream_t stream) {
   if (grid_experts < 1 || grid_experts > 65535 || hidden < 1) return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  TESSERA_FLOAT_SWITCH(dtype, T,
-                       err = LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y,
-                                                        grid_experts, inter, hidden, vec,
-                                                        MoePdl(tokens), stream));
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      err = LaunchExpertGemm<T, false>(act, table, expert_rows, active, nullptr, y, grid_experts,
+                                       inter, hidden, vec, MoePdl(tokens), stream));
   return err;
 }
 
@@ -236,8 +314,27 @@ cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_sl
                              const float* shared_gate, void* out, int64_t tokens, int64_t hidden,
                              cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
-  const int threads = hidden >= 256 ? 256 : 128;
   cudaError_t err = cudaErrorInvalidValue;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t chunk = 16 / static_cast<int64_t>(DTypeSize(dtype));
+  static const bool vec_wanted = [] {  // TESSERA_CUDA_MOE_COMBINE_VEC=0: the scalar kernel (A/B)
+    const char* v = std::getenv("TESSERA_CUDA_MOE_COMBINE_VEC");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (vec_wanted && top_k <= kCombineMaxK && hidden % chunk == 0 && aligned(y) && aligned(out) &&
+      (shared == nullptr || aligned(shared)) && tokens <= 0x7fffffff) {
+    const dim3 grid(
+        static_cast<unsigned>(tokens),
+        static_cast<unsigned>((hidden / chunk + kCombineThreads - 1) / kCombineThreads));
+    TESSERA_FLOAT_SWITCH(
+        dtype, T,
+        err = LaunchWithPdl(MoePdl(tokens), MoeCombineVecKernel<T>, grid, dim3(kCombineThreads), 0,
+                            stream, static_cast<const T*>(y), token_slot, weights, top_k,
+                            static_cast<const T*>(shared), shared_gate, static_cast<T*>(out),
+                            hidden));
+    return err;
+  }
+  const int threads = hidden >= 256 ? 256 : 128;
   TESSERA_FLOAT_SWITCH(
       dtype, T,
       err = LaunchWithPdl(MoePdl(tokens), MoeCombineKernel<T>, dim3(static_cast<unsigned>(tokens)),

@@ -17,7 +17,6 @@
 // (kernels/moe_experts.h). No count leaves the device, so a decode step stays
 // capturable as a CUDA graph.
 #include <climits>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(kRouteThreads)
           v = p[i];
           best = lane + 32 * i;
         }
-      WarpArgMax(v, best);  // every lane ends with the same winner
+      WarpArgMax(v, best);    // every lane ends with the same winner
       if (best >= experts) {  // every candidate NaN: a valid, unused id
         best = k;
         v = 0.0f;

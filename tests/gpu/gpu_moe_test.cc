@@ -192,6 +192,7 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
       {37, 128, 64, 6, 3, 0, 6, true},   // prefill: > 4 pairs per expert, shared expert
       {3, 40, 18, 5, 1, 1, 4, true},     // top-1; I = 18: rows off 16 bytes, the scalar loads
       {2, 36, 16, 4, 2, 0, 4, true},     // H = 36: the scalar combine in bf16 and fp16
+      {2, 512, 2048, 8, 2, 0, 8, false},  // decode, blocks of several column tiles (TileIters)
       {9, 96, 36, 16, 8, 0, 16, false},  // top-8
       // Many pairs per expert: the tensor-core kernels (moe_experts_tc_cuda.cu), with
       // column tiles cut by n (96 of 64-column tiles) and slot tiles cut by each expert's count.
