@@ -80,12 +80,13 @@ TEST(MoeExperts, RouteIsTheTopKThenTheSort) {
   Tensor want_ids = Tensor::Empty({6, 2}, DType::kI32), want_w = Tensor::Empty({6, 2});
   ASSERT_TRUE(MoeTopK(logits, 2, false, want_ids, want_w).ok());
   MoeRouting want, got;
-  Tensor want_totals = Tensor::Zeros({5}, DType::kI64), got_totals = Tensor::Zeros({5}, DType::kI64);
+  Tensor want_totals = Tensor::Zeros({5}, DType::kI64),
+         got_totals = Tensor::Zeros({5}, DType::kI64);
   ASSERT_TRUE(MoeSortByExpert(CpuBackend(), want_ids, 2, 7, want, &want_totals).ok());
   ASSERT_TRUE(MoeRoute(CpuBackend(), logits, 2, false, 2, 7, ids, w, got, &got_totals).ok());
   auto same = [](const Tensor& a, const Tensor& b) {
-    return a.shape() == b.shape() && std::equal(a.data<int32_t>(), a.data<int32_t>() + a.numel(),
-                                                b.data<int32_t>());
+    return a.shape() == b.shape() &&
+           std::equal(a.data<int32_t>(), a.data<int32_t>() + a.numel(), b.data<int32_t>());
   };
   EXPECT_TRUE(same(ids, want_ids));
   EXPECT_TRUE(std::equal(w.data<float>(), w.data<float>() + w.numel(), want_w.data<float>()));
@@ -93,7 +94,8 @@ TEST(MoeExperts, RouteIsTheTopKThenTheSort) {
   EXPECT_TRUE(same(got.token_slot, want.token_slot));
   const int32_t* want_active = want.active.data<int32_t>();
   ASSERT_GT(want_active[0], 0);
-  EXPECT_TRUE(std::equal(want_active, want_active + 1 + want_active[0], got.active.data<int32_t>()));
+  EXPECT_TRUE(
+      std::equal(want_active, want_active + 1 + want_active[0], got.active.data<int32_t>()));
   EXPECT_TRUE(std::equal(got_totals.data<int64_t>(), got_totals.data<int64_t>() + 5,
                          want_totals.data<int64_t>()));
   // The top-k's and the sort's errors, each naming its tensor.
