@@ -28,6 +28,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,8 @@ double Since(Clock::time_point t) {
 
 // Where the workers run: three on one host, or each on a host of its own.
 enum class Hosts { kOne, kApart };
+const char* HostsName(Hosts h) { return h == Hosts::kOne ? "OneHost" : "HostsApart"; }
+void PrintTo(Hosts h, std::ostream* os) { *os << HostsName(h); }
 
 class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts> {
  protected:
@@ -359,7 +362,7 @@ TEST_P(AutoLeaderScheduling, PlanChangesUnderStreamsResumeOnEachNewLeaderExactly
 INSTANTIATE_TEST_SUITE_P(Placements, AutoLeaderScheduling,
                          ::testing::Values(Hosts::kOne, Hosts::kApart),
                          [](const ::testing::TestParamInfo<Hosts>& p) {
-                           return p.param == Hosts::kOne ? "OneHost" : "HostsApart";
+                           return std::string(HostsName(p.param));
                          });
 
 }  // namespace
