@@ -455,14 +455,6 @@ Status ValidateDaemonConfig(const DaemonConfig& c) {
                fmt::format("must be >= {} ({}), got {}", key, v, s.max_batch_tokens));
   }
 
-  if (s.runs_on == SchedulerHost::kLeader && c.parallel.mode != ParallelMode::kExplicit) {
-    // Any explicit layout (pp > 1 included, a tp per stage, replica overrides); the planner's
-    // layouts are not served by leaders in this version.
-    return Bad(c, "scheduler.runs_on",
-               "\"leader\" needs parallel.mode = \"explicit\" in this version (any tp and pp), "
-               "or runs_on = \"coordinator\"");
-  }
-
   // [worker]
   const WorkerSection& w = c.worker;
   std::string coord_host;

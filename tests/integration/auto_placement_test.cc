@@ -21,10 +21,9 @@
 #include "common/net/http_client.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/topology/report.h"
-#include "coordinator/control/worker_cluster.h"
-#include "coordinator/placement/cluster_model.h"
-#include "coordinator/placement/placement_planner.h"
+#include "coordinator/placement/planner.h"
 #include "support/daemon_cluster.h"
+#include "support/small_host.h"
 #include "support/test_util.h"
 
 namespace tessera {
@@ -32,19 +31,8 @@ namespace {
 
 using nlohmann::json;
 
-// A CPU-only host of `memory_bytes` as `tessera topo --json` would print it.
-TopologyReport SmallHost(int64_t memory_bytes) {
-  TopologyReport r;
-  r.hostname = "small-box";
-  r.source = "cpu-only";
-  r.cpu_source = "sysfs";
-  r.host_memory_bytes = memory_bytes;
-  r.cpu.model = "Test CPU";
-  r.cpu.sockets = 1;
-  r.cpu.cores = 4;
-  r.cpu.pus = 4;
-  return r;
-}
+using ::tessera::testing::MemoryNeedingTwoRanks;
+using ::tessera::testing::SmallHost;
 
 // The cluster of these tests: auto placement over `workers` workers that
 // report the host `host_file` describes.
@@ -63,44 +51,6 @@ TopologyReport SmallHost(int64_t memory_bytes) {
   o.worker_args = {"--set", "worker.topology_file=" + host_file};
   o.wait_ready = false;  // WaitReady tells a placement refusal from readiness
   return o;
-}
-
-// Host memory for which one CPU rank cannot hold the model with its KV
-// reserve but two can (asked of the planner itself, on the cluster the
-// workers will report: `ranks` ranks on one host).
-int64_t MemoryNeedingTwoRanks(const ModelConfig& model, int ranks, const PlanOptions& o) {
-  auto fits = [&](int64_t memory, int tp, int pp) {
-    ClusterTopology t;
-    t.gpu_specs.push_back(WorkerClusterOptions{}.cpu_rank_spec);
-    TopologyReport r = SmallHost(memory);
-    for (int i = 0; i < ranks; ++i) {
-      GpuInfo g;
-      g.index = i;
-      g.name = "CPU rank (Test CPU)";
-      g.memory_total_bytes = g.memory_free_bytes = memory / ranks;
-      r.gpus.push_back(g);
-    }
-    r.links.assign(ranks, std::vector<GpuLink>(ranks));
-    for (int a = 0; a < ranks; ++a)
-      for (int b = 0; b < ranks; ++b) {
-        r.links[a][b].type = a == b ? LinkType::kSelf : LinkType::kNode;
-        r.links[a][b].bandwidth_gb_per_s = a == b ? 0 : 2.0;
-      }
-    t.nodes.push_back(r);
-    auto cm = BuildClusterModel(t);
-    if (!cm.ok()) return false;
-    PlanOptions p = o;
-    p.fixed_tp = tp;
-    p.fixed_pp = pp;
-    PlacementPlanner planner;
-    return planner.Plan(model, *cm, p).ok();
-  };
-  // The smallest memory (in 64 KiB steps) where some two-rank layout fits;
-  // one rank must not fit there.
-  for (int64_t m = int64_t{64} << 10; m < (int64_t{1} << 32); m += int64_t{64} << 10) {
-    if (fits(m, 1, 2) || fits(m, 2, 1)) return fits(m, 1, 1) ? -1 : m;
-  }
-  return -1;
 }
 
 class AutoPlacement : public ::testing::Test {

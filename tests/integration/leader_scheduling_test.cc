@@ -38,6 +38,7 @@
 #include "common/net/http_client.h"
 #include "support/daemon_cluster.h"
 #include "support/raw_sse_stream.h"
+#include "support/scheduling_requests.h"
 
 namespace tessera {
 namespace {
@@ -52,44 +53,8 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-json Completion(int i, int max_tokens, bool stream) {
-  return {{"model", "llama_gqa_f32"}, {"prompt", std::vector<int>{5 + 7 * i, 17, 42}},
-          {"max_tokens", max_tokens}, {"temperature", 0},
-          {"ignore_eos", true},       {"stream", stream}};
-}
-
-// The requests both modes answer; each reply reduced to what must match.
-std::vector<json> Requests() {
-  std::vector<json> r;
-  for (int i = 0; i < 3; ++i) r.push_back(Completion(i, 24, false));
-  json stop = Completion(3, 40, false);
-  stop["prompt"] = "Hello there";
-  stop["stop"] = {"a"};
-  r.push_back(stop);
-  json logprobs = Completion(4, 6, false);
-  logprobs["logprobs"] = 2;
-  r.push_back(logprobs);
-  json choices = Completion(5, 8, false);
-  choices["n"] = 2;
-  r.push_back(choices);
-  r.push_back({{"model", "llama_gqa_f32"},
-               {"messages", {{{"role", "user"}, {"content", "Say something"}}}},
-               {"max_tokens", 12},
-               {"temperature", 0}});
-  return r;
-}
-
-json Essence(const json& reply) {
-  json out = json::array();
-  for (const json& c : reply["choices"]) {
-    json e = {{"finish_reason", c["finish_reason"]}};
-    if (c.contains("text")) e["text"] = c["text"];
-    if (c.contains("message")) e["message"] = c["message"]["content"];
-    if (c.contains("logprobs") && !c["logprobs"].is_null()) e["logprobs"] = c["logprobs"]["tokens"];
-    out.push_back(e);
-  }
-  return {{"choices", out}, {"usage", reply["usage"]}};
-}
+using ::tessera::testing::Completion;
+using ::tessera::testing::Essence;
 
 class LeaderScheduling : public ::testing::Test {
  protected:
@@ -186,7 +151,7 @@ class LeaderScheduling : public ::testing::Test {
 };
 
 TEST_F(LeaderScheduling, AnswersEqualThoseOfTheCoordinatorsScheduling) {
-  const std::vector<json> requests = Requests();
+  const std::vector<json> requests = ::tessera::testing::ComparableRequests();
   std::vector<json> want;
   std::vector<std::string> want_streams;
   Launch(/*on_leader=*/false, 1, 1);
@@ -255,7 +220,7 @@ TEST_F(LeaderScheduling, TheLeadersPrefixCacheCountsReachTheMetrics) {
 // tp 2: the leader broadcasts each micro-batch to its stage-0 tp peer; the
 // answers equal the coordinator's scheduling of the same layout.
 TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
-  const std::vector<json> requests = Requests();
+  const std::vector<json> requests = ::tessera::testing::ComparableRequests();
   std::vector<json> want;
   Launch(/*on_leader=*/false, 1, 2, /*tp=*/2);
   for (const json& r : requests) want.push_back(Answer(r));
@@ -273,7 +238,7 @@ TEST_F(LeaderScheduling, ATp2ReplicaAnswersAsTheCoordinatorsDoes) {
 // peer passes its hidden states on to its own stage-1 rank. The answers, streamed and not,
 // equal the coordinator's scheduling of the same layout.
 void LeaderScheduling::ComparePipelined(int tp) {
-  const std::vector<json> requests = Requests();
+  const std::vector<json> requests = ::tessera::testing::ComparableRequests();
   std::vector<json> want;
   std::vector<std::string> want_streams;
   Launch(/*on_leader=*/false, 1, 2 * tp, tp, "", /*pp=*/2);

@@ -33,12 +33,6 @@ TEST(DaemonConfigValidation, EachCheckNamesFileLineColAndKey) {
        "or set "
        "parallel.mode = \"explicit\""},
       {"[parallel]\ntp = 0\n", "x.toml:2:6: parallel.tp: must be >= 1, got 0"},
-      {"[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:2:11: scheduler.runs_on: \"leader\" needs parallel.mode = \"explicit\" in this "
-       "version (any tp and pp), or runs_on = \"coordinator\""},
-      {"[parallel]\nmode = \"auto\"\n[scheduler]\nruns_on = \"leader\"\n",
-       "x.toml:4:11: scheduler.runs_on: \"leader\" needs parallel.mode = \"explicit\" in this "
-       "version (any tp and pp), or runs_on = \"coordinator\""},
       {"[scheduler]\nruns_on = \"worker\"\n",
        "x.toml:2:11: scheduler.runs_on: must be one of \"coordinator\", \"leader\", got "
        "\"worker\""},
@@ -257,15 +251,20 @@ TEST(DaemonConfigValidation, ValuesAtTheirBoundsAreAccepted) {
   EXPECT_TRUE(c.ok()) << c.status().ToString();
 }
 
-// A replica's leader drives any explicit layout: pp > 1, a tp per stage, replica overrides.
-TEST(DaemonConfigValidation, LeaderSchedulingTakesEveryExplicitLayout) {
+// A replica's leader drives any layout: the planner's (parallel.mode = "auto", the default,
+// whatever objective and replica count), and every explicit one (pp > 1, a tp per stage,
+// replica overrides). Nothing about the layout is refused for runs_on = "leader".
+TEST(DaemonConfigValidation, LeaderSchedulingTakesEveryLayout) {
   for (const char* parallel :
-       {"tp = 1\npp = 2\n", "tp = 2\npp = 2\n", "tp = [2, 1]\npp = 2\n",
+       {"", "mode = \"auto\"\n", "mode = \"auto\"\nobjective = \"throughput\"\nreplicas = 0\n",
+        "mode = \"auto\"\nworkers = 3\nreplicas = 2\n", "tp = 1\npp = 2\n", "tp = 2\npp = 2\n",
+        "tp = [2, 1]\npp = 2\n",
         "tp = 1\npp = 1\nreplicas = 2\n[[parallel.replica_override]]\nreplica = 1\ntp = 1\n"
         "pp = 2\n"}) {
     StatusOr<DaemonConfig> c = ParseDaemonConfig(
         std::string("[scheduler]\nruns_on = \"leader\"\n[parallel]\n") + parallel, "x.toml");
-    EXPECT_TRUE(c.ok()) << parallel << c.status().ToString();
+    ASSERT_TRUE(c.ok()) << parallel << c.status().ToString();
+    EXPECT_EQ(c->scheduler.runs_on, SchedulerHost::kLeader) << parallel;
   }
 }
 
