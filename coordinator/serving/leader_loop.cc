@@ -172,20 +172,25 @@ void LeaderLoop::SendLocked(const std::vector<int64_t>& ids) {
   for (int64_t id : ids) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;  // finished (cancelled) while held
-    Request& r = it->second;
-    GenerationRequest request = r.request;
-    request.resume_tokens = r.result.tokens;
+    const Request& r = it->second;
     // A choice shares its source's prompt blocks when both go now, neither
     // resumed, as they first did; otherwise it prefills alone.
-    if (request.share_prompt_of >= 0) {
-      const size_t src = static_cast<size_t>(request.share_prompt_of);
+    int32_t share = r.request.share_prompt_of;
+    if (share >= 0) {
+      const size_t src = static_cast<size_t>(share);
       auto p = src < ids.size() ? position.find(ids[src]) : position.end();
       const bool fresh = r.result.tokens.empty() && p != position.end() &&
                          requests_.at(p->first).result.tokens.empty();
-      request.share_prompt_of = fresh ? p->second : -1;
+      share = fresh ? p->second : -1;
     }
     position[id] = static_cast<int32_t>(sent.size());
-    GenerationRequestToProto(id, request, g->add_requests());
+    // The request as kept, with the tokens it already has to resume from
+    // (encoded in place: no copy of the request).
+    control::GenerationRequest* out = g->add_requests();
+    GenerationRequestToProto(id, r.request, out);
+    out->set_share_prompt_of(share);
+    out->clear_resume_tokens();
+    out->mutable_resume_tokens()->Add(r.result.tokens.begin(), r.result.tokens.end());
     sent.push_back(id);
   }
   if (sent.empty()) return;
