@@ -50,7 +50,7 @@ using ::tessera::testing::Completion;
 using ::tessera::testing::Essence;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kToken = "s3cret";
+constexpr const char* kToken = ::tessera::testing::SchedulingApi::kAdminToken;
 constexpr int kWorkers = 3;  // a two-rank replica and a spare
 constexpr int kStreams = 4;
 
@@ -63,7 +63,8 @@ enum class Hosts { kOne, kApart };
 const char* HostsName(Hosts h) { return h == Hosts::kOne ? "OneHost" : "HostsApart"; }
 void PrintTo(Hosts h, std::ostream* os) { *os << HostsName(h); }
 
-class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts> {
+class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts>,
+                             protected ::tessera::testing::SchedulingApi {
  protected:
   static void SetUpTestSuite() {
     auto model = LoadModelConfig(::tessera::testing::FixturePath("models/llama_gqa_f32"));
@@ -119,26 +120,6 @@ class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts> {
     if (cluster_) cluster_->Stop();
   }
 
-  json Get(const std::string& path) const {
-    auto r = HttpCall(port_, "GET", path, "", kToken);
-    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
-    return json::parse(r.body, nullptr, false);
-  }
-  json Answer(const json& request) const {
-    const std::string path =
-        request.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
-    auto r = HttpCall(port_, "POST", path, request.dump());
-    EXPECT_EQ(r.status, 200) << request.dump() << "\n" << r.body;
-    const json j = json::parse(r.body, nullptr, false);
-    return j.is_discarded() || !j.contains("choices") ? json() : Essence(j);
-  }
-  std::string StreamText(const json& request) const {
-    ::tessera::testing::RawSseStream s;
-    s.Run(port_, request.dump());
-    EXPECT_EQ(s.error, "");
-    EXPECT_EQ(s.done_markers, 1);
-    return s.text;
-  }
   // The texts of the kStreams 100-token completions the stream checks send, answered whole.
   std::vector<std::string> StreamAnswers() const {
     std::vector<std::string> want;
@@ -236,7 +217,6 @@ class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts> {
   // The host memory that needs two ranks: three workers on one host, or one on each.
   static int64_t memory_one_, memory_apart_;
   std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
-  int port_ = 0;
   std::unique_ptr<::tessera::testing::RawSseStream> streams_[kStreams];
 };
 

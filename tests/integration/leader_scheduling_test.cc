@@ -46,7 +46,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kToken = "s3cret";
+constexpr const char* kToken = ::tessera::testing::SchedulingApi::kAdminToken;
 constexpr int kStreams = 4;
 
 double Since(Clock::time_point t) {
@@ -56,7 +56,7 @@ double Since(Clock::time_point t) {
 using ::tessera::testing::Completion;
 using ::tessera::testing::Essence;
 
-class LeaderScheduling : public ::testing::Test {
+class LeaderScheduling : public ::testing::Test, protected ::tessera::testing::SchedulingApi {
  protected:
   void Launch(bool on_leader, int replicas, int workers, int tp = 1,
               const std::string& scheduler_toml = "", int pp = 1) {
@@ -79,27 +79,6 @@ class LeaderScheduling : public ::testing::Test {
   }
   void TearDown() override {
     if (cluster_) cluster_->Stop();
-  }
-  json Get(const std::string& path) const {
-    auto r = HttpCall(port_, "GET", path, "", kToken);
-    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
-    return json::parse(r.body, nullptr, false);
-  }
-  json Answer(const json& request) const {
-    const std::string path =
-        request.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
-    auto r = HttpCall(port_, "POST", path, request.dump());
-    EXPECT_EQ(r.status, 200) << request.dump() << "\n" << r.body;
-    const json j = json::parse(r.body, nullptr, false);
-    return j.is_discarded() || !j.contains("choices") ? json() : Essence(j);
-  }
-  // A streamed completion's text, read whole.
-  std::string StreamText(const json& request) const {
-    ::tessera::testing::RawSseStream s;
-    s.Run(port_, request.dump());
-    EXPECT_EQ(s.error, "");
-    EXPECT_EQ(s.done_markers, 1);
-    return s.text;
   }
   void KillUnderStreams(int tp, int victim_rank, int signal = SIGKILL, int pp = 1);
   void ComparePipelined(int tp);
@@ -147,7 +126,6 @@ class LeaderScheduling : public ::testing::Test {
   }
 
   std::unique_ptr<::tessera::testing::DaemonCluster> cluster_;
-  int port_ = 0;
 };
 
 TEST_F(LeaderScheduling, AnswersEqualThoseOfTheCoordinatorsScheduling) {

@@ -5,8 +5,14 @@
 // chatml, the DaemonCluster default).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
+
+#include "common/net/http_client.h"
+#include "support/raw_sse_stream.h"
 
 namespace tessera::testing {
 
@@ -52,5 +58,38 @@ inline nlohmann::json Essence(const nlohmann::json& reply) {
   }
   return {{"choices", out}, {"usage", reply["usage"]}};
 }
+
+// The calls both suites make to the cluster's API on port_, mixed into their fixtures: admin
+// GETs with kAdminToken (the token the suites' clusters are started with), whole answers reduced
+// to their Essence, and a streamed completion's text. Failures are gtest expectations.
+class SchedulingApi {
+ public:
+  static constexpr const char* kAdminToken = "s3cret";
+
+ protected:
+  nlohmann::json Get(const std::string& path) const {
+    auto r = HttpCall(port_, "GET", path, "", kAdminToken);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    return nlohmann::json::parse(r.body, nullptr, false);
+  }
+  nlohmann::json Answer(const nlohmann::json& request) const {
+    const std::string path =
+        request.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
+    auto r = HttpCall(port_, "POST", path, request.dump());
+    EXPECT_EQ(r.status, 200) << request.dump() << "\n" << r.body;
+    const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+    return j.is_discarded() || !j.contains("choices") ? nlohmann::json() : Essence(j);
+  }
+  // A streamed completion's text, read whole.
+  std::string StreamText(const nlohmann::json& request) const {
+    RawSseStream s;
+    s.Run(port_, request.dump());
+    EXPECT_EQ(s.error, "");
+    EXPECT_EQ(s.done_markers, 1);
+    return s.text;
+  }
+
+  int port_ = 0;  // the cluster's API port, set by the fixture once it started
+};
 
 }  // namespace tessera::testing
