@@ -39,7 +39,7 @@ void ControlDrops::Drop(const std::string& worker_id, const char* reason,
   metrics_->Counter(metric::kControlMessagesDroppedTotal).WithLabels({reason}).Inc();
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     first = logged_.insert(worker_id).second;
   }
   if (first)
@@ -57,7 +57,7 @@ void ControlDrops::CountServerDrop(const Status& reason) {
 }
 
 void ControlDrops::Forget(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   logged_.erase(worker_id);
 }
 

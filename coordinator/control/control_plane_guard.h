@@ -15,15 +15,16 @@
 //    not registered) are counted there too: malformed, unsupported_version,
 //    unregistered.
 //
-// Thread-safety: ControlDrops is safe from any thread (its mutex guards the
-// set of workers already logged).
+// Thread-safety: ControlDrops is safe from any thread (its Mutex guards the
+// set of workers already logged: GUARDED_BY, checked by scripts/thread-safety).
 #pragma once
 
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
+#include "common/base/thread_annotations.h"
 #include "common/config/daemon_config.h"
 #include "common/metrics/metrics_registry.h"
 #include "coordinator/control/control_server.h"
@@ -41,17 +42,18 @@ class ControlDrops {
   explicit ControlDrops(MetricsRegistry* metrics) : metrics_(metrics) {}
   // Counts one dropped message under `reason` (a metric label) and logs
   // `detail` the first time `worker_id` has a message dropped.
-  void Drop(const std::string& worker_id, const char* reason, const std::string& detail);
+  void Drop(const std::string& worker_id, const char* reason, const std::string& detail)
+      EXCLUDES(mu_);
   // Counts one message the control server dropped (it logs those itself):
   // `reason` from its status (ControlServerOptions::on_dropped).
   void CountServerDrop(const Status& reason);
   // The worker's record is gone: a later worker of that id is logged anew.
-  void Forget(const std::string& worker_id);
+  void Forget(const std::string& worker_id) EXCLUDES(mu_);
 
  private:
   MetricsRegistry* metrics_;
-  std::mutex mu_;
-  std::set<std::string> logged_;  // guarded by mu_
+  Mutex mu_;
+  std::set<std::string> logged_ GUARDED_BY(mu_);  // workers whose first drop was logged
 };
 
 }  // namespace tessera

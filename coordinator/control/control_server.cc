@@ -8,7 +8,6 @@
 #include <deque>
 #include <exception>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -19,6 +18,7 @@
 
 #include "common/base/log_window.h"
 #include "common/base/logging.h"
+#include "common/base/mutex.h"
 #include "common/net/curve_keys.h"
 #include "common/net/zmq_loop.h"
 #include "coordinator/control/control_server_impl.h"
@@ -176,7 +176,7 @@ void ControlServer::Stop() { impl_->loop.Stop(); }
 bool ControlServer::DeclareLost(const std::string& worker_id, const std::string& reason) {
   Impl& s = *impl_;
   {
-    std::lock_guard<std::mutex> lock(s.registry_mu);
+    MutexLock lock(&s.registry_mu);
     auto it = s.by_worker_id.find(worker_id);
     if (it == s.by_worker_id.end()) return false;
     Impl::Record& rec = s.records[it->second];
@@ -195,7 +195,7 @@ WorkerActivity& ControlServer::activity() const { return impl_->activity; }
 
 void ControlServer::Watch(const std::vector<std::string>& worker_ids) {
   Impl& s = *impl_;
-  std::lock_guard<std::mutex> lock(s.registry_mu);
+  MutexLock lock(&s.registry_mu);
   for (const std::string& id : worker_ids) {
     auto it = s.by_worker_id.find(id);
     if (it != s.by_worker_id.end() && s.records[it->second].alive)
@@ -208,7 +208,7 @@ Status ControlServer::Send(const std::string& worker_id, control::Envelope envel
   if (!s.loop.running()) return FailedPrecondition("control server is not running");
   std::string identity;
   {
-    std::lock_guard<std::mutex> lock(s.registry_mu);
+    MutexLock lock(&s.registry_mu);
     auto it = s.by_worker_id.find(worker_id);
     if (it == s.by_worker_id.end()) return NotFound("no worker '" + worker_id + "' is registered");
     const Impl::Record& rec = s.records[it->second];
@@ -227,7 +227,7 @@ std::vector<ControlWorkerInfo> ControlServer::WorkersOf(
     const std::vector<std::string>& worker_ids) const {
   const Impl& s = *impl_;
   const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(s.registry_mu);
+  MutexLock lock(&s.registry_mu);
   std::vector<ControlWorkerInfo> out;
   for (const std::string& id : worker_ids) {
     auto it = s.by_worker_id.find(id);
@@ -240,7 +240,7 @@ std::vector<ControlWorkerInfo> ControlServer::WorkersPage(size_t first, size_t c
                                                           size_t* total) const {
   const Impl& s = *impl_;
   const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(s.registry_mu);
+  MutexLock lock(&s.registry_mu);
   *total = s.records.size();
   std::vector<ControlWorkerInfo> out;
   for (size_t i = first; i < s.records.size() && i - first < count; ++i)
@@ -251,7 +251,7 @@ std::vector<ControlWorkerInfo> ControlServer::WorkersPage(size_t first, size_t c
 std::vector<ControlWorkerInfo> ControlServer::Workers() const {
   const Impl& s = *impl_;
   const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(s.registry_mu);
+  MutexLock lock(&s.registry_mu);
   std::vector<ControlWorkerInfo> out;
   out.reserve(s.records.size());
   for (size_t i = 0; i < s.records.size(); ++i) out.push_back(s.InfoLocked(i, now));
@@ -426,7 +426,7 @@ void ControlServer::Impl::HandleMessage(const std::string& identity, const std::
   // A watched worker spoke: an event, once the callbacks below ran.
   NotifyAtExit notify(&activity);
   {
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     auto it = by_identity.find(identity);
     if (it == by_identity.end()) {
       unknown = true;
@@ -523,7 +523,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
                           (!curve_key.empty() && rec.curve_key == curve_key));
   };
   {
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     auto mine = by_identity.find(identity);
     if (mine != by_identity.end() && records[mine->second].alive) {
       Record& rec = records[mine->second];
@@ -610,7 +610,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
   if (!retry) {
     std::vector<std::string> gone;
     {
-      std::lock_guard<std::mutex> lock(registry_mu);
+      MutexLock lock(&registry_mu);
       // A record it replaces is the latest of its routing id, worker id or
       // key: look there before scanning every record.
       bool any = false;
@@ -625,7 +625,7 @@ void ControlServer::Impl::HandleRegister(const std::string& identity, const std:
                        worker_id);
       if (id != worker_id && options.on_worker_forgotten) options.on_worker_forgotten(id);
     }
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     Record rec;
     rec.worker_id = worker_id;
     rec.identity = identity;

@@ -5,8 +5,13 @@
 // outside them.
 //
 // Thread-safety: as ControlServer's: the owner thread (ZmqSocketLoop) runs
-// every Impl method but Enqueue and the registry readers; the registry is
-// guarded by registry_mu.
+// every Impl method but Enqueue and the registry readers. The registry
+// (records and their indexes, read by Send / Workers / Watch / DeclareLost
+// on other threads) is GUARDED_BY(registry_mu), checked by clang's
+// -Wthread-safety (scripts/thread-safety): every access holds it, the owner
+// thread's reads included. Fields marked "owner thread" or "loop thread"
+// are touched by that thread alone (or by Start before it runs) and take
+// no lock.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +21,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,6 +30,8 @@
 #include <zmq.hpp>
 
 #include "common/base/log_window.h"
+#include "common/base/mutex.h"
+#include "common/base/thread_annotations.h"
 #include "common/net/zmq_loop.h"
 #include "coordinator/control/control_server.h"
 
@@ -111,7 +117,9 @@ struct ControlServer::Impl {
   std::unique_ptr<zmq::socket_t> zap;     // ZAP handler (CURVE only), loop thread
   // The ROUTER's disconnect events (zmq_socket_monitor), loop thread.
   std::unique_ptr<zmq::socket_t> monitor;
-  std::set<std::string> allowed_keys;  // 32-byte binary public keys (CURVE only)
+  // 32-byte binary public keys (CURVE only): filled by Start before the
+  // owner thread starts, read there only after.
+  std::set<std::string> allowed_keys;
   // Owner thread: refused handshakes, and registrations refused for a
   // CURVE key in use, are logged at most kRefusalLogBurst times a minute
   // each (a flood of unknown keys, or of one stolen key, must not flood the
@@ -125,19 +133,27 @@ struct ControlServer::Impl {
 
   // The events of the workers (ControlServer::activity).
   WorkerActivity activity;
-  // Registry: written only by the owner thread, read by Send / Workers.
-  mutable std::mutex registry_mu;
-  std::vector<Record> records;                           // registration order
-  std::map<std::string, size_t> by_identity;             // raw routing id -> latest record
-  std::map<std::string, size_t> by_worker_id;            // worker id -> latest record
-  std::unordered_map<std::string, size_t> by_curve_key;  // CURVE key -> latest record
+  // Registry: written by the owner thread (and by DeclareLost / Watch on
+  // the caller's thread), read by Send / Workers. Every access holds
+  // registry_mu, the owner thread's too: the hot path (HandleMessage) takes
+  // it once per message to find the sender's record and mark it heard.
+  mutable Mutex registry_mu;
+  std::vector<Record> records GUARDED_BY(registry_mu);  // registration order
+  // raw routing id -> latest record
+  std::map<std::string, size_t> by_identity GUARDED_BY(registry_mu);
+  // worker id -> latest record
+  std::map<std::string, size_t> by_worker_id GUARDED_BY(registry_mu);
+  // CURVE key -> latest record
+  std::unordered_map<std::string, size_t> by_curve_key GUARDED_BY(registry_mu);
+  // The next "worker-N" id handed to a Register that asks for none (picked
+  // against by_worker_id, under the same lock).
+  uint64_t next_auto_id GUARDED_BY(registry_mu) = 0;
+  // The "max_workers reached" refusal was logged; cleared when a record
+  // goes (EraseRecordsLocked).
+  bool full_logged GUARDED_BY(registry_mu) = false;
   // The next liveness scan (owner thread): every heartbeat_interval / 4,
   // not every turn, so a fleet's messages do not each cost a scan of it.
   Clock::time_point next_liveness_check{};
-  uint64_t next_auto_id = 0;
-  // The "max_workers reached" refusal was logged; cleared when a record
-  // goes. Owner thread only.
-  bool full_logged = false;
   // Printable routing ids whose dropped frames were logged (the first one
   // each). Owner thread only; at most kMaxDropLoggedPeers.
   std::set<std::string> drop_logged;
@@ -146,30 +162,33 @@ struct ControlServer::Impl {
   // (and closes them) before they are destroyed.
   ZmqSocketLoop loop{context, control_server_internal::kLog};
 
-  void ReadFrames();
+  // The handlers below take registry_mu themselves, and release it before
+  // a callback runs (callbacks may call Send or Workers): EXCLUDES.
+  void ReadFrames() EXCLUDES(registry_mu);
   // Reads the monitor's events: marks the worker whose connection closed.
-  void HandleMonitor();
-  void HandleFrame(std::vector<zmq::message_t>& parts);
+  void HandleMonitor() EXCLUDES(registry_mu);
+  void HandleFrame(std::vector<zmq::message_t>& parts) EXCLUDES(registry_mu);
   void HandleZap();
   bool HandleOneZap();  // false when no request was waiting
   // `fd`: the connection the frame came on (ZMQ_SRCFD; -1 unknown).
   void HandleRegister(const std::string& identity, const std::string& curve_key, int fd,
-                      control::Envelope envelope);
+                      control::Envelope envelope) EXCLUDES(registry_mu);
   void HandleMessage(const std::string& identity, const std::string& curve_key, int fd,
-                     const control::Envelope& envelope);
+                     const control::Envelope& envelope) EXCLUDES(registry_mu);
   // `log` false: counted and answered, not logged (a flood of refusals).
   void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
               bool log = true);
   void Drop(const ControlPeer& peer, const Status& reason, std::atomic<uint64_t>* counter);
   bool SendNow(const Outgoing& out);
-  void CheckLiveness();
+  void CheckLiveness() EXCLUDES(registry_mu);
   // Marks lost the live records `lost_now` picks, at `now`; their ids and
-  // losses. Caller holds registry_mu.
+  // losses.
   std::vector<std::pair<std::string, ControlWorkerLoss>> MarkLostLocked(
       Clock::time_point now,
-      const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now);
-  // The snapshot of record `index`; the caller holds registry_mu.
-  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const {
+      const std::function<std::optional<ControlWorkerLoss>(const Record&)>& lost_now)
+      REQUIRES(registry_mu);
+  // The snapshot of record `index`.
+  ControlWorkerInfo InfoLocked(size_t index, Clock::time_point now) const REQUIRES(registry_mu) {
     const Record& r = records[index];
     ControlWorkerInfo info;
     info.worker_id = r.worker_id;
@@ -183,8 +202,9 @@ struct ControlServer::Impl {
     return info;
   }
   // Removes the records `gone` says to drop and rebuilds the indexes.
-  // Returns the worker ids removed. Caller holds registry_mu.
-  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone);
+  // Returns the worker ids removed.
+  std::vector<std::string> EraseRecordsLocked(const std::function<bool(const Record&)>& gone)
+      REQUIRES(registry_mu);
   Status Enqueue(Outgoing out);
   // Notifies `activity` when it goes out of scope, if armed: after the
   // callbacks of an event ran, also when one threw.

@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/base/logging.h"
+#include "common/base/mutex.h"
 #include "coordinator/control/control_server_impl.h"
 
 namespace tessera {
@@ -36,7 +37,7 @@ void ControlServer::Impl::HandleMonitor() {
     // A registered worker's connection closing is an event (a stopping
     // coordinator waits for its workers to go: CoordinatorDaemon::Stop).
     NotifyAtExit notify(&activity);
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     for (Record& rec : records) {
       if (!rec.alive || rec.fd < 0 || rec.fd != static_cast<int>(value)) continue;
       rec.closed_fd = rec.fd;
@@ -81,7 +82,7 @@ void ControlServer::Impl::CheckLiveness() {
   // Losses are events, once on_worker_lost ran for each.
   NotifyAtExit notify(&activity);
   {
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     lost = MarkLostLocked(now, [&](const Record& rec) -> std::optional<ControlWorkerLoss> {
       if (rec.connection_closed && now - rec.closed_at >= grace)
         return ControlWorkerLoss{ControlWorkerLoss::Cause::kConnectionClosed, rec.closed_at};
@@ -92,7 +93,7 @@ void ControlServer::Impl::CheckLiveness() {
   }
   std::vector<std::string> forgotten;
   if (options.forget_lost_after.count() > 0) {
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     forgotten = EraseRecordsLocked([&](const Record& rec) {
       return !rec.alive && now - rec.lost_at > options.forget_lost_after;
     });
