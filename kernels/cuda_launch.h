@@ -219,6 +219,16 @@ cudaError_t LaunchWriteKv(DType dtype, const AttentionMetaDev& meta, const Atten
                           const void* k, const void* v, void* k_cache, void* v_cache,
                           DType cache_dtype, cudaStream_t stream);
 
+// kernels/rope_write_kv.h in one launch: the per-head RMSNorm of q [tokens, shape.heads,
+// head_dim] and k [tokens, shape.kv_heads, head_dim] (q_norm / k_norm [head_dim] in dtype, or
+// null to skip), RoPE of both at positions [tokens] with inv_freq [head_dim / 2], q and k written
+// back in place, then k and v (dtype) into their cache slots as LaunchWriteKv stores them.
+cudaError_t LaunchNormRopeWriteKv(DType dtype, const AttentionMetaDev& meta,
+                                  const AttentionShape& shape, void* q, void* k, const void* v,
+                                  const void* q_norm, const void* k_norm, float eps, float w_offset,
+                                  const int32_t* positions, const float* inv_freq, void* k_cache,
+                                  void* v_cache, DType cache_dtype, cudaStream_t stream);
+
 // Split-K decode attention (one query token per CTA row; any number of
 // tokens per sequence, each attending to its own causal prefix). When
 // num_splits > 1, `partials` holds num_tokens * heads * num_splits *

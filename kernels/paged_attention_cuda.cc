@@ -9,11 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "common/base/env_switch.h"
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
+#include "kernels/head_rms_norm.h"
 #include "kernels/kv_quant.h"
 #include "kernels/paged_attention.h"
+#include "kernels/rope.h"
+#include "kernels/rope_write_kv.h"
 #ifdef TESSERA_WITH_FLASHINFER
 #include "kernels/flashinfer_launch.h"
 #endif
@@ -331,6 +335,38 @@ Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const Atte
   TESSERA_CUDA_LAUNCH_CHECK(LaunchWriteKv(k.dtype(), meta, shape, k.raw(), v.raw(), cache.k.raw(),
                                           cache.v.raw(), cache.k.dtype(), ctx->stream()),
                             "WriteKvKernel");
+  return Status::Ok();
+}
+
+// kernels/rope_write_kv.h (the dispatcher has checked shapes and devices): one kernel, or with
+// TESSERA_CUDA_FUSED_ROPE_KV=0 the separate ones.
+Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
+                       const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,
+                       const AttentionBatch& batch) {
+  static const bool fused = EnvSwitchOn("TESSERA_CUDA_FUSED_ROPE_KV");
+  if (!fused) {
+    if (norms.q_weight.defined())
+      TESSERA_RETURN_IF_ERROR(HeadRmsNorm(q, norms.q_weight, norms.eps, norms.weight_offset));
+    if (norms.k_weight.defined())
+      TESSERA_RETURN_IF_ERROR(HeadRmsNorm(k, norms.k_weight, norms.eps, norms.weight_offset));
+    TESSERA_RETURN_IF_ERROR(ApplyRopeQk(q, k, positions, inv_freq));
+    return cuda::WriteKv(cache, k, v, batch);
+  }
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "norm+rope+kv write q"));
+  if (k.dim(0) != batch.num_tokens)
+    return InvalidArgument("norm+rope+kv write: k " + k.Describe() + " for a step of " +
+                           std::to_string(batch.num_tokens) + " tokens");
+  TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2), k.dtype()));
+  TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  const AttentionShape shape = ShapeOf(cache, q.dim(1), k.dim(1), k.dim(2));
+  const auto raw = [](const Tensor& w) { return w.defined() ? w.raw() : nullptr; };
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchNormRopeWriteKv(q.dtype(), meta, shape, q.raw(), k.raw(), v.raw(), raw(norms.q_weight),
+                            raw(norms.k_weight), norms.eps, norms.weight_offset,
+                            positions.data<int32_t>(), inv_freq.data<float>(), cache.k.raw(),
+                            cache.v.raw(), cache.k.dtype(), ctx->stream()),
+      "NormRopeWriteKvKernel");
   return Status::Ok();
 }
 

@@ -43,6 +43,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/kv_cache.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
@@ -57,37 +58,6 @@ constexpr int kScoreStride = kPrefillKeys + 1;
 
 __device__ __forceinline__ float SoftCapScore(float s, float cap) {
   return cap > 0.0f ? tanhf(s / cap) * cap : s;
-}
-
-// A cache element in fp32: the compute type as is, e4m3 times its scale.
-template <typename C>
-__device__ __forceinline__ float KvF(C x, float) {
-  return ToF(x);
-}
-template <>
-__device__ __forceinline__ float KvF<__nv_fp8_e4m3>(__nv_fp8_e4m3 x, float scale) {
-  return static_cast<float>(x) * scale;
-}
-
-// A K/V value as the cache of element type C stores it.
-template <typename C, typename T>
-__device__ __forceinline__ C KvStore(T x, float) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 KvStore<__nv_fp8_e4m3, __nv_bfloat16>(__nv_bfloat16 x,
-                                                                               float scale) {
-  return __nv_fp8_e4m3(ToF(x) / scale);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 KvStore<__nv_fp8_e4m3, __half>(__half x, float scale) {
-  return __nv_fp8_e4m3(ToF(x) / scale);
-}
-
-__device__ __forceinline__ int64_t SlotBase(const int32_t* table, int p, const AttentionShape& s,
-                                            int kvh) {
-  const int64_t block = table[p / s.block_size];
-  return ((block * s.block_size + p % s.block_size) * s.kv_heads + kvh) * s.head_dim;
 }
 
 template <typename T, typename C>

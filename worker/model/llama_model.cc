@@ -15,6 +15,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/rope_write_kv.h"
 #include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
@@ -362,6 +363,31 @@ Status LlamaModel::Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k
   return Status::Ok();
 }
 
+Status LlamaModel::NormRotateWriteKv(int layer, const LayerWeights& w, const StepInputs& in,
+                                     kernels::KvCacheLayer& cache, Tensor& q3, Tensor& k3,
+                                     const Tensor& v3) {
+  // Qwen3, Gemma 3: per-head RMSNorm of q and k before RoPE. Each rank normalises its own heads
+  // with the whole (replicated) weight: no communication. Gemma's scale by (1 + weight).
+  const kernels::QkNorms norms{w.q_norm, w.k_norm, static_cast<float>(config_.rms_norm_eps),
+                               config_.rms_norm_unit_offset ? 1.0f : 0.0f};
+  const Tensor* table = nullptr;
+  if (config_.LayerUsesLocalRope(layer)) {
+    table = &in.local_inv_freq;
+  } else if (in.rope.size() == 1 && in.rope[0].begin == 0 && in.rope[0].end == q3.dim(0)) {
+    table = &in.rope[0].inv_freq;
+  }
+  if (table != nullptr)
+    return kernels::NormRopeWriteKv(q3, k3, v3, norms, in.positions, *table, cache, in.attention);
+  if (norms.q_weight.defined())
+    TESSERA_RETURN_IF_ERROR(
+        kernels::HeadRmsNorm(q3, norms.q_weight, norms.eps, norms.weight_offset));
+  if (norms.k_weight.defined())
+    TESSERA_RETURN_IF_ERROR(
+        kernels::HeadRmsNorm(k3, norms.k_weight, norms.eps, norms.weight_offset));
+  TESSERA_RETURN_IF_ERROR(Rotate(layer, in, q3, k3));
+  return kernels::WriteKv(cache, k3, v3, in.attention);
+}
+
 // x [tokens, hidden] times the fused q|k|v weight: one GEMM into [tokens,
 // q + k + v]. With one token the three column ranges are contiguous, so q, k
 // and v are views of that row; with more, SplitColumns copies them out (one
@@ -411,15 +437,7 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
   Tensor q3 = q.Reshape({tokens, lay.heads_local, head_dim});
   Tensor k3 = k.Reshape({tokens, lay.kv_heads_local, head_dim});
   Tensor v3 = v.Reshape({tokens, lay.kv_heads_local, head_dim});
-  // Qwen3, Gemma 3: per-head RMSNorm of q and k before RoPE. Each rank
-  // normalises its own heads with the whole (replicated) weight: no
-  // communication.
-  if (w.q_norm.defined())
-    TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(q3, w.q_norm, eps, norm_offset));
-  if (w.k_norm.defined())
-    TESSERA_RETURN_IF_ERROR(kernels::HeadRmsNorm(k3, w.k_norm, eps, norm_offset));
-  TESSERA_RETURN_IF_ERROR(Rotate(layer, in, q3, k3));
-  TESSERA_RETURN_IF_ERROR(kernels::WriteKv(cache.layer(local), k3, v3, in.attention));
+  TESSERA_RETURN_IF_ERROR(NormRotateWriteKv(layer, w, in, cache.layer(local), q3, k3, v3));
   TESSERA_ASSIGN_OR_RETURN(Tensor attn, Alloc({tokens, lay.heads_local * head_dim}));
   // head_dim^-0.5, or Gemma's query_pre_attn_scalar^-0.5. Longrope scales cos
   // and sin of q and k by attention_factor (1 for every other type): the

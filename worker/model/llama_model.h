@@ -164,6 +164,11 @@ class LlamaModel {
                  const Tensor& bias, Tensor& y) const;
   // q and k of one layer rotated in place with the layer's table.
   Status Rotate(int layer, const StepInputs& in, Tensor& q3, Tensor& k3);
+  // The per-head q/k norms (Qwen3, Gemma 3), RoPE and the KV write of one layer: one kernel
+  // (kernels/rope_write_kv.h) when every row of the step takes one RoPE table, the separate
+  // calls when sequences have tables of their own (dynamic NTK).
+  Status NormRotateWriteKv(int layer, const LayerWeights& w, const StepInputs& in,
+                           kernels::KvCacheLayer& cache, Tensor& q3, Tensor& k3, const Tensor& v3);
   // Uploads the fixed RoPE tables on the first step.
   Status UploadTables();
   Status AllReduce(Tensor& t, const char* what, int layer);
