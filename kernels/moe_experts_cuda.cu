@@ -11,7 +11,7 @@
 //
 // Decode shape (the reason for this design): a few pairs per active expert,
 // so the product is the read of the active experts' weights. As in the skinny
-// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams two weight rows with
+// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams R (4) weight rows with
 // 16-byte loads, kUnroll in flight per row, and dots them with up to kMaxRows
 // (4) slots at once (the slots' input rows are a few KiB, served by L1/L2), so
 // an expert with at most 4 pairs reads its weights exactly once. An expert
@@ -20,16 +20,17 @@
 // for that regime, which from 4 pairs per held expert on average goes to the
 // tensor-core kernels of moe_experts_tc_cuda.cu instead (moe_experts_cuda.cc).
 //
-// Gate/up: a warp owns one intermediate column i and streams gate_e[i] and
+// Gate/up: a warp owns R / 2 intermediate columns i and streams gate_e[i] and
 // up_e[i]; the two sums are rounded to the dtype (as transformers' gate_proj
 // and up_proj outputs are), then act = silu(g) * u is rounded once: SwiGLU
-// fused into the grouped GEMM. Down: a warp owns two hidden columns.
+// fused into the grouped GEMM. Down: a warp owns R hidden columns.
 // Combine: one block per token sums its pairs in k order in fp32.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "common/base/env_switch.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/pdl.cuh"
@@ -57,21 +58,20 @@ __device__ __forceinline__ const T* Address(const int64_t* table, int64_t expert
   return reinterpret_cast<const T*>(static_cast<uintptr_t>(table[expert * 3 + part]));
 }
 
-// acc[m][r] += in_rows[m] . w_r over `chunks` packs of V elements; lane-strided.
-template <typename T, int V, int M>
-__device__ __forceinline__ void DotRows(const T* const (&in_rows)[kMaxRows], const T* w0,
-                                        const T* w1, int64_t chunks, int lane, float (&acc)[M][2]) {
+// acc[m][r] += in_rows[m] . w[r] over `chunks` packs of V elements; lane-strided, kUnroll packs
+// of each of the R weight rows in flight per lane.
+template <typename T, int V, int M, int R>
+__device__ __forceinline__ void DotRows(const T* const (&in_rows)[kMaxRows], const T* const (&w)[R],
+                                        int64_t chunks, int lane, float (&acc)[M][R]) {
   using P = Pack<T, V>;
-  const P* a = reinterpret_cast<const P*>(w0);
-  const P* b = reinterpret_cast<const P*>(w1);
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    P wa[kUnroll], wb[kUnroll];
+    P wv[kUnroll][R];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
       if (c < chunks) {
-        wa[u] = a[c];
-        wb[u] = b[c];
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = reinterpret_cast<const P*>(w[r])[c];
       }
     }
 #pragma unroll
@@ -84,23 +84,24 @@ __device__ __forceinline__ void DotRows(const T* const (&in_rows)[kMaxRows], con
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           const float xf = ToF(xv.v[v]);
-          acc[m][0] = fmaf(xf, ToF(wa[u].v[v]), acc[m][0]);
-          acc[m][1] = fmaf(xf, ToF(wb[u].v[v]), acc[m][1]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[m][r] = fmaf(xf, ToF(wv[u][r].v[v]), acc[m][r]);
         }
       }
     }
   }
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    acc[m][0] = WarpSum(acc[m][0]);
-    acc[m][1] = WarpSum(acc[m][1]);
-  }
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = WarpSum(acc[m][r]);
 }
 
-// Slots [s0, s0 + rows) of one expert, rows <= M: lane 0 stores the results.
-template <typename T, int V, bool kGated, int M>
+// Slots [s0, s0 + rows) of one expert, rows <= M, against the warp's R weight rows: gated, the
+// (gate, up) rows of R / 2 columns from col; plain, the rows of R columns from col (those past n
+// repeat the last and are not stored). Lane 0 stores the results.
+template <typename T, int V, bool kGated, int M, int R>
 __device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* out, int64_t k,
-                                     int64_t n, int64_t col, const T* w0, const T* w1, int s0,
+                                     int64_t n, int64_t col, const T* const (&w)[R], int s0,
                                      int rows, int lane) {
   const T* in_rows[kMaxRows];
 #pragma unroll
@@ -109,39 +110,49 @@ __device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* 
     const int64_t src = kGated ? slot_token[slot] : slot;
     in_rows[m] = in + src * k;
   }
-  float acc[M][2];
+  float acc[M][R];
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = 0.0f;
-  DotRows<T, V, M>(in_rows, w0, w1, k / V, lane, acc);
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  DotRows<T, V, M, R>(in_rows, w, k / V, lane, acc);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     if (m >= rows) break;
     T* o = out + static_cast<int64_t>(s0 + m) * n;
-    if (kGated) {
-      const float g = ToF(FromF<T>(acc[m][0])), u = ToF(FromF<T>(acc[m][1]));
-      o[col] = FromF<T>(g / (1.0f + expf(-g)) * u);
-    } else {
-      o[col] = FromF<T>(acc[m][0]);
-      if (col + 1 < n) o[col + 1] = FromF<T>(acc[m][1]);
+#pragma unroll
+    for (int j = 0; j < (kGated ? R / 2 : R); ++j) {
+      if (col + j >= n) break;
+      if (kGated) {
+        const float g = ToF(FromF<T>(acc[m][2 * j])), u = ToF(FromF<T>(acc[m][2 * j + 1]));
+        o[col + j] = FromF<T>(g / (1.0f + expf(-g)) * u);
+      } else {
+        o[col + j] = FromF<T>(acc[m][j]);
+      }
     }
   }
 }
 
-// Gated: in = x [tokens, k = hidden] gathered through slot_token, out = act
-// [slots, n = inter], a warp per column. Plain: in = act [slots, k = inter],
-// out = y [slots, n = hidden], a warp per two columns. A block takes `iters`
-// tiles of kWarps such column groups in turn: the chain of reads before a
-// warp's first weight load (active -> the expert -> its rows and table entry)
-// is paid once per block, not once per tile (decode's short rows: a warp per
-// two 1.5 KiB rows of Qwen3-MoE's down projection left the kernel at 44% of
-// the bandwidth, bench/results/NOTES.md 2026-12-07g).
-template <typename T, int V, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+// Gated: in = x [tokens, k = hidden] gathered through slot_token, out = act [slots, n = inter],
+// a warp per R / 2 columns (their gate and up rows). Plain: in = act [slots, k = inter], out = y
+// [slots, n = hidden], a warp per R columns. R = 2 is the kernel of 2026-12-07h; R = 4 keeps
+// twice the weight loads in flight per lane, for decode's short rows (Qwen3-MoE's down rows are
+// 1.5 KiB: 3 packs a lane). A block takes `iters` tiles of kWarps such column groups in turn: the
+// chain of reads before a warp's first weight load (active -> the expert -> its rows and table
+// entry) is paid once per block, not once per tile (decode's short rows: a warp per two 1.5 KiB
+// rows of Qwen3-MoE's down projection left the kernel at 44% of the bandwidth,
+// bench/results/NOTES.md 2026-12-07g).
+template <typename T, int V, bool kGated, int R>
+__global__ void __launch_bounds__(kWarps * 32, R == 4 ? 1 : kMinBlocks)
     MoeExpertGemmKernel(const T* __restrict__ in, const int64_t* __restrict__ table,
                         const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
                         int64_t n, int iters) {
+  constexpr int kCols = kGated ? R / 2 : R;  // output columns per warp
+  // Slots per pass: 4 weight rows against 4 slots would spill (ptxas -v), so R = 4 takes slots
+  // 2 at a time; an expert with 3 or more re-reads its weights, mostly from L2.
+  constexpr int kPassRows = R == 4 ? 2 : kMaxRows;
   PdlWait();  // kernels/pdl.cuh: active, the rows and `in` come from the kernels before
   PdlLaunchDependents();
   if (static_cast<int>(blockIdx.y) >= active[0]) return;
@@ -151,20 +162,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const T* gate = Address<T>(table, e, kGated ? 0 : 2);
   const T* up = kGated ? Address<T>(table, e, 1) : gate;
   for (int it = 0; it < iters; ++it) {
-    const int64_t tile = (static_cast<int64_t>(blockIdx.x) * iters + it) * kWarps + warp;
-    const int64_t col = kGated ? tile : 2 * tile;
+    const int64_t col = ((static_cast<int64_t>(blockIdx.x) * iters + it) * kWarps + warp) * kCols;
     if (col >= n) return;
-    const T* w0 = gate + col * k;
-    // Plain: a last odd column repeats (not stored).
-    const T* w1 = kGated ? up + col * k : gate + (col + 1 < n ? col + 1 : col) * k;
-    for (int s0 = begin; s0 < end; s0 += kMaxRows) {
-      const int rows = end - s0 < kMaxRows ? end - s0 : kMaxRows;
-      if (rows == 1)
-        Pass<T, V, kGated, 1>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
-      else if (rows == 2)
-        Pass<T, V, kGated, 2>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
-      else
-        Pass<T, V, kGated, kMaxRows>(in, slot_token, out, k, n, col, w0, w1, s0, rows, lane);
+    const T* w[R];
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int64_t c = col + j < n ? col + j : n - 1;  // past n: repeat the last (not stored)
+      if (kGated) {
+        w[2 * j] = gate + c * k;
+        w[2 * j + 1] = up + c * k;
+      } else {
+        w[j] = gate + c * k;
+      }
+    }
+    for (int s0 = begin; s0 < end; s0 += kPassRows) {
+      const int rows = end - s0 < kPassRows ? end - s0 : kPassRows;
+      if (rows == 1) {
+        Pass<T, V, kGated, 1, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
+      } else if (rows == 2) {
+        Pass<T, V, kGated, 2, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
+      } else if constexpr (kPassRows == kMaxRows) {
+        Pass<T, V, kGated, kMaxRows, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
+      }
     }
   }
 }
@@ -176,17 +195,88 @@ constexpr int64_t kWarpBytes = 12 * 1024;
 constexpr int64_t kMinTileBlocks = 16;
 constexpr int kMaxIters = 8;
 
-int TileIters(int64_t n, int64_t cols_per_block, int64_t row_bytes) {
+int FixedIters() {  // TESSERA_CUDA_MOE_ITERS, or 0
   static const int fixed = [] {
     const char* v = std::getenv("TESSERA_CUDA_MOE_ITERS");
-    return v == nullptr ? 0 : std::atoi(v);
+    return v == nullptr ? 0 : std::max(0, std::atoi(v));
   }();
-  if (fixed >= 1) return fixed;
+  return fixed;
+}
+
+int TileIters(int64_t n, int64_t cols_per_block, int64_t warp_tile_bytes) {
+  if (FixedIters() >= 1) return FixedIters();
   int iters = static_cast<int>(std::min<int64_t>(
-      kMaxIters, std::max<int64_t>(1, (kWarpBytes + 2 * row_bytes - 1) / (2 * row_bytes))));
+      kMaxIters, std::max<int64_t>(1, (kWarpBytes + warp_tile_bytes - 1) / warp_tile_bytes)));
   while (iters > 1 && (n + cols_per_block * iters - 1) / (cols_per_block * iters) < kMinTileBlocks)
     --iters;
   return iters;
+}
+
+// Weight rows per warp: 4 (the default), or 2 with TESSERA_CUDA_MOE_WIDE=0 (A/B runs: the kernel
+// of 2026-12-07h).
+int WarpRows() {
+  static const int rows = EnvSwitchOn("TESSERA_CUDA_MOE_WIDE") ? 4 : 2;
+  return rows;
+}
+
+// The blocks of MoeExpertGemmKernel<T, V, kGated, R> the device holds at once: SMs x resident
+// blocks per SM (0 when the runtime cannot say). Read once per kernel: every GPU of a process is
+// taken to be alike.
+template <typename T, int V, bool kGated, int R>
+int64_t ResidentBlocks() {
+  static const int64_t blocks = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MoeExpertGemmKernel<T, V, kGated, R>,
+                                                      kWarps * 32, 0) != cudaSuccess)
+      return int64_t{0};
+    return static_cast<int64_t>(sms) * per_sm;
+  }();
+  return blocks;
+}
+
+// TileIters, then more tiles per block while the grid would take more than one wave of the
+// device's resident blocks (R = 4 holds one block per SM: 205 registers a thread in bf16).
+int WaveIters(int iters, int64_t n, int64_t cols_per_block, int64_t grid_experts,
+              int64_t resident) {
+  const auto blocks = [&](int it) {
+    return (n + cols_per_block * it - 1) / (cols_per_block * it) * grid_experts;
+  };
+  while (resident > 0 && iters < kMaxIters && blocks(iters) > resident &&
+         blocks(iters + 1) < blocks(iters))
+    ++iters;
+  return iters;
+}
+
+template <typename T, int V, bool kGated, int R>
+cudaError_t LaunchExpertGemmKernel(const T* x, const int64_t* table, const int32_t* expert_rows,
+                                   const int32_t* active, const int32_t* slot_token, T* y,
+                                   int64_t grid_experts, int64_t k, int64_t n, bool pdl,
+                                   cudaStream_t stream) {
+  const auto kernel = MoeExpertGemmKernel<T, V, kGated, R>;
+  const int64_t cols_per_block = kWarps * (kGated ? R / 2 : R);
+  int iters = TileIters(n, cols_per_block, R * k * static_cast<int64_t>(sizeof(T)));
+  if (R == 4 && FixedIters() == 0)
+    iters = WaveIters(iters, n, cols_per_block, grid_experts, ResidentBlocks<T, V, kGated, R>());
+  const int64_t span = cols_per_block * iters;
+  const dim3 grid(static_cast<unsigned>((n + span - 1) / span),
+                  static_cast<unsigned>(grid_experts));
+  return LaunchWithPdl(pdl, kernel, grid, dim3(kWarps * 32), 0, stream, x, table, expert_rows,
+                       active, slot_token, y, k, n, iters);
+}
+
+template <typename T, bool kGated, int R>
+cudaError_t LaunchExpertGemmRows(const T* x, const int64_t* table, const int32_t* expert_rows,
+                                 const int32_t* active, const int32_t* slot_token, T* y,
+                                 int64_t grid_experts, int64_t k, int64_t n, bool vec, bool pdl,
+                                 cudaStream_t stream) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  if (vec)
+    return LaunchExpertGemmKernel<T, kVec, kGated, R>(x, table, expert_rows, active, slot_token, y,
+                                                      grid_experts, k, n, pdl, stream);
+  return LaunchExpertGemmKernel<T, 1, kGated, R>(x, table, expert_rows, active, slot_token, y,
+                                                 grid_experts, k, n, pdl, stream);
 }
 
 template <typename T, bool kGated>
@@ -194,19 +284,13 @@ cudaError_t LaunchExpertGemm(const void* in, const int64_t* table, const int32_t
                              const int32_t* active, const int32_t* slot_token, void* out,
                              int64_t grid_experts, int64_t k, int64_t n, bool vec, bool pdl,
                              cudaStream_t stream) {
-  const int64_t cols_per_block = kGated ? kWarps : 2 * kWarps;
-  const int iters = TileIters(n, cols_per_block, k * static_cast<int64_t>(sizeof(T)));
-  const int64_t span = cols_per_block * iters;
-  const dim3 grid(static_cast<unsigned>((n + span - 1) / span),
-                  static_cast<unsigned>(grid_experts));
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
-  if (vec)
-    return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, kVec, kGated>, grid, dim3(kWarps * 32), 0,
-                         stream, x, table, expert_rows, active, slot_token, y, k, n, iters);
-  return LaunchWithPdl(pdl, MoeExpertGemmKernel<T, 1, kGated>, grid, dim3(kWarps * 32), 0, stream,
-                       x, table, expert_rows, active, slot_token, y, k, n, iters);
+  if (WarpRows() == 4)
+    return LaunchExpertGemmRows<T, kGated, 4>(x, table, expert_rows, active, slot_token, y,
+                                              grid_experts, k, n, vec, pdl, stream);
+  return LaunchExpertGemmRows<T, kGated, 2>(x, table, expert_rows, active, slot_token, y,
+                                            grid_experts, k, n, vec, pdl, stream);
 }
 
 template <typename T>

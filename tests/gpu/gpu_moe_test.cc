@@ -187,13 +187,15 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
   const DType dt = GetParam();
   kernels::Backend& g = Gpu(dt);
   const std::vector<GroupedCase> cases = {
-      {1, 64, 48, 8, 2, 0, 8, false},    // decode, every expert held
-      {5, 64, 48, 8, 2, 2, 6, false},    // a few tokens, experts [2, 6) held (ep)
-      {37, 128, 64, 6, 3, 0, 6, true},   // prefill: > 4 pairs per expert, shared expert
-      {3, 40, 18, 5, 1, 1, 4, true},     // top-1; I = 18: rows off 16 bytes, the scalar loads
-      {2, 36, 16, 4, 2, 0, 4, true},     // H = 36: the scalar combine in bf16 and fp16
-      {2, 512, 2048, 8, 2, 0, 8, false},  // decode, blocks of several column tiles (TileIters)
-      {9, 96, 36, 16, 8, 0, 16, false},  // top-8
+      {1, 64, 48, 8, 2, 0, 8, false},       // decode, every expert held
+      {5, 64, 48, 8, 2, 2, 6, false},       // a few tokens, experts [2, 6) held (ep)
+      {37, 128, 64, 6, 3, 0, 6, true},      // prefill: > 4 pairs per expert, shared expert
+      {3, 40, 18, 5, 1, 1, 4, true},        // top-1; I = 18: rows off 16 bytes, the scalar loads
+      {2, 36, 16, 4, 2, 0, 4, true},        // H = 36: the scalar combine in bf16 and fp16
+      {2, 512, 2048, 8, 2, 0, 8, false},    // decode, blocks of several column tiles (TileIters)
+      {9, 96, 36, 16, 8, 0, 16, false},     // top-8
+      {3, 42, 27, 4, 2, 0, 4, false},       // H = 42, I = 27: a warp's last columns past n
+      {1, 2048, 768, 16, 8, 0, 16, false},  // Qwen3-30B-A3B's expert shape at batch 1
       // Many pairs per expert: the tensor-core kernels (moe_experts_tc_cuda.cu), with
       // column tiles cut by n (96 of 64-column tiles) and slot tiles cut by each expert's count.
       {300, 256, 96, 8, 2, 0, 8, true},      // ~75 pairs per expert: 64-slot passes
