@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/base/env_switch.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_context.h"
 
@@ -49,10 +50,7 @@ class CudaBackendImpl final : public Backend {
   }
   int64_t multiprocessors() const override { return ctx_->props().multiProcessorCount; }
   bool keeps_fp8_weights() const override {
-    static const bool on = [] {
-      const char* v = std::getenv("TESSERA_CUDA_FP8");
-      return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = EnvSwitchOn("TESSERA_CUDA_FP8");
     return on && dtype_ != DType::kF32;
   }
   cuda::Context* context() { return ctx_.get(); }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/base/env_switch.h"
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
@@ -113,10 +114,7 @@ StatusOr<GemmPlan*> Plan(Context& ctx, int64_t m, int64_t n, int64_t k, DType in
 
 // TESSERA_CUDA_SKINNY_GEMM=0 sends every shape to cuBLASLt; read once.
 bool SkinnyGemmEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = EnvSwitchOn("TESSERA_CUDA_SKINNY_GEMM");
   return on;
 }
 

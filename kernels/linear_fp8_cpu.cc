@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/base/env_switch.h"
 #include "kernels/dispatch.h"
 #include "kernels/linear.h"
 #include "kernels/linear_fp8.h"
@@ -15,10 +16,7 @@ Status LinearFp8(const Tensor& x, const Tensor& w, const Fp8Scales& scales, cons
 }
 
 bool Fp8QuantizesActivations(int64_t m, int64_t n, int64_t k, const Fp8Scales& scales) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TESSERA_CUDA_FP8_GEMM");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("TESSERA_CUDA_FP8_GEMM");
   return enabled && m > kFp8SkinnyMaxTokens && scales.scales.defined() &&
          scales.scales.dim(1) == 1 && n % 16 == 0 && k % 16 == 0;
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/base/env_switch.h"
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/moe_experts.h"
@@ -34,10 +35,7 @@ constexpr int64_t kTcWidePairs = 48;  // 64 slots per block pass from here
 enum class GroupedKernel { kCudaCore, kTensorCoreNarrow, kTensorCoreWide };
 
 GroupedKernel ChooseKernel(const MoeExpertTable& table, DType dtype, int64_t slots, bool vec) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TESSERA_CUDA_MOE_TC");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = EnvSwitchOn("TESSERA_CUDA_MOE_TC");
   if (!enabled || !vec || !MoeTcShapeOk(dtype, table.hidden, table.intermediate))
     return GroupedKernel::kCudaCore;
   const int64_t per_expert = slots / std::max<int64_t>(table.experts, 1);

@@ -401,10 +401,8 @@ cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_sl
   cudaError_t err = cudaErrorInvalidValue;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t chunk = 16 / static_cast<int64_t>(DTypeSize(dtype));
-  static const bool vec_wanted = [] {  // TESSERA_CUDA_MOE_COMBINE_VEC=0: the scalar kernel (A/B)
-    const char* v = std::getenv("TESSERA_CUDA_MOE_COMBINE_VEC");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  // TESSERA_CUDA_MOE_COMBINE_VEC=0: the scalar kernel (A/B).
+  static const bool vec_wanted = EnvSwitchOn("TESSERA_CUDA_MOE_COMBINE_VEC");
   if (vec_wanted && top_k <= kCombineMaxK && hidden % chunk == 0 && aligned(y) && aligned(out) &&
       (shared == nullptr || aligned(shared)) && tokens <= 0x7fffffff) {
     const dim3 grid(

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/base/env_switch.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/pdl.cuh"
@@ -272,10 +273,7 @@ __global__ void __launch_bounds__(kRouteThreads)
 }  // namespace
 
 bool MoePdl(int64_t tokens) {
-  static const bool wanted = [] {
-    const char* v = std::getenv("TESSERA_CUDA_MOE_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool wanted = EnvSwitchOn("TESSERA_CUDA_MOE_PDL");
   return wanted && tokens <= kPdlMaxTokens;
 }
 
@@ -305,10 +303,7 @@ cudaError_t LaunchMoeSort(const int32_t* ids, int64_t pairs, int64_t top_k, int6
 namespace tessera::kernels::cuda {
 
 bool MoeRouteApplies(int64_t tokens, int64_t experts, int64_t top_k, int64_t held) {
-  static const bool wanted = [] {
-    const char* v = std::getenv("TESSERA_CUDA_MOE_FUSED_ROUTE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool wanted = EnvSwitchOn("TESSERA_CUDA_MOE_FUSED_ROUTE");
   return wanted && tokens >= 1 && tokens <= kRouteMaxTokens && experts <= 32 * kRoutePerLane &&
          tokens * top_k <= kRouteThreads && held >= 1 && held <= kRouteMaxHeld;
 }

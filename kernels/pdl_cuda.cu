@@ -2,17 +2,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/base/env_switch.h"
 #include "kernels/pdl.cuh"
 
 namespace tessera::kernels::cuda {
 
 bool PdlEnabled() {
-  static const bool wanted = [] {
-    // On by default since an H100 run checked the 8-token rule (bench/results/NOTES.md,
-    // 2026-12-07, later): TESSERA_CUDA_PDL=0 turns it off.
-    const char* v = std::getenv("TESSERA_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  // On by default since an H100 run checked the 8-token rule (bench/results/NOTES.md,
+  // 2026-12-07, later): TESSERA_CUDA_PDL=0 turns it off.
+  static const bool wanted = EnvSwitchOn("TESSERA_CUDA_PDL");
   if (!wanted) return false;
   // One owner thread per GPU: the answer is cached per thread and device.
   thread_local int cached_device = -1;
