@@ -39,6 +39,13 @@ inline constexpr int64_t kPdlMaxTokens = kSkinnyGemmMaxRows;
 bool SkinnyGemmApplies(DType in, int64_t m, int64_t k, const void* x, const void* w);
 cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, const void* bias,
                              void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+// act[m, inter] = silu(x w[i]^T + b[i]) * (x w[inter + i]^T + b[inter + i]) from the fused gate|up
+// weight w [2 * inter, k] (kernels/linear_swiglu.h): the skinny GEMM with the SwiGLU in its
+// epilogue, each sum rounded to `in` first. The same preconditions as LaunchSkinnyGemm; act in
+// `in`.
+cudaError_t LaunchSkinnyGemmSwiGlu(DType in, const void* x, const void* w, const void* bias,
+                                   void* act, int64_t m, int64_t inter, int64_t k,
+                                   cudaStream_t stream);
 
 // The FP8 weight GEMMs (kernels/fp8_gemm_cuda.cu, kernels/linear_fp8.h): w [n, k] float8
 // e4m3fn in the nn.Linear layout, scales fp32 [n, scale_cols] (one row per weight row; column j

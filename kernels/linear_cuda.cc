@@ -17,6 +17,7 @@
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
 #include "kernels/linear.h"
+#include "kernels/linear_swiglu.h"
 #include "kernels/tensor_ops.h"
 
 namespace tessera::kernels::cuda {
@@ -166,6 +167,26 @@ Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
                            DTypeName(y.dtype()) + " output without the cuBLASLt bias epilogue");
     TESSERA_RETURN_IF_ERROR(AddInPlace(y, Tensor(), bias));
   }
+  return Status::Ok();
+}
+
+bool LinearSiluMulFuses(const Tensor& x, const Tensor& w) {
+  static const bool on = EnvSwitchOn("TESSERA_CUDA_FUSED_SWIGLU");
+  return on && SkinnyGemmEnabled() && x.device() == Device::kCUDA && x.rank() == 2 &&
+         w.rank() == 2 && w.dtype() == x.dtype() &&
+         SkinnyGemmApplies(x.dtype(), x.dim(0), x.dim(1), x.raw(), w.raw());
+}
+
+// kernels/linear_swiglu.h (the dispatcher has checked shapes, dtypes and devices).
+Status LinearSiluMul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& act) {
+  if (!LinearSiluMulFuses(x, w))
+    return FailedPrecondition("linear+swiglu: x " + x.Describe() + " with weight " + w.Describe() +
+                              " takes Linear and SiluMulFused (LinearSiluMulFuses)");
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchSkinnyGemmSwiGlu(x.dtype(), x.raw(), w.raw(), bias.defined() ? bias.raw() : nullptr,
+                             act.raw(), x.dim(0), act.dim(1), x.dim(1), ctx->stream()),
+      "SkinnyGemmKernel (SwiGLU)");
   return Status::Ok();
 }
 

@@ -77,7 +77,11 @@ __device__ __forceinline__ void Unpack8(uint4 v, float (&out)[8]) {
 // a group take interleaved 512-byte spans of the same rows (k split inside the block) and sum
 // through shared memory. Requires k % 8 == 0 and 16-byte aligned x and w rows (the launcher
 // checks).
-template <typename T, typename To, int M, int kSplit>
+//
+// kGlu (LaunchSkinnyGemmSwiGlu): w holds the fused gate|up weight [2n, k]; a warp's two rows are
+// gate row i and up row n + i, and its epilogue writes y[m, i] = silu(g) * u from the two sums
+// rounded to T, as the separate GEMM and SiluMulFused compute it (the same bits).
+template <typename T, typename To, int M, int kSplit, bool kGlu>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SkinnyGemmKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      To* __restrict__ y, int64_t n, int64_t k) {
@@ -85,14 +89,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   __shared__ float partial[kSplit > 1 ? kWarpsPerBlock * M * kRowsPerWarp : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / kSplit, slice = warp % kSplit;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGroups + group) * kRowsPerWarp;
+  const int64_t warp_index = static_cast<int64_t>(blockIdx.x) * kGroups + group;
+  const int64_t row0 = kGlu ? warp_index : warp_index * kRowsPerWarp;
   const bool rows_here = row0 < n;
   if (kSplit == 1 && !rows_here) return;         // an exited block counts as launched-dependents
   const int64_t chunks = rows_here ? k / 8 : 0;  // a group past n reads nothing
   const uint4* wrow[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int64_t row = row0 + r < n ? row0 + r : n - 1;  // a last odd row repeats; not stored
+    // Glu: gate row i, up row n + i. Otherwise rows row0, row0 + 1 (a last odd row repeats; not
+    // stored).
+    const int64_t row =
+        kGlu ? (rows_here ? row0 : n - 1) + r * n : (row0 + r < n ? row0 + r : n - 1);
     wrow[r] = reinterpret_cast<const uint4*>(w + row * k);
   }
   const uint4* xrow = reinterpret_cast<const uint4*>(x);
@@ -159,6 +167,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   } else if (lane != 0) {
     return;
   }
+  if constexpr (kGlu) {
+    const float bg = bias != nullptr ? ToF(bias[row0]) : 0.0f;
+    const float bu = bias != nullptr ? ToF(bias[n + row0]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float g = ToF(FromF<T>(acc[m][0] + bg)), u = ToF(FromF<T>(acc[m][1] + bu));
+      y[m * n + row0] = FromF<To>(g / (1.0f + expf(-g)) * u);
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int64_t row = row0 + r;
@@ -173,42 +191,45 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // product of fewer rows than that splits k inside the block, so that every SM streams.
 constexpr int64_t kTargetWarps = 132 * 32;
 
-template <typename T, typename To, int M, int kSplit>
+template <typename T, typename To, int M, int kSplit, bool kGlu>
 cudaError_t LaunchSplit(const void* x, const void* w, const void* bias, void* y, int64_t n,
                         int64_t k, cudaStream_t stream) {
-  const int64_t rows_per_block = kWarpsPerBlock / kSplit * kRowsPerWarp;
+  const int64_t rows_per_block = kWarpsPerBlock / kSplit * (kGlu ? 1 : kRowsPerWarp);
   const auto blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
-  return LaunchWithPdl(/*pdl=*/true, SkinnyGemmKernel<T, To, M, kSplit>, dim3(blocks),
+  return LaunchWithPdl(/*pdl=*/true, SkinnyGemmKernel<T, To, M, kSplit, kGlu>, dim3(blocks),
                        dim3(kWarpsPerBlock * 32), 0, stream, static_cast<const T*>(x),
                        static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<To*>(y),
                        n, k);
 }
 
-template <typename T, typename To, int M>
+// n: output columns (kGlu: the intermediate width, half of w's rows). The k split depends on the
+// warps alone, so the GLU form splits as the plain GEMM of w's 2n rows does (the same sums).
+template <typename T, typename To, int M, bool kGlu>
 cudaError_t Launch(const void* x, const void* w, const void* bias, void* y, int64_t n, int64_t k,
                    cudaStream_t stream) {
-  const int64_t warps = (n + kRowsPerWarp - 1) / kRowsPerWarp;
+  const int64_t warps = kGlu ? n : (n + kRowsPerWarp - 1) / kRowsPerWarp;
   if (warps * 2 > kTargetWarps || k < 8 * 32 * 2 * kUnroll)
-    return LaunchSplit<T, To, M, 1>(x, w, bias, y, n, k, stream);
+    return LaunchSplit<T, To, M, 1, kGlu>(x, w, bias, y, n, k, stream);
   if (warps * 4 > kTargetWarps || k < 8 * 32 * 4 * kUnroll)
-    return LaunchSplit<T, To, M, 2>(x, w, bias, y, n, k, stream);
-  return LaunchSplit<T, To, M, 4>(x, w, bias, y, n, k, stream);
+    return LaunchSplit<T, To, M, 2, kGlu>(x, w, bias, y, n, k, stream);
+  return LaunchSplit<T, To, M, 4, kGlu>(x, w, bias, y, n, k, stream);
 }
 
-// Launch<T, To, m> for the runtime m in 1..kSkinnyGemmMaxRows.
-template <typename T, typename To, int... Ms>
+// Launch<T, To, m, kGlu> for the runtime m in 1..kSkinnyGemmMaxRows.
+template <typename T, typename To, bool kGlu, int... Ms>
 cudaError_t LaunchRows(std::integer_sequence<int, Ms...>, int64_t m, const void* x, const void* w,
                        const void* bias, void* y, int64_t n, int64_t k, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  ((m == Ms + 1 ? (err = Launch<T, To, Ms + 1>(x, w, bias, y, n, k, stream), true) : false) || ...);
+  ((m == Ms + 1 ? (err = Launch<T, To, Ms + 1, kGlu>(x, w, bias, y, n, k, stream), true) : false) ||
+   ...);
   return err;
 }
 
-template <typename T, typename To>
+template <typename T, typename To, bool kGlu = false>
 cudaError_t LaunchRows(int64_t m, const void* x, const void* w, const void* bias, void* y,
                        int64_t n, int64_t k, cudaStream_t stream) {
-  return LaunchRows<T, To>(std::make_integer_sequence<int, kSkinnyGemmMaxRows>{}, m, x, w, bias, y,
-                           n, k, stream);
+  return LaunchRows<T, To, kGlu>(std::make_integer_sequence<int, kSkinnyGemmMaxRows>{}, m, x, w,
+                                 bias, y, n, k, stream);
 }
 
 }  // namespace
@@ -229,6 +250,15 @@ cudaError_t LaunchSkinnyGemm(DType in, DType out, const void* x, const void* w, 
                    : LaunchRows<__nv_bfloat16, __nv_bfloat16>(m, x, w, bias, y, n, k, stream);
   return f32_out ? LaunchRows<__half, float>(m, x, w, bias, y, n, k, stream)
                  : LaunchRows<__half, __half>(m, x, w, bias, y, n, k, stream);
+}
+
+cudaError_t LaunchSkinnyGemmSwiGlu(DType in, const void* x, const void* w, const void* bias,
+                                   void* act, int64_t m, int64_t inter, int64_t k,
+                                   cudaStream_t stream) {
+  if (!SkinnyGemmApplies(in, m, k, x, w) || inter <= 0) return cudaErrorInvalidValue;
+  if (in == DType::kBF16)
+    return LaunchRows<__nv_bfloat16, __nv_bfloat16, true>(m, x, w, bias, act, inter, k, stream);
+  return LaunchRows<__half, __half, true>(m, x, w, bias, act, inter, k, stream);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -12,6 +12,7 @@
 #include "kernels/head_rms_norm.h"
 #include "kernels/linear.h"
 #include "kernels/linear_fp8.h"
+#include "kernels/linear_swiglu.h"
 #include "kernels/paged_attention.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -477,17 +478,23 @@ Status LlamaModel::Layer(int local, const StepInputs& in, KvCache& cache, Tensor
     pending = moe;
     return Status::Ok();
   }
-  // One GEMM for gate and up (the fused weight), then the activation reads
-  // both halves of each row of its output.
-  TESSERA_ASSIGN_OR_RETURN(Tensor gate_up, Alloc({tokens, 2 * lay.inter_local}));
-  TESSERA_RETURN_IF_ERROR(Project(x, w.gate_up_proj, w.gate_up_scales, w.gate_up_bias, gate_up));
   TESSERA_ASSIGN_OR_RETURN(Tensor act, Alloc({tokens, lay.inter_local}));
-  if (config_.hidden_activation == Activation::kGeluTanh) {
-    TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMulFused(gate_up, act));
+  if (config_.hidden_activation != Activation::kGeluTanh &&
+      kernels::LinearSiluMulFuses(x, w.gate_up_proj)) {
+    // Decode on CUDA: the SwiGLU in the gate|up projection's epilogue, one launch
+    // (kernels/linear_swiglu.h).
+    TESSERA_RETURN_IF_ERROR(kernels::LinearSiluMul(x, w.gate_up_proj, w.gate_up_bias, act));
   } else {
-    TESSERA_RETURN_IF_ERROR(kernels::SiluMulFused(gate_up, act));
-  }
-  gate_up = Tensor();  // back to the allocator before the down projection's output
+    // One GEMM for gate and up (the fused weight), then the activation reads
+    // both halves of each row of its output.
+    TESSERA_ASSIGN_OR_RETURN(Tensor gate_up, Alloc({tokens, 2 * lay.inter_local}));
+    TESSERA_RETURN_IF_ERROR(Project(x, w.gate_up_proj, w.gate_up_scales, w.gate_up_bias, gate_up));
+    if (config_.hidden_activation == Activation::kGeluTanh) {
+      TESSERA_RETURN_IF_ERROR(kernels::GeluTanhMulFused(gate_up, act));
+    } else {
+      TESSERA_RETURN_IF_ERROR(kernels::SiluMulFused(gate_up, act));
+    }
+  }  // gate_up goes back to the allocator before the down projection's output
   TESSERA_ASSIGN_OR_RETURN(Tensor down, Alloc({tokens, hidden}));
   TESSERA_RETURN_IF_ERROR(Project(act, w.down_proj, w.down_scales, Tensor(), down));
   TESSERA_RETURN_IF_ERROR(AllReduce(down, "mlp", layer));
