@@ -240,7 +240,7 @@ void LeaderLoop::Finish(Request& r, FinishReason reason, Status error, Delivery&
 }
 
 void LeaderLoop::FinishAlone(Request& r, FinishReason reason, Status error, Deliveries& out) {
-  Finish(r, reason, std::move(error), out.emplace_back());
+  Finish(r, reason, std::move(error), out.items.emplace_back());
 }
 
 bool LeaderLoop::OnUpdates(const std::string& worker_id, control::RequestUpdates&& updates) {
@@ -317,8 +317,9 @@ void LeaderLoop::CountSchedulerLocked(const control::RequestUpdates& updates) {
 }
 
 void LeaderLoop::ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out) {
-  Delivery& d = out.emplace_back();
+  Delivery& d = out.items.emplace_back();
   d.callbacks = r.callbacks;
+  d.first_token = out.tokens.size();
   d.admissions = u.admissions();
   if (u.admissions() > 0) SetAdmittedLocked(r, true);
   if (u.prompt_logprobs_size() > 0) {
@@ -327,7 +328,6 @@ void LeaderLoop::ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out
   }
   const bool want_logprobs = r.request.sampling.logprobs >= 0;
   const bool deliver_tokens = static_cast<bool>(r.callbacks->on_token);
-  if (deliver_tokens) d.tokens.reserve(static_cast<size_t>(u.tokens_size()));
   for (control::TokenUpdate& t : *u.mutable_tokens()) {
     std::optional<SampledToken> logprobs = TokenLogprobsFromProto(t);
     if (t.token_id() >= 0) {
@@ -340,8 +340,9 @@ void LeaderLoop::ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out
     }
     r.result.text += t.text();
     if (deliver_tokens)
-      d.tokens.push_back({std::move(*t.mutable_text()), t.token_id(), std::move(logprobs)});
+      out.tokens.push_back({std::move(*t.mutable_text()), t.token_id(), std::move(logprobs)});
   }
+  d.token_count = out.tokens.size() - d.first_token;
   if (!u.finished()) return;
   r.result.prompt_tokens = u.prompt_tokens();
   r.result.cached_tokens = u.cached_tokens();
@@ -352,16 +353,19 @@ void LeaderLoop::ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out
 }
 
 void LeaderLoop::Run(Deliveries& deliveries) {
-  for (Delivery& d : deliveries) {
+  for (Delivery& d : deliveries.items) {
     const RequestCallbacks& cb = *d.callbacks;
     for (uint32_t i = 0; i < d.admissions; ++i)
       if (cb.on_admit) cb.on_admit();
     if (d.prompt_logprobs && cb.on_prompt_logprobs) cb.on_prompt_logprobs(*d.prompt_logprobs);
-    for (const Delivery::Token& t : d.tokens)
+    for (size_t i = d.first_token; i < d.first_token + d.token_count; ++i) {
+      const DeliveredToken& t = deliveries.tokens[i];
       cb.on_token(t.text, t.id, t.logprobs ? &*t.logprobs : nullptr);
+    }
     if (d.finish && cb.on_finish) cb.on_finish(*d.finish);
   }
-  deliveries.clear();
+  deliveries.items.clear();
+  deliveries.tokens.clear();
 }
 
 std::optional<int> LeaderLoop::Pause(double drain_seconds) {

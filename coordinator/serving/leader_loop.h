@@ -118,18 +118,23 @@ class LeaderLoop : public ReplicaLoop {
   // its prompt's log-probabilities, its tokens, its finish. Run on the
   // loop thread (or the caller's) with no lock held.
   struct Delivery {
-    struct Token {
-      std::string text;
-      int32_t id = -1;
-      std::optional<SampledToken> logprobs;
-    };
     std::shared_ptr<const RequestCallbacks> callbacks;
     uint32_t admissions = 0;
     std::optional<std::vector<SampledToken>> prompt_logprobs;
-    std::vector<Token> tokens;
+    size_t first_token = 0;  // its tokens: Deliveries::tokens[first_token, +token_count)
+    size_t token_count = 0;
     std::optional<GenerationResult> finish;
   };
-  using Deliveries = std::vector<Delivery>;
+  struct DeliveredToken {
+    std::string text;
+    int32_t id = -1;
+    std::optional<SampledToken> logprobs;
+  };
+  // The loop keeps one and reuses its storage: a token costs no allocation.
+  struct Deliveries {
+    std::vector<Delivery> items;
+    std::vector<DeliveredToken> tokens;  // the items' tokens, in order
+  };
   enum class Mode { kRunning, kDraining, kPaused };
 
   void Loop() EXCLUDES(mu_, inbox_mu_);
