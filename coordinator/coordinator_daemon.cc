@@ -190,9 +190,7 @@ Status CoordinatorDaemon::StartControlPlane() {
       std::chrono::milliseconds(static_cast<int64_t>(config_.heartbeat.interval_seconds * 1000));
   co.heartbeat_miss_limit = std::max(
       1, static_cast<int>(config_.heartbeat.timeout_seconds / config_.heartbeat.interval_seconds));
-  co.on_message = [this](const ControlPeer& p, const control::Envelope& e) {
-    events_->OnMessage(p, e);
-  };
+  co.on_message = [this](const ControlPeer& p, control::Envelope& e) { events_->OnMessage(p, e); };
   co.on_worker_lost = [this](const std::string& id, const ControlWorkerLoss& loss) {
     events_->OnWorkerLost(id, loss);
   };

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -111,6 +112,75 @@ json ChatLogprobsJson(const std::optional<std::vector<TokenLogprob>>& lp) {
   return {{"content", content}, {"refusal", nullptr}};
 }
 
+// vLLM's prompt_logprobs of a completion choice: per prompt token null (the
+// first) or {token id: {logprob, decoded_token}}.
+json PromptLogprobsJson(const CompletionChoice& c) {
+  json entries = json::array();
+  for (const auto& e : *c.prompt_logprobs) {
+    if (!e) {
+      entries.push_back(nullptr);
+      continue;
+    }
+    json m = json::object();
+    for (const auto& [token, logprob, text] : *e) {
+      const std::string key = std::to_string(token);
+      if (!m.contains(key)) m[key] = {{"logprob", logprob}, {"decoded_token", text}};
+    }
+    entries.push_back(std::move(m));
+  }
+  return entries;
+}
+
+// Appends `s` as a JSON string, exactly as Dump writes it.
+void AppendString(std::string& out, const std::string& s) { out += Dump(json(s)); }
+
+void AppendUsage(std::string& out, const Usage& u) {
+  fmt::format_to(std::back_inserter(out),
+                 R"({{"completion_tokens":{},"prompt_tokens":{},)"
+                 R"("prompt_tokens_details":{{"cached_tokens":{}}},"total_tokens":{}}})",
+                 u.completion_tokens, u.prompt_tokens, u.cached_tokens,
+                 u.prompt_tokens + u.completion_tokens);
+}
+
+// A text_completion object (a whole response, or a stream's chunk), written
+// as Dump writes the object (keys in order, compact) without building one:
+// it is sent once per response and per streamed token. Only log-probabilities
+// go through a json value. `usage` absent: "usage" is null with
+// `null_usage`, else left out.
+std::string CompletionJson(const std::string& id, int64_t created, const std::string& model,
+                           const std::vector<CompletionChoice>& choices,
+                           const std::optional<Usage>& usage, bool null_usage) {
+  std::string out = R"({"choices":[)";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionChoice& c = choices[i];
+    if (i > 0) out += ',';
+    out += R"({"finish_reason":)";
+    out += c.finish_reason ? fmt::format(R"("{}")", OpenAIFinishReason(*c.finish_reason)) : "null";
+    fmt::format_to(std::back_inserter(out), R"(,"index":{},"logprobs":)", c.index);
+    out += c.logprobs ? Dump(CompletionLogprobsJson(c.logprobs, c.logprobs_offset)) : "null";
+    if (c.prompt_logprobs) {
+      out += R"(,"prompt_logprobs":)";
+      out += Dump(PromptLogprobsJson(c));
+    }
+    out += R"(,"text":)";
+    AppendString(out, c.text);
+    out += '}';
+  }
+  fmt::format_to(std::back_inserter(out), R"(],"created":{},"id":)", created);
+  AppendString(out, id);
+  out += R"(,"model":)";
+  AppendString(out, model);
+  out += R"(,"object":"text_completion")";
+  if (usage) {
+    out += R"(,"usage":)";
+    AppendUsage(out, *usage);
+  } else if (null_usage) {
+    out += R"(,"usage":null)";
+  }
+  out += '}';
+  return out;
+}
+
 }  // namespace
 
 // ---- Responses ----
@@ -144,57 +214,13 @@ int64_t UnixSeconds() {
 std::string CompletionResponseJson(const std::string& id, int64_t created, const std::string& model,
                                    const std::vector<CompletionChoice>& choices,
                                    const Usage& usage) {
-  json out_choices = json::array();
-  for (const CompletionChoice& c : choices) {
-    out_choices.push_back({{"index", c.index},
-                           {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
-    if (!c.prompt_logprobs) continue;
-    json entries = json::array();
-    for (const auto& e : *c.prompt_logprobs) {
-      if (!e) {
-        entries.push_back(nullptr);
-        continue;
-      }
-      json m = json::object();
-      for (const auto& [token, logprob, text] : *e) {
-        const std::string key = std::to_string(token);
-        if (!m.contains(key)) m[key] = {{"logprob", logprob}, {"decoded_token", text}};
-      }
-      entries.push_back(std::move(m));
-    }
-    out_choices.back()["prompt_logprobs"] = std::move(entries);
-  }
-  return Dump({{"id", id},
-               {"object", "text_completion"},
-               {"created", created},
-               {"model", model},
-               {"choices", out_choices},
-               {"usage", UsageJson(usage)}});
+  return CompletionJson(id, created, model, choices, usage, false);
 }
 
 std::string CompletionChunkJson(const std::string& id, int64_t created, const std::string& model,
                                 const std::vector<CompletionChoice>& choices,
                                 const std::optional<Usage>& usage, bool include_usage) {
-  json out_choices = json::array();
-  for (const CompletionChoice& c : choices) {
-    out_choices.push_back({{"index", c.index},
-                           {"text", c.text},
-                           {"logprobs", CompletionLogprobsJson(c.logprobs, c.logprobs_offset)},
-                           {"finish_reason", FinishJson(c.finish_reason)}});
-  }
-  json out = {{"id", id},
-              {"object", "text_completion"},
-              {"created", created},
-              {"model", model},
-              {"choices", out_choices}};
-  if (usage) {
-    out["usage"] = UsageJson(*usage);
-  } else if (include_usage) {
-    out["usage"] = nullptr;
-  }
-  return Dump(out);
+  return CompletionJson(id, created, model, choices, usage, include_usage);
 }
 
 std::string ChatCompletionResponseJson(const std::string& id, int64_t created,

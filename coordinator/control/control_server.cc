@@ -418,7 +418,7 @@ void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
 }
 
 void ControlServer::Impl::HandleMessage(const std::string& identity, const std::string& curve_key,
-                                        int fd, const control::Envelope& envelope) {
+                                        int fd, control::Envelope& envelope) {
   ControlPeer peer{PrintableIdentity(identity), ""};
   const char* body = EnvelopeBodyName(envelope);
   Status reason;

@@ -124,8 +124,10 @@ struct ControlServerOptions {
   std::chrono::milliseconds linger{200};
 
   // Every valid message from a registered worker, and each accepted
-  // Register (its Envelope.worker_id set to the assigned id). Optional.
-  std::function<void(const ControlPeer& peer, const control::Envelope& envelope)> on_message;
+  // Register (its Envelope.worker_id set to the assigned id). The envelope
+  // is the handler's to move from: nothing reads it after the call.
+  // Optional.
+  std::function<void(const ControlPeer& peer, control::Envelope& envelope)> on_message;
   // A registered worker missed its heartbeats, or its connection closed
   // and it stayed silent (see Liveness). Optional.
   std::function<void(const std::string& worker_id, const ControlWorkerLoss& loss)> on_worker_lost;

@@ -174,7 +174,7 @@ struct ControlServer::Impl {
   void HandleRegister(const std::string& identity, const std::string& curve_key, int fd,
                       control::Envelope envelope) EXCLUDES(registry_mu);
   void HandleMessage(const std::string& identity, const std::string& curve_key, int fd,
-                     const control::Envelope& envelope) EXCLUDES(registry_mu);
+                     control::Envelope& envelope) EXCLUDES(registry_mu);
   // `log` false: counted and answered, not logged (a flood of refusals).
   void Refuse(const std::string& identity, const std::string& requested, const std::string& reason,
               bool log = true);

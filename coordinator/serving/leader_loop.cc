@@ -20,7 +20,15 @@ LeaderLoop::LeaderLoop(const ModelConfig& model, bool has_tokenizer, int64_t blo
       options_(std::move(options)),
       control_(control),
       metrics_(metrics),
-      replica_(std::to_string(replica)) {}
+      replica_(std::to_string(replica)) {
+  if (metrics_) {
+    used_blocks_ = &metrics_->Gauge(metric::kKvCacheUsedBlocks).WithLabels({replica_});
+    preemptions_ = &metrics_->Counter(metric::kPreemptionsTotal).WithLabels({replica_});
+    prefix_queries_ =
+        &metrics_->Counter(metric::kPrefixCacheQueriesTokensTotal).WithLabels({replica_});
+    prefix_hits_ = &metrics_->Counter(metric::kPrefixCacheHitsTokensTotal).WithLabels({replica_});
+  }
+}
 
 LeaderLoop::~LeaderLoop() { Stop(); }
 
@@ -35,6 +43,7 @@ void LeaderLoop::Start(std::shared_ptr<StepExecutor> executor, Health health, in
     plan_version_ = plan_version;
     leader_ = remote->leader();
     health_ = std::move(health);
+    SetGateLocked(plan_version_, leader_);
   }
   thread_ = std::thread([this] { Loop(); });
   started_.store(true, std::memory_order_release);
@@ -45,22 +54,34 @@ void LeaderLoop::Stop() {
     MutexLock lock(&mu_);
     if (stop_) return;
     stop_ = true;
+    MutexLock inbox(&inbox_mu_);
+    inbox_closed_ = true;
+    inbox_.clear();
   }
-  cv_.notify_all();
+  inbox_cv_.notify_all();
   drain_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Every request left ends with an error (a stream gets an error event
   // and [DONE]) instead of a cut connection.
-  std::vector<std::function<void()>> calls;
+  Deliveries out;
   {
     MutexLock lock(&mu_);
     std::vector<int64_t> ids;
     for (auto& [id, r] : requests_) ids.push_back(id);
     for (int64_t id : ids)
-      Finish(requests_.at(id), FinishReason::kError, Unavailable(kShuttingDownMessage), calls);
+      FinishAlone(requests_.at(id), FinishReason::kError, Unavailable(kShuttingDownMessage), out);
     held_.clear();
   }
-  Run(calls);
+  Run(out);
+}
+
+void LeaderLoop::SetGateLocked(uint64_t plan_version, const std::string& leader) {
+  MutexLock inbox(&inbox_mu_);
+  inbox_plan_version_ = plan_version;
+  inbox_leader_ = leader;
+  // Updates queued under the previous gate change nothing now (the loop
+  // checks each against plan_version_ too); they need not wait in line.
+  if (plan_version == 0) inbox_.clear();
 }
 
 void LeaderLoop::Wake() { drain_cv_.notify_all(); }
@@ -86,7 +107,6 @@ StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest>
       return InvalidArgument("share_prompt_of: request " + std::to_string(i) + " names request " +
                              std::to_string(src) + ", not an earlier one with the same prompt");
   }
-  std::vector<std::function<void()>> calls;
   std::vector<int64_t> ids;
   {
     MutexLock lock(&mu_);
@@ -101,7 +121,7 @@ StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest>
       Request& r = requests_[id];
       r.id = id;
       r.request = std::move(requests[i]);
-      r.callbacks = std::move(callbacks[i]);
+      r.callbacks = std::make_shared<const RequestCallbacks>(std::move(callbacks[i]));
       r.result.prompt_tokens = static_cast<int64_t>(r.request.prompt_ids.size());
       ids.push_back(id);
     }
@@ -111,12 +131,11 @@ StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest>
       held_.push_back(ids);
     }
   }
-  Run(calls);
   return ids;
 }
 
 void LeaderLoop::Cancel(const std::vector<int64_t>& ids) {
-  std::vector<std::function<void()>> calls;
+  Deliveries out;
   {
     MutexLock lock(&mu_);
     control::Envelope e;
@@ -130,7 +149,7 @@ void LeaderLoop::Cancel(const std::vector<int64_t>& ids) {
         c->add_request_ids(id);
       } else {
         // Held here (paused): it ends now. Its held entry is skipped at Resume.
-        Finish(it->second, FinishReason::kCancelled, Status::Ok(), calls);
+        FinishAlone(it->second, FinishReason::kCancelled, Status::Ok(), out);
       }
     }
     if (c->request_ids_size() > 0 && plan_version_ != 0) {
@@ -140,7 +159,7 @@ void LeaderLoop::Cancel(const std::vector<int64_t>& ids) {
                          s.ToString());
     }
   }
-  Run(calls);
+  Run(out);
 }
 
 void LeaderLoop::SetAdmittedLocked(Request& r, bool admitted) {
@@ -210,63 +229,73 @@ void LeaderLoop::SendLocked(const std::vector<int64_t>& ids) {
   }
 }
 
-void LeaderLoop::Finish(Request& r, FinishReason reason, Status error,
-                        std::vector<std::function<void()>>& calls) {
+void LeaderLoop::Finish(Request& r, FinishReason reason, Status error, Delivery& d) {
   r.result.finish_reason = reason;
   r.result.error = std::move(error);
   SetAdmittedLocked(r, false);  // it leaves requests_
-  if (r.callbacks.on_finish)
-    calls.push_back(
-        [cb = std::move(r.callbacks.on_finish), result = std::move(r.result)] { cb(result); });
+  d.callbacks = r.callbacks;
+  d.finish = std::move(r.result);
   requests_.erase(r.id);
   drain_cv_.notify_all();
 }
 
-bool LeaderLoop::OnUpdates(const std::string& worker_id, const control::RequestUpdates& updates) {
+void LeaderLoop::FinishAlone(Request& r, FinishReason reason, Status error, Deliveries& out) {
+  Finish(r, reason, std::move(error), out.items.emplace_back());
+}
+
+bool LeaderLoop::OnUpdates(const std::string& worker_id, control::RequestUpdates&& updates) {
+  bool wake = false;
   {
-    MutexLock lock(&mu_);
-    if (stop_ || updates.plan_version() != plan_version_ || worker_id != leader_) return false;
-    inbox_.push_back(updates);
+    MutexLock lock(&inbox_mu_);
+    if (inbox_closed_ || updates.plan_version() != inbox_plan_version_ ||
+        worker_id != inbox_leader_)
+      return false;
+    // The loop takes everything queued at once: only the first update
+    // after that needs to wake it.
+    wake = inbox_.empty();
+    inbox_.push_back(std::move(updates));
   }
-  cv_.notify_all();
+  if (wake) inbox_cv_.notify_one();
   return true;
 }
 
 void LeaderLoop::Loop() {
+  std::vector<control::RequestUpdates> batch;
+  Deliveries out;
   while (true) {
-    std::vector<std::function<void()>> calls;
+    {
+      MutexLock lock(&inbox_mu_);
+      inbox_cv_.wait(inbox_mu_,
+                     [&]() REQUIRES(inbox_mu_) { return inbox_closed_ || !inbox_.empty(); });
+      if (inbox_closed_) return;
+      batch.swap(inbox_);
+    }
     {
       MutexLock lock(&mu_);
-      cv_.wait(mu_, [&]() REQUIRES(mu_) { return stop_ || !inbox_.empty(); });
-      if (stop_) return;
-      control::RequestUpdates updates = std::move(inbox_.front());
-      inbox_.pop_front();
       // Updates of a plan that ended meanwhile (a pause re-queued its
       // requests) change nothing.
-      if (updates.plan_version() == plan_version_) calls = ApplyLocked(updates);
+      for (control::RequestUpdates& updates : batch)
+        if (updates.plan_version() == plan_version_) ApplyLocked(updates, out);
     }
-    Run(calls);
+    batch.clear();
+    Run(out);
   }
 }
 
-std::vector<std::function<void()>> LeaderLoop::ApplyLocked(const control::RequestUpdates& updates) {
-  std::vector<std::function<void()>> calls;
+void LeaderLoop::ApplyLocked(control::RequestUpdates& updates, Deliveries& out) {
   const int64_t blocks = kv_blocks_.load(std::memory_order_relaxed);
   const int64_t free_blocks =
       std::min<int64_t>(static_cast<int64_t>(updates.load().free_kv_blocks()), blocks);
   free_blocks_.store(free_blocks, std::memory_order_relaxed);
   if (metrics_) {
-    metrics_->Gauge(metric::kKvCacheUsedBlocks)
-        .WithLabels({replica_})
-        .Set(static_cast<double>(blocks - free_blocks));
+    used_blocks_->Set(static_cast<double>(blocks - free_blocks));
     CountSchedulerLocked(updates);
   }
-  for (const control::RequestUpdate& u : updates.updates()) {
+  for (control::RequestUpdate& u : *updates.mutable_updates()) {
     auto it = requests_.find(u.request_id());
     if (it == requests_.end() || !it->second.sent) continue;  // finished, or not the leader's
-    ApplyOne(it->second, u, calls);
+    ApplyOne(it->second, u, out);
   }
-  return calls;
 }
 
 void LeaderLoop::CountSchedulerLocked(const control::RequestUpdates& updates) {
@@ -277,31 +306,29 @@ void LeaderLoop::CountSchedulerLocked(const control::RequestUpdates& updates) {
   }
   const control::LeaderLoad& load = updates.load();
   // Loads of one plan only grow; an Inc of 0 still shows the replica's series.
-  const auto add = [&](const char* name, uint64_t now, uint64_t& counted) {
+  const auto add = [&](Counter* series, uint64_t now, uint64_t& counted) {
     const uint64_t growth = now > counted ? now - counted : 0;
-    metrics_->Counter(name).WithLabels({replica_}).Inc(static_cast<double>(growth));
+    series->Inc(static_cast<double>(growth));
     counted = std::max(counted, now);
   };
-  add(metric::kPreemptionsTotal, load.preemptions(), counted_preemptions_);
-  add(metric::kPrefixCacheQueriesTokensTotal, load.prefix_cache_query_tokens(),
-      counted_prefix_queries_);
-  add(metric::kPrefixCacheHitsTokensTotal, load.prefix_cache_hit_tokens(), counted_prefix_hits_);
+  add(preemptions_, load.preemptions(), counted_preemptions_);
+  add(prefix_queries_, load.prefix_cache_query_tokens(), counted_prefix_queries_);
+  add(prefix_hits_, load.prefix_cache_hit_tokens(), counted_prefix_hits_);
 }
 
-void LeaderLoop::ApplyOne(Request& r, const control::RequestUpdate& u,
-                          std::vector<std::function<void()>>& calls) {
-  for (uint32_t i = 0; i < u.admissions(); ++i) {
-    SetAdmittedLocked(r, true);
-    if (r.callbacks.on_admit) calls.push_back(r.callbacks.on_admit);
-  }
+void LeaderLoop::ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out) {
+  Delivery& d = out.items.emplace_back();
+  d.callbacks = r.callbacks;
+  d.first_token = out.tokens.size();
+  d.admissions = u.admissions();
+  if (u.admissions() > 0) SetAdmittedLocked(r, true);
   if (u.prompt_logprobs_size() > 0) {
     r.result.prompt_logprobs = PromptLogprobsFromProto(u.prompt_logprobs());
-    if (r.callbacks.on_prompt_logprobs)
-      calls.push_back(
-          [cb = r.callbacks.on_prompt_logprobs, p = r.result.prompt_logprobs] { cb(p); });
+    if (r.callbacks->on_prompt_logprobs) d.prompt_logprobs = r.result.prompt_logprobs;
   }
   const bool want_logprobs = r.request.sampling.logprobs >= 0;
-  for (const control::TokenUpdate& t : u.tokens()) {
+  const bool deliver_tokens = static_cast<bool>(r.callbacks->on_token);
+  for (control::TokenUpdate& t : *u.mutable_tokens()) {
     std::optional<SampledToken> logprobs = TokenLogprobsFromProto(t);
     if (t.token_id() >= 0) {
       r.result.tokens.push_back(t.token_id());
@@ -312,23 +339,33 @@ void LeaderLoop::ApplyOne(Request& r, const control::RequestUpdate& u,
       }
     }
     r.result.text += t.text();
-    if (r.callbacks.on_token)
-      calls.push_back(
-          [cb = r.callbacks.on_token, text = t.text(), token = t.token_id(),
-           logprobs = std::move(logprobs)] { cb(text, token, logprobs ? &*logprobs : nullptr); });
+    if (deliver_tokens)
+      out.tokens.push_back({std::move(*t.mutable_text()), t.token_id(), std::move(logprobs)});
   }
+  d.token_count = out.tokens.size() - d.first_token;
   if (!u.finished()) return;
   r.result.prompt_tokens = u.prompt_tokens();
   r.result.cached_tokens = u.cached_tokens();
   r.result.preemptions += static_cast<int>(u.preemptions());
   const FinishReason reason =
       FinishReasonFromName(u.finish_reason()).value_or(FinishReason::kError);
-  Finish(r, reason, u.has_error() ? ErrorToStatus(u.error()) : Status::Ok(), calls);
+  Finish(r, reason, u.has_error() ? ErrorToStatus(u.error()) : Status::Ok(), d);
 }
 
-void LeaderLoop::Run(std::vector<std::function<void()>>& calls) {
-  for (auto& call : calls) call();
-  calls.clear();
+void LeaderLoop::Run(Deliveries& deliveries) {
+  for (Delivery& d : deliveries.items) {
+    const RequestCallbacks& cb = *d.callbacks;
+    for (uint32_t i = 0; i < d.admissions; ++i)
+      if (cb.on_admit) cb.on_admit();
+    if (d.prompt_logprobs && cb.on_prompt_logprobs) cb.on_prompt_logprobs(*d.prompt_logprobs);
+    for (size_t i = d.first_token; i < d.first_token + d.token_count; ++i) {
+      const DeliveredToken& t = deliveries.tokens[i];
+      cb.on_token(t.text, t.id, t.logprobs ? &*t.logprobs : nullptr);
+    }
+    if (d.finish && cb.on_finish) cb.on_finish(*d.finish);
+  }
+  deliveries.items.clear();
+  deliveries.tokens.clear();
 }
 
 std::optional<int> LeaderLoop::Pause(double drain_seconds) {
@@ -336,7 +373,6 @@ std::optional<int> LeaderLoop::Pause(double drain_seconds) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(drain_seconds));
-  std::vector<std::function<void()>> calls;
   int requeued = 0;
   {
     MutexLock lock(&mu_);
@@ -373,10 +409,9 @@ std::optional<int> LeaderLoop::Pause(double drain_seconds) {
     requeued = requeued_;
     requeued_ = 0;
     plan_version_ = 0;
-    inbox_.clear();
+    SetGateLocked(0, leader_);
     mode_ = Mode::kPaused;
   }
-  Run(calls);
   if (requeued > 0)
     TESSERA_LOG_INFO("coordinator", "replica {}: {} request(s) re-queued for the next plan",
                      replica_, requeued);
@@ -392,6 +427,7 @@ bool LeaderLoop::SwapExecutor(std::shared_ptr<StepExecutor> executor, Health hea
   plan_version_ = plan_version;
   leader_ = remote->leader();
   health_ = std::move(health);
+  SetGateLocked(plan_version_, leader_);
   return true;
 }
 

@@ -11,9 +11,11 @@
 //    cancellations in CancelRequests, named by ids drawn from the replica
 //    set's shared OutputProcessor (unique over the replicas);
 //  - takes the leader's RequestUpdates (from the current plan's leader
-//    only; anything else is dropped) on its own thread, fed by a queue,
-//    and runs the requests' callbacks there, in the order the leader made
-//    them;
+//    only; anything else is dropped) on its own thread, fed by a queue
+//    (the control server's thread moves each message in and wakes the loop
+//    only when the queue was empty; the loop takes all that queued at
+//    once), and runs the requests' callbacks there, in the order the
+//    leader made them;
 //  - keeps each request until it finishes: its request, the tokens and
 //    log-probabilities delivered so far and its text, so that a pause
 //    (a re-plan or a fault) re-queues the unfinished ones and Resume sends
@@ -29,8 +31,10 @@
 // done: a paused replica's requests wait for its next plan.
 //
 // Thread-safety: as ReplicaLoop's; OnUpdates from the control server's
-// thread. State shared by the threads is guarded by mu_; callbacks run on
-// the loop thread with no lock held.
+// thread. State shared by the threads is guarded by mu_, the queue of
+// updates and the gate OnUpdates checks by inbox_mu_ (taken after mu_,
+// never before it), so the control server's thread never waits while the
+// loop applies updates; callbacks run on the loop thread with no lock held.
 #pragma once
 
 #include <chrono>
@@ -93,39 +97,66 @@ class LeaderLoop : public ReplicaLoop {
   size_t waiting() const override EXCLUDES(mu_);
   size_t running() const override EXCLUDES(mu_);
 
-  // The control server's thread: the leader `worker_id`'s updates.
-  // Returns false when they were dropped (not the current plan's leader).
-  bool OnUpdates(const std::string& worker_id, const control::RequestUpdates& updates)
-      EXCLUDES(mu_);
+  // The control server's thread: the leader `worker_id`'s updates, moved
+  // into the loop's queue. Returns false when they were dropped (not the
+  // current plan's leader); `updates` is left as it was then.
+  bool OnUpdates(const std::string& worker_id, control::RequestUpdates&& updates)
+      EXCLUDES(mu_, inbox_mu_);
 
  private:
   struct Request {
     int64_t id = 0;
     GenerationRequest request;
-    RequestCallbacks callbacks;
+    // Shared with the Deliveries in flight: a token costs no copy of them.
+    std::shared_ptr<const RequestCallbacks> callbacks;
     GenerationResult result;  // tokens, logprobs and text delivered so far
     bool sent = false;        // to the current plan's leader
     bool admitted = false;    // by it, since it was sent
     bool cancelled = false;
   };
+  // What one request's callbacks are told, in this order: its admissions,
+  // its prompt's log-probabilities, its tokens, its finish. Run on the
+  // loop thread (or the caller's) with no lock held.
+  struct Delivery {
+    std::shared_ptr<const RequestCallbacks> callbacks;
+    uint32_t admissions = 0;
+    std::optional<std::vector<SampledToken>> prompt_logprobs;
+    size_t first_token = 0;  // its tokens: Deliveries::tokens[first_token, +token_count)
+    size_t token_count = 0;
+    std::optional<GenerationResult> finish;
+  };
+  struct DeliveredToken {
+    std::string text;
+    int32_t id = -1;
+    std::optional<SampledToken> logprobs;
+  };
+  // The loop keeps one and reuses its storage: a token costs no allocation.
+  struct Deliveries {
+    std::vector<Delivery> items;
+    std::vector<DeliveredToken> tokens;  // the items' tokens, in order
+  };
   enum class Mode { kRunning, kDraining, kPaused };
 
-  void Loop() EXCLUDES(mu_);
-  // Applies one RequestUpdates (under mu_) and returns the callbacks to
-  // run, in order.
-  std::vector<std::function<void()>> ApplyLocked(const control::RequestUpdates& updates)
-      REQUIRES(mu_);
-  void ApplyOne(Request& r, const control::RequestUpdate& u,
-                std::vector<std::function<void()>>& calls) REQUIRES(mu_);
+  void Loop() EXCLUDES(mu_, inbox_mu_);
+  // Applies one RequestUpdates (under mu_): its deliveries go to `out`, in
+  // order.
+  void ApplyLocked(control::RequestUpdates& updates, Deliveries& out) REQUIRES(mu_);
+  void ApplyOne(Request& r, control::RequestUpdate& u, Deliveries& out) REQUIRES(mu_);
   // Sends requests `ids` (in order; the unfinished ones) to the leader in
   // one Generate, with the tokens each already has; when the send fails
   // (the leader is gone) they are held for the next plan.
   void SendLocked(const std::vector<int64_t>& ids) REQUIRES(mu_);
-  void Finish(Request& r, FinishReason reason, Status error,
-              std::vector<std::function<void()>>& calls) REQUIRES(mu_);
+  // Ends `r` (it leaves requests_): its finish goes to `d`.
+  void Finish(Request& r, FinishReason reason, Status error, Delivery& d) REQUIRES(mu_);
+  // Finish with a delivery of its own, appended to `out`.
+  void FinishAlone(Request& r, FinishReason reason, Status error, Deliveries& out) REQUIRES(mu_);
+  // Sets the gate OnUpdates checks: updates of `plan_version` (0: none)
+  // from `leader` are queued. Under mu_, so it follows plan_version_.
+  void SetGateLocked(uint64_t plan_version, const std::string& leader) REQUIRES(mu_)
+      EXCLUDES(inbox_mu_);
   // Sets r.admitted, keeping admitted_count_.
   void SetAdmittedLocked(Request& r, bool admitted) REQUIRES(mu_);
-  static void Run(std::vector<std::function<void()>>& calls);
+  static void Run(Deliveries& deliveries);
 
   const ModelConfig& model_;
   const bool has_tokenizer_;
@@ -141,19 +172,32 @@ class LeaderLoop : public ReplicaLoop {
   std::thread thread_;
 
   mutable Mutex mu_;
-  std::condition_variable_any cv_;        // the loop thread: updates queued, or stopping
   std::condition_variable_any drain_cv_;  // Pause: a request finished, or health changed
   bool stop_ GUARDED_BY(mu_) = false;
   Mode mode_ GUARDED_BY(mu_) = Mode::kRunning;
   uint64_t plan_version_ GUARDED_BY(mu_) = 0;  // 0 while paused: no updates taken
   std::string leader_ GUARDED_BY(mu_);
   Health health_ GUARDED_BY(mu_);
-  std::deque<control::RequestUpdates> inbox_ GUARDED_BY(mu_);
   std::map<int64_t, Request> requests_ GUARDED_BY(mu_);  // unfinished, by id
   size_t admitted_count_ GUARDED_BY(mu_) = 0;            // of requests_ with `admitted`
   // Submits held while paused (each all or none), the re-queued first.
   std::deque<std::vector<int64_t>> held_ GUARDED_BY(mu_);
   int requeued_ GUARDED_BY(mu_) = 0;  // since the last Pause returned
+  // The queue of updates and its gate (what plan_version_ and leader_ were
+  // when last set, and stop_): the control server's thread takes only
+  // inbox_mu_, so it never waits while the loop applies updates under mu_.
+  Mutex inbox_mu_;                        // taken after mu_, never before it
+  std::condition_variable_any inbox_cv_;  // the loop thread: the inbox became non-empty, or closed
+  std::vector<control::RequestUpdates> inbox_ GUARDED_BY(inbox_mu_);
+  uint64_t inbox_plan_version_ GUARDED_BY(inbox_mu_) = 0;  // 0: none taken
+  std::string inbox_leader_ GUARDED_BY(inbox_mu_);
+  bool inbox_closed_ GUARDED_BY(inbox_mu_) = false;  // stopping
+  // The metrics' series of this replica (null without metrics), looked up
+  // once: an update costs no label lookup.
+  Gauge* used_blocks_ = nullptr;
+  Counter* preemptions_ = nullptr;
+  Counter* prefix_queries_ = nullptr;
+  Counter* prefix_hits_ = nullptr;
   // The leader's scheduler counters (LeaderLoad) of plan counted_plan_
   // already added to the metrics: its next load adds the growth.
   uint64_t counted_plan_ GUARDED_BY(mu_) = 0;

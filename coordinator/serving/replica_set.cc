@@ -338,10 +338,10 @@ size_t ReplicaSet::running() const {
 }
 
 bool ReplicaSet::OnLeaderUpdates(int replica, const std::string& worker_id,
-                                 const control::RequestUpdates& updates) {
+                                 control::RequestUpdates&& updates) {
   if (!placed() || replica < 0 || replica >= size()) return false;
   LeaderLoop* leader = replicas_[static_cast<size_t>(replica)]->leader;
-  return leader != nullptr && leader->OnUpdates(worker_id, updates);
+  return leader != nullptr && leader->OnUpdates(worker_id, std::move(updates));
 }
 
 int ReplicaSet::HandOff(int from) {

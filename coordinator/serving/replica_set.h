@@ -132,10 +132,11 @@ class ReplicaSet : public RequestSink, public PlanControl {
 
   // The control server's thread: RequestUpdates of plan `updates.plan_version`
   // from `worker_id`, for replica `replica` when it schedules on its leader
-  // (LeaderLoop::OnUpdates). False: dropped (no such leader, a superseded
-  // plan, or the coordinator schedules that replica).
+  // (LeaderLoop::OnUpdates, which takes them). False: dropped (no such
+  // leader, a superseded plan, or the coordinator schedules that replica),
+  // `updates` left as it was.
   bool OnLeaderUpdates(int replica, const std::string& worker_id,
-                       const control::RequestUpdates& updates);
+                       control::RequestUpdates&& updates);
 
  private:
   struct Replica {

@@ -10,9 +10,10 @@
 
 namespace tessera {
 
-void WorkerEvents::OnMessage(const ControlPeer& peer, const control::Envelope& e) {
+void WorkerEvents::OnMessage(const ControlPeer& peer, control::Envelope& e) {
   if (e.has_step_result()) return OnStepResult(peer, e.step_result());
-  if (e.has_request_updates()) return OnRequestUpdates(peer, e.request_updates());
+  if (e.has_request_updates())
+    return OnRequestUpdates(peer, std::move(*e.mutable_request_updates()));
   if (e.has_register_worker()) return OnRegister(peer, e.register_worker());
   if (e.has_error()) return OnError(peer, e.error());
   MutexLock lock(&state_.mu);
@@ -78,14 +79,13 @@ void WorkerEvents::OnStepResult(const ControlPeer& peer, const control::StepResu
   if (!verdict.accepted()) drops_->Drop(peer.worker_id, verdict.reason, verdict.detail);
 }
 
-void WorkerEvents::OnRequestUpdates(const ControlPeer& peer,
-                                    const control::RequestUpdates& updates) {
+void WorkerEvents::OnRequestUpdates(const ControlPeer& peer, control::RequestUpdates&& updates) {
   int r = -1;
   {
     MutexLock lock(&state_.mu);
     r = state_.ReplicaOfPlan(updates.plan_version());
   }
-  if (r >= 0 && replicas_->OnLeaderUpdates(r, peer.worker_id, updates)) return;
+  if (r >= 0 && replicas_->OnLeaderUpdates(r, peer.worker_id, std::move(updates))) return;
   drops_->Drop(peer.worker_id, "not_leader",
                "RequestUpdates for plan " + std::to_string(updates.plan_version()) +
                    " from a worker that does not lead a replica serving it");

@@ -40,7 +40,8 @@ class WorkerEvents {
   WorkerEvents(ClusterState* state, ReplicaSet* replicas, ControlDrops* drops)
       : state_(*state), replicas_(replicas), drops_(drops) {}
 
-  void OnMessage(const ControlPeer& peer, const control::Envelope& envelope) EXCLUDES(state_.mu);
+  // `envelope`'s bodies may be moved from (a leader's updates are).
+  void OnMessage(const ControlPeer& peer, control::Envelope& envelope) EXCLUDES(state_.mu);
   void OnWorkerLost(const std::string& worker_id, const ControlWorkerLoss& loss)
       EXCLUDES(state_.mu);
   // The control server dropped a lost worker's record: so does the
@@ -49,7 +50,7 @@ class WorkerEvents {
 
  private:
   void OnStepResult(const ControlPeer& peer, const control::StepResult& result);
-  void OnRequestUpdates(const ControlPeer& peer, const control::RequestUpdates& updates)
+  void OnRequestUpdates(const ControlPeer& peer, control::RequestUpdates&& updates)
       EXCLUDES(state_.mu);
   void OnRegister(const ControlPeer& peer, const control::Register& reg) EXCLUDES(state_.mu);
   void OnError(const ControlPeer& peer, const control::Error& error) EXCLUDES(state_.mu);

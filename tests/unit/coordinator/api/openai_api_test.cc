@@ -629,6 +629,52 @@ TEST(OpenAIApiResponses, CompletionShapes) {
   EXPECT_EQ(j["usage"]["total_tokens"], 7);
 }
 
+// CompletionResponseJson and CompletionChunkJson write their objects by
+// hand: the bytes must be what the JSON library writes for the same value
+// (keys sorted, compact, invalid UTF-8 replaced), whatever the fields hold.
+TEST(OpenAIApiResponses, CompletionJsonIsWhatTheJsonLibraryWrites) {
+  const auto canonical = [](const std::string& text) {
+    return json::parse(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  CompletionChoice plain;
+  plain.index = 1;
+  plain.text = "quote \" backslash \\ newline \n tab \t bell \x07 caf\xc3\xa9 \xe2\x82\xac";
+  plain.finish_reason = FinishReason::kStop;
+  CompletionChoice invalid;
+  invalid.text = "bad \xff\xfe utf-8 \xc3";
+  CompletionChoice logprobs;
+  logprobs.index = 2;
+  logprobs.text = "ab";
+  logprobs.finish_reason = FinishReason::kLength;
+  logprobs.logprobs =
+      std::vector<TokenLogprob>{{"a", -0.5f, {{"a", -0.5f}, {"b", -1.25f}}}, {"b", -0.125f, {}}};
+  logprobs.logprobs_offset = 7;
+  logprobs.prompt_logprobs = {{std::nullopt, std::vector<std::tuple<int32_t, float, std::string>>{
+                                                 {5, -0.75f, "x"}, {9, -2.0f, "\"y\""}}}};
+  const std::vector<std::vector<CompletionChoice>> cases = {
+      {}, {plain}, {invalid}, {logprobs}, {plain, invalid, logprobs}};
+  for (const std::vector<CompletionChoice>& choices : cases) {
+    const std::string whole =
+        CompletionResponseJson("cmpl-\"id\"", 1700000000, "m\xc3\xa9", choices, {5, 2, 4});
+    EXPECT_EQ(whole, canonical(whole));
+    for (const std::optional<Usage>& usage : {std::optional<Usage>(), std::optional<Usage>({3, 4})})
+      for (const bool include_usage : {false, true}) {
+        const std::string chunk =
+            CompletionChunkJson("cmpl-2", 1, "smol", choices, usage, include_usage);
+        EXPECT_EQ(chunk, canonical(chunk));
+        EXPECT_EQ(json::parse(chunk).contains("usage"), usage || include_usage);
+      }
+  }
+  json j = json::parse(CompletionResponseJson("c", 1, "m", {invalid}, {}));
+  EXPECT_EQ(j["choices"][0]["text"],  // each bad sequence replaced, as the library does
+            json::parse(json(invalid.text).dump(-1, ' ', false, json::error_handler_t::replace)));
+  EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
+  j = json::parse(CompletionResponseJson("c", 1, "m", {logprobs}, {}));
+  EXPECT_EQ(j["choices"][0]["prompt_logprobs"][1]["9"]["decoded_token"], "\"y\"");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], json({7, 8}));
+  EXPECT_EQ(j["usage"]["total_tokens"], 0);
+}
+
 TEST(OpenAIApiResponses, ChatShapes) {
   ChatChoice c;
   c.content = "Hello!";
