@@ -13,10 +13,8 @@
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/dispatch.h"
-#include "kernels/head_rms_norm.h"
 #include "kernels/kv_quant.h"
 #include "kernels/paged_attention.h"
-#include "kernels/rope.h"
 #include "kernels/rope_write_kv.h"
 #ifdef TESSERA_WITH_FLASHINFER
 #include "kernels/flashinfer_launch.h"
@@ -344,14 +342,7 @@ Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& nor
                        const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,
                        const AttentionBatch& batch) {
   static const bool fused = EnvSwitchOn("TESSERA_CUDA_FUSED_ROPE_KV");
-  if (!fused) {
-    if (norms.q_weight.defined())
-      TESSERA_RETURN_IF_ERROR(HeadRmsNorm(q, norms.q_weight, norms.eps, norms.weight_offset));
-    if (norms.k_weight.defined())
-      TESSERA_RETURN_IF_ERROR(HeadRmsNorm(k, norms.k_weight, norms.eps, norms.weight_offset));
-    TESSERA_RETURN_IF_ERROR(ApplyRopeQk(q, k, positions, inv_freq));
-    return cuda::WriteKv(cache, k, v, batch);
-  }
+  if (!fused) return NormRopeWriteKvSeparately(q, k, v, norms, positions, inv_freq, cache, batch);
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "norm+rope+kv write q"));
   if (k.dim(0) != batch.num_tokens)
     return InvalidArgument("norm+rope+kv write: k " + k.Describe() + " for a step of " +

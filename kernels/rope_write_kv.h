@@ -47,6 +47,12 @@ Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& nor
                        const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,
                        const AttentionBatch& batch);
 
+// The separate calls in sequence, each dispatched on its tensors' device: the CPU's form, and
+// CUDA's with TESSERA_CUDA_FUSED_ROPE_KV=0. No checks of its own beyond theirs.
+Status NormRopeWriteKvSeparately(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
+                                 const Tensor& positions, const Tensor& inv_freq,
+                                 KvCacheLayer& cache, const AttentionBatch& batch);
+
 namespace cpu {
 Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
                        const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,

@@ -60,17 +60,23 @@ Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& nor
                           batch);
 }
 
-namespace cpu {
-
-Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
-                       const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,
-                       const AttentionBatch& batch) {
+Status NormRopeWriteKvSeparately(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
+                                 const Tensor& positions, const Tensor& inv_freq,
+                                 KvCacheLayer& cache, const AttentionBatch& batch) {
   if (norms.q_weight.defined())
     TESSERA_RETURN_IF_ERROR(HeadRmsNorm(q, norms.q_weight, norms.eps, norms.weight_offset));
   if (norms.k_weight.defined())
     TESSERA_RETURN_IF_ERROR(HeadRmsNorm(k, norms.k_weight, norms.eps, norms.weight_offset));
   TESSERA_RETURN_IF_ERROR(ApplyRopeQk(q, k, positions, inv_freq));
-  return cpu::WriteKv(cache, k, v, batch);
+  return kernels::WriteKv(cache, k, v, batch);
+}
+
+namespace cpu {
+
+Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& norms,
+                       const Tensor& positions, const Tensor& inv_freq, KvCacheLayer& cache,
+                       const AttentionBatch& batch) {
+  return NormRopeWriteKvSeparately(q, k, v, norms, positions, inv_freq, cache, batch);
 }
 
 }  // namespace cpu

@@ -93,7 +93,10 @@ class AutoLeaderScheduling : public ::testing::TestWithParam<Hosts>,
     o.parallel_toml =
         fmt::format("mode = \"auto\"\nworkers = {}\nobjective = \"latency\"\n", kWorkers);
     o.admin_toml = fmt::format("port = 0\ntoken = \"{}\"\n", kToken);
-    o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 1.0\n";
+    // The faults here are SIGKILLs, found by the closed control connection within one interval;
+    // a heartbeat timeout of 1 s lost live workers when the machine was loaded (a parallel
+    // build: "no message for 1000 ms", then 503s), so the timeout only has to outlast a stall.
+    o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 10.0\n";
     o.kv_cache_toml = "block_size = 4\nmemory_fraction = 0.9\n";
     // No drain wait: a plan change re-queues the running requests at once, so
     // they resume on the next plan's leader.

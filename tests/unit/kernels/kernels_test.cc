@@ -14,6 +14,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
+#include "support/random_tensor.h"
 #include "worker/model/rope_frequencies.h"
 
 namespace tessera::kernels {
@@ -36,16 +37,10 @@ StatusOr<AttentionBatch> Batch(std::vector<AttentionSeq> seqs, int64_t tokens,
   return MakeAttentionBatch(std::move(seqs), tokens, cache.k.dim(1), cache.k.dim(0), CpuBackend());
 }
 
-Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
-  Tensor t = Tensor::Empty(std::move(shape));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using ::tessera::testing::RandomNormal;
 
 TEST(Linear, MatchesNaiveWithBias) {
-  Tensor x = Random({3, 5}, 1), w = Random({4, 5}, 2), b = Random({4}, 3);
+  Tensor x = RandomNormal({3, 5}, 1), w = RandomNormal({4, 5}, 2), b = RandomNormal({4}, 3);
   Tensor y = Tensor::Empty({3, 4});
   ASSERT_TRUE(Linear(x, w, b, y).ok());
   for (int i = 0; i < 3; ++i)
@@ -61,7 +56,7 @@ TEST(Linear, MatchesNaiveWithBias) {
 }
 
 TEST(RmsNorm, MatchesFormulaAndFusedAdd) {
-  Tensor x = Random({2, 8}, 4), w = Random({8}, 5), y = Tensor::Empty({2, 8});
+  Tensor x = RandomNormal({2, 8}, 4), w = RandomNormal({8}, 5), y = Tensor::Empty({2, 8});
   ASSERT_TRUE(RmsNorm(x, w, 1e-6f, y).ok());
   for (int t = 0; t < 2; ++t) {
     double ss = 0;
@@ -71,7 +66,7 @@ TEST(RmsNorm, MatchesFormulaAndFusedAdd) {
       EXPECT_NEAR(y.data<float>()[t * 8 + i], x.data<float>()[t * 8 + i] * inv * w.data<float>()[i],
                   1e-5);
   }
-  Tensor r = Random({2, 8}, 6), r0 = Tensor::Empty({2, 8}), y2 = Tensor::Empty({2, 8});
+  Tensor r = RandomNormal({2, 8}, 6), r0 = Tensor::Empty({2, 8}), y2 = Tensor::Empty({2, 8});
   std::copy(r.data<float>(), r.data<float>() + 16, r0.data<float>());
   ASSERT_TRUE(AddRmsNorm(r, x, w, 1e-6f, y2).ok());
   EXPECT_FLOAT_EQ(r.data<float>()[3], r0.data<float>()[3] + x.data<float>()[3]);
@@ -81,7 +76,7 @@ TEST(HeadRmsNorm, NormalisesEveryHeadOnItsOwn) {
   // [tokens 3, heads 4, head_dim 8]: each (token, head) row is RmsNorm'd with
   // the same [head_dim] weight, exactly what RmsNorm does to the rows of the
   // [12, 8] view.
-  Tensor x = Random({3, 4, 8}, 30), w = Random({8}, 31);
+  Tensor x = RandomNormal({3, 4, 8}, 30), w = RandomNormal({8}, 31);
   Tensor want = Tensor::Empty({12, 8});
   ASSERT_TRUE(RmsNorm(x.Reshape({12, 8}), w, 1e-6f, want).ok());
   // Heads differ in scale, so a norm over the whole row would differ.
@@ -91,14 +86,14 @@ TEST(HeadRmsNorm, NormalisesEveryHeadOnItsOwn) {
   ASSERT_TRUE(HeadRmsNorm(x, w, 1e-6f).ok());
   for (int64_t i = 0; i < 96; ++i) EXPECT_EQ(x.data<float>()[i], scaled_want.data<float>()[i]) << i;
   for (int64_t i = 16; i < 96; ++i) EXPECT_EQ(x.data<float>()[i], want.data<float>()[i]) << i;
-  Tensor bad_w = Random({4}, 32);
+  Tensor bad_w = RandomNormal({4}, 32);
   Status s = HeadRmsNorm(x, bad_w, 1e-6f);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s.message();
 }
 
 TEST(SiluMul, MatchesFormula) {
-  Tensor g = Random({2, 3}, 7), u = Random({2, 3}, 8), o = Tensor::Empty({2, 3});
+  Tensor g = RandomNormal({2, 3}, 7), u = RandomNormal({2, 3}, 8), o = Tensor::Empty({2, 3});
   ASSERT_TRUE(SiluMul(g, u, o).ok());
   for (int i = 0; i < 6; ++i) {
     const float a = g.data<float>()[i];
@@ -110,7 +105,7 @@ TEST(SiluMul, MatchesFormula) {
 // the up; bit-equal to SiluMul on the two halves copied out.
 TEST(SiluMulFused, EqualsSiluMulOnTheTwoHalves) {
   const int64_t rows = 3, n = 5;
-  Tensor gu = Random({rows, 2 * n}, 30), o = Tensor::Empty({rows, n});
+  Tensor gu = RandomNormal({rows, 2 * n}, 30), o = Tensor::Empty({rows, n});
   Tensor g = Tensor::Empty({rows, n}), u = Tensor::Empty({rows, n}), ref = Tensor::Empty({rows, n});
   ASSERT_TRUE(CopyColumns(gu, 0, g, 0, n).ok());
   ASSERT_TRUE(CopyColumns(gu, n, u, 0, n).ok());
@@ -129,12 +124,12 @@ TEST(SiluMulFused, EqualsSiluMulOnTheTwoHalves) {
   s = SiluMulFused(gu, alias);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("overlaps"), std::string::npos) << s.message();
-  Tensor odd = Random({rows, 2 * n + 1}, 31);
+  Tensor odd = RandomNormal({rows, 2 * n + 1}, 31);
   EXPECT_EQ(SiluMulFused(odd, o).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Embedding, VocabParallelSlicesSumToFullLookup) {
-  Tensor table = Random({10, 4}, 9);
+  Tensor table = RandomNormal({10, 4}, 9);
   Tensor ids = I32({0, 9, 3, 5});
   Tensor full = Tensor::Empty({4, 4});
   ASSERT_TRUE(EmbeddingLookup(ids, table, 0, full).ok());
@@ -188,7 +183,7 @@ TEST(Rope, InvFreqPerScalingType) {
 }
 
 TEST(Rope, RotatesHalfPairsAndPreservesNorm) {
-  Tensor x = Random({2, 1, 4}, 10), orig = Tensor::Empty({2, 1, 4});
+  Tensor x = RandomNormal({2, 1, 4}, 10), orig = Tensor::Empty({2, 1, 4});
   std::copy(x.data<float>(), x.data<float>() + 8, orig.data<float>());
   ASSERT_TRUE(ApplyRope(x, I32({0, 3}), F32({1.0f, 0.5f})).ok());
   for (int i = 0; i < 4; ++i)
@@ -232,8 +227,8 @@ TEST(PagedAttention, MatchesDenseCausalGqaAcrossScatteredBlocks) {
   const int64_t heads = 4, kv_heads = 2, d = 8, block = 4, ctx = 11;
   KvCacheLayer cache{Tensor::Zeros({8, block, kv_heads, d}),
                      Tensor::Zeros({8, block, kv_heads, d})};
-  Tensor k = Random({ctx, kv_heads, d}, 11), v = Random({ctx, kv_heads, d}, 12);
-  Tensor q = Random({ctx, heads, d}, 13);
+  Tensor k = RandomNormal({ctx, kv_heads, d}, 11), v = RandomNormal({ctx, kv_heads, d}, 12);
+  Tensor q = RandomNormal({ctx, heads, d}, 13);
   std::vector<int32_t> table = {5, 2, 7};  // scattered, out of order
   // Prefill the first 7 tokens, then 4 more one by one (decode).
   auto prefill = Batch({{0, 7, 0, table}}, 7, cache);
@@ -271,8 +266,8 @@ TEST(PagedAttention, SlidingWindowSeesOnlyTheLastWindowPositions) {
   const int64_t heads = 4, kv_heads = 2, d = 8, block = 4, ctx = 11, window = 3;
   KvCacheLayer cache{Tensor::Zeros({8, block, kv_heads, d}),
                      Tensor::Zeros({8, block, kv_heads, d})};
-  Tensor k = Random({ctx, kv_heads, d}, 41), v = Random({ctx, kv_heads, d}, 42);
-  Tensor q = Random({ctx, heads, d}, 43);
+  Tensor k = RandomNormal({ctx, kv_heads, d}, 41), v = RandomNormal({ctx, kv_heads, d}, 42);
+  Tensor q = RandomNormal({ctx, heads, d}, 43);
   std::vector<int32_t> table = {6, 1, 3};
   const float scale = 1.0f / std::sqrt(8.0f);
   auto prefill = Batch({{0, 7, 0, table}}, 7, cache);
@@ -313,7 +308,7 @@ TEST(PagedAttention, SlidingWindowSeesOnlyTheLastWindowPositions) {
 }
 
 TEST(TensorOps, AddGatherAndCopyColumns) {
-  Tensor acc = Random({3, 4}, 20), x = Random({3, 4}, 21), b = Random({4}, 22);
+  Tensor acc = RandomNormal({3, 4}, 20), x = RandomNormal({3, 4}, 21), b = RandomNormal({4}, 22);
   Tensor before = Tensor::Empty({3, 4});
   std::copy(acc.data<float>(), acc.data<float>() + 12, before.data<float>());
   ASSERT_TRUE(AddInPlace(acc, x, b).ok());
@@ -335,7 +330,7 @@ TEST(TensorOps, AddGatherAndCopyColumns) {
 // The fused q|k|v output split into q, k and v: every element in its place.
 TEST(TensorOps, SplitColumnsPlacesEveryColumn) {
   const int64_t rows = 4, qc = 6, kc = 2, vc = 3;
-  Tensor src = Random({rows, qc + kc + vc}, 40);
+  Tensor src = RandomNormal({rows, qc + kc + vc}, 40);
   Tensor q = Tensor::Empty({rows, qc}), k = Tensor::Empty({rows, kc}),
          v = Tensor::Empty({rows, vc});
   ASSERT_TRUE(SplitColumns(src, q, k, v).ok());

@@ -9,24 +9,20 @@
 
 #include "kernels/linear.h"
 #include "kernels/swiglu.h"
+#include "support/random_tensor.h"
 
 namespace tessera::kernels {
 namespace {
 
-Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
-  Tensor t = Tensor::Empty(std::move(shape));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using ::tessera::testing::RandomNormal;
 
 std::vector<float> Values(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
 
 TEST(LinearSiluMul, EqualsLinearThenSiluMulFused) {
-  const Tensor x = Random({3, 16}, 1), w = Random({2 * 5, 16}, 2), b = Random({10}, 3);
+  const Tensor x = RandomNormal({3, 16}, 1), w = RandomNormal({2 * 5, 16}, 2),
+               b = RandomNormal({10}, 3);
   Tensor gate_up = Tensor::Empty({3, 10}), want = Tensor::Empty({3, 5}),
          act = Tensor::Empty({3, 5});
   ASSERT_TRUE(Linear(x, w, b, gate_up).ok());
@@ -45,15 +41,15 @@ TEST(LinearSiluMul, EqualsLinearThenSiluMulFused) {
 }
 
 TEST(LinearSiluMul, BadShapesAreNamed) {
-  const Tensor x = Random({3, 16}, 1), w = Random({10, 16}, 2);
+  const Tensor x = RandomNormal({3, 16}, 1), w = RandomNormal({10, 16}, 2);
   Tensor act = Tensor::Empty({3, 5});
-  Status s = LinearSiluMul(x, Random({9, 16}, 4), Tensor(), act);  // an odd gate|up height
+  Status s = LinearSiluMul(x, RandomNormal({9, 16}, 4), Tensor(), act);  // an odd gate|up height
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("fused gate|up weight"), std::string::npos) << s.ToString();
   Tensor wrong = Tensor::Empty({3, 4});
   s = LinearSiluMul(x, w, Tensor(), wrong);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  s = LinearSiluMul(x, w, Random({5}, 5), act);
+  s = LinearSiluMul(x, w, RandomNormal({5}, 5), act);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("bias"), std::string::npos) << s.ToString();
 }

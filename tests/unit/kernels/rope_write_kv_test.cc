@@ -10,17 +10,12 @@
 
 #include "kernels/head_rms_norm.h"
 #include "kernels/rope.h"
+#include "support/random_tensor.h"
 
 namespace tessera::kernels {
 namespace {
 
-Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
-  Tensor t = Tensor::Empty(std::move(shape));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using ::tessera::testing::RandomNormal;
 
 Tensor Copy(const Tensor& t) {
   Tensor out = Tensor::Empty(t.shape(), t.dtype());
@@ -36,8 +31,9 @@ std::vector<float> Values(const Tensor& t) {
 // dim 8, blocks of 4.
 struct Fixture {
   std::vector<int32_t> table_a{3, 0}, table_b{1, 2};
-  Tensor q = Random({4, 4, 8}, 1), k = Random({4, 2, 8}, 2), v = Random({4, 2, 8}, 3);
-  Tensor qw = Random({8}, 4), kw = Random({8}, 5);
+  Tensor q = RandomNormal({4, 4, 8}, 1), k = RandomNormal({4, 2, 8}, 2),
+         v = RandomNormal({4, 2, 8}, 3);
+  Tensor qw = RandomNormal({8}, 4), kw = RandomNormal({8}, 5);
   Tensor positions = Tensor::Empty({4}, DType::kI32);
   Tensor inv_freq = Tensor::Empty({4});
   KvCacheLayer cache{Tensor::Zeros({4, 4, 2, 8}), Tensor::Zeros({4, 4, 2, 8})};
@@ -83,18 +79,18 @@ TEST(NormRopeWriteKv, BadArgumentsAreNamedAndNothingIsWritten) {
   const std::vector<Bad> cases = {
       {"k heads",
        [](Fixture& f, QkNorms&) {
-         f.k = Random({4, 2, 6}, 9);
+         f.k = RandomNormal({4, 2, 6}, 9);
        },
        "k "},
       {"v shape",
        [](Fixture& f, QkNorms&) {
-         f.v = Random({4, 1, 8}, 9);
+         f.v = RandomNormal({4, 1, 8}, 9);
        },
        "v "},
-      {"q norm", [](Fixture&, QkNorms& n) { n.q_weight = Random({6}, 9); }, "q norm weight"},
+      {"q norm", [](Fixture&, QkNorms& n) { n.q_weight = RandomNormal({6}, 9); }, "q norm weight"},
       {"k norm",
        [](Fixture&, QkNorms& n) {
-         n.k_weight = Random({8, 1}, 9);
+         n.k_weight = RandomNormal({8, 1}, 9);
        },
        "k norm weight"},
       {"positions", [](Fixture& f, QkNorms&) { f.positions = Tensor::Empty({3}, DType::kI32); },
