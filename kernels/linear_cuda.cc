@@ -170,18 +170,27 @@ Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   return Status::Ok();
 }
 
-bool LinearSiluMulFuses(const Tensor& x, const Tensor& w) {
-  static const bool on = EnvSwitchOn("TESSERA_CUDA_FUSED_SWIGLU");
-  return on && SkinnyGemmEnabled() && x.device() == Device::kCUDA && x.rank() == 2 &&
-         w.rank() == 2 && w.dtype() == x.dtype() &&
+namespace {
+
+bool SkinnySwiGluApplies(const Tensor& x, const Tensor& w) {
+  return x.device() == Device::kCUDA && x.rank() == 2 && w.rank() == 2 && w.dtype() == x.dtype() &&
          SkinnyGemmApplies(x.dtype(), x.dim(0), x.dim(1), x.raw(), w.raw());
+}
+
+}  // namespace
+
+// Off until a GPU run has measured it (TESSERA_CUDA_FUSED_SWIGLU=1 turns it on).
+bool LinearSiluMulFuses(const Tensor& x, const Tensor& w) {
+  static const bool on = EnvSwitchOptIn("TESSERA_CUDA_FUSED_SWIGLU");
+  return on && SkinnyGemmEnabled() && SkinnySwiGluApplies(x, w);
 }
 
 // kernels/linear_swiglu.h (the dispatcher has checked shapes, dtypes and devices).
 Status LinearSiluMul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& act) {
-  if (!LinearSiluMulFuses(x, w))
+  if (!SkinnySwiGluApplies(x, w))
     return FailedPrecondition("linear+swiglu: x " + x.Describe() + " with weight " + w.Describe() +
-                              " takes Linear and SiluMulFused (LinearSiluMulFuses)");
+                              " is not a skinny GEMM (at most 8 rows of BF16/F16, k % 8 == 0, "
+                              "16-byte aligned): use Linear and SiluMulFused");
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
   TESSERA_CUDA_LAUNCH_CHECK(
       LaunchSkinnyGemmSwiGlu(x.dtype(), x.raw(), w.raw(), bias.defined() ? bias.raw() : nullptr,

@@ -8,14 +8,17 @@
 // On CUDA it is the skinny GEMM (kernels/skinny_gemm_cuda.cu) with each warp streaming gate row i
 // and up row inter + i, and writing act[:, i] from its epilogue: the fused-activation kernel and
 // the gate_up buffer's write and read disappear from a decode step (one launch a layer).
-// LinearSiluMulFuses says when that applies; TESSERA_CUDA_FUSED_SWIGLU=0 (an A/B switch for
-// bench/) or TESSERA_CUDA_SKINNY_GEMM=0 turns it off.
+// LinearSiluMulFuses says when a model takes it: the shapes allow it and the switch
+// TESSERA_CUDA_FUSED_SWIGLU=1 is set (off by default until a GPU run has measured it against the
+// two kernels; TESSERA_CUDA_SKINNY_GEMM=0 turns it off too). LinearSiluMul itself runs whenever
+// the shapes allow, switch or not (the GPU tests call it).
 //
 // Shapes: x [tokens, k]; w [2 * inter, k]; bias [2 * inter] or undefined; act [tokens, inter]; one
 // dtype (F32 on the CPU; BF16 or F16 on CUDA, with 1 <= tokens <= kSkinnyGemmMaxRows, k % 8 == 0,
 // x and w 16-byte aligned).
 // Errors: kInvalidArgument naming the tensor whose shape, dtype or device does not match;
-// kFailedPrecondition for a CUDA call LinearSiluMulFuses refuses.
+// kFailedPrecondition for a CUDA call the skinny GEMM does not take (more than 8 rows,
+// misaligned operands).
 // Thread-safety: stateless; callers own act.
 #pragma once
 
@@ -24,8 +27,8 @@
 
 namespace tessera::kernels {
 
-// True when the CUDA form applies to x and w (false for CPU tensors: the CPU composes the two
-// calls, which a model makes itself).
+// True when a model should take the CUDA form for x and w: the switch is on and the shapes allow
+// it (false for CPU tensors: the CPU composes the two calls, which a model makes itself).
 bool LinearSiluMulFuses(const Tensor& x, const Tensor& w);
 
 Status LinearSiluMul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& act);

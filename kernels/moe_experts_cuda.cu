@@ -11,7 +11,7 @@
 //
 // Decode shape (the reason for this design): a few pairs per active expert,
 // so the product is the read of the active experts' weights. As in the skinny
-// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams R (4) weight rows with
+// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams R (2, or 4) weight rows with
 // 16-byte loads, kUnroll in flight per row, and dots them with up to kMaxRows
 // (4) slots at once (the slots' input rows are a few KiB, served by L1/L2), so
 // an expert with at most 4 pairs reads its weights exactly once. An expert
@@ -212,10 +212,10 @@ int TileIters(int64_t n, int64_t cols_per_block, int64_t warp_tile_bytes) {
   return iters;
 }
 
-// Weight rows per warp: 4 (the default), or 2 with TESSERA_CUDA_MOE_WIDE=0 (A/B runs: the kernel
-// of 2026-12-07h).
+// Weight rows per warp: 2 (the kernel of 2026-12-07h), or 4 with TESSERA_CUDA_MOE_WIDE=1 (off
+// until a GPU run has measured it).
 int WarpRows() {
-  static const int rows = EnvSwitchOn("TESSERA_CUDA_MOE_WIDE") ? 4 : 2;
+  static const int rows = EnvSwitchOptIn("TESSERA_CUDA_MOE_WIDE") ? 4 : 2;
   return rows;
 }
 
