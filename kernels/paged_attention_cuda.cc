@@ -317,21 +317,35 @@ Status FlashInferPrefill(const Tensor& q, const KvCacheLayer& cache, const Atten
 }
 #endif  // TESSERA_WITH_FLASHINFER
 
-}  // namespace
-
-Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch) {
-  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(k, 3, Device::kCUDA, "kv write K"));
+// What every KV write launches with: k's rows checked against the step and the cache against k,
+// the step's packed layout on the device, the shape (q_heads query heads beside k's kv heads).
+struct KvWriteLaunch {
+  AttentionMetaDev meta;
+  AttentionShape shape;
+  cudaStream_t stream;
+};
+StatusOr<KvWriteLaunch> PrepareKvWrite(const KvCacheLayer& cache, const Tensor& k, const Tensor& v,
+                                       int64_t q_heads, const AttentionBatch& batch,
+                                       const char* what) {
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(k, 3, Device::kCUDA, what));
   if (v.shape() != k.shape() || v.dtype() != k.dtype() || v.device() != k.device())
-    return InvalidArgument("kv write: K " + k.Describe() + " vs V " + v.Describe());
+    return InvalidArgument(std::string(what) + ": K " + k.Describe() + " vs V " + v.Describe());
   if (k.dim(0) != batch.num_tokens)
-    return InvalidArgument("kv write: K " + k.Describe() + " for a step of " +
+    return InvalidArgument(std::string(what) + ": K " + k.Describe() + " for a step of " +
                            std::to_string(batch.num_tokens) + " tokens");
   TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2), k.dtype()));
   TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
   TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
-  const AttentionShape shape = ShapeOf(cache, k.dim(1), k.dim(1), k.dim(2));
-  TESSERA_CUDA_LAUNCH_CHECK(LaunchWriteKv(k.dtype(), meta, shape, k.raw(), v.raw(), cache.k.raw(),
-                                          cache.v.raw(), cache.k.dtype(), ctx->stream()),
+  return KvWriteLaunch{meta, ShapeOf(cache, q_heads, k.dim(1), k.dim(2)), ctx->stream()};
+}
+
+}  // namespace
+
+Status WriteKv(KvCacheLayer& cache, const Tensor& k, const Tensor& v, const AttentionBatch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(KvWriteLaunch l,
+                           PrepareKvWrite(cache, k, v, k.dim(1), batch, "kv write"));
+  TESSERA_CUDA_LAUNCH_CHECK(LaunchWriteKv(k.dtype(), l.meta, l.shape, k.raw(), v.raw(),
+                                          cache.k.raw(), cache.v.raw(), cache.k.dtype(), l.stream),
                             "WriteKvKernel");
   return Status::Ok();
 }
@@ -344,19 +358,14 @@ Status NormRopeWriteKv(Tensor& q, Tensor& k, const Tensor& v, const QkNorms& nor
   static const bool fused = EnvSwitchOn("TESSERA_CUDA_FUSED_ROPE_KV");
   if (!fused) return NormRopeWriteKvSeparately(q, k, v, norms, positions, inv_freq, cache, batch);
   TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(q, 3, Device::kCUDA, "norm+rope+kv write q"));
-  if (k.dim(0) != batch.num_tokens)
-    return InvalidArgument("norm+rope+kv write: k " + k.Describe() + " for a step of " +
-                           std::to_string(batch.num_tokens) + " tokens");
-  TESSERA_RETURN_IF_ERROR(CheckCache(cache, k.dim(1), k.dim(2), k.dtype()));
-  TESSERA_ASSIGN_OR_RETURN(AttentionMetaDev meta, DeviceMeta(batch));
-  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
-  const AttentionShape shape = ShapeOf(cache, q.dim(1), k.dim(1), k.dim(2));
+  TESSERA_ASSIGN_OR_RETURN(KvWriteLaunch l,
+                           PrepareKvWrite(cache, k, v, q.dim(1), batch, "norm+rope+kv write"));
   const auto raw = [](const Tensor& w) { return w.defined() ? w.raw() : nullptr; };
   TESSERA_CUDA_LAUNCH_CHECK(
-      LaunchNormRopeWriteKv(q.dtype(), meta, shape, q.raw(), k.raw(), v.raw(), raw(norms.q_weight),
-                            raw(norms.k_weight), norms.eps, norms.weight_offset,
-                            positions.data<int32_t>(), inv_freq.data<float>(), cache.k.raw(),
-                            cache.v.raw(), cache.k.dtype(), ctx->stream()),
+      LaunchNormRopeWriteKv(q.dtype(), l.meta, l.shape, q.raw(), k.raw(), v.raw(),
+                            raw(norms.q_weight), raw(norms.k_weight), norms.eps,
+                            norms.weight_offset, positions.data<int32_t>(), inv_freq.data<float>(),
+                            cache.k.raw(), cache.v.raw(), cache.k.dtype(), l.stream),
       "NormRopeWriteKvKernel");
   return Status::Ok();
 }
