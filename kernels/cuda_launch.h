@@ -194,6 +194,15 @@ cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_sl
                              const float* weights, int64_t top_k, const void* shared,
                              const float* shared_gate, void* out, int64_t tokens, int64_t hidden,
                              cudaStream_t stream);
+// The down product and the combine in one launch (kernels/moe_down_combine.h): out[t] = sum_k
+// weights[t, k] round(act[token_slot[t, k]] down_e^T) (+ sigmoid(shared_gate[t]) shared[t]), e =
+// expert_ids[t, k] - expert_begin. act, every down row and inter's bytes 16-byte aligned.
+cudaError_t LaunchMoeDownCombine(DType dtype, const void* act, const int64_t* table,
+                                 const int32_t* token_slot, const int32_t* expert_ids,
+                                 int64_t expert_begin, const float* weights, int64_t top_k,
+                                 const void* shared, const float* shared_gate, void* out,
+                                 int64_t tokens, int64_t hidden, int64_t inter,
+                                 cudaStream_t stream);
 
 // The packed AttentionBatch layout (kernels/paged_attention.h).
 struct AttentionMetaDev {

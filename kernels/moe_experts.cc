@@ -42,6 +42,21 @@ Status CheckRows(const Tensor& t, int64_t rows, int64_t cols, DType dtype, Devic
   return Status::Ok();
 }
 
+// The shared expert's output [tokens, hidden] and gate F32 [tokens, 1] for `out` (both undefined:
+// no shared expert).
+Status CheckShared(const Tensor& shared, const Tensor& shared_gate, const Tensor& out) {
+  if (!shared.defined()) return Status::Ok();
+  const Device device = out.device();
+  const int64_t tokens = out.dim(0);
+  TESSERA_RETURN_IF_ERROR(
+      CheckRows(shared, tokens, out.dim(1), out.dtype(), device, "moe shared expert output"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(shared_gate, 2, DType::kF32, "moe shared expert gate"));
+  if (shared_gate.dim(0) != tokens || shared_gate.dim(1) != 1 || shared_gate.device() != device)
+    return InvalidArgument("moe combine: shared expert gate " + shared_gate.Describe() +
+                           " for output " + out.Describe());
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<MoeExpertTable> MakeMoeExpertTable(Backend& backend, std::span<const Tensor> gate,
@@ -118,15 +133,32 @@ Status CheckMoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor&
       return InvalidArgument("moe combine: routing weights " + weights.Describe() +
                              " for token_slot " + routing.token_slot.Describe());
   }
-  if (shared.defined()) {
-    TESSERA_RETURN_IF_ERROR(
-        CheckRows(shared, tokens, hidden, out.dtype(), device, "moe shared expert output"));
-    TESSERA_RETURN_IF_ERROR(ExpectTensor(shared_gate, 2, DType::kF32, "moe shared expert gate"));
-    if (shared_gate.dim(0) != tokens || shared_gate.dim(1) != 1 || shared_gate.device() != device)
-      return InvalidArgument("moe combine: shared expert gate " + shared_gate.Describe() +
-                             " for output " + out.Describe());
-  }
-  return Status::Ok();
+  return CheckShared(shared, shared_gate, out);
+}
+
+Status CheckMoeDownCombine(const Tensor& act, const MoeExpertTable& table,
+                           const MoeRouting& routing, const Tensor& expert_ids,
+                           int64_t expert_begin, const Tensor& weights, const Tensor& shared,
+                           const Tensor& shared_gate, const Tensor& out) {
+  TESSERA_RETURN_IF_ERROR(ExpectFloatTensor(out, 2, out.device(), "moe layer output"));
+  const Device device = out.device();
+  TESSERA_RETURN_IF_ERROR(CheckRouting(routing, device, table.experts));
+  const int64_t slots = routing.slot_token.numel();
+  TESSERA_RETURN_IF_ERROR(
+      CheckRows(act, slots, table.intermediate, table.dtype, device, "moe activations"));
+  TESSERA_RETURN_IF_ERROR(CheckRows(out, routing.token_slot.dim(0), table.hidden, table.dtype,
+                                    device, "moe layer output"));
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(expert_ids, 2, DType::kI32, "moe expert ids"));
+  if (expert_ids.shape() != routing.token_slot.shape() || expert_ids.device() != device ||
+      expert_begin < 0)
+    return InvalidArgument("moe down+combine: expert ids " + expert_ids.Describe() +
+                           " from held expert " + std::to_string(expert_begin) +
+                           " for token_slot " + routing.token_slot.Describe());
+  TESSERA_RETURN_IF_ERROR(ExpectTensor(weights, 2, DType::kF32, "moe routing weights"));
+  if (weights.shape() != routing.token_slot.shape() || weights.device() != device)
+    return InvalidArgument("moe down+combine: routing weights " + weights.Describe() +
+                           " for token_slot " + routing.token_slot.Describe());
+  return CheckShared(shared, shared_gate, out);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include "common/base/env_switch.h"
 #include "kernels/cuda_context.h"
 #include "kernels/cuda_launch.h"
+#include "kernels/moe_down_combine.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_routing.h"
 
@@ -148,6 +149,33 @@ Status MoeCombine(const Tensor& y, const MoeRouting& routing, const Tensor& weig
                        shared.defined() ? shared_gate.data<float>() : nullptr, out.raw(),
                        out.dim(0), out.dim(1), ctx->stream()),
       "MoeCombineKernel");
+  return Status::Ok();
+}
+
+bool MoeDownCombineFuses(const Tensor& act, const MoeExpertTable& table,
+                         const MoeRouting& routing) {
+  const int64_t tokens = routing.token_slot.dim(0), slots = routing.slot_token.numel();
+  const bool vec = table.aligned16 && Aligned16(act.raw());
+  return tokens >= 1 && tokens <= kMoeDownCombineMaxTokens && table.experts > 0 && vec &&
+         ChooseKernel(table, act.dtype(), slots, vec) == GroupedKernel::kCudaCore;
+}
+
+Status MoeDownCombine(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,
+                      const Tensor& expert_ids, int64_t expert_begin, const Tensor& weights,
+                      const Tensor& shared, const Tensor& shared_gate, Tensor& out) {
+  if (!MoeDownCombineFuses(act, table, routing))
+    return FailedPrecondition("moe down+combine: act " + act.Describe() + " for " +
+                              std::to_string(routing.token_slot.dim(0)) +
+                              " tokens is not a step the one launch takes");
+  TESSERA_ASSIGN_OR_RETURN(Context * ctx, Current());
+  TESSERA_CUDA_LAUNCH_CHECK(
+      LaunchMoeDownCombine(act.dtype(), act.raw(), table.pointers.data<int64_t>(),
+                           routing.token_slot.data<int32_t>(), expert_ids.data<int32_t>(),
+                           expert_begin, weights.data<float>(), routing.token_slot.dim(1),
+                           shared.defined() ? shared.raw() : nullptr,
+                           shared.defined() ? shared_gate.data<float>() : nullptr, out.raw(),
+                           out.dim(0), out.dim(1), table.intermediate, ctx->stream()),
+      "MoeDownCombineKernel");
   return Status::Ok();
 }
 

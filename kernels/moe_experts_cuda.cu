@@ -364,6 +364,88 @@ __global__ void __launch_bounds__(kCombineThreads)
   reinterpret_cast<P*>(out + t * hidden)[c] = o;
 }
 
+// The down projection and the combine in one launch, for decode (LaunchMoeDownCombine): grid
+// (hidden / kWarps, tokens), a warp per output column h of token t. The warp walks the token's
+// pairs in k order, kDcPairs at a time: each pair's expert row down_e[h] (1.5 KiB in Qwen3-MoE)
+// and its act row stream in together (kUnroll packs of each in flight per lane), so a warp keeps
+// kDcPairs * kUnroll 16-byte loads outstanding where the grouped down kernel's warp had R *
+// kUnroll of two short rows. Each pair's dot runs as MoeExpertGemmKernel's (lane-strided packs in
+// ascending order, then WarpSum) and is rounded to T as its y row is stored; the sum over pairs
+// then runs in k order in fp32 as MoeCombineVecKernel's, the shared expert last: the same bits
+// as MoeGroupedDown followed by MoeCombine, without y's write and read or the combine's launch.
+constexpr int kDcPairs = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeDownCombineKernel(const T* __restrict__ act, const int64_t* __restrict__ table,
+                         const int32_t* __restrict__ token_slot,
+                         const int32_t* __restrict__ expert_ids, int64_t expert_begin,
+                         const float* __restrict__ weights, int64_t top_k,
+                         const T* __restrict__ shared, const float* __restrict__ shared_gate,
+                         T* __restrict__ out, int64_t hidden, int64_t inter) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  using P = Pack<T, V>;
+  PdlWait();  // kernels/pdl.cuh: the routing and act come from the kernels before
+  PdlLaunchDependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = blockIdx.y;
+  const int64_t h = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (h >= hidden) return;
+  const int64_t chunks = inter / V;
+  float total = 0.0f;
+  for (int64_t j0 = 0; j0 < top_k; j0 += kDcPairs) {
+    const P* w[kDcPairs];
+    const P* a[kDcPairs];
+    bool live[kDcPairs];
+#pragma unroll
+    for (int p = 0; p < kDcPairs; ++p) {
+      const int64_t j = j0 + p;
+      const int32_t slot = j < top_k ? token_slot[t * top_k + j] : -1;
+      live[p] = slot >= 0;
+      const int64_t e = live[p] ? expert_ids[t * top_k + j] - expert_begin : 0;
+      w[p] = live[p] ? reinterpret_cast<const P*>(Address<T>(table, e, 2) + h * inter) : nullptr;
+      a[p] =
+          live[p] ? reinterpret_cast<const P*>(act + static_cast<int64_t>(slot) * inter) : nullptr;
+    }
+    float acc[kDcPairs];
+#pragma unroll
+    for (int p = 0; p < kDcPairs; ++p) acc[p] = 0.0f;
+    for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+      P wv[kUnroll][kDcPairs];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = base + 32 * u;
+#pragma unroll
+        for (int p = 0; p < kDcPairs; ++p)
+          if (live[p] && c < chunks) wv[u][p] = w[p][c];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = base + 32 * u;
+        if (c >= chunks) break;
+#pragma unroll
+        for (int p = 0; p < kDcPairs; ++p) {
+          if (!live[p]) continue;
+          const P xv = a[p][c];
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[p] = fmaf(ToF(xv.v[v]), ToF(wv[u][p].v[v]), acc[p]);
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kDcPairs; ++p) {
+      acc[p] = WarpSum(acc[p]);
+      if (live[p]) total = fmaf(weights[t * top_k + j0 + p], ToF(FromF<T>(acc[p])), total);
+    }
+  }
+  if (lane != 0) return;
+  if (shared != nullptr) {
+    const float g = 1.0f / (1.0f + expf(-shared_gate[t]));
+    total = fmaf(g, ToF(shared[t * hidden + h]), total);
+  }
+  out[t * hidden + h] = FromF<T>(total);
+}
+
 }  // namespace
 
 cudaError_t LaunchMoeGateUp(DType dtype, const void* x, const int64_t* table,
@@ -423,6 +505,27 @@ cudaError_t LaunchMoeCombine(DType dtype, const void* y, const int32_t* token_sl
                           dim3(threads), 0, stream, static_cast<const T*>(y), token_slot, weights,
                           top_k, static_cast<const T*>(shared), shared_gate, static_cast<T*>(out),
                           hidden));
+  return err;
+}
+
+cudaError_t LaunchMoeDownCombine(DType dtype, const void* act, const int64_t* table,
+                                 const int32_t* token_slot, const int32_t* expert_ids,
+                                 int64_t expert_begin, const float* weights, int64_t top_k,
+                                 const void* shared, const float* shared_gate, void* out,
+                                 int64_t tokens, int64_t hidden, int64_t inter,
+                                 cudaStream_t stream) {
+  if (tokens < 1 || tokens > 65535 || hidden < 1 || top_k < 1 ||
+      inter % (16 / static_cast<int64_t>(DTypeSize(dtype))) != 0)
+    return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((hidden + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(tokens));
+  cudaError_t err = cudaErrorInvalidValue;
+  TESSERA_FLOAT_SWITCH(
+      dtype, T,
+      err = LaunchWithPdl(MoePdl(tokens), MoeDownCombineKernel<T>, grid, dim3(kWarps * 32), 0,
+                          stream, static_cast<const T*>(act), table, token_slot, expert_ids,
+                          expert_begin, weights, top_k, static_cast<const T*>(shared), shared_gate,
+                          static_cast<T*>(out), hidden, inter));
   return err;
 }
 

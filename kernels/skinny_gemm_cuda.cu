@@ -175,15 +175,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const float g = ToF(FromF<T>(acc[m][0] + bg)), u = ToF(FromF<T>(acc[m][1] + bu));
       y[m * n + row0] = FromF<To>(g / (1.0f + expf(-g)) * u);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int64_t row = row0 + r;
-    if (row >= n) break;
-    const float b = bias != nullptr ? ToF(bias[row]) : 0.0f;
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t row = row0 + r;
+      if (row >= n) break;
+      const float b = bias != nullptr ? ToF(bias[row]) : 0.0f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) y[m * n + row] = FromF<To>(acc[m][r] + b);
+      for (int m = 0; m < M; ++m) y[m * n + row] = FromF<To>(acc[m][r] + b);
+    }
   }
 }
 

@@ -6,8 +6,11 @@
 // load paths; and the whole grouped path recorded as a CUDA graph and replayed
 // on new routings. The fixtures (Models.FixturesOnCudaMatchTransformers,
 // DecodeGraphs.*, Nccl.TensorParallelFixturesMatchTp1) run the MoE models.
+#include <cstring>
+
 #include "gpu/gpu_test_util.h"
 #include "kernels/cuda_launch.h"
+#include "kernels/moe_down_combine.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_routing.h"
 #include "support/moe_reference.h"
@@ -258,6 +261,20 @@ TEST_P(MoeKernels, GroupedExpertsMatchCpu) {
         in.x.f32, in.ids, in.weights, in.ref_experts, c.expert_begin,
         c.shared ? in.shared.f32 : Tensor(), c.shared ? in.shared_gate : Tensor(), dt);
     ExpectClose(Down(g, out), want, dt, "moe " + Describe(c));
+    // The down product and the combine as one call (kernels/moe_down_combine.h): one launch at
+    // decode sizes, the two calls otherwise; the same bits as the two calls either way.
+    Tensor fused = Dev(g, {c.tokens, c.hidden}, dt);
+    s = kernels::MoeDownCombine(g, act, *table, r, ids, c.expert_begin, Up(g, in.weights), shared,
+                                shared_gate, fused);
+    ASSERT_TRUE(s.ok()) << Describe(c) << ": " << s.ToString();
+    const bool one_launch = kernels::cuda::MoeDownCombineFuses(act, *table, r);
+    EXPECT_EQ(one_launch, c.tokens <= kernels::kMoeDownCombineMaxTokens && table->aligned16)
+        << Describe(c);
+    auto a = g.ToHost(out), b = g.ToHost(fused);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(std::memcmp(a->raw(), b->raw(), a->nbytes()), 0)
+        << Describe(c) << (one_launch ? ": the one launch" : ": the two calls")
+        << " differs from MoeGroupedDown + MoeCombine";
   }
 }
 

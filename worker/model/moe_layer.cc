@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
+#include "kernels/moe_down_combine.h"
 #include "kernels/moe_routing.h"
 #include "kernels/swiglu.h"
 #include "kernels/tensor_ops.h"
@@ -120,6 +121,8 @@ Status DeviceMoe(const ModelConfig& config, const LayerWeights& w, kernels::Back
   const int64_t tokens = x.dim(0), hidden = x.dim(1), k = config.num_experts_per_tok;
   Tensor y, weights, shared, shared_gate;
   kernels::MoeRouting routing;
+  if (w.shared_expert_gate.defined())
+    TESSERA_RETURN_IF_ERROR(SharedExpertParts(w, backend, x, shared, shared_gate));
   if (!w.experts.empty()) {
     TESSERA_ASSIGN_OR_RETURN(Tensor logits,
                              backend.Allocate({tokens, config.num_experts}, DType::kF32));
@@ -133,11 +136,12 @@ Status DeviceMoe(const ModelConfig& config, const LayerWeights& w, kernels::Back
     TESSERA_ASSIGN_OR_RETURN(Tensor act,
                              backend.Allocate({tokens * k, dev.table.intermediate}, x.dtype()));
     TESSERA_RETURN_IF_ERROR(kernels::MoeGroupedGateUp(x, dev.table, routing, act));
+    if (kernels::MoeDownCombineEnabled())  // the down product and the combine in one call
+      return kernels::MoeDownCombine(backend, act, dev.table, routing, ids, first, weights, shared,
+                                     shared_gate, out);
     TESSERA_ASSIGN_OR_RETURN(y, backend.Allocate({tokens * k, hidden}, x.dtype()));
     TESSERA_RETURN_IF_ERROR(kernels::MoeGroupedDown(act, dev.table, routing, y));
   }
-  if (w.shared_expert_gate.defined())
-    TESSERA_RETURN_IF_ERROR(SharedExpertParts(w, backend, x, shared, shared_gate));
   return kernels::MoeCombine(y, routing, weights, shared, shared_gate, out);
 }
 

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "kernels/backend.h"
+#include "kernels/moe_down_combine.h"
 #include "kernels/moe_routing.h"
 #include "support/moe_reference.h"
 
@@ -196,6 +197,47 @@ TEST(MoeExperts, ErrorsNameTheExpertAndTheTensor) {
   Tensor wrong_k = Tensor::Empty({c.tokens, 2}, DType::kI32);
   std::fill_n(wrong_k.data<int32_t>(), wrong_k.numel(), 0);
   EXPECT_FALSE(MoeSortByExpert(CpuBackend(), wrong_k, 0, 0, r, nullptr).ok());
+}
+
+// MoeDownCombine (kernels/moe_down_combine.h) on the CPU: the two calls it stands for, over a
+// subset of the experts (pairs of the others skipped) with a shared expert; a wrong expert-id
+// tensor is named.
+TEST(MoeExperts, DownCombineIsTheDownProductThenTheCombine) {
+  const Case c = MakeCase();
+  const Tensor shared = Random({c.tokens, c.hidden}, 5), shared_gate = Random({c.tokens, 1}, 6);
+  std::vector<Tensor> gate, up, down;
+  for (int64_t e = 1; e < 4; ++e) {
+    gate.push_back(c.all[static_cast<size_t>(e)].gate);
+    up.push_back(c.all[static_cast<size_t>(e)].up);
+    down.push_back(c.all[static_cast<size_t>(e)].down);
+  }
+  auto table = MakeMoeExpertTable(CpuBackend(), gate, up, down);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  MoeRouting r;
+  ASSERT_TRUE(MoeSortByExpert(CpuBackend(), c.ids, 1, 4, r, nullptr).ok());
+  const int64_t slots = c.tokens * c.top_k;
+  Tensor act = Tensor::Empty({slots, c.inter}), y = Tensor::Empty({slots, c.hidden});
+  Tensor two = Tensor::Empty({c.tokens, c.hidden}), one = Tensor::Empty({c.tokens, c.hidden});
+  ASSERT_TRUE(MoeGroupedGateUp(c.x, *table, r, act).ok());
+  ASSERT_TRUE(MoeGroupedDown(act, *table, r, y).ok());
+  ASSERT_TRUE(MoeCombine(y, r, c.weights, shared, shared_gate, two).ok());
+  Status s =
+      MoeDownCombine(CpuBackend(), act, *table, r, c.ids, 1, c.weights, shared, shared_gate, one);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (int64_t i = 0; i < two.numel(); ++i)
+    ASSERT_EQ(one.data<float>()[i], two.data<float>()[i]) << "element " << i;
+  const std::vector<testing::MoeRefExpert> held(c.all.begin() + 1, c.all.begin() + 4);
+  ExpectNear(
+      std::vector<float>(one.data<float>(), one.data<float>() + one.numel()),
+      testing::MoeReference(c.x, c.ids, c.weights, held, 1, shared, shared_gate, DType::kF32));
+  const Tensor short_ids = Tensor::Empty({c.tokens, c.top_k - 1}, DType::kI32);
+  s = MoeDownCombine(CpuBackend(), act, *table, r, short_ids, 1, c.weights, shared, shared_gate,
+                     one);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("expert ids"), std::string::npos) << s.ToString();
+  s = MoeDownCombine(CpuBackend(), act, *table, r, c.ids, 1, c.weights, shared, Tensor(), one);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("shared expert gate"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
