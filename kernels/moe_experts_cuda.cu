@@ -367,16 +367,19 @@ __global__ void __launch_bounds__(kCombineThreads)
 // The down projection and the combine in one launch, for decode (LaunchMoeDownCombine): grid
 // (hidden / kWarps, tokens), a warp per output column h of token t. The warp walks the token's
 // pairs in k order, kDcPairs at a time: each pair's expert row down_e[h] (1.5 KiB in Qwen3-MoE)
-// and its act row stream in together (kUnroll packs of each in flight per lane), so a warp keeps
-// kDcPairs * kUnroll 16-byte loads outstanding where the grouped down kernel's warp had R *
-// kUnroll of two short rows. Each pair's dot runs as MoeExpertGemmKernel's (lane-strided packs in
-// ascending order, then WarpSum) and is rounded to T as its y row is stored; the sum over pairs
-// then runs in k order in fp32 as MoeCombineVecKernel's, the shared expert last: the same bits
-// as MoeGroupedDown followed by MoeCombine, without y's write and read or the combine's launch.
+// and its act row stream in together (kDcUnroll packs of each in flight per lane), so a warp
+// keeps kDcPairs * kDcUnroll 16-byte weight loads outstanding across different experts' rows.
+// kDcUnroll = 2 holds bf16 at 119 registers, two blocks per SM (ptxas -v; kUnroll = 4 took 175,
+// one block per SM, and spilled under a two-block bound). Each pair's dot runs as
+// MoeExpertGemmKernel's (lane-strided packs in ascending order, then WarpSum) and is rounded to T
+// as its y row is stored; the sum over pairs then runs in k order in fp32 as MoeCombineVecKernel's,
+// the shared expert last: the same bits as MoeGroupedDown followed by MoeCombine, without y's
+// write and read or the combine's launch.
 constexpr int kDcPairs = 4;
+constexpr int kDcUnroll = 2;
 
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     MoeDownCombineKernel(const T* __restrict__ act, const int64_t* __restrict__ table,
                          const int32_t* __restrict__ token_slot,
                          const int32_t* __restrict__ expert_ids, int64_t expert_begin,
@@ -410,17 +413,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     float acc[kDcPairs];
 #pragma unroll
     for (int p = 0; p < kDcPairs; ++p) acc[p] = 0.0f;
-    for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-      P wv[kUnroll][kDcPairs];
+    for (int64_t base = lane; base < chunks; base += 32 * kDcUnroll) {
+      P wv[kDcUnroll][kDcPairs];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kDcUnroll; ++u) {
         const int64_t c = base + 32 * u;
 #pragma unroll
         for (int p = 0; p < kDcPairs; ++p)
           if (live[p] && c < chunks) wv[u][p] = w[p][c];
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kDcUnroll; ++u) {
         const int64_t c = base + 32 * u;
         if (c >= chunks) break;
 #pragma unroll
