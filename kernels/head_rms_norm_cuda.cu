@@ -23,7 +23,7 @@ __global__ void HeadRmsNormKernel(T* x, const T* __restrict__ w, int64_t rows, i
   float ss = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += 32) {
     const float f = ToF(v[i]);
-    ss += f * f;
+    ss = fmaf(f, f, ss);
   }
   ss = WarpSum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);

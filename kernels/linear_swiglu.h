@@ -8,10 +8,11 @@
 // On CUDA it is the skinny GEMM (kernels/skinny_gemm_cuda.cu) with each warp streaming gate row i
 // and up row inter + i, and writing act[:, i] from its epilogue: the fused-activation kernel and
 // the gate_up buffer's write and read disappear from a decode step (one launch a layer).
-// LinearSiluMulFuses says when a model takes it: the shapes allow it and the switch
-// TESSERA_CUDA_FUSED_SWIGLU=1 is set (off by default until a GPU run has measured it against the
-// two kernels; TESSERA_CUDA_SKINNY_GEMM=0 turns it off too). LinearSiluMul itself runs whenever
-// the shapes allow, switch or not (the GPU tests call it).
+// LinearSiluMulFuses says when a model takes it: the shapes allow it, unless
+// TESSERA_CUDA_FUSED_SWIGLU=0 (or TESSERA_CUDA_SKINNY_GEMM=0) is set, for A/B runs against the two
+// kernels (an H100: 0.7% faster at batch 1 and 2% at batch 64 on the Llama-2-7B shape,
+// bench/results/NOTES.md 2026-12-07j). LinearSiluMul itself runs whenever the shapes allow,
+// switch or not (the GPU tests call it).
 //
 // Shapes: x [tokens, k]; w [2 * inter, k]; bias [2 * inter] or undefined; act [tokens, inter]; one
 // dtype (F32 on the CPU; BF16 or F16 on CUDA, with 1 <= tokens <= kSkinnyGemmMaxRows, k % 8 == 0,

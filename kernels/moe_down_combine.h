@@ -5,13 +5,13 @@
 // pairs with token_slot -1 (another rank's expert) skipped, each product rounded to the dtype as
 // MoeGroupedDown stores y, the sum in fp32 rounded once: the same bits as the two calls.
 //
-// On CUDA a decode step (at most kMoeDownCombineMaxTokens tokens, rows 16-byte aligned, the
-// CUDA-core grouped kernel's regime) runs it as one launch (kernels/moe_experts_cuda.cu
-// MoeDownCombineKernel: a warp per output column of a token, its pairs' expert rows in flight
-// together): y [slots, hidden] is neither written nor read, and the combine's launch goes. Other
-// steps, and the CPU, run the two calls with y allocated on `backend`. MoeDownCombineEnabled says
-// whether a model should take this call: TESSERA_CUDA_MOE_DOWN_COMBINE=1 in the environment (off
-// by default until a GPU run has measured it against the two kernels).
+// On CUDA a decode step (at most kMoeDownCombineMaxTokens tokens, top_k <= 64, rows 16-byte
+// aligned, the CUDA-core grouped kernel's regime) runs it as one launch
+// (kernels/moe_experts_cuda.cu MoeDownCombineKernel: a warp per output column of a token, its
+// pairs' expert rows in flight together): y [slots, hidden] is neither written nor read, and the
+// combine's launch goes. Other steps, and the CPU, run the two calls with y allocated on `backend`.
+// MoeDownCombineEnabled says whether a model should take this call: TESSERA_CUDA_MOE_DOWN_COMBINE=1
+// in the environment (off by default until a GPU run has measured it against the two kernels).
 //
 // Names and shapes as kernels/moe_experts.h: T tokens, K = top_k, S = T * K slots, H hidden, I the
 // intermediate columns held. act [S, I]; expert_ids I32 [T, K] (the router's global ids, as

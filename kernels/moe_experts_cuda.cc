@@ -156,8 +156,9 @@ bool MoeDownCombineFuses(const Tensor& act, const MoeExpertTable& table,
                          const MoeRouting& routing) {
   const int64_t tokens = routing.token_slot.dim(0), slots = routing.slot_token.numel();
   const bool vec = table.aligned16 && Aligned16(act.raw());
-  return tokens >= 1 && tokens <= kMoeDownCombineMaxTokens && table.experts > 0 && vec &&
-         ChooseKernel(table, act.dtype(), slots, vec) == GroupedKernel::kCudaCore;
+  const int64_t top_k = routing.token_slot.dim(1);  // at most 64: the kernel's kDcMaxK
+  return tokens >= 1 && tokens <= kMoeDownCombineMaxTokens && top_k <= 64 && table.experts > 0 &&
+         vec && ChooseKernel(table, act.dtype(), slots, vec) == GroupedKernel::kCudaCore;
 }
 
 Status MoeDownCombine(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,

@@ -11,7 +11,7 @@
 //
 // Decode shape (the reason for this design): a few pairs per active expert,
 // so the product is the read of the active experts' weights. As in the skinny
-// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams R (2, or 4) weight rows with
+// GEMM (kernels/skinny_gemm_cuda.cu), each warp streams R = 2 weight rows with
 // 16-byte loads, kUnroll in flight per row, and dots them with up to kMaxRows
 // (4) slots at once (the slots' input rows are a few KiB, served by L1/L2), so
 // an expert with at most 4 pairs reads its weights exactly once. An expert
@@ -136,23 +136,20 @@ __device__ __forceinline__ void Pass(const T* in, const int32_t* slot_token, T* 
 
 // Gated: in = x [tokens, k = hidden] gathered through slot_token, out = act [slots, n = inter],
 // a warp per R / 2 columns (their gate and up rows). Plain: in = act [slots, k = inter], out = y
-// [slots, n = hidden], a warp per R columns. R = 2 is the kernel of 2026-12-07h; R = 4 keeps
-// twice the weight loads in flight per lane, for decode's short rows (Qwen3-MoE's down rows are
-// 1.5 KiB: 3 packs a lane). A block takes `iters` tiles of kWarps such column groups in turn: the
-// chain of reads before a warp's first weight load (active -> the expert -> its rows and table
-// entry) is paid once per block, not once per tile (decode's short rows: a warp per two 1.5 KiB
-// rows of Qwen3-MoE's down projection left the kernel at 44% of the bandwidth,
+// [slots, n = hidden], a warp per R columns (R = 2: four rows a warp, 205 registers a thread in
+// bf16, were 8% slower at batch 1 of the Qwen3-30B-A3B shape on an H100 and 34% at batch 8,
+// bench/results/NOTES.md 2026-12-07j). A block takes `iters` tiles of kWarps such column groups in
+// turn: the chain of reads before a warp's first weight load (active -> the expert -> its rows and
+// table entry) is paid once per block, not once per tile (decode's short rows: a warp per two 1.5
+// KiB rows of Qwen3-MoE's down projection left the kernel at 44% of the bandwidth,
 // bench/results/NOTES.md 2026-12-07g).
 template <typename T, int V, bool kGated, int R>
-__global__ void __launch_bounds__(kWarps * 32, R == 4 ? 1 : kMinBlocks)
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     MoeExpertGemmKernel(const T* __restrict__ in, const int64_t* __restrict__ table,
                         const int32_t* __restrict__ expert_rows, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ slot_token, T* __restrict__ out, int64_t k,
                         int64_t n, int iters) {
   constexpr int kCols = kGated ? R / 2 : R;  // output columns per warp
-  // Slots per pass: 4 weight rows against 4 slots would spill (ptxas -v), so R = 4 takes slots
-  // 2 at a time; an expert with 3 or more re-reads its weights, mostly from L2.
-  constexpr int kPassRows = R == 4 ? 2 : kMaxRows;
   PdlWait();  // kernels/pdl.cuh: active, the rows and `in` come from the kernels before
   PdlLaunchDependents();
   if (static_cast<int>(blockIdx.y) >= active[0]) return;
@@ -175,13 +172,13 @@ __global__ void __launch_bounds__(kWarps * 32, R == 4 ? 1 : kMinBlocks)
         w[j] = gate + c * k;
       }
     }
-    for (int s0 = begin; s0 < end; s0 += kPassRows) {
-      const int rows = end - s0 < kPassRows ? end - s0 : kPassRows;
+    for (int s0 = begin; s0 < end; s0 += kMaxRows) {
+      const int rows = end - s0 < kMaxRows ? end - s0 : kMaxRows;
       if (rows == 1) {
         Pass<T, V, kGated, 1, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
       } else if (rows == 2) {
         Pass<T, V, kGated, 2, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
-      } else if constexpr (kPassRows == kMaxRows) {
+      } else {
         Pass<T, V, kGated, kMaxRows, R>(in, slot_token, out, k, n, col, w, s0, rows, lane);
       }
     }
@@ -212,43 +209,6 @@ int TileIters(int64_t n, int64_t cols_per_block, int64_t warp_tile_bytes) {
   return iters;
 }
 
-// Weight rows per warp: 2 (the kernel of 2026-12-07h), or 4 with TESSERA_CUDA_MOE_WIDE=1 (off
-// until a GPU run has measured it).
-int WarpRows() {
-  static const int rows = EnvSwitchOptIn("TESSERA_CUDA_MOE_WIDE") ? 4 : 2;
-  return rows;
-}
-
-// The blocks of MoeExpertGemmKernel<T, V, kGated, R> the device holds at once: SMs x resident
-// blocks per SM (0 when the runtime cannot say). Read once per kernel: every GPU of a process is
-// taken to be alike.
-template <typename T, int V, bool kGated, int R>
-int64_t ResidentBlocks() {
-  static const int64_t blocks = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MoeExpertGemmKernel<T, V, kGated, R>,
-                                                      kWarps * 32, 0) != cudaSuccess)
-      return int64_t{0};
-    return static_cast<int64_t>(sms) * per_sm;
-  }();
-  return blocks;
-}
-
-// TileIters, then more tiles per block while the grid would take more than one wave of the
-// device's resident blocks (R = 4 holds one block per SM: 205 registers a thread in bf16).
-int WaveIters(int iters, int64_t n, int64_t cols_per_block, int64_t grid_experts,
-              int64_t resident) {
-  const auto blocks = [&](int it) {
-    return (n + cols_per_block * it - 1) / (cols_per_block * it) * grid_experts;
-  };
-  while (resident > 0 && iters < kMaxIters && blocks(iters) > resident &&
-         blocks(iters + 1) < blocks(iters))
-    ++iters;
-  return iters;
-}
-
 template <typename T, int V, bool kGated, int R>
 cudaError_t LaunchExpertGemmKernel(const T* x, const int64_t* table, const int32_t* expert_rows,
                                    const int32_t* active, const int32_t* slot_token, T* y,
@@ -256,9 +216,7 @@ cudaError_t LaunchExpertGemmKernel(const T* x, const int64_t* table, const int32
                                    cudaStream_t stream) {
   const auto kernel = MoeExpertGemmKernel<T, V, kGated, R>;
   const int64_t cols_per_block = kWarps * (kGated ? R / 2 : R);
-  int iters = TileIters(n, cols_per_block, R * k * static_cast<int64_t>(sizeof(T)));
-  if (R == 4 && FixedIters() == 0)
-    iters = WaveIters(iters, n, cols_per_block, grid_experts, ResidentBlocks<T, V, kGated, R>());
+  const int iters = TileIters(n, cols_per_block, R * k * static_cast<int64_t>(sizeof(T)));
   const int64_t span = cols_per_block * iters;
   const dim3 grid(static_cast<unsigned>((n + span - 1) / span),
                   static_cast<unsigned>(grid_experts));
@@ -286,9 +244,6 @@ cudaError_t LaunchExpertGemm(const void* in, const int64_t* table, const int32_t
                              cudaStream_t stream) {
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
-  if (WarpRows() == 4)
-    return LaunchExpertGemmRows<T, kGated, 4>(x, table, expert_rows, active, slot_token, y,
-                                              grid_experts, k, n, vec, pdl, stream);
   return LaunchExpertGemmRows<T, kGated, 2>(x, table, expert_rows, active, slot_token, y,
                                             grid_experts, k, n, vec, pdl, stream);
 }
@@ -365,18 +320,19 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // The down projection and the combine in one launch, for decode (LaunchMoeDownCombine): grid
-// (hidden / kWarps, tokens), a warp per output column h of token t. The warp walks the token's
-// pairs in k order, kDcPairs at a time: each pair's expert row down_e[h] (1.5 KiB in Qwen3-MoE)
-// and its act row stream in together (kDcUnroll packs of each in flight per lane), so a warp
-// keeps kDcPairs * kDcUnroll 16-byte weight loads outstanding across different experts' rows.
-// kDcUnroll = 2 holds bf16 at 119 registers, two blocks per SM (ptxas -v; kUnroll = 4 took 175,
-// one block per SM, and spilled under a two-block bound). Each pair's dot runs as
+// (hidden / kWarps, tokens), a warp per output column h of token t. The block first resolves the
+// token's pairs once, in parallel (slot, expert, the expert's down matrix: one chain of dependent
+// reads per block, into shared memory); then each warp walks the pairs in k order, kDcPairs at a
+// time: each pair's expert row down_e[h] (1.5 KiB in Qwen3-MoE) streams in with the others'
+// (kDcPairs loads in flight per lane; 128 registers in bf16, two blocks per SM, ptxas -v), against
+// the pair's act row (L1: the block's warps share it). Each pair's dot runs as
 // MoeExpertGemmKernel's (lane-strided packs in ascending order, then WarpSum) and is rounded to T
 // as its y row is stored; the sum over pairs then runs in k order in fp32 as MoeCombineVecKernel's,
-// the shared expert last: the same bits as MoeGroupedDown followed by MoeCombine, without y's
-// write and read or the combine's launch.
-constexpr int kDcPairs = 4;
-constexpr int kDcUnroll = 2;
+// the shared expert last: the same bits as MoeGroupedDown followed by MoeCombine, without y's write
+// and read or the combine's launch.
+constexpr int kDcPairs = 8;
+constexpr int kDcUnroll = 1;
+constexpr int kDcMaxK = 64;  // top_k the shared-memory prologue holds (LaunchMoeDownCombine)
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
@@ -388,10 +344,21 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                          T* __restrict__ out, int64_t hidden, int64_t inter) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   using P = Pack<T, V>;
+  __shared__ const T* down_of[kDcMaxK];  // the pair's expert's down [hidden, inter]; null: skip
+  __shared__ const T* act_of[kDcMaxK];   // the pair's act row
+  __shared__ float scale_of[kDcMaxK];
   PdlWait();  // kernels/pdl.cuh: the routing and act come from the kernels before
   PdlLaunchDependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
+  for (int64_t j = threadIdx.x; j < top_k; j += blockDim.x) {
+    const int32_t slot = token_slot[t * top_k + j];
+    const bool live = slot >= 0;
+    down_of[j] = live ? Address<T>(table, expert_ids[t * top_k + j] - expert_begin, 2) : nullptr;
+    act_of[j] = live ? act + static_cast<int64_t>(slot) * inter : nullptr;
+    scale_of[j] = weights[t * top_k + j];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (h >= hidden) return;
   const int64_t chunks = inter / V;
@@ -399,16 +366,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int64_t j0 = 0; j0 < top_k; j0 += kDcPairs) {
     const P* w[kDcPairs];
     const P* a[kDcPairs];
-    bool live[kDcPairs];
 #pragma unroll
     for (int p = 0; p < kDcPairs; ++p) {
-      const int64_t j = j0 + p;
-      const int32_t slot = j < top_k ? token_slot[t * top_k + j] : -1;
-      live[p] = slot >= 0;
-      const int64_t e = live[p] ? expert_ids[t * top_k + j] - expert_begin : 0;
-      w[p] = live[p] ? reinterpret_cast<const P*>(Address<T>(table, e, 2) + h * inter) : nullptr;
-      a[p] =
-          live[p] ? reinterpret_cast<const P*>(act + static_cast<int64_t>(slot) * inter) : nullptr;
+      const T* d = j0 + p < top_k ? down_of[j0 + p] : nullptr;
+      w[p] = d != nullptr ? reinterpret_cast<const P*>(d + h * inter) : nullptr;
+      a[p] = d != nullptr ? reinterpret_cast<const P*>(act_of[j0 + p]) : nullptr;
     }
     float acc[kDcPairs];
 #pragma unroll
@@ -420,7 +382,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int64_t c = base + 32 * u;
 #pragma unroll
         for (int p = 0; p < kDcPairs; ++p)
-          if (live[p] && c < chunks) wv[u][p] = w[p][c];
+          if (w[p] != nullptr && c < chunks) wv[u][p] = w[p][c];
       }
 #pragma unroll
       for (int u = 0; u < kDcUnroll; ++u) {
@@ -428,7 +390,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         if (c >= chunks) break;
 #pragma unroll
         for (int p = 0; p < kDcPairs; ++p) {
-          if (!live[p]) continue;
+          if (w[p] == nullptr) continue;
           const P xv = a[p][c];
 #pragma unroll
           for (int v = 0; v < V; ++v) acc[p] = fmaf(ToF(xv.v[v]), ToF(wv[u][p].v[v]), acc[p]);
@@ -438,7 +400,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
     for (int p = 0; p < kDcPairs; ++p) {
       acc[p] = WarpSum(acc[p]);
-      if (live[p]) total = fmaf(weights[t * top_k + j0 + p], ToF(FromF<T>(acc[p])), total);
+      if (w[p] != nullptr) total = fmaf(scale_of[j0 + p], ToF(FromF<T>(acc[p])), total);
     }
   }
   if (lane != 0) return;
@@ -517,7 +479,7 @@ cudaError_t LaunchMoeDownCombine(DType dtype, const void* act, const int64_t* ta
                                  const void* shared, const float* shared_gate, void* out,
                                  int64_t tokens, int64_t hidden, int64_t inter,
                                  cudaStream_t stream) {
-  if (tokens < 1 || tokens > 65535 || hidden < 1 || top_k < 1 ||
+  if (tokens < 1 || tokens > 65535 || hidden < 1 || top_k < 1 || top_k > kDcMaxK ||
       inter % (16 / static_cast<int64_t>(DTypeSize(dtype))) != 0)
     return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((hidden + kWarps - 1) / kWarps),

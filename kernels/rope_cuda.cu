@@ -31,8 +31,9 @@ __global__ void RopeKernel(T* q, T* k, const int32_t* __restrict__ positions,
   T* v =
       h < q_heads ? q + (t * q_heads + h) * 2 * half : k + (t * k_heads + (h - q_heads)) * 2 * half;
   const float a = ToF(v[i]), b = ToF(v[i + half]);
-  v[i] = FromF<T>(a * c - b * s);
-  v[i + half] = FromF<T>(b * c + a * s);
+  // Explicit fmas: the fused kernel (rope_write_kv_cuda.cu) rounds the same way, bit for bit.
+  v[i] = FromF<T>(fmaf(a, c, -(b * s)));
+  v[i + half] = FromF<T>(fmaf(b, c, a * s));
 }
 
 }  // namespace

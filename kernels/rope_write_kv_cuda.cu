@@ -31,7 +31,7 @@ __device__ __forceinline__ float RowInvRms(const T* x, int head_dim, float eps) 
   float ss = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += 32) {
     const float f = ToF(x[i]);
-    ss += f * f;
+    ss = fmaf(f, f, ss);
   }
   ss = WarpSum(ss);
   return 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
@@ -73,7 +73,8 @@ __global__ void NormRopeWriteKvKernel(AttentionMetaDev meta, AttentionShape shap
     }
     float s, c;
     sincosf(pos * a.inv_freq[i], &s, &c);
-    const T out_lo = FromF<T>(lo * c - hi * s), out_hi = FromF<T>(hi * c + lo * s);
+    // Explicit fmas, as RopeKernel: the compiler may contract a * c - b * s either way.
+    const T out_lo = FromF<T>(fmaf(lo, c, -(hi * s))), out_hi = FromF<T>(fmaf(hi, c, lo * s));
     x[i] = out_lo;
     x[i + half] = out_hi;
     if (dst != nullptr) {
