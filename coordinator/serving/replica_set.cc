@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -200,9 +201,9 @@ bool ReplicaSet::reconfiguring() const {
   return false;
 }
 
-std::vector<ReplicaLoad> ReplicaSet::Loads(int exclude) const {
+void ReplicaSet::Loads(int exclude, std::vector<ReplicaLoad>& loads) const {
   const int n = size();
-  std::vector<ReplicaLoad> loads(static_cast<size_t>(n));
+  loads.assign(static_cast<size_t>(n), ReplicaLoad{});
   {
     MutexLock lock(&c_.state->mu);
     for (int r = 0; r < n && r < static_cast<int>(c_.state->replicas.size()); ++r)
@@ -215,7 +216,6 @@ std::vector<ReplicaLoad> ReplicaSet::Loads(int exclude) const {
     l.outstanding_tokens = outstanding_[static_cast<size_t>(r)];
     l.free_kv_blocks = loop(r)->free_kv_blocks();
   }
-  return loads;
 }
 
 ReplicaLoadInfo ReplicaSet::Load(int r) const {
@@ -268,7 +268,14 @@ StatusOr<std::vector<int64_t>> ReplicaSet::Submit(std::vector<GenerationRequest>
                                                   std::vector<RequestCallbacks> callbacks) {
   if (!placed()) return Unavailable("no plan is serving yet");
   if (requests.empty()) return std::vector<int64_t>{};
-  const std::vector<int> order = router_.Order(requests[0].prompt_ids, Loads());
+  // A fleet's loads are kilobytes: each request thread reuses its buffer
+  // (a fresh one per request was a large allocation, and malloc
+  // consolidated its free lists for each).
+  thread_local std::vector<ReplicaLoad> loads;
+  Loads(-1, loads);
+  // The affinity key (a SHA-256) once, for the order and the record.
+  const std::optional<BlockKey> key = router_.Key(requests[0].prompt_ids);
+  const std::vector<int> order = router_.OrderFor(key, loads);
   if (order.empty()) return Unavailable("no replica is serving");
   Status last = Unavailable("no replica is serving");
   for (int r : order) {
@@ -301,7 +308,7 @@ StatusOr<std::vector<int64_t>> ReplicaSet::Submit(std::vector<GenerationRequest>
         if (!routes[i]->finished) routes_[(*ids)[i]] = routes[i];
       }
     }
-    router_.Routed(requests[0].prompt_ids, r);
+    router_.RoutedFor(key, r);
     return ids;
   }
   if (last.code() == StatusCode::kResourceExhausted && order.size() > 1)
@@ -352,7 +359,9 @@ int ReplicaSet::HandOff(int from) {
   std::vector<Scheduler::Migrant> stay;
   for (Scheduler::Migrant& m : migrants) {
     // The least loaded serving replica, the loads updated as requests move.
-    const std::vector<int> order = router_.Order({}, Loads(from));
+    std::vector<ReplicaLoad> loads;
+    Loads(from, loads);
+    const std::vector<int> order = router_.Order({}, loads);
     if (order.empty()) {
       stay.push_back(std::move(m));
       continue;

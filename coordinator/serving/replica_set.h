@@ -156,7 +156,8 @@ class ReplicaSet : public RequestSink, public PlanControl {
   // The placement thread: waits for the workers (on the control server's
   // registrations and losses, WorkerActivity), then places every replica.
   void PlaceAll();
-  std::vector<ReplicaLoad> Loads(int exclude = -1) const EXCLUDES(routes_mu_);
+  // Every replica's load into `loads` (resized; its storage reused).
+  void Loads(int exclude, std::vector<ReplicaLoad>& loads) const EXCLUDES(routes_mu_);
   RequestCallbacks Wrap(const RequestCallbacks& inner, std::shared_ptr<Route> route)
       EXCLUDES(routes_mu_);
   Status CheckReplica(int replica) const;
