@@ -549,15 +549,19 @@ StatusOr<std::string> EncodeEnvelope(const Envelope& envelope, size_t max_bytes)
   return out;
 }
 
-StatusOr<Envelope> DecodeEnvelope(std::string_view bytes, size_t max_bytes) {
+Status DecodeEnvelopeInto(std::string_view bytes, size_t max_bytes, Envelope* out) {
   if (bytes.size() > max_bytes || bytes.size() > static_cast<size_t>(INT_MAX))
     return OutOfRange("message of " + Num(bytes.size()) + " bytes exceeds the limit of " +
                       Num(max_bytes) + " bytes");
-  Envelope envelope;
-  if (!envelope.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+  if (!out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return InvalidArgument("message of " + Num(bytes.size()) +
                            " bytes is not a valid protobuf Envelope");
-  TESSERA_RETURN_IF_ERROR(ValidateEnvelope(envelope));
+  return ValidateEnvelope(*out);
+}
+
+StatusOr<Envelope> DecodeEnvelope(std::string_view bytes, size_t max_bytes) {
+  Envelope envelope;
+  TESSERA_RETURN_IF_ERROR(DecodeEnvelopeInto(bytes, max_bytes, &envelope));
   return envelope;
 }
 

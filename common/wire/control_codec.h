@@ -111,6 +111,11 @@ StatusOr<std::string> EncodeEnvelope(const control::Envelope& envelope,
 // kUnimplemented).
 StatusOr<control::Envelope> DecodeEnvelope(std::string_view bytes,
                                            size_t max_bytes = kDefaultMaxControlMessageBytes);
+// DecodeEnvelope into `*out`, an empty message that may live on a protobuf
+// Arena: a receiver of many frames decodes each onto one arena, so a
+// message's repeated fields and strings cost no heap allocation each.
+// Errors: DecodeEnvelope's; `*out` is then unspecified.
+Status DecodeEnvelopeInto(std::string_view bytes, size_t max_bytes, control::Envelope* out);
 
 // StepBatch <-> control::StepBatch. SamplingParams::logprobs -1 maps to
 // logprobs false and num_top_logprobs 0; n >= 0 to logprobs true and

@@ -70,6 +70,11 @@ Status ValidateTopLogprobs(const google::protobuf::RepeatedPtrField<control::Tok
 Status ValidateTokens(const control::RequestUpdate& u) {
   for (int k = 0; k < u.tokens_size(); ++k) {
     const control::TokenUpdate& t = u.tokens(k);
+    // Most tokens carry no log-probabilities: they pass without the
+    // checks' context strings (a leader's updates are validated per token).
+    if (t.token_id() >= -1 && !t.has_logprobs() && t.logprob() == 0.0f &&
+        t.top_logprobs_size() == 0)
+      continue;
     const std::string at = At("tokens", k);
     if (t.token_id() < -1)
       return InvalidArgument(at + ": token_id " + std::to_string(t.token_id()) + " < -1");
@@ -146,11 +151,13 @@ Status ValidateRequestUpdates(const control::RequestUpdates& r) {
         " > prefix_cache_query_tokens " + std::to_string(load.prefix_cache_query_tokens()));
   for (int i = 0; i < r.updates_size(); ++i) {
     const control::RequestUpdate& u = r.updates(i);
-    const std::string at =
-        At("updates", i) + " (request_id " + std::to_string(u.request_id()) + ")";
-    if (u.request_id() <= 0) return InvalidArgument(at + ": request_id <= 0");
-    TESSERA_RETURN_IF_ERROR_CTX(ValidateTokens(u), at);
-    TESSERA_RETURN_IF_ERROR_CTX(ValidateFinish(u), at);
+    // The context is written only for an error.
+    const auto at = [&] {
+      return At("updates", i) + " (request_id " + std::to_string(u.request_id()) + ")";
+    };
+    if (u.request_id() <= 0) return InvalidArgument(at() + ": request_id <= 0");
+    TESSERA_RETURN_IF_ERROR_CTX(ValidateTokens(u), at());
+    TESSERA_RETURN_IF_ERROR_CTX(ValidateFinish(u), at());
   }
   return Status::Ok();
 }

@@ -15,10 +15,15 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-struct Timing {
+// One request's timing and its own callbacks: the instrumented closures
+// hold only a shared_ptr to it, which std::function keeps without an
+// allocation (a closure with more captures costs one each).
+struct Timed {
+  RequestMetrics* metrics = nullptr;
   Clock::time_point arrival;
   bool admitted = false;
   std::optional<Clock::time_point> last_token;
+  RequestCallbacks inner;
 };
 
 }  // namespace
@@ -39,38 +44,40 @@ RequestMetrics::RequestMetrics(MetricsRegistry& r)
 }
 
 RequestCallbacks RequestMetrics::Instrument(RequestCallbacks cb, Clock::time_point arrival) {
-  auto t = std::make_shared<Timing>();
+  auto t = std::make_shared<Timed>();
+  t->metrics = this;
   t->arrival = arrival;
   RequestCallbacks out;
   out.on_prompt_logprobs = std::move(cb.on_prompt_logprobs);
-  out.on_admit = [this, t, inner = std::move(cb.on_admit)] {
+  t->inner = std::move(cb);
+  out.on_admit = [t] {
     if (!t->admitted) {
       t->admitted = true;
-      queue_.Observe(Seconds(t->arrival, Clock::now()));
+      t->metrics->queue_.Observe(Seconds(t->arrival, Clock::now()));
     }
-    if (inner) inner();
+    if (t->inner.on_admit) t->inner.on_admit();
   };
-  out.on_token = [this, t, inner = std::move(cb.on_token)](const std::string& text, int32_t token,
-                                                           const SampledToken* logprobs) {
+  out.on_token = [t](const std::string& text, int32_t token, const SampledToken* logprobs) {
     if (token >= 0) {  // -1: text flushed at the finish, no new token
       const auto now = Clock::now();
       if (!t->last_token) {
-        ttft_.Observe(Seconds(t->arrival, now));
+        t->metrics->ttft_.Observe(Seconds(t->arrival, now));
       } else {
-        itl_.Observe(Seconds(*t->last_token, now));
+        t->metrics->itl_.Observe(Seconds(*t->last_token, now));
       }
       t->last_token = now;
     }
-    if (inner) inner(text, token, logprobs);
+    if (t->inner.on_token) t->inner.on_token(text, token, logprobs);
   };
-  out.on_finish = [this, t, inner = std::move(cb.on_finish)](const GenerationResult& r) {
-    e2e_.Observe(Seconds(t->arrival, Clock::now()));
-    requests_.WithLabels({FinishReasonName(r.finish_reason)}).Inc();
+  out.on_finish = [t](const GenerationResult& r) {
+    RequestMetrics& m = *t->metrics;
+    m.e2e_.Observe(Seconds(t->arrival, Clock::now()));
+    m.requests_.WithLabels({FinishReasonName(r.finish_reason)}).Inc();
     if (r.finish_reason == FinishReason::kError && r.error.code() == StatusCode::kDataLoss)
-      nonfinite_.Inc();
-    prompt_tokens_.Inc(static_cast<double>(r.prompt_tokens));
-    generated_tokens_.Inc(static_cast<double>(r.tokens.size()));
-    if (inner) inner(r);
+      m.nonfinite_.Inc();
+    m.prompt_tokens_.Inc(static_cast<double>(r.prompt_tokens));
+    m.generated_tokens_.Inc(static_cast<double>(r.tokens.size()));
+    if (t->inner.on_finish) t->inner.on_finish(r);
   };
   return out;
 }

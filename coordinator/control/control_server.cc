@@ -398,15 +398,22 @@ void ControlServer::Impl::HandleFrame(std::vector<zmq::message_t>& parts) {
          &counters.dropped_malformed);
     return;
   }
-  StatusOr<control::Envelope> decoded =
-      DecodeEnvelope(parts[1].to_string_view(), options.max_message_bytes);
+  // The frame's message lives on the arena until this frame is handled
+  // (the handlers and on_message keep nothing of it), however they return.
+  struct ResetArena {
+    google::protobuf::Arena& arena;
+    ~ResetArena() { arena.Reset(); }
+  } reset{frame_arena};
+  control::Envelope& envelope =
+      *google::protobuf::Arena::CreateMessage<control::Envelope>(&frame_arena);
+  const Status decoded =
+      DecodeEnvelopeInto(parts[1].to_string_view(), options.max_message_bytes, &envelope);
   if (!decoded.ok()) {
-    Drop(peer, decoded.status(),
-         decoded.status().code() == StatusCode::kUnimplemented ? &counters.dropped_version
-                                                               : &counters.dropped_malformed);
+    Drop(peer, decoded,
+         decoded.code() == StatusCode::kUnimplemented ? &counters.dropped_version
+                                                      : &counters.dropped_malformed);
     return;
   }
-  control::Envelope& envelope = *decoded;
   // The connection it came on (libzmq's ZMQ_SRCFD): the monitor names a
   // closed connection by its file descriptor.
   const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);

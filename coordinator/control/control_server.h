@@ -125,7 +125,9 @@ struct ControlServerOptions {
 
   // Every valid message from a registered worker, and each accepted
   // Register (its Envelope.worker_id set to the assigned id). The envelope
-  // is the handler's to move from: nothing reads it after the call.
+  // is the handler's to move from: nothing reads it after the call. It
+  // lives on an arena that is reset after the call: keep nothing that
+  // points into it (moving a body out of it copies).
   // Optional.
   std::function<void(const ControlPeer& peer, control::Envelope& envelope)> on_message;
   // A registered worker missed its heartbeats, or its connection closed

@@ -14,6 +14,8 @@
 // no lock.
 #pragma once
 
+#include <google/protobuf/arena.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -111,6 +113,13 @@ struct ControlServer::Impl {
 
   explicit Impl(ControlServerOptions o) : options(std::move(o)) {}
 
+  static google::protobuf::ArenaOptions FrameArenaOptions(char* block, size_t bytes) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = block;
+    o.initial_block_size = bytes;
+    return o;
+  }
+
   ControlServerOptions options;
   zmq::context_t context{1};
   std::unique_ptr<zmq::socket_t> router;  // loop thread only, after Start
@@ -128,6 +137,14 @@ struct ControlServer::Impl {
   LogWindow handshake_refusals{kRefusalLogBurst};
   LogWindow key_in_use_refusals{kRefusalLogBurst};
   bool started = false;  // Start succeeded once
+  // Owner thread: HandleFrame decodes each frame onto frame_arena and
+  // resets it after the frame, so a leader's RequestUpdates (a message per
+  // token, a string per text) cost no heap allocation and no free each.
+  // The initial block stays across resets; a larger frame's extra blocks
+  // are freed at its reset.
+  static constexpr size_t kFrameArenaBytes = 256 * 1024;
+  std::unique_ptr<char[]> frame_arena_block{new char[kFrameArenaBytes]};
+  google::protobuf::Arena frame_arena{FrameArenaOptions(frame_arena_block.get(), kFrameArenaBytes)};
   std::atomic<uint64_t> next_seq{1};
   Counters counters;
 

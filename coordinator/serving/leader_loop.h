@@ -11,11 +11,11 @@
 //    cancellations in CancelRequests, named by ids drawn from the replica
 //    set's shared OutputProcessor (unique over the replicas);
 //  - takes the leader's RequestUpdates (from the current plan's leader
-//    only; anything else is dropped) on its own thread, fed by a queue
-//    (the control server's thread moves each message in and wakes the loop
-//    only when the queue was empty; the loop takes all that queued at
-//    once), and runs the requests' callbacks there, in the order the
-//    leader made them;
+//    only; anything else is dropped) on the control server's thread, which
+//    applies them and runs the requests' callbacks there, in the order the
+//    leader made them: no thread of its own, so an update costs no hand-over
+//    and no wake-up of another thread (issue #33: one owner thread per
+//    replica, or none at all);
 //  - keeps each request until it finishes: its request, the tokens and
 //    log-probabilities delivered so far and its text, so that a pause
 //    (a re-plan or a fault) re-queues the unfinished ones and Resume sends
@@ -31,10 +31,11 @@
 // done: a paused replica's requests wait for its next plan.
 //
 // Thread-safety: as ReplicaLoop's; OnUpdates from the control server's
-// thread. State shared by the threads is guarded by mu_, the queue of
-// updates and the gate OnUpdates checks by inbox_mu_ (taken after mu_,
-// never before it), so the control server's thread never waits while the
-// loop applies updates; callbacks run on the loop thread with no lock held.
+// thread only (one caller at a time). State shared by the threads is
+// guarded by mu_; callbacks run with no lock held: OnUpdates' on its
+// thread, those of requests ended by Cancel, Stop or a failed send on the
+// caller's. Stop waits for an OnUpdates running callbacks to return, so no
+// update's callback runs after Stop's.
 #pragma once
 
 #include <chrono>
@@ -46,7 +47,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/base/mutex.h"
@@ -97,11 +97,11 @@ class LeaderLoop : public ReplicaLoop {
   size_t waiting() const override EXCLUDES(mu_);
   size_t running() const override EXCLUDES(mu_);
 
-  // The control server's thread: the leader `worker_id`'s updates, moved
-  // into the loop's queue. Returns false when they were dropped (not the
-  // current plan's leader); `updates` is left as it was then.
-  bool OnUpdates(const std::string& worker_id, control::RequestUpdates&& updates)
-      EXCLUDES(mu_, inbox_mu_);
+  // The control server's thread: applies the leader `worker_id`'s updates
+  // and runs their callbacks before it returns. Returns false when they
+  // were dropped (not the current plan's leader, or stopped); `updates` is
+  // left as it was then.
+  bool OnUpdates(const std::string& worker_id, control::RequestUpdates&& updates) EXCLUDES(mu_);
 
  private:
   struct Request {
@@ -116,7 +116,7 @@ class LeaderLoop : public ReplicaLoop {
   };
   // What one request's callbacks are told, in this order: its admissions,
   // its prompt's log-probabilities, its tokens, its finish. Run on the
-  // loop thread (or the caller's) with no lock held.
+  // control server's thread (or the caller's) with no lock held.
   struct Delivery {
     std::shared_ptr<const RequestCallbacks> callbacks;
     uint32_t admissions = 0;
@@ -130,14 +130,13 @@ class LeaderLoop : public ReplicaLoop {
     int32_t id = -1;
     std::optional<SampledToken> logprobs;
   };
-  // The loop keeps one and reuses its storage: a token costs no allocation.
+  // OnUpdates keeps one and reuses its storage: a token costs no allocation.
   struct Deliveries {
     std::vector<Delivery> items;
     std::vector<DeliveredToken> tokens;  // the items' tokens, in order
   };
   enum class Mode { kRunning, kDraining, kPaused };
 
-  void Loop() EXCLUDES(mu_, inbox_mu_);
   // Applies one RequestUpdates (under mu_): its deliveries go to `out`, in
   // order.
   void ApplyLocked(control::RequestUpdates& updates, Deliveries& out) REQUIRES(mu_);
@@ -150,10 +149,6 @@ class LeaderLoop : public ReplicaLoop {
   void Finish(Request& r, FinishReason reason, Status error, Delivery& d) REQUIRES(mu_);
   // Finish with a delivery of its own, appended to `out`.
   void FinishAlone(Request& r, FinishReason reason, Status error, Deliveries& out) REQUIRES(mu_);
-  // Sets the gate OnUpdates checks: updates of `plan_version` (0: none)
-  // from `leader` are queued. Under mu_, so it follows plan_version_.
-  void SetGateLocked(uint64_t plan_version, const std::string& leader) REQUIRES(mu_)
-      EXCLUDES(inbox_mu_);
   // Sets r.admitted, keeping admitted_count_.
   void SetAdmittedLocked(Request& r, bool admitted) REQUIRES(mu_);
   static void Run(Deliveries& deliveries);
@@ -169,10 +164,11 @@ class LeaderLoop : public ReplicaLoop {
   std::atomic<bool> started_{false};
   std::atomic<int64_t> free_blocks_{0};
   std::atomic<int64_t> kv_blocks_{0};
-  std::thread thread_;
 
   mutable Mutex mu_;
   std::condition_variable_any drain_cv_;  // Pause: a request finished, or health changed
+  // Stop: the OnUpdates running callbacks returned (delivering_ fell to 0).
+  std::condition_variable_any delivered_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   Mode mode_ GUARDED_BY(mu_) = Mode::kRunning;
   uint64_t plan_version_ GUARDED_BY(mu_) = 0;  // 0 while paused: no updates taken
@@ -183,15 +179,13 @@ class LeaderLoop : public ReplicaLoop {
   // Submits held while paused (each all or none), the re-queued first.
   std::deque<std::vector<int64_t>> held_ GUARDED_BY(mu_);
   int requeued_ GUARDED_BY(mu_) = 0;  // since the last Pause returned
-  // The queue of updates and its gate (what plan_version_ and leader_ were
-  // when last set, and stop_): the control server's thread takes only
-  // inbox_mu_, so it never waits while the loop applies updates under mu_.
-  Mutex inbox_mu_;                        // taken after mu_, never before it
-  std::condition_variable_any inbox_cv_;  // the loop thread: the inbox became non-empty, or closed
-  std::vector<control::RequestUpdates> inbox_ GUARDED_BY(inbox_mu_);
-  uint64_t inbox_plan_version_ GUARDED_BY(inbox_mu_) = 0;  // 0: none taken
-  std::string inbox_leader_ GUARDED_BY(inbox_mu_);
-  bool inbox_closed_ GUARDED_BY(inbox_mu_) = false;  // stopping
+  // An OnUpdates is running the callbacks of updates it applied (0 or 1:
+  // one caller at a time).
+  int delivering_ GUARDED_BY(mu_) = 0;
+  // OnUpdates' deliveries, reused (its storage stays): only OnUpdates
+  // touches it, under mu_ while applying and with no lock while delivering
+  // (delivering_ says so, and Stop waits for it).
+  Deliveries inbound_;
   // The metrics' series of this replica (null without metrics), looked up
   // once: an update costs no label lookup.
   Gauge* used_blocks_ = nullptr;

@@ -5,17 +5,17 @@
 
 namespace tessera {
 
-bool ReplicaRouter::KeyOf(const std::vector<int32_t>& prompt, BlockKey* key) const {
-  if (options_.block_size <= 0 || static_cast<int64_t>(prompt.size()) < options_.block_size)
-    return false;
-  *key = ChainBlockKey(
+std::optional<BlockKey> ReplicaRouter::Key(const std::vector<int32_t>& prompt) const {
+  if (options_.affinity_slack_tokens <= 0 || options_.block_size <= 0 ||
+      static_cast<int64_t>(prompt.size()) < options_.block_size)
+    return std::nullopt;
+  return ChainBlockKey(
       nullptr, options_.model_id, 0,
       std::span<const int32_t>(prompt.data(), static_cast<size_t>(options_.block_size)));
-  return true;
 }
 
-std::vector<int> ReplicaRouter::Order(const std::vector<int32_t>& prompt,
-                                      const std::vector<ReplicaLoad>& loads) {
+std::vector<int> ReplicaRouter::OrderFor(const std::optional<BlockKey>& key,
+                                         const std::vector<ReplicaLoad>& loads) {
   std::vector<int> order;
   bool any_ready = false;
   for (const ReplicaLoad& l : loads) any_ready |= l.ready && l.accepting;
@@ -40,12 +40,11 @@ std::vector<int> ReplicaRouter::Order(const std::vector<int32_t>& prompt,
     if (x.free_kv_blocks != y.free_kv_blocks) return x.free_kv_blocks > y.free_kv_blocks;
     return turn(a) < turn(b);
   });
-  BlockKey key;
-  if (options_.affinity_slack_tokens <= 0 || !KeyOf(prompt, &key)) return order;
+  if (!key) return order;
   int affine = -1;
   {
     MutexLock lock(&mu_);
-    auto it = index_.find(key);
+    auto it = index_.find(*key);
     if (it != index_.end()) affine = it->second->second;
   }
   auto pos = std::find(order.begin(), order.end(), affine);
@@ -59,18 +58,17 @@ std::vector<int> ReplicaRouter::Order(const std::vector<int32_t>& prompt,
   return order;
 }
 
-void ReplicaRouter::Routed(const std::vector<int32_t>& prompt, int replica) {
-  BlockKey key;
-  if (options_.affinity_slack_tokens <= 0 || !KeyOf(prompt, &key)) return;
+void ReplicaRouter::RoutedFor(const std::optional<BlockKey>& key, int replica) {
+  if (!key) return;
   MutexLock lock(&mu_);
-  auto it = index_.find(key);
+  auto it = index_.find(*key);
   if (it != index_.end()) {
     it->second->second = replica;
     lru_.splice(lru_.begin(), lru_, it->second);
     return;
   }
-  lru_.emplace_front(key, replica);
-  index_[key] = lru_.begin();
+  lru_.emplace_front(*key, replica);
+  index_[*key] = lru_.begin();
   while (lru_.size() > options_.affinity_entries) {
     index_.erase(lru_.back().first);
     lru_.pop_back();

@@ -36,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -71,13 +72,26 @@ class ReplicaRouter {
  public:
   explicit ReplicaRouter(RouterOptions options) : options_(std::move(options)) {}
 
+  // The affinity key of `prompt` (its first block's; none when the prompt
+  // is shorter than a block or affinity is off), for OrderFor and
+  // RoutedFor: a request computes it once.
+  std::optional<BlockKey> Key(const std::vector<int32_t>& prompt) const;
   // The replicas to try for a request with `prompt`, best first (see the
   // header comment); empty when no replica accepts.
   std::vector<int> Order(const std::vector<int32_t>& prompt, const std::vector<ReplicaLoad>& loads)
-      EXCLUDES(mu_);
+      EXCLUDES(mu_) {
+    return OrderFor(Key(prompt), loads);
+  }
+  // Order, for a request whose affinity key is `key` (Key).
+  std::vector<int> OrderFor(const std::optional<BlockKey>& key,
+                            const std::vector<ReplicaLoad>& loads) EXCLUDES(mu_);
   // `prompt`'s request went to `replica`: later requests with its first
   // block prefer it.
-  void Routed(const std::vector<int32_t>& prompt, int replica) EXCLUDES(mu_);
+  void Routed(const std::vector<int32_t>& prompt, int replica) EXCLUDES(mu_) {
+    RoutedFor(Key(prompt), replica);
+  }
+  // Routed, for a request whose affinity key is `key` (Key).
+  void RoutedFor(const std::optional<BlockKey>& key, int replica) EXCLUDES(mu_);
   // Forgets the prefixes routed to `replica` (its plan changed: its prefix
   // cache is empty).
   void Forget(int replica) EXCLUDES(mu_);
@@ -85,9 +99,6 @@ class ReplicaRouter {
   const RouterOptions& options() const { return options_; }
 
  private:
-  // The first block's key; false when the prompt is shorter than a block.
-  bool KeyOf(const std::vector<int32_t>& prompt, BlockKey* key) const;
-
   const RouterOptions options_;
   std::atomic<uint64_t> turn_{0};  // where the tie order starts next
   Mutex mu_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -200,9 +201,9 @@ bool ReplicaSet::reconfiguring() const {
   return false;
 }
 
-std::vector<ReplicaLoad> ReplicaSet::Loads(int exclude) const {
+void ReplicaSet::Loads(int exclude, std::vector<ReplicaLoad>& loads) const {
   const int n = size();
-  std::vector<ReplicaLoad> loads(static_cast<size_t>(n));
+  loads.assign(static_cast<size_t>(n), ReplicaLoad{});
   {
     MutexLock lock(&c_.state->mu);
     for (int r = 0; r < n && r < static_cast<int>(c_.state->replicas.size()); ++r)
@@ -215,7 +216,6 @@ std::vector<ReplicaLoad> ReplicaSet::Loads(int exclude) const {
     l.outstanding_tokens = outstanding_[static_cast<size_t>(r)];
     l.free_kv_blocks = loop(r)->free_kv_blocks();
   }
-  return loads;
 }
 
 ReplicaLoadInfo ReplicaSet::Load(int r) const {
@@ -235,31 +235,38 @@ ReplicaLoadInfo ReplicaSet::Load(int r) const {
   return info;
 }
 
-RequestCallbacks ReplicaSet::Wrap(const RequestCallbacks& inner, std::shared_ptr<Route> route) {
+RequestCallbacks ReplicaSet::Wrap(const std::shared_ptr<Route>& route) {
+  // Each closure holds the route alone (no copy of the request's own
+  // callbacks, no allocation): set and inner are fixed in it.
+  const RequestCallbacks& inner = *route->inner;
   RequestCallbacks cb;
-  cb.on_admit = inner.on_admit;
-  cb.on_prompt_logprobs = inner.on_prompt_logprobs;
-  cb.on_token = [this, route, f = inner.on_token](const std::string& text, int32_t token,
-                                                  const SampledToken* logprobs) {
+  if (inner.on_admit) cb.on_admit = [route] { route->inner->on_admit(); };
+  if (inner.on_prompt_logprobs)
+    cb.on_prompt_logprobs = [route](const std::vector<SampledToken>& prompt) {
+      route->inner->on_prompt_logprobs(prompt);
+    };
+  cb.on_token = [route](const std::string& text, int32_t token, const SampledToken* logprobs) {
+    ReplicaSet& set = *route->set;
     if (token >= 0) {
-      MutexLock lock(&routes_mu_);
+      MutexLock lock(&set.routes_mu_);
       if (route->remaining > 0) {
         --route->remaining;
-        --outstanding_[static_cast<size_t>(route->replica)];
+        --set.outstanding_[static_cast<size_t>(route->replica)];
       }
     }
-    if (f) f(text, token, logprobs);
+    if (route->inner->on_token) route->inner->on_token(text, token, logprobs);
   };
-  cb.on_finish = [this, route, f = inner.on_finish](const GenerationResult& result) {
+  cb.on_finish = [route](const GenerationResult& result) {
+    ReplicaSet& set = *route->set;
     {
-      MutexLock lock(&routes_mu_);
-      outstanding_[static_cast<size_t>(route->replica)] -= route->remaining;
+      MutexLock lock(&set.routes_mu_);
+      set.outstanding_[static_cast<size_t>(route->replica)] -= route->remaining;
       route->remaining = 0;
       route->finished = true;
-      ++finished_[static_cast<size_t>(route->replica)];
-      if (route->id >= 0) routes_.erase(route->id);
+      ++set.finished_[static_cast<size_t>(route->replica)];
+      if (route->id >= 0) set.routes_.erase(route->id);
     }
-    if (f) f(result);
+    if (route->inner->on_finish) route->inner->on_finish(result);
   };
   return cb;
 }
@@ -268,23 +275,38 @@ StatusOr<std::vector<int64_t>> ReplicaSet::Submit(std::vector<GenerationRequest>
                                                   std::vector<RequestCallbacks> callbacks) {
   if (!placed()) return Unavailable("no plan is serving yet");
   if (requests.empty()) return std::vector<int64_t>{};
-  const std::vector<int> order = router_.Order(requests[0].prompt_ids, Loads());
+  // A fleet's loads are kilobytes: each request thread reuses its buffer
+  // (a fresh one per request was a large allocation, and malloc
+  // consolidated its free lists for each).
+  thread_local std::vector<ReplicaLoad> loads;
+  Loads(-1, loads);
+  // The affinity key (a SHA-256) once, for the order and the record.
+  const std::optional<BlockKey> key = router_.Key(requests[0].prompt_ids);
+  const std::vector<int> order = router_.OrderFor(key, loads);
   if (order.empty()) return Unavailable("no replica is serving");
+  // Each request's callbacks, shared by the routes of every replica tried.
+  std::vector<std::shared_ptr<const RequestCallbacks>> inner;
+  inner.reserve(callbacks.size());
+  for (RequestCallbacks& cb : callbacks)
+    inner.push_back(std::make_shared<const RequestCallbacks>(std::move(cb)));
   Status last = Unavailable("no replica is serving");
   for (int r : order) {
     std::vector<std::shared_ptr<Route>> routes;
     std::vector<RequestCallbacks> wrapped;
     {
       MutexLock lock(&routes_mu_);
-      for (const GenerationRequest& q : requests) {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const GenerationRequest& q = requests[i];
         auto route = std::make_shared<Route>();
+        route->set = this;
+        route->inner = inner[i];
         route->replica = r;
         route->remaining = Cost(q);
         outstanding_[static_cast<size_t>(r)] += route->remaining;
         routes.push_back(std::move(route));
       }
     }
-    for (size_t i = 0; i < requests.size(); ++i) wrapped.push_back(Wrap(callbacks[i], routes[i]));
+    for (const auto& route : routes) wrapped.push_back(Wrap(route));
     // The requests are copied: a full queue passes them to the next replica.
     auto ids = loop(r)->Submit(requests, std::move(wrapped));
     {
@@ -301,7 +323,7 @@ StatusOr<std::vector<int64_t>> ReplicaSet::Submit(std::vector<GenerationRequest>
         if (!routes[i]->finished) routes_[(*ids)[i]] = routes[i];
       }
     }
-    router_.Routed(requests[0].prompt_ids, r);
+    router_.RoutedFor(key, r);
     return ids;
   }
   if (last.code() == StatusCode::kResourceExhausted && order.size() > 1)
@@ -352,7 +374,9 @@ int ReplicaSet::HandOff(int from) {
   std::vector<Scheduler::Migrant> stay;
   for (Scheduler::Migrant& m : migrants) {
     // The least loaded serving replica, the loads updated as requests move.
-    const std::vector<int> order = router_.Order({}, Loads(from));
+    std::vector<ReplicaLoad> loads;
+    Loads(from, loads);
+    const std::vector<int> order = router_.Order({}, loads);
     if (order.empty()) {
       stay.push_back(std::move(m));
       continue;

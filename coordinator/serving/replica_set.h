@@ -144,8 +144,13 @@ class ReplicaSet : public RequestSink, public PlanControl {
     LeaderLoop* leader = nullptr;  // `loop`, when the replica schedules on its leader
     std::unique_ptr<PlanRunner> runner;
   };
-  // One routed request; its fields are guarded by routes_mu_.
+  // One routed request: the set and the request's own callbacks (fixed
+  // when it is made), the rest guarded by routes_mu_. Its wrapped callbacks
+  // capture only the Route's shared_ptr, which std::function holds without
+  // an allocation.
   struct Route {
+    ReplicaSet* set = nullptr;
+    std::shared_ptr<const RequestCallbacks> inner;
     int64_t id = -1;  // -1 until Submit returned
     int replica = 0;
     int64_t remaining = 0;  // its part of outstanding_[replica]
@@ -156,9 +161,11 @@ class ReplicaSet : public RequestSink, public PlanControl {
   // The placement thread: waits for the workers (on the control server's
   // registrations and losses, WorkerActivity), then places every replica.
   void PlaceAll();
-  std::vector<ReplicaLoad> Loads(int exclude = -1) const EXCLUDES(routes_mu_);
-  RequestCallbacks Wrap(const RequestCallbacks& inner, std::shared_ptr<Route> route)
-      EXCLUDES(routes_mu_);
+  // Every replica's load into `loads` (resized; its storage reused).
+  void Loads(int exclude, std::vector<ReplicaLoad>& loads) const EXCLUDES(routes_mu_);
+  // The callbacks the replica's loop runs for `route`'s request: they keep
+  // the route's counts, then run route->inner's.
+  static RequestCallbacks Wrap(const std::shared_ptr<Route>& route);
   Status CheckReplica(int replica) const;
 
   Context c_;

@@ -628,6 +628,54 @@ TEST(ControlPlane, CoordinatorAndWorkerExchangeMessages) {
   EXPECT_EQ(clog.Drops(), 0u);
 }
 
+// The server decodes each frame onto an arena it resets after the frame
+// (ControlServer::Impl::frame_arena): frames larger than its first block,
+// and small ones after them, reach on_message whole and in order.
+TEST(ControlPlane, FramesLargerThanTheDecodeArenaArriveWholeAndInOrder) {
+  ServerLog slog;
+  ControlServer server(ServerOptions(&slog, milliseconds(1000)));
+  StatusOr<std::string> endpoint = server.Start("tcp://127.0.0.1:*");
+  ASSERT_TRUE(endpoint.ok());
+  ClientLog clog;
+  ControlClient client(ClientOptions(&clog));
+  ASSERT_TRUE(client.Connect(*endpoint).ok());
+  ASSERT_TRUE(client.Register(ValidRegisterBody(), "w1").ok());
+  ASSERT_TRUE(client.WaitRegistered(milliseconds(3000)).ok());
+
+  // A request's updates of `tokens` tokens, each with a `text_bytes` text
+  // (long texts live outside a string's inline buffer).
+  auto updates = [](int64_t request_id, int tokens, size_t text_bytes) {
+    Envelope e;
+    control::RequestUpdates* r = e.mutable_request_updates();
+    r->set_plan_version(7);
+    control::RequestUpdate* u = r->add_updates();
+    u->set_request_id(request_id);
+    for (int i = 0; i < tokens; ++i) {
+      control::TokenUpdate* t = u->add_tokens();
+      t->set_token_id(i);
+      t->set_text(std::string(text_bytes, static_cast<char>('a' + i % 26)));
+    }
+    return e;
+  };
+  // 1 MiB and 2 MiB of text, around small frames.
+  const std::vector<Envelope> sent = {updates(1, 4096, 256), updates(2, 3, 1),
+                                      updates(3, 1024, 2048), updates(4, 1, 40)};
+  for (const Envelope& e : sent) ASSERT_TRUE(client.Send(e).ok());
+  ASSERT_TRUE(WaitUntil([&] { return slog.Count(Envelope::kRequestUpdates) == sent.size(); },
+                        milliseconds(5000)));
+  std::lock_guard<std::mutex> lock(slog.mu);
+  std::vector<Envelope> got;
+  for (const auto& m : slog.messages)
+    if (m.second.has_request_updates()) got.push_back(m.second);
+  ASSERT_EQ(got.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    SCOPED_TRACE("frame " + std::to_string(i));
+    EXPECT_EQ(got[i].request_updates().SerializeAsString(),
+              sent[i].request_updates().SerializeAsString());
+  }
+  EXPECT_TRUE(slog.drops.empty());
+}
+
 TEST(ControlPlane, ClientDropsBadMessagesAndRetriesRegister) {
   // A hand-driven ROUTER plays the coordinator.
   zmq::context_t context(1);

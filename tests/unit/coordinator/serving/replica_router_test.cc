@@ -130,6 +130,19 @@ TEST(ReplicaRouter, PrefixAffinityWithinTheSlack) {
   loads[1].outstanding_tokens = 6;
   EXPECT_EQ(router.Order(a2, loads)[0], 2) << "forgotten: least loaded";
 
+  // A request's key computed once (ReplicaSet::Submit) routes as its prompt
+  // does: the same key for the same first block, none below a block.
+  EXPECT_EQ(router.Key(a), router.Key(a2));
+  EXPECT_NE(router.Key(a), router.Key(b));
+  EXPECT_FALSE(router.Key(short_prompt).has_value());
+  router.RoutedFor(router.Key(b), 0);
+  loads[0].outstanding_tokens = 7;  // 2 above the least loaded (replica 2: 5)
+  EXPECT_EQ(router.OrderFor(router.Key(b), loads)[0], 0) << "affinity through the key";
+  EXPECT_EQ(router.Order(b, loads), router.OrderFor(router.Key(b), loads));
+  RouterOptions off = o;
+  off.affinity_slack_tokens = 0;
+  EXPECT_FALSE(ReplicaRouter(off).Key(a).has_value()) << "no affinity: no key to compute";
+
   // Under a stream of requests from 5 prefix groups the spread stays within
   // slack + R, and most requests of a group land on one replica.
   ReplicaRouter r2(o);
