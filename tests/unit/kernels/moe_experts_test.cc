@@ -47,16 +47,21 @@ Case MakeCase() {
   return c;
 }
 
-// The grouped path over held experts [begin, end), with an optional shared expert.
-std::vector<float> Grouped(const Case& c, int64_t begin, int64_t end, const Tensor& shared,
-                           const Tensor& shared_gate, Tensor* totals) {
+// The expert table of held experts [begin, end).
+StatusOr<MoeExpertTable> TableOf(const Case& c, int64_t begin, int64_t end) {
   std::vector<Tensor> gate, up, down;
   for (int64_t e = begin; e < end; ++e) {
     gate.push_back(c.all[static_cast<size_t>(e)].gate);
     up.push_back(c.all[static_cast<size_t>(e)].up);
     down.push_back(c.all[static_cast<size_t>(e)].down);
   }
-  auto table = MakeMoeExpertTable(CpuBackend(), gate, up, down);
+  return MakeMoeExpertTable(CpuBackend(), gate, up, down);
+}
+
+// The grouped path over held experts [begin, end), with an optional shared expert.
+std::vector<float> Grouped(const Case& c, int64_t begin, int64_t end, const Tensor& shared,
+                           const Tensor& shared_gate, Tensor* totals) {
+  auto table = TableOf(c, begin, end);
   EXPECT_TRUE(table.ok()) << table.status().ToString();
   MoeRouting r;
   EXPECT_TRUE(MoeSortByExpert(CpuBackend(), c.ids, begin, end, r, totals).ok());
@@ -205,13 +210,7 @@ TEST(MoeExperts, ErrorsNameTheExpertAndTheTensor) {
 TEST(MoeExperts, DownCombineIsTheDownProductThenTheCombine) {
   const Case c = MakeCase();
   const Tensor shared = Random({c.tokens, c.hidden}, 5), shared_gate = Random({c.tokens, 1}, 6);
-  std::vector<Tensor> gate, up, down;
-  for (int64_t e = 1; e < 4; ++e) {
-    gate.push_back(c.all[static_cast<size_t>(e)].gate);
-    up.push_back(c.all[static_cast<size_t>(e)].up);
-    down.push_back(c.all[static_cast<size_t>(e)].down);
-  }
-  auto table = MakeMoeExpertTable(CpuBackend(), gate, up, down);
+  auto table = TableOf(c, 1, 4);
   ASSERT_TRUE(table.ok()) << table.status().ToString();
   MoeRouting r;
   ASSERT_TRUE(MoeSortByExpert(CpuBackend(), c.ids, 1, 4, r, nullptr).ok());
