@@ -51,6 +51,7 @@ Status CheckMoeDownCombine(const Tensor& act, const MoeExpertTable& table,
 namespace cuda {
 // Whether the one launch takes this step (the conditions above).
 bool MoeDownCombineFuses(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing);
+// The one launch; kernels::MoeDownCombine calls it after the checks, when MoeDownCombineFuses.
 Status MoeDownCombine(const Tensor& act, const MoeExpertTable& table, const MoeRouting& routing,
                       const Tensor& expert_ids, int64_t expert_begin, const Tensor& weights,
                       const Tensor& shared, const Tensor& shared_gate, Tensor& out);
