@@ -286,8 +286,8 @@ void CoordinatorDaemon::Stop() {
     MutexLock lock(&state_.mu);
     if (state_.stopping) return;
     state_.stopping = true;
+    state_.NotifyAll();
   }
-  state_.cv.notify_all();
   // The waits on the control server's events (placement, a re-plan's
   // liveness checks) look at `stopping` too.
   if (control_) control_->activity().Notify();

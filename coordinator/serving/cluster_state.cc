@@ -20,6 +20,23 @@ bool ReplicaPlan::InPlan(const std::string& worker_id) const {
                      [&](const Assignment& a) { return a.worker_id == worker_id; });
 }
 
+void ClusterState::SizeReplicas(size_t n) {
+  replicas.resize(n);
+  replica_cvs.resize(n);
+  for (auto& c : replica_cvs)
+    if (!c) c = std::make_unique<std::condition_variable_any>();
+}
+
+void ClusterState::NotifyReplica(int replica) {
+  if (replica >= 0 && replica < static_cast<int>(replica_cvs.size()))
+    replica_cvs[static_cast<size_t>(replica)]->notify_all();
+}
+
+void ClusterState::NotifyAll() {
+  cv.notify_all();
+  for (auto& c : replica_cvs) c->notify_all();
+}
+
 std::shared_ptr<RemoteExecutor> ClusterState::Executor(int replica) const {
   MutexLock lock(&exec_mu);
   if (replica < 0 || replica >= static_cast<int>(executors.size())) return nullptr;
@@ -89,7 +106,8 @@ const WorkerExclusion& ClusterState::Exclude(const std::string& worker_id, const
   e.until = std::chrono::steady_clock::now() +
             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                 std::chrono::duration<double>(seconds));
-  cv.notify_all();
+  // A spare's exclusion concerns every replica that needs workers.
+  NotifyAll();
   return e;
 }
 
@@ -141,7 +159,7 @@ int ClusterState::MarkFailed(const std::string& worker_id, const Status& why,
       lost_since.erase(worker_id);
     replica = ReplicaOf(worker_id);
     if (replica >= 0 && !replicas[static_cast<size_t>(replica)].serving) replica = -1;
-    cv.notify_all();
+    NotifyAll();  // its replica's load waits, and the exclusions it ends
   }
   MutexLock lock(&exec_mu);
   for (const auto& e : executors)

@@ -11,9 +11,14 @@
 // or an Error names its replica by its plan version.
 //
 // Every field names the mutex that guards it (GUARDED_BY, checked by clang:
-// scripts/thread-safety). `cv` is notified whenever something a waiter
-// waits for changes: a worker registered or was lost, a Loaded or an Error
-// while loading, a placement failure, serving started, stopping.
+// scripts/thread-safety). There is no fleet-wide condition variable that
+// every replica waits on: each replica's plan runner waits on its own
+// (ReplicaCv), woken only by what concerns it (NotifyReplica: a Loaded, a
+// LoadProgress or an Error of its plan, a job queued for it) or by what may
+// concern any replica (NotifyAll: a worker registered, lost or excluded,
+// stopping). `cv` is the daemon's own: WaitReady waits on it for readiness,
+// a placement failure or stopping (NotifyAll wakes it too). A 512-replica
+// fleet loading its plans thus wakes one thread per load message, not 512.
 //
 // Thread-safety: take `mu` (MutexLock) for the guarded fields (the
 // replicas' plans included), `exec_mu` for the executors; never `mu` inside
@@ -114,11 +119,14 @@ struct WorkerExclusion {
 
 struct ClusterState {
   mutable Mutex mu;
-  std::condition_variable_any cv;  // see the header comment; wait with `mu`
+  std::condition_variable_any cv;  // the daemon's (see the header comment); wait with `mu`
 
-  // One per replica: sized once by the first placement (empty before it),
-  // never resized after.
+  // One per replica: sized once by the first placement (SizeReplicas; empty
+  // before it), never resized after.
   std::vector<ReplicaPlan> replicas GUARDED_BY(mu);
+  // replicas[r]'s condition variable (ReplicaCv), sized with `replicas`;
+  // each one's address is stable.
+  std::vector<std::unique_ptr<std::condition_variable_any>> replica_cvs GUARDED_BY(mu);
   // ReplicaOf's index: worker id -> the replica whose plan gives it a rank.
   // Kept by SetAssignments, the one writer of ReplicaPlan::assignments' ids.
   std::unordered_map<std::string, int> replica_of_worker GUARDED_BY(mu);
@@ -151,6 +159,19 @@ struct ClusterState {
   // plan runner. Sized with `replicas`.
   mutable Mutex exec_mu;
   std::vector<std::shared_ptr<RemoteExecutor>> executors GUARDED_BY(exec_mu);
+
+  // Sizes `replicas` and their condition variables to `n` (once: the first
+  // placement).
+  void SizeReplicas(size_t n) REQUIRES(mu);
+  // Replica `replica`'s condition variable: its plan runner waits on it with
+  // `mu`.
+  std::condition_variable_any& ReplicaCv(int replica) REQUIRES(mu) {
+    return *replica_cvs[static_cast<size_t>(replica)];
+  }
+  // Wakes replica `replica`'s waiters (none when out of range).
+  void NotifyReplica(int replica) REQUIRES(mu);
+  // Wakes every waiter: the daemon's and every replica's.
+  void NotifyAll() REQUIRES(mu);
 
   std::shared_ptr<RemoteExecutor> Executor(int replica) const EXCLUDES(exec_mu);
   // The executor of plan `plan_version` (null when no replica runs it).

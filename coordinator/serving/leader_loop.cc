@@ -72,10 +72,66 @@ void LeaderLoop::Stop() {
 
 void LeaderLoop::Wake() { drain_cv_.notify_all(); }
 
-Status LeaderLoop::Adopt(std::vector<Scheduler::Migrant>* migrants) {
+std::vector<ReplicaMigrant> LeaderLoop::TakeWaiting() {
+  std::vector<ReplicaMigrant> out;
+  MutexLock lock(&mu_);
+  if (stop_ || mode_ != Mode::kPaused) return out;
+  for (const std::vector<int64_t>& ids : held_)
+    for (int64_t id : ids) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;  // cancelled while held
+      Request& r = it->second;
+      HeldRequest h;
+      h.id = id;
+      h.request = std::move(r.request);
+      h.callbacks = std::move(r.callbacks);
+      h.result = std::move(r.result);
+      SetAdmittedLocked(r, false);
+      requests_.erase(it);
+      out.emplace_back(std::move(h));
+    }
+  held_.clear();
+  return out;
+}
+
+Status LeaderLoop::Adopt(std::vector<ReplicaMigrant>* migrants) {
   if (migrants->empty()) return Status::Ok();
-  return FailedPrecondition("replica " + replica_ +
-                            " schedules on its leader: it adopts no queued request");
+  if (!started()) return Unavailable("replica " + replica_ + " is not serving yet");
+  const int64_t blocks = kv_blocks_.load(std::memory_order_relaxed);
+  for (const ReplicaMigrant& m : *migrants) {
+    const auto* h = std::get_if<HeldRequest>(&m);
+    if (h == nullptr)
+      return FailedPrecondition("request " + std::to_string(MigrantId(m)) +
+                                " was queued by a coordinator's scheduler; replica " + replica_ +
+                                " schedules on its leader");
+    TESSERA_RETURN_IF_ERROR(
+        ValidateGenerationRequest(h->request, model_, options_, has_tokenizer_, blocks, block_size_)
+            .WithContext("request " + std::to_string(h->id) + " moving to replica " + replica_));
+  }
+  std::vector<int64_t> ids;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return Unavailable(kShuttingDownMessage);
+    for (ReplicaMigrant& m : *migrants) {
+      HeldRequest& h = std::get<HeldRequest>(m);
+      Request& r = requests_[h.id];
+      r.id = h.id;
+      r.request = std::move(h.request);
+      // Its Submit's other requests went elsewhere or finished: it
+      // prefills alone.
+      r.request.share_prompt_of = -1;
+      r.callbacks = std::move(h.callbacks);
+      r.result = std::move(h.result);
+      ids.push_back(h.id);
+    }
+    if (mode_ == Mode::kRunning) {
+      SendLocked(ids);
+    } else {
+      held_.push_front(ids);  // they waited longest
+    }
+  }
+  migrants->clear();
+  return Status::Ok();
 }
 
 StatusOr<std::vector<int64_t>> LeaderLoop::Submit(std::vector<GenerationRequest> requests,

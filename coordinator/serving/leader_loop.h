@@ -27,8 +27,13 @@
 // blocks); waiting and running are counted here (sent and not admitted /
 // admitted and not finished).
 //
-// Moving queued requests to another replica (TakeWaiting / Adopt) is not
-// done: a paused replica's requests wait for its next plan.
+// Moving queued requests to another replica (ReplicaSet::HandOff): while
+// paused, TakeWaiting gives up the requests held here (those re-queued from
+// the old plan's leader, with their output so far, and those submitted
+// since) as HeldRequests; another LeaderLoop's Adopt sends them to its own
+// leader (or holds them, paused), so a broken replica's requests resume on
+// the replicas that serve while it re-plans, exactly as they would on its
+// next plan. Running, nothing is taken: what was sent is at the leader.
 //
 // Thread-safety: as ReplicaLoop's; OnUpdates from the control server's
 // thread only (one caller at a time). State shared by the threads is
@@ -80,8 +85,8 @@ class LeaderLoop : public ReplicaLoop {
   bool started() const override { return started_.load(std::memory_order_acquire); }
   void Stop() override EXCLUDES(mu_);
   void Wake() override EXCLUDES(mu_);
-  std::vector<Scheduler::Migrant> TakeWaiting() override { return {}; }
-  Status Adopt(std::vector<Scheduler::Migrant>* migrants) override;
+  std::vector<ReplicaMigrant> TakeWaiting() override EXCLUDES(mu_);
+  Status Adopt(std::vector<ReplicaMigrant>* migrants) override EXCLUDES(mu_);
   int64_t free_kv_blocks() const override { return free_blocks_.load(std::memory_order_relaxed); }
   int64_t kv_blocks() const override { return kv_blocks_.load(std::memory_order_relaxed); }
   std::optional<int> Pause(double drain_seconds) override EXCLUDES(mu_);

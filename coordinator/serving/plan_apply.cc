@@ -275,10 +275,11 @@ Status PlanRunner::ApplyPlan(const ParallelConfig& planned_layout,
       }
       if (std::chrono::steady_clock::now() >= deadline)
         return ExcludeLoadCulprits(version, "", nullptr);
-      // Each condition above changes under `mu` and notifies `cv` (a Loaded
-      // or an Error: WorkerEvents; a lost worker: MarkFailed; Stop), so
-      // sleep until one does or the load deadline passes.
-      state_.cv.wait_until(state_.mu, deadline);
+      // Each condition above changes under `mu` and notifies this replica's
+      // condition variable (a Loaded or an Error of its plan: WorkerEvents;
+      // a lost worker: MarkFailed; Stop), so sleep until one does or the
+      // load deadline passes.
+      state_.ReplicaCv(replica_).wait_until(state_.mu, deadline);
     }
     for (const Assignment& a : rep().assignments) {
       reused += a.reused_weight_bytes;

@@ -55,7 +55,7 @@ void PlanRunner::SetReady(bool ready) {
   MutexLock lock(&state_.mu);
   rep().ready = ready;
   state_.UpdateReady();
-  state_.cv.notify_all();
+  state_.cv.notify_all();  // WaitReady
 }
 
 void PlanRunner::Serve(ReplicaStart first) {
@@ -99,7 +99,7 @@ void PlanRunner::Serve(ReplicaStart first) {
     {
       MutexLock lock(&state_.mu);
       rep().degraded = "first placement failed: " + applied.message();
-      state_.cv.notify_all();
+      state_.NotifyReplica(replica_);
     }
     RequestReplan("first placement failed: " + applied.message(), /*fault=*/true,
                   /*culprit_known=*/true);
@@ -148,7 +148,7 @@ void PlanRunner::RequestReplan(
   job.plan_version = rep().plan_version;
   job.raised = first_sign;
   jobs_.push_back(std::move(job));
-  state_.cv.notify_all();
+  state_.NotifyReplica(replica_);
 }
 
 void PlanRunner::OnStepFailed(const Status& failed) {
@@ -259,7 +259,7 @@ Status PlanRunner::Apply(PlanProposal proposal, PlanApplyDone done) {
   }
   job.done = std::move(done);
   jobs_.push_back(std::move(job));
-  state_.cv.notify_all();
+  state_.NotifyReplica(replica_);
   return Status::Ok();
 }
 
@@ -330,9 +330,9 @@ bool PlanRunner::AwaitJobOrExclusionEnd() {
     const std::optional<std::chrono::steady_clock::time_point> due =
         rep().NeedsWorkers() ? state_.NextExclusionEnd(replica_, last_job_start_) : std::nullopt;
     if (!due) {
-      state_.cv.wait(state_.mu);
+      state_.ReplicaCv(replica_).wait(state_.mu);
     } else if (std::chrono::steady_clock::now() < *due) {
-      state_.cv.wait_until(state_.mu, *due);
+      state_.ReplicaCv(replica_).wait_until(state_.mu, *due);
     } else {
       return true;
     }

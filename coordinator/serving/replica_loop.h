@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "common/base/status.h"
@@ -29,6 +30,28 @@
 #include "coordinator/serving/request_sink.h"
 
 namespace tessera {
+
+// A request held by a LeaderLoop, not at any leader (its replica paused):
+// what it needs to resume on another replica's leader.
+struct HeldRequest {
+  int64_t id = 0;  // unique over the replicas (their shared OutputProcessor)
+  GenerationRequest request;
+  std::shared_ptr<const RequestCallbacks> callbacks;
+  // The output delivered so far: its tokens are the resume_tokens the next
+  // leader recomputes from and replays through the request's detokenizer.
+  GenerationResult result;
+};
+
+// A waiting request moving between replicas (ReplicaSet::HandOff): a
+// ServingLoop's scheduler's (Scheduler::Migrant) or a LeaderLoop's
+// (HeldRequest). A loop adopts only its own kind; every replica of a
+// coordinator schedules in the same place ([scheduler] runs_on).
+using ReplicaMigrant = std::variant<Scheduler::Migrant, HeldRequest>;
+
+inline int64_t MigrantId(const ReplicaMigrant& m) {
+  if (const auto* s = std::get_if<Scheduler::Migrant>(&m)) return s->id();
+  return std::get<HeldRequest>(m).id;
+}
 
 class ReplicaLoop : public RequestSink {
  public:
@@ -44,9 +67,14 @@ class ReplicaLoop : public RequestSink {
   virtual void Stop() = 0;
   // The executor's health may have changed: a draining loop re-checks it.
   virtual void Wake() = 0;
-  // Moving queued requests between replicas (ReplicaSet::HandOff).
-  virtual std::vector<Scheduler::Migrant> TakeWaiting() = 0;
-  virtual Status Adopt(std::vector<Scheduler::Migrant>* migrants) = 0;
+  // Moving queued requests between replicas (ReplicaSet::HandOff):
+  // TakeWaiting removes the requests that wait here and at no worker (a
+  // ServingLoop: its scheduler's waiting ones; a LeaderLoop: those it holds
+  // while paused); Adopt queues them at the front, all or none (an error
+  // leaves `migrants` as they were: kFailedPrecondition for the other
+  // kind's migrants, kUnavailable when not started or stopped).
+  virtual std::vector<ReplicaMigrant> TakeWaiting() = 0;
+  virtual Status Adopt(std::vector<ReplicaMigrant>* migrants) = 0;
   // KV blocks free (as last known) and the pool's size; 0 before Start.
   virtual int64_t free_kv_blocks() const = 0;
   virtual int64_t kv_blocks() const = 0;

@@ -138,7 +138,7 @@ void ReplicaSet::PlaceAll() {
   TESSERA_LOG_INFO("coordinator", "{} replica(s) of {} on {} worker(s)", n, layouts, infos.size());
   {
     MutexLock lock(&state.mu);
-    state.replicas.resize(n);
+    state.SizeReplicas(n);
     for (size_t r = 0; r < n; ++r) {
       state.replicas[r].parallel = state.replicas[r].wanted = starts[r].parallel;
       state.replicas[r].kv_blocks = starts[r].kv_blocks;
@@ -368,11 +368,11 @@ bool ReplicaSet::OnLeaderUpdates(int replica, const std::string& worker_id,
 
 int ReplicaSet::HandOff(int from) {
   if (!placed() || size() < 2) return 0;
-  std::vector<Scheduler::Migrant> migrants = loop(from)->TakeWaiting();
+  std::vector<ReplicaMigrant> migrants = loop(from)->TakeWaiting();
   if (migrants.empty()) return 0;
-  std::vector<std::vector<Scheduler::Migrant>> to(static_cast<size_t>(size()));
-  std::vector<Scheduler::Migrant> stay;
-  for (Scheduler::Migrant& m : migrants) {
+  std::vector<std::vector<ReplicaMigrant>> to(static_cast<size_t>(size()));
+  std::vector<ReplicaMigrant> stay;
+  for (ReplicaMigrant& m : migrants) {
     // The least loaded serving replica, the loads updated as requests move.
     std::vector<ReplicaLoad> loads;
     Loads(from, loads);
@@ -393,7 +393,7 @@ int ReplicaSet::HandOff(int from) {
     const int dest = order[0];
     {
       MutexLock lock(&routes_mu_);
-      auto it = routes_.find(m.id());
+      auto it = routes_.find(MigrantId(m));
       if (it != routes_.end()) {
         outstanding_[static_cast<size_t>(from)] -= it->second->remaining;
         outstanding_[static_cast<size_t>(dest)] += it->second->remaining;
@@ -406,10 +406,10 @@ int ReplicaSet::HandOff(int from) {
   }
   int moved = 0;
   for (int dest = 0; dest < size(); ++dest) {
-    std::vector<Scheduler::Migrant>& batch = to[static_cast<size_t>(dest)];
+    std::vector<ReplicaMigrant>& batch = to[static_cast<size_t>(dest)];
     if (batch.empty()) continue;
     std::vector<int64_t> ids;
-    for (const Scheduler::Migrant& m : batch) ids.push_back(m.id());
+    for (const ReplicaMigrant& m : batch) ids.push_back(MigrantId(m));
     const size_t count = batch.size();
     Status adopted = loop(dest)->Adopt(&batch);
     if (!adopted.ok()) {
@@ -417,14 +417,14 @@ int ReplicaSet::HandOff(int from) {
       TESSERA_LOG_ERROR("coordinator", "replica {}: handing {} request(s) to replica {}: {}", from,
                         count, dest, adopted.ToString());
       MutexLock lock(&routes_mu_);
-      for (const Scheduler::Migrant& m : batch) {
-        auto it = routes_.find(m.id());
+      for (const ReplicaMigrant& m : batch) {
+        auto it = routes_.find(MigrantId(m));
         if (it == routes_.end()) continue;
         outstanding_[static_cast<size_t>(dest)] -= it->second->remaining;
         outstanding_[static_cast<size_t>(from)] += it->second->remaining;
         it->second->replica = from;
       }
-      for (Scheduler::Migrant& m : batch) stay.push_back(std::move(m));
+      for (ReplicaMigrant& m : batch) stay.push_back(std::move(m));
       continue;
     }
     moved += static_cast<int>(count);

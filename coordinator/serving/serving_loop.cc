@@ -63,14 +63,30 @@ void ServingLoop::Cancel(const std::vector<int64_t>& ids) {
 size_t ServingLoop::waiting() const { return started() ? scheduler_->waiting() : 0; }
 size_t ServingLoop::running() const { return started() ? scheduler_->running() : 0; }
 
-std::vector<Scheduler::Migrant> ServingLoop::TakeWaiting() {
+std::vector<ReplicaMigrant> ServingLoop::TakeWaiting() {
   if (!started()) return {};
-  return scheduler_->TakeWaiting();
+  std::vector<ReplicaMigrant> out;
+  for (Scheduler::Migrant& m : scheduler_->TakeWaiting()) out.emplace_back(std::move(m));
+  return out;
 }
 
-Status ServingLoop::Adopt(std::vector<Scheduler::Migrant>* migrants) {
+Status ServingLoop::Adopt(std::vector<ReplicaMigrant>* migrants) {
   if (!started()) return Unavailable("no plan is serving yet");
-  TESSERA_RETURN_IF_ERROR(scheduler_->AdoptWaiting(migrants));
+  for (const ReplicaMigrant& m : *migrants)
+    if (!std::holds_alternative<Scheduler::Migrant>(m))
+      return FailedPrecondition("request " + std::to_string(MigrantId(m)) +
+                                " was held by a replica that schedules on its leader; this one "
+                                "schedules in the coordinator");
+  std::vector<Scheduler::Migrant> scheduled;
+  for (ReplicaMigrant& m : *migrants)
+    scheduled.push_back(std::move(std::get<Scheduler::Migrant>(m)));
+  Status adopted = scheduler_->AdoptWaiting(&scheduled);
+  if (!adopted.ok()) {
+    // All or none: they go back as they were.
+    for (size_t i = 0; i < scheduled.size(); ++i) (*migrants)[i] = std::move(scheduled[i]);
+    return adopted;
+  }
+  migrants->clear();
   Wake();
   return Status::Ok();
 }

@@ -101,8 +101,8 @@ class ServingLoop : public ReplicaLoop {
   // OutputProcessor, SchedulerOptions::output): every waiting request, and
   // queueing such requests at the front (Scheduler::TakeWaiting /
   // AdoptWaiting). Before Start: nothing / kUnavailable.
-  std::vector<Scheduler::Migrant> TakeWaiting() override;
-  Status Adopt(std::vector<Scheduler::Migrant>* migrants) override;
+  std::vector<ReplicaMigrant> TakeWaiting() override;
+  Status Adopt(std::vector<ReplicaMigrant>* migrants) override;
   // KV blocks free after the last iteration, and the pool's size (0 before
   // Start).
   int64_t free_kv_blocks() const override { return free_blocks_.load(std::memory_order_relaxed); }

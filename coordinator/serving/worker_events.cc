@@ -42,6 +42,7 @@ void WorkerEvents::OnMessage(const ControlPeer& peer, control::Envelope& e) {
       a.load_bytes_done = static_cast<int64_t>(e.load_progress().bytes_done());
       a.load_bytes_total = static_cast<int64_t>(e.load_progress().bytes_total());
     }
+    // Progress is for /admin/cluster and the metrics: no waiter waits on it.
   } else if (e.has_loaded()) {
     const int r = state_.ReplicaOfPlan(e.loaded().plan_version());
     if (r < 0) return;
@@ -53,8 +54,8 @@ void WorkerEvents::OnMessage(const ControlPeer& peer, control::Envelope& e) {
       a.kv_bytes = static_cast<int64_t>(e.loaded().kv_bytes());
       a.load_seconds = e.loaded().load_seconds();
     }
+    state_.NotifyReplica(r);  // its plan runner waits for every rank's Loaded
   }
-  state_.cv.notify_all();
 }
 
 void WorkerEvents::OnStepResult(const ControlPeer& peer, const control::StepResult& result) {
@@ -118,7 +119,8 @@ void WorkerEvents::OnRegister(const ControlPeer& peer, const control::Register& 
         if (state_.replicas[r].NeedsWorkers()) replan = static_cast<int>(r);
       }
     }
-    state_.cv.notify_all();
+    // A worker back from the lost makes exclusion ends matter again.
+    state_.NotifyAll();
   }
   if (returning) {
     TESSERA_LOG_INFO("coordinator",
@@ -166,7 +168,7 @@ void WorkerEvents::OnError(const ControlPeer& peer, const control::Error& error)
         rp.load_error = "worker " + peer.worker_id + ": " + error.message();
         rp.load_error_worker = peer.worker_id;
         rp.load_error_kind = "load_error";
-        state_.cv.notify_all();
+        state_.NotifyReplica(replica);
         return;
       }
       const auto now = std::chrono::steady_clock::now();

@@ -9,7 +9,10 @@
 //    (onto its surviving worker), replicas 0 and 2 keep serving throughout
 //    (a probe's requests all succeed while it re-plans), the requests it
 //    held move to them, and every stream completes exactly once with the
-//    undisturbed text (none lost, no token missing or repeated).
+//    undisturbed text (none lost, no token missing or repeated). Both with
+//    the replicas' schedulers in the coordinator and on their leaders
+//    ([scheduler] runs_on = "leader": the requests the broken leader had
+//    resume on the other replicas' leaders from the tokens streamed).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -48,7 +51,8 @@ json Request(int i, bool stream, int max_tokens = kMaxTokens) {
           {"ignore_eos", true},       {"stream", stream}};
 }
 
-std::unique_ptr<::tessera::testing::DaemonCluster> Launch(int replicas) {
+std::unique_ptr<::tessera::testing::DaemonCluster> Launch(int replicas,
+                                                          const std::string& runs_on = "") {
   ::tessera::testing::DaemonClusterOptions o;
   o.temp_prefix = "tessera-replicas";
   o.model_toml = "";
@@ -59,6 +63,7 @@ std::unique_ptr<::tessera::testing::DaemonCluster> Launch(int replicas) {
   // lost, which would re-plan a replica the test expects untouched.
   o.heartbeat_toml = "interval_seconds = 0.2\ntimeout_seconds = 3.0\n";
   o.scheduler_toml += "drain_timeout_seconds = 5\n";
+  if (!runs_on.empty()) o.scheduler_toml += fmt::format("runs_on = \"{}\"\n", runs_on);
   o.workers = 2 * replicas;
   o.worker_timeout_seconds = 3.0;
   o.ready_timeout_seconds = 90;
@@ -168,8 +173,11 @@ TEST(Replicas, ThreeReplicasServeEveryRequestLikeOne) {
   EXPECT_EQ(dry.status, 200) << dry.body;
 }
 
-TEST(Replicas, AKilledWorkerReplansOnlyItsReplicaAndNoRequestIsLost) {
-  auto c = Launch(3);
+// The parameter: [scheduler] runs_on.
+class ReplicasUnderFault : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReplicasUnderFault, AKilledWorkerReplansOnlyItsReplicaAndNoRequestIsLost) {
+  auto c = Launch(3, GetParam());
   const int port = c->api_port();
   // The undisturbed outputs (greedy: the same on every replica).
   const std::vector<std::string> want = RunConcurrently(port, kRequests);
@@ -280,6 +288,13 @@ TEST(Replicas, AKilledWorkerReplansOnlyItsReplicaAndNoRequestIsLost) {
   for (const json& r : final_cluster["replicas"])
     EXPECT_EQ(r["load"]["outstanding_tokens"], 0) << r.dump();
 }
+
+INSTANTIATE_TEST_SUITE_P(SchedulerIn, ReplicasUnderFault,
+                         ::testing::Values(std::string("coordinator"), std::string("leader")),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param == "leader" ? std::string("Leaders")
+                                                      : std::string("Coordinator");
+                         });
 
 }  // namespace
 }  // namespace tessera

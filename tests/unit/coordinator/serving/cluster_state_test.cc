@@ -2,13 +2,16 @@
 // ended exclusions a replica re-plans for (NextExclusionEnd, the deadline of
 // its plan thread's wait, and ClaimEndedExclusions), and when a replica lacks
 // workers (ReplicaPlan::NeedsWorkers). Issue #31: a single-worker replica
-// stayed degraded after its worker's step_hung exclusion ended.
+// stayed degraded after its worker's step_hung exclusion ended. And who wakes
+// whom: a replica's own condition variable (NotifyReplica), or every waiter
+// (NotifyAll); issue #33 asks for no fleet-wide wake per load message.
 #include "coordinator/serving/cluster_state.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,7 +31,7 @@ class ClusterStateExclusions : public ::testing::Test {
  protected:
   ClusterStateExclusions() {
     MutexLock lock(&state_.mu);
-    state_.replicas.resize(2);
+    state_.SizeReplicas(2);
     Assignment a;
     a.worker_id = "r0";
     state_.SetAssignments(0, {a});
@@ -120,6 +123,76 @@ TEST(ReplicaPlanNeedsWorkers, DegradedOrServingSmallerThanWanted) {
   EXPECT_FALSE(p.NeedsWorkers());
   p.parallel.pp = 1;
   EXPECT_TRUE(p.NeedsWorkers());  // serves tp=2 x pp=1 of the tp=2 x pp=2 wanted
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Three waiters on a ClusterState's condition variables: replica 0's,
+// replica 1's (twice) and the daemon's. Each says it waits (`waiting`, then
+// `entered`, under `mu`, so it is inside its wait once the test holds `mu`
+// again), then waits up to 30 s for its flag.
+struct Waiters {
+  ClusterState state;
+  std::condition_variable_any entered;
+  int waiting GUARDED_BY(state.mu) = 0;
+  bool flags[4] GUARDED_BY(state.mu) = {false, false, false, false};
+  bool woke[4] = {false, false, false, false};
+
+  bool Await(std::condition_variable_any& cv, int i) REQUIRES(state.mu) {
+    ++waiting;
+    entered.notify_all();
+    return cv.wait_for(state.mu, seconds(30), [&]() REQUIRES(state.mu) { return flags[i]; });
+  }
+  // Returns with `mu` held once `n` waits have begun.
+  void AwaitWaiting(int n) REQUIRES(state.mu) {
+    entered.wait(state.mu, [&]() REQUIRES(state.mu) { return waiting >= n; });
+  }
+};
+
+TEST(ClusterStateWakes, AReplicasOwnNotifyWakesItsWaiterAndNotifyAllWakesEveryone) {
+  Waiters w;
+  {
+    MutexLock lock(&w.state.mu);
+    w.state.SizeReplicas(2);
+  }
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    MutexLock lock(&w.state.mu);
+    w.woke[0] = w.Await(w.state.ReplicaCv(0), 0);
+  });
+  threads.emplace_back([&] {
+    MutexLock lock(&w.state.mu);
+    w.woke[1] = w.Await(w.state.ReplicaCv(1), 1);
+    w.woke[3] = w.Await(w.state.ReplicaCv(1), 3);
+  });
+  threads.emplace_back([&] {
+    MutexLock lock(&w.state.mu);
+    w.woke[2] = w.Await(w.state.cv, 2);
+  });
+  {
+    MutexLock lock(&w.state.mu);
+    w.AwaitWaiting(3);
+    w.flags[0] = w.flags[1] = true;
+    w.state.NotifyReplica(2);   // out of range: nobody
+    w.state.NotifyReplica(-1);  // likewise
+    w.state.NotifyReplica(0);
+    w.state.NotifyReplica(1);
+  }
+  {
+    MutexLock lock(&w.state.mu);
+    w.AwaitWaiting(4);  // replica 1's second wait
+    w.flags[2] = w.flags[3] = true;
+    w.state.NotifyAll();
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(w.woke[0]) << "NotifyReplica(0) did not wake replica 0's waiter";
+  EXPECT_TRUE(w.woke[1]) << "NotifyReplica(1) did not wake replica 1's waiter";
+  EXPECT_TRUE(w.woke[2]) << "NotifyAll did not wake the daemon's waiter";
+  EXPECT_TRUE(w.woke[3]) << "NotifyAll did not wake replica 1's waiter";
 }
 
 }  // namespace
