@@ -25,6 +25,9 @@
 #   decode64leader  decode64 with scheduler.runs_on = "leader": each simulated
 #              replica leader runs the real ReplicaLeader (scheduler, output
 #              processing); the coordinator's CPU per token beside decode64's.
+#   decode8leader   decode8 with runs_on = "leader": the same clients on 8 replicas,
+#              so each step carries about 8 times the sequences of decode64leader's;
+#              with no per-step work the coordinator's CPU per token is the same.
 # route64 and decode64 give the coordinator's CPU per step and per request
 # (two equations, two unknowns), hence the steps per second one coordinator
 # process can drive (docs/architecture.md, "One coordinator at fleet scale").
@@ -34,7 +37,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 sim=${FLEET_SIM_BIN:-$build/tessera-fleet-sim}
 coordinator="$build/tessera-coordinator"
-runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode64leader decode8}
+runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode64leader decode8 decode8leader}
 suffix=${FLEET_SIM_SUFFIX:-}
 [ -x "$sim" ] || { echo "fleet_sim.sh: $sim not built (bash scripts/setup)" >&2; exit 1; }
 [ -x "$coordinator" ] || { echo "fleet_sim.sh: $coordinator not built (bash scripts/setup)" >&2; exit 1; }
@@ -65,10 +68,13 @@ run decode64leader --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2
   --time-scale 0 --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20 --runs-on leader
 run decode8 --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20
+run decode8leader --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json \
+  --time-scale 0 --clients 256 --max-tokens 32 --idle-seconds 1 --load-seconds 20 --runs-on leader
 python3 - "$out" "$machine" "$runs" "$suffix" <<'PY'
 import json, sys
 out, machine, runs, suffix = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
-names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode64leader", "decode8")
+names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode64leader", "decode8",
+                     "decode8leader")
          if n in runs]
 r = {n: json.load(open(f"{out}/fleet_sim_{n}{suffix}.json")) for n in names}
 for name, x in r.items():
@@ -86,6 +92,17 @@ for name, x in r.items():
           + f"{1e6 * load['coordinator_cores'] / max(load['requests_per_second'], 1e-9):.0f} us "
           + f"coordinator CPU per request")
 if "full" in r: print("node loss:", json.dumps(r["full"].get("node_loss")))
+# Issue #33's per-step term: with the replicas scheduling themselves, the same
+# clients in steps of about 4 (decode64leader) or 32 sequences (decode8leader)
+# should cost the coordinator the same CPU per token (within 10%).
+if "decode64leader" in r and "decode8leader" in r:
+    per = {n: 1e6 * r[n]["load"]["coordinator_cores"] / max(r[n]["load"]["tokens_per_second"], 1e-9)
+           for n in ("decode64leader", "decode8leader")}
+    spt = {n: r[n]["load"]["tokens_per_second"] / max(r[n]["load"]["steps_per_second"], 1e-9)
+           for n in per}
+    print(f"leaders: coordinator CPU per token {per['decode64leader']:.2f} us (decode64leader, "
+          f"{spt['decode64leader']:.1f} tokens a step) vs {per['decode8leader']:.2f} us (decode8leader, "
+          f"{spt['decode8leader']:.1f} tokens a step): ratio {per['decode8leader'] / per['decode64leader']:.2f}")
 # Coordinator CPU (cores) = a x steps/s + b x tokens/s + c x requests/s, solved
 # through route64 (1-token requests), decode64 (about 4 sequences a step) and
 # decode8 (about 32 a step), by Cramer's rule.
