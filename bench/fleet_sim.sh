@@ -18,6 +18,10 @@
 #              per second through the router over 512 replicas;
 #   route512t1 the same with 1-token requests (one step each, as route64): the
 #              coordinator's CPU per request over 512 replicas of tp8 x pp2;
+#   route512t1leader  route512t1 with runs_on = "leader": a request costs the
+#              coordinator one routing decision, one Generate to the replica's
+#              leader and its updates (issue #33's routing target: 10,000
+#              requests/s per coordinator core over 512 replicas);
 #   route64    64 replicas of Llama-2-7B at tp1 (8 nodes), --time-scale 0, 1-token
 #              requests: the router's request rate, and the coordinator's CPU per step;
 #   decode64   the same fleet, 256 clients x 32-token requests: CPU per step when
@@ -37,7 +41,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 sim=${FLEET_SIM_BIN:-$build/tessera-fleet-sim}
 coordinator="$build/tessera-coordinator"
-runs=${FLEET_SIM_RUNS:-full route512 route512t1 route64 decode64 decode64leader decode8 decode8leader}
+runs=${FLEET_SIM_RUNS:-full route512 route512t1 route512t1leader route64 decode64 decode64leader decode8 decode8leader}
 suffix=${FLEET_SIM_SUFFIX:-}
 [ -x "$sim" ] || { echo "fleet_sim.sh: $sim not built (bash scripts/setup)" >&2; exit 1; }
 [ -x "$coordinator" ] || { echo "fleet_sim.sh: $coordinator not built (bash scripts/setup)" >&2; exit 1; }
@@ -60,6 +64,8 @@ run route512 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens
   --idle-seconds 1 --load-seconds 20
 run route512t1 --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 1 \
   --idle-seconds 1 --load-seconds 20
+run route512t1leader --nodes 1024 --tp 8 --pp 2 --time-scale 0 --clients 64 --max-tokens 1 \
+  --idle-seconds 1 --load-seconds 20 --runs-on leader
 run route64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
   --clients 64 --max-tokens 1 --idle-seconds 1 --load-seconds 20
 run decode64 --nodes 8 --tp 1 --pp 1 --model-config configs/models/llama-2-7b.json --time-scale 0 \
@@ -73,7 +79,7 @@ run decode8leader --nodes 1 --tp 1 --pp 1 --model-config configs/models/llama-2-
 python3 - "$out" "$machine" "$runs" "$suffix" <<'PY'
 import json, sys
 out, machine, runs, suffix = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
-names = [n for n in ("full", "route512", "route512t1", "route64", "decode64", "decode64leader", "decode8",
+names = [n for n in ("full", "route512", "route512t1", "route512t1leader", "route64", "decode64", "decode64leader", "decode8",
                      "decode8leader")
          if n in runs]
 r = {n: json.load(open(f"{out}/fleet_sim_{n}{suffix}.json")) for n in names}
