@@ -21,7 +21,10 @@ bool ReplicaPlan::InPlan(const std::string& worker_id) const {
 }
 
 void ClusterState::SizeReplicas(size_t n) {
+  TESSERA_CHECK(replicas.empty());  // once
   replicas.resize(n);
+  replica_ready = std::make_unique<std::atomic<bool>[]>(n);
+  for (size_t r = 0; r < n; ++r) replica_ready[r].store(false, std::memory_order_relaxed);
   replica_cvs.resize(n);
   for (auto& c : replica_cvs)
     if (!c) c = std::make_unique<std::condition_variable_any>();
@@ -30,6 +33,12 @@ void ClusterState::SizeReplicas(size_t n) {
 void ClusterState::NotifyReplica(int replica) {
   if (replica >= 0 && replica < static_cast<int>(replica_cvs.size()))
     replica_cvs[static_cast<size_t>(replica)]->notify_all();
+}
+
+void ClusterState::SetReplicaReady(int replica, bool ready) {
+  replicas[static_cast<size_t>(replica)].ready = ready;
+  replica_ready[static_cast<size_t>(replica)].store(ready, std::memory_order_release);
+  UpdateReady();
 }
 
 void ClusterState::NotifyAll() {

@@ -127,6 +127,12 @@ struct ClusterState {
   // replicas[r]'s condition variable (ReplicaCv), sized with `replicas`;
   // each one's address is stable.
   std::vector<std::unique_ptr<std::condition_variable_any>> replica_cvs GUARDED_BY(mu);
+  // replicas[r].ready, readable without `mu` (ReplicaReady: the router reads
+  // every replica's on each request, and must not queue behind the fleet's
+  // heartbeats and plan changes for it). Allocated once by SizeReplicas,
+  // before the replica set is published as placed; written with `mu` held
+  // by SetReplicaReady, the one writer of ReplicaPlan::ready.
+  std::unique_ptr<std::atomic<bool>[]> replica_ready;
   // ReplicaOf's index: worker id -> the replica whose plan gives it a rank.
   // Kept by SetAssignments, the one writer of ReplicaPlan::assignments' ids.
   std::unordered_map<std::string, int> replica_of_worker GUARDED_BY(mu);
@@ -170,6 +176,15 @@ struct ClusterState {
   }
   // Wakes replica `replica`'s waiters (none when out of range).
   void NotifyReplica(int replica) REQUIRES(mu);
+  // Sets replicas[replica].ready and its lock-free copy (ReplicaReady), then
+  // `ready` and `all_ready` (UpdateReady).
+  void SetReplicaReady(int replica, bool ready) REQUIRES(mu);
+  // replicas[replica].ready without `mu`; false when out of range or before
+  // SizeReplicas (call it once the replica set is placed).
+  bool ReplicaReady(int replica, size_t replicas_placed) const {
+    return replica >= 0 && static_cast<size_t>(replica) < replicas_placed &&
+           replica_ready[static_cast<size_t>(replica)].load(std::memory_order_acquire);
+  }
   // Wakes every waiter: the daemon's and every replica's.
   void NotifyAll() REQUIRES(mu);
 

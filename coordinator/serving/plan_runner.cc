@@ -53,8 +53,7 @@ void PlanRunner::Stop() {
 
 void PlanRunner::SetReady(bool ready) {
   MutexLock lock(&state_.mu);
-  rep().ready = ready;
-  state_.UpdateReady();
+  state_.SetReplicaReady(replica_, ready);
   state_.cv.notify_all();  // WaitReady
 }
 

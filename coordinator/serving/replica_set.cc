@@ -204,14 +204,11 @@ bool ReplicaSet::reconfiguring() const {
 void ReplicaSet::Loads(int exclude, std::vector<ReplicaLoad>& loads) const {
   const int n = size();
   loads.assign(static_cast<size_t>(n), ReplicaLoad{});
-  {
-    MutexLock lock(&c_.state->mu);
-    for (int r = 0; r < n && r < static_cast<int>(c_.state->replicas.size()); ++r)
-      loads[static_cast<size_t>(r)].ready = c_.state->replicas[static_cast<size_t>(r)].ready;
-  }
+  // No fleet-wide lock on a request's path: readiness is read lock-free.
   MutexLock lock(&routes_mu_);
   for (int r = 0; r < n; ++r) {
     ReplicaLoad& l = loads[static_cast<size_t>(r)];
+    l.ready = c_.state->ReplicaReady(r, static_cast<size_t>(n));
     l.accepting = r != exclude && loop(r)->started() && !drained_[static_cast<size_t>(r)];
     l.outstanding_tokens = outstanding_[static_cast<size_t>(r)];
     l.free_kv_blocks = loop(r)->free_kv_blocks();
@@ -381,12 +378,9 @@ int ReplicaSet::HandOff(int from) {
       stay.push_back(std::move(m));
       continue;
     }
-    bool ready = false;
-    {
-      MutexLock lock(&c_.state->mu);
-      ready = c_.state->replicas[static_cast<size_t>(order[0])].ready;
-    }
-    if (!ready) {  // nobody serves: they wait for this replica's re-plan
+    if (!c_.state->ReplicaReady(
+            order[0],
+            static_cast<size_t>(size()))) {  // nobody serves: they wait for this replica's re-plan
       stay.push_back(std::move(m));
       continue;
     }

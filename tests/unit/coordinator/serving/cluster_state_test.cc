@@ -195,5 +195,27 @@ TEST(ClusterStateWakes, AReplicasOwnNotifyWakesItsWaiterAndNotifyAllWakesEveryon
   EXPECT_TRUE(w.woke[3]) << "NotifyAll did not wake replica 1's waiter";
 }
 
+TEST(ClusterStateReady, TheLockFreeCopyFollowsEachReplicasReadyFlag) {
+  ClusterState state;
+  EXPECT_FALSE(state.ReplicaReady(0, 0));  // before sizing: nothing to read
+  MutexLock lock(&state.mu);
+  state.SizeReplicas(2);
+  EXPECT_FALSE(state.ReplicaReady(0, 2));
+  state.SetReplicaReady(1, true);
+  EXPECT_FALSE(state.ReplicaReady(0, 2));
+  EXPECT_TRUE(state.ReplicaReady(1, 2));
+  EXPECT_TRUE(state.replicas[1].ready);
+  EXPECT_TRUE(state.ready.load());
+  EXPECT_FALSE(state.all_ready.load());
+  state.SetReplicaReady(0, true);
+  EXPECT_TRUE(state.all_ready.load());
+  state.SetReplicaReady(1, false);
+  EXPECT_FALSE(state.ReplicaReady(1, 2));
+  EXPECT_FALSE(state.replicas[1].ready);
+  EXPECT_FALSE(state.all_ready.load());
+  EXPECT_FALSE(state.ReplicaReady(2, 2));   // out of range
+  EXPECT_FALSE(state.ReplicaReady(-1, 2));  // likewise
+}
+
 }  // namespace
 }  // namespace tessera
