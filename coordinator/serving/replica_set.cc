@@ -378,9 +378,8 @@ int ReplicaSet::HandOff(int from) {
       stay.push_back(std::move(m));
       continue;
     }
-    if (!c_.state->ReplicaReady(
-            order[0],
-            static_cast<size_t>(size()))) {  // nobody serves: they wait for this replica's re-plan
+    // Nobody serves: they wait for this replica's re-plan.
+    if (!c_.state->ReplicaReady(order[0], static_cast<size_t>(size()))) {
       stay.push_back(std::move(m));
       continue;
     }
